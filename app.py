@@ -1,37 +1,21 @@
-"""SpecViz app (minimal placeholder until the full race UI lands): autoregressive decoding, streamed."""
+"""SpecViz: autoregressive, Sequoia and Lookahead decoding racing side by side (Gradio app).
 
-import gradio as gr
+Run locally with `python app.py` (http://127.0.0.1:7860); on a Hugging Face Space
+`demo` is picked up at module level. On ZeroGPU the compute generator runs under
+`spaces.GPU`; elsewhere the GPU is used when present, else the CPU.
+"""
 
-from specviz.decoders import make_decoder
-from specviz.errors import SpecVizError
-from specviz.models import load_pair
+import os
 
-_PAIR = {}
+try:  # ZeroGPU: `spaces` must be imported before anything initialises CUDA.
+    import spaces
+except ImportError:
+    spaces = None
 
+from specviz.ui import build_demo, launch_kwargs
 
-def _pair():
-    if "pair" not in _PAIR:
-        _PAIR["pair"] = load_pair("default", "self")
-    return _PAIR["pair"]
-
-
-def run(prompt, max_new_tokens):
-    try:
-        decoder = make_decoder("ar", _pair(), prompt, max_new_tokens=int(max_new_tokens))
-    except SpecVizError as exc:
-        raise gr.Error(str(exc))
-    text = ""
-    while not decoder.done:
-        text += "".join(decoder.step().new_token_texts)
-        yield text
-
-
-with gr.Blocks(title="SpecViz") as demo:
-    gr.Markdown("# SpecViz\nAutoregressive decoding on the offline default model.")
-    prompt = gr.Textbox(label="Prompt", value="Write a haiku about trees")
-    max_new = gr.Slider(1, 512, value=64, step=1, label="Max new tokens")
-    out = gr.Textbox(label="Autoregressive")
-    gr.Button("Run").click(run, [prompt, max_new], out)
+demo = build_demo(gpu=spaces.GPU if spaces is not None else None)
 
 if __name__ == "__main__":
-    demo.launch(server_name="127.0.0.1", server_port=7860)
+    demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_kwargs())

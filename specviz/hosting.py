@@ -1,0 +1,84 @@
+"""Limits for serving SpecViz to the public, read from environment variables.
+
+Locally everything is allowed; on a Hugging Face Space (which sets SPACE_ID) or
+with SPECVIZ_HOSTED=1 the defaults tighten: only the configured model ids, shorter
+runs, a bounded queue. Every knob can be set explicitly; the README lists them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .errors import InvalidInput
+
+# Model ids a hosted app may load when SPECVIZ_ALLOWED_MODELS is not set: the presets.
+PRESET_MODEL_IDS = (
+    "default",
+    "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "meta-llama/Llama-2-7b-chat-hf", "JackFram/llama-68m",
+    "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct",
+)
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _number(env: Mapping[str, str], name: str, default: float, cast=int):
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        number = cast(value)
+    except ValueError:
+        raise InvalidInput(f"environment variable {name} must be a number, got {value!r}") from None
+    if number <= 0:
+        raise InvalidInput(f"environment variable {name} must be positive, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class HostingLimits:
+    hosted: bool = False
+    allow_custom_models: bool = True
+    allowed_models: tuple[str, ...] = PRESET_MODEL_IDS
+    max_new_tokens: int = 1024
+    max_prompt_chars: int = 20_000
+    max_run_seconds: float = 900.0
+    queue_size: int = 16
+    max_trace_bytes: int = 64 * 1024 * 1024
+    extra: dict = field(default_factory=dict)
+
+    @staticmethod
+    def from_env(env: Mapping[str, str] | None = None) -> "HostingLimits":
+        env = os.environ if env is None else env
+        hosted = _flag(env, "SPECVIZ_HOSTED", bool(env.get("SPACE_ID")))
+        allowed = tuple(m.strip() for m in env.get("SPECVIZ_ALLOWED_MODELS", "").split(",") if m.strip())
+        return HostingLimits(
+            hosted=hosted,
+            allow_custom_models=_flag(env, "SPECVIZ_ALLOW_CUSTOM_MODELS", not hosted),
+            allowed_models=allowed or PRESET_MODEL_IDS,
+            max_new_tokens=_number(env, "SPECVIZ_MAX_NEW_TOKENS", 256 if hosted else 1024),
+            max_prompt_chars=_number(env, "SPECVIZ_MAX_PROMPT_CHARS", 4000 if hosted else 20_000),
+            max_run_seconds=_number(env, "SPECVIZ_MAX_RUN_SECONDS", 120.0 if hosted else 900.0, float),
+            queue_size=_number(env, "SPECVIZ_QUEUE_SIZE", 8 if hosted else 16),
+            max_trace_bytes=_number(env, "SPECVIZ_MAX_TRACE_MB", 16 if hosted else 64) * 1024 * 1024,
+        )
+
+    def check_model(self, model_id: str | None) -> None:
+        """Refuse a model id this deployment does not serve."""
+        if model_id is None or self.allow_custom_models:
+            return
+        if model_id.strip() not in self.allowed_models:
+            raise InvalidInput(
+                f"model '{model_id}' is not available here; this deployment serves: "
+                f"{', '.join(self.allowed_models)}")
+
+    def check_max_new_tokens(self, max_new_tokens: int) -> None:
+        if isinstance(max_new_tokens, (int, float)) and max_new_tokens > self.max_new_tokens:
+            raise InvalidInput(f"max new tokens is capped at {self.max_new_tokens} here, got {max_new_tokens}")

@@ -1,0 +1,121 @@
+"""The hardware-aware panel: the measured t_target(n) curve and the predicted-speedup tables behind 'auto'.
+
+It never measures anything (that would stall the page): it shows what the
+trace recorded, else the plans the optimisers cached on this machine for the
+trace's model pair (`specviz.optimizer` for Sequoia, `specviz.lookahead_auto`
+for Lookahead), else says that nothing was measured yet.
+"""
+
+from __future__ import annotations
+
+import json
+
+from . import figures, html
+
+
+def _device_type(device: str) -> str:
+    return device.split(":")[0] if device else ""
+
+
+def pair_key(trace) -> str:
+    """The `ModelPair.key` a trace was recorded with: 'target|draft|device|dtype'."""
+    return f"{trace.target_name}|{trace.draft_name}|{_device_type(trace.device)}|{trace.dtype}"
+
+
+def _cached_plans(kind_prefix: str, key: str) -> list[dict]:
+    from ..models import cache_dir
+
+    folder = cache_dir() / "profiles"
+    plans = []
+    for path in sorted(folder.glob(f"{kind_prefix}-*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(data, dict) and data.get("key") == key:
+            plans.append(data)
+    return plans
+
+
+def _recorded_plan(run) -> dict | None:
+    """A plan the decoder stored in its settings (travels with an uploaded trace)."""
+    if run is None:
+        return None
+    for name in ("plan", "auto_plan", "auto"):
+        value = run.settings.get(name) if isinstance(run.settings, dict) else None
+        if isinstance(value, dict) and ("table" in value or "choice" in value):
+            return value
+    return None
+
+
+def _matching(plans: list[dict], sampling: dict) -> dict | None:
+    temp = float(sampling.get("temperature", 0.0) or 0.0)
+    for plan in plans:
+        if float(plan.get("temperature", temp) or 0.0) == temp:
+            return plan
+    return plans[0] if plans else None
+
+
+def plans_for(trace) -> dict[str, dict | None]:
+    """{'sequoia': plan or None, 'lookahead': plan or None} for the trace's pair and sampling.
+
+    Sequoia's plans (`optimizer.plan_tree`) are cached per pair key; Lookahead's
+    (`lookahead_auto.choose`) per target, device and dtype, since it has no draft.
+    """
+    if trace is None:
+        return {"sequoia": None, "lookahead": None}
+    target_key = f"{trace.target_name}|{_device_type(trace.device)}|{trace.dtype}"
+    sources = {"sequoia": ("sequoia-plan", pair_key(trace)), "lookahead": ("lookahead-auto", target_key)}
+    out = {}
+    for method, (prefix, key) in sources.items():
+        plan = _recorded_plan(trace.runs.get(method))
+        if plan is None:
+            try:
+                plan = _matching(_cached_plans(prefix, key), trace.sampling)
+            except OSError:
+                plan = None
+        out[method] = plan
+    return out
+
+
+def _choice_row(plan: dict) -> dict:
+    choice = plan.get("choice") or {}
+    return {k: v for k, v in choice.items() if not isinstance(v, (list, dict))}
+
+
+def panel_html(plans: dict | None) -> str:
+    intro = ('<div style="font-size:15px;margin-bottom:6px">With <b>auto</b> sizes, each method measures how long '
+             'one target forward over <i>n</i> new tokens takes on <b>this</b> hardware, predicts tokens per '
+             'forward for every size, and picks the size with the lowest predicted time per token. '
+             'A GPU verifies 64 tokens almost as fast as 1; a CPU does not — so the choices differ.</div>')
+    if not plans or not any(plans.values()):
+        return intro + ('<div style="color:#6b7280">No measured plan for this model pair yet: run Sequoia or '
+                        'Lookahead with <b>auto</b> sizes once and it appears here.</div>')
+    parts = [intro]
+    for method, plan in plans.items():
+        if not plan:
+            continue
+        label = figures.METHOD_LABELS.get(method, method)
+        choice = _choice_row(plan)
+        if choice:
+            parts.append(f'<div style="font-size:16px;margin:6px 0"><b>{label} chose:</b> '
+                         + ", ".join(f"{k} = {html._fmt(v)}" for k, v in choice.items()) + "</div>")
+        rows = sorted(plan.get("table") or [], key=lambda r: -float(r.get("predicted_speedup", 0) or 0))
+        highlight = {k: choice[k] for k in ("budget", "depth", "window", "ngram", "guesses") if k in choice}
+        parts.append(html.table_html(rows, f"{label}: predicted speedup, best first", highlight or None))
+    return "".join(parts)
+
+
+def target_curve(plans: dict | None) -> dict:
+    for method in ("sequoia", "lookahead"):
+        plan = (plans or {}).get(method) or {}
+        for name in ("target_ms", "curve"):
+            if isinstance(plan.get(name), dict) and plan[name]:
+                return plan[name]
+    return {}
+
+
+def panel(trace, pairs=None):
+    """(t_target(n) figure, panel HTML) for the trace's pair; nothing is measured here."""
+    plans = plans_for(trace)
+    return figures.forward_curve_figure(target_curve(plans)), panel_html(plans)

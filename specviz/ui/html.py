@@ -1,0 +1,248 @@
+"""HTML pieces from traces: coloured token text, legend, live stats, pool entry, run summary.
+
+Pure functions returning strings with inline styles (they look right wherever the
+HTML lands: the app, a notebook, a saved page).
+"""
+
+from __future__ import annotations
+
+import html
+
+from ..trace import SOURCE_AR, SOURCE_BONUS, SOURCE_DRAFT, SOURCE_NGRAM, LookaheadPayload, RunTrace
+from .figures import METHOD_COLORS, METHOD_LABELS
+
+# Token background by how the token was produced.
+SOURCE_STYLE = {
+    SOURCE_DRAFT: ("#bfdbfe", "accepted from the draft tree"),
+    SOURCE_BONUS: ("#fde68a", "bonus / corrected token (target's own)"),
+    SOURCE_NGRAM: ("#bbf7d0", "accepted from a Lookahead n-gram"),
+    SOURCE_AR: ("#eef0f3", "plain autoregressive"),
+}
+NEAR_TIE_NOTE = (
+    "In bf16/fp16 a forward over many tokens at once can round differently from a one-token forward, "
+    "which can flip a near-tie between the two most likely tokens; from there the texts go separate ways. "
+    "In fp32 the outputs are identical token for token (choose fp32 under Advanced to check).")
+SAMPLING_NOTE = (
+    "Sampling: outputs differ by design (each method draws its own random numbers), but every method "
+    "samples exactly from the target model's distribution — the speedup costs no quality.")
+
+
+def esc(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def legend_html() -> str:
+    items = "".join(
+        f'<span style="display:inline-flex;align-items:center;margin-right:18px">'
+        f'<span style="background:{color};border-radius:4px;width:22px;height:16px;display:inline-block;'
+        f'margin-right:6px;border:1px solid #cbd5e1"></span>{esc(label)}</span>'
+        for color, label in SOURCE_STYLE.values())
+    return f'<div class="sv-legend" style="font-size:15px;line-height:1.9">{items}</div>'
+
+
+def _token_span(text: str, source: str, latest: bool) -> str:
+    color = SOURCE_STYLE.get(source, SOURCE_STYLE[SOURCE_AR])[0]
+    shown = esc(text).replace("\n", "⏎<br>")
+    outline = "box-shadow:0 0 0 2px #111827;" if latest else ""
+    return (f'<span class="sv-tok sv-{source}" style="background:{color};border-radius:3px;'
+            f'padding:1px 0;{outline}">{shown}</span>')
+
+
+def tokens_html(run: RunTrace | None, upto: int | None = None) -> str:
+    """The generated text coloured by source; the latest step's tokens outlined."""
+    if run is None:
+        return _panel('<span style="color:#9ca3af">not run</span>')
+    steps = run.steps if upto is None else run.steps[:upto]
+    parts = []
+    for i, rec in enumerate(steps):
+        latest = i == len(steps) - 1
+        for text, source in zip(rec.new_token_texts, rec.token_sources):
+            parts.append(_token_span(text, source, latest))
+    body = "".join(parts) or '<span style="color:#9ca3af">waiting…</span>'
+    error = ""
+    if run.error:
+        error = (f'<div class="sv-error" style="background:#fee2e2;color:#991b1b;border:1px solid #fca5a5;'
+                 f'border-radius:6px;padding:8px;margin-bottom:8px;white-space:normal">'
+                 f'<b>error:</b> {esc(run.error)}</div>')
+    return _panel(error + body)
+
+
+def _panel(inner: str) -> str:
+    return (f'<div class="sv-text" style="font-family:ui-monospace,SFMono-Regular,Menlo,monospace;'
+            f'font-size:16px;line-height:1.7;white-space:pre-wrap;word-break:break-word;min-height:220px;'
+            f'max-height:440px;overflow-y:auto;padding:10px;border:1px solid #e5e7eb;border-radius:8px;'
+            f'background:#fff">{inner}</div>')
+
+
+def run_stats(run: RunTrace | None, upto: int | None = None) -> dict:
+    steps = [] if run is None else (run.steps if upto is None else run.steps[:upto])
+    tokens = sum(len(s.new_token_ids) for s in steps)
+    seconds = sum(s.total_ms for s in steps) / 1000
+    speculated = sum(1 for s in steps for src in s.token_sources if src in (SOURCE_DRAFT, SOURCE_NGRAM))
+    return {
+        "tokens": tokens,
+        "steps": len(steps),
+        "seconds": seconds,
+        "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
+        "tokens_per_forward": tokens / len(steps) if steps else 0.0,
+        "accepted_per_step": speculated / len(steps) if steps else 0.0,
+        "speculated_share": speculated / tokens if tokens else 0.0,
+    }
+
+
+def stats_html(method: str, run: RunTrace | None, upto: int | None = None, running: bool = False) -> str:
+    """The column header: method name, live tokens/s, tokens per forward, steps, elapsed."""
+    color = METHOD_COLORS.get(method, "#111827")
+    label = METHOD_LABELS.get(method, method)
+    if run is None:
+        state = "ready"
+    elif run.error:
+        state = "error"
+    elif running and (upto is None or upto == len(run.steps)) and not run.finish_reason:
+        state = "running…"
+    else:
+        state = run.finish_reason or ("…" if running else "")
+    st = run_stats(run, upto)
+    cells = [("tokens/s", f"{st['tokens_per_second']:.1f}"), ("tokens/forward", f"{st['tokens_per_forward']:.2f}"),
+             ("steps", str(st["steps"])), ("tokens", str(st["tokens"])), ("time", f"{st['seconds']:.2f} s")]
+    stat_cells = "".join(
+        f'<div style="text-align:center;padding:0 6px"><div style="font-size:22px;font-weight:700">{v}</div>'
+        f'<div style="font-size:12px;color:#6b7280">{k}</div></div>' for k, v in cells)
+    return (f'<div class="sv-stats" style="border-top:6px solid {color};padding:6px 4px">'
+            f'<div style="display:flex;justify-content:space-between;align-items:baseline">'
+            f'<span style="font-size:22px;font-weight:700;color:{color}">{esc(label)}</span>'
+            f'<span style="font-size:14px;color:#6b7280">{esc(state)}</span></div>'
+            f'<div style="display:flex;justify-content:space-between;margin-top:4px">{stat_cells}</div></div>')
+
+
+def pool_entry_html(payload: LookaheadPayload | None, key_text: str | None = None) -> str:
+    """The candidates verified this step for the current key, matched prefix highlighted."""
+    if payload is None:
+        return '<div style="color:#9ca3af;padding:8px">the n-gram pool entry appears here when Lookahead runs</div>'
+    key = key_text if key_text is not None else str(payload.key_token_id)
+    head = (f'<div style="font-size:16px;margin-bottom:6px"><b>Pool entry for key</b> '
+            f'<code style="background:#fef3c7;padding:2px 6px;border-radius:4px">{esc(key)}</code> '
+            f'— pool holds {payload.pool_size} n-grams'
+            f'{" (warm-up: no candidates yet)" if payload.warmup else ""}</div>')
+    if not payload.candidates:
+        return head + '<div style="color:#6b7280">no candidates for this key this step</div>'
+    rows = []
+    for i, cand in enumerate(payload.candidates):
+        chosen = payload.accepted_candidate == i
+        cells = []
+        for k, text in enumerate(cand.texts or [str(t) for t in cand.tokens]):
+            matched = k < cand.match_length
+            style = ("background:#bbf7d0;border:1px solid #16a34a" if matched
+                     else "background:#f3f4f6;border:1px solid #e5e7eb;color:#6b7280")
+            cells.append(f'<span style="{style};border-radius:4px;padding:1px 6px;margin-right:3px;'
+                         f'font-family:ui-monospace,monospace">{esc(text.replace(chr(10), "⏎")) or "∅"}</span>')
+        mark = "✔ accepted" if chosen else ""
+        rows.append(f'<tr style="{"background:#ecfdf5;font-weight:600" if chosen else ""}">'
+                    f'<td style="padding:3px 8px;color:#6b7280">{i}</td><td style="padding:3px 8px">{"".join(cells)}</td>'
+                    f'<td style="padding:3px 8px;text-align:center">{cand.match_length}</td>'
+                    f'<td style="padding:3px 8px;color:#16a34a">{mark}</td></tr>')
+    table = ('<table style="border-collapse:collapse;font-size:15px"><tr style="color:#6b7280">'
+             '<th>#</th><th style="text-align:left">candidate n-gram</th><th>match</th><th></th></tr>'
+             + "".join(rows) + "</table>")
+    return head + table
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token over the common length, None when one is a prefix of the other."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None
+
+
+def _token_texts(run: RunTrace) -> list[str]:
+    return [t for s in run.steps for t in s.new_token_texts]
+
+
+def losslessness(race, method: str) -> dict:
+    """How `method`'s text compares with autoregressive: identical / differs (where) / sampling / n/a."""
+    run, ar = race.runs.get(method), race.runs.get("ar")
+    if run is None or not run.steps:
+        return {"status": "n/a", "message": "no output"}
+    if not race.greedy:
+        return {"status": "sampling", "message": SAMPLING_NOTE}
+    if ar is None or not ar.steps:
+        return {"status": "n/a", "message": "run Autoregressive as well to check the text is identical"}
+    a, b = ar.token_ids, run.token_ids
+    idx = first_difference(a, b)
+    if idx is None:
+        common = min(len(a), len(b))
+        note = "" if len(a) == len(b) else f" (compared on the first {common} tokens: one run stopped early)"
+        return {"status": "identical", "message": f"identical to autoregressive, {common} tokens{note}"}
+    ta, tb = _token_texts(ar), _token_texts(run)
+    low_precision = race.dtype in ("bf16", "fp16")
+    return {"status": "differs", "index": idx, "ar_token": ta[idx] if idx < len(ta) else "",
+            "token": tb[idx] if idx < len(tb) else "",
+            "message": (f"differs from autoregressive at token {idx}: AR chose {ta[idx]!r}, "
+                        f"{METHOD_LABELS.get(method, method)} chose {tb[idx]!r}."),
+            "explanation": NEAR_TIE_NOTE if low_precision else
+            "This should not happen in fp32 greedy decoding: please report it with the downloaded trace."}
+
+
+def summary_html(race, upto: dict[str, int] | None = None) -> str:
+    """After a run: speedup over AR, tokens per forward, acceptance, and the losslessness verdict."""
+    if race is None:
+        return ""
+    stats = {m: run_stats(r, (upto or {}).get(m)) for m, r in race.runs.items()}
+    ar_rate = stats.get("ar", {}).get("tokens_per_second", 0.0)
+    rows = []
+    for m in race.methods:
+        st, run = stats[m], race.runs[m]
+        speedup = f"{st['tokens_per_second'] / ar_rate:.2f}×" if ar_rate and m != "ar" and st["tokens"] else (
+            "1.00×" if m == "ar" and st["tokens"] else "—")
+        acc = "—" if m == "ar" else f"{st['accepted_per_step']:.2f}/step ({st['speculated_share']:.0%} of tokens)"
+        rows.append(
+            f'<tr><td style="padding:4px 10px;font-weight:700;color:{METHOD_COLORS.get(m)}">'
+            f'{esc(METHOD_LABELS.get(m, m))}</td>'
+            f'<td style="padding:4px 10px;font-size:20px;font-weight:700">{speedup}</td>'
+            f'<td style="padding:4px 10px">{st["tokens_per_second"]:.1f}</td>'
+            f'<td style="padding:4px 10px">{st["tokens_per_forward"]:.2f}</td>'
+            f'<td style="padding:4px 10px">{acc}</td><td style="padding:4px 10px">{st["tokens"]}</td>'
+            f'<td style="padding:4px 10px">{esc(run.finish_reason or "")}</td></tr>')
+    table = ('<table style="border-collapse:collapse;font-size:16px;margin-top:6px"><tr style="color:#6b7280;'
+             'text-align:left"><th style="padding:4px 10px">method</th><th style="padding:4px 10px">speedup vs AR'
+             '</th><th style="padding:4px 10px">tokens/s</th><th style="padding:4px 10px">tokens/forward</th>'
+             '<th style="padding:4px 10px">accepted speculation</th><th style="padding:4px 10px">tokens</th>'
+             '<th style="padding:4px 10px">finish</th></tr>' + "".join(rows) + "</table>")
+    verdicts = []
+    for m in race.methods:
+        if m == "ar":
+            continue
+        v = losslessness(race, m)
+        color, icon = {"identical": ("#dcfce7", "✓"), "differs": ("#fee2e2", "⚠"),
+                       "sampling": ("#e0f2fe", "ℹ")}.get(v["status"], ("#f3f4f6", "•"))
+        extra = f'<div style="font-size:14px;margin-top:4px">{esc(v["explanation"])}</div>' if "explanation" in v else ""
+        verdicts.append(f'<div class="sv-verdict sv-{v["status"]}" style="background:{color};border-radius:8px;'
+                        f'padding:10px 14px;margin:6px 0;font-size:18px"><b>{icon} {esc(METHOD_LABELS.get(m, m))}:'
+                        f'</b> {esc(v["message"])}{extra}</div>')
+    meta = (f'<div style="color:#6b7280;font-size:13px;margin-top:6px">{esc(race.target_name)} · draft '
+            f'{esc(race.draft_name)} · {esc(race.device)} {esc(race.dtype)} · sampling {esc(str(race.sampling))}'
+            f'{" · stopped early" if race.cancelled else ""}</div>')
+    return f'<div class="sv-summary">{"".join(verdicts)}{table}{meta}</div>'
+
+
+def table_html(rows: list[dict], title: str, highlight: dict | None = None, limit: int = 12) -> str:
+    """A small table of dict rows (the predicted-speedup tables of the auto choices)."""
+    if not rows:
+        return f'<div style="color:#6b7280">{esc(title)}: nothing measured yet</div>'
+    cols = list(rows[0].keys())
+    body = []
+    for row in rows[:limit]:
+        hit = highlight is not None and all(row.get(k) == v for k, v in highlight.items())
+        cells = "".join(f'<td style="padding:2px 10px">{_fmt(row.get(c))}</td>' for c in cols)
+        body.append(f'<tr style="{"background:#dcfce7;font-weight:700" if hit else ""}">{cells}</tr>')
+    head = "".join(f'<th style="padding:2px 10px;text-align:left">{esc(str(c))}</th>' for c in cols)
+    return (f'<div style="font-size:16px;font-weight:700;margin:8px 0 4px">{esc(title)}</div>'
+            f'<table style="border-collapse:collapse;font-size:14px"><tr style="color:#6b7280">{head}</tr>'
+            f'{"".join(body)}</table>')
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    return esc(str(value))

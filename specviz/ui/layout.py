@@ -1,0 +1,427 @@
+"""The Gradio app: controls, three racing columns, tree / pool / latency views, replay, hardware panel.
+
+One generator event runs the whole race (`Race` steps the decoders in turn, least
+compute first), streaming texts every step and figures at most a few times a
+second. Per-visitor state is only the finished/streaming `RaceTrace` in a
+`gr.State`; loaded model pairs are shared read-only through a small cache.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import gradio as gr
+
+from ..errors import InvalidInput, SpecVizError
+from ..race import RaceTrace
+from . import hardware, html, views
+
+DEFAULT_PRESET = "SmolLM2-135M-Instruct (offline default)"
+# label -> (target, draft); draft None = the package's default choice for that target.
+PRESETS = {
+    DEFAULT_PRESET: ("default", None),
+    "SmolLM2-1.7B-Instruct + SmolLM2-135M-Instruct": ("HuggingFaceTB/SmolLM2-1.7B-Instruct",
+                                                     "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    "Llama-2-7b-chat + JackFram/llama-68m": ("meta-llama/Llama-2-7b-chat-hf", "JackFram/llama-68m"),
+    "Qwen2.5-1.5B-Instruct + Qwen2.5-0.5B-Instruct": ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
+}
+CUSTOM = "Custom model ids…"
+EXAMPLES = {
+    "chat": "What are three tips for giving a good talk?",
+    "code": "Write a Python function that checks whether a string is a palindrome.",
+    "math": "A train travels 120 km in 1.5 hours. What is its average speed in km/h? Explain step by step.",
+    "story": "Tell a short story about a robot who learns to paint.",
+    "repeats itself": ("Repeat this list exactly three times: apple, banana, cherry, date, elderberry, fig, grape."),
+}
+METHOD_CHOICES = [("Autoregressive", "ar"), ("Sequoia", "sequoia"), ("Lookahead", "lookahead")]
+FIGURE_INTERVAL_S = 0.25   # at most ~4 figure updates per second while streaming
+
+CSS = """
+.sv-col { min-width: 300px; }
+.sv-title h1 { margin-bottom: 0; }
+#sv-run { font-size: 18px; }
+"""
+
+
+def hosting_limits():
+    """The deployment's limits (env vars, see specviz.hosting): custom ids, caps, queue size."""
+    from ..hosting import HostingLimits
+
+    return HostingLimits.from_env()
+
+
+class PairCache:
+    """Loaded model pairs, one load per (target, draft, dtype), shared read-only by all sessions.
+
+    The decoders keep all per-run state (caches, traces) themselves, so sharing the
+    weights leaks nothing between visitors. One lock serialises loading.
+    """
+
+    def __init__(self, max_pairs: int = 2):
+        self.max_pairs = max_pairs
+        self.pairs: dict[tuple, object] = {}
+        self.lock = threading.Lock()
+
+    def get(self, target: str, draft: str | None, dtype: str):
+        from ..models import load_pair
+
+        key = (target, draft, dtype)
+        with self.lock:
+            if key not in self.pairs:
+                while len(self.pairs) >= self.max_pairs:   # evict the oldest to bound memory
+                    self.pairs.pop(next(iter(self.pairs)))
+                self.pairs[key] = load_pair(target, draft, dtype=dtype)
+            return self.pairs[key]
+
+
+class RaceControl:
+    """Lets the Stop button end this session's race at once (between two steps)."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.race = None
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.race is not None:
+            self.race.close()
+
+
+def _int(value, name: str, lo: int, hi: int) -> int:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"{name} must be a whole number, got {value!r}") from None
+    if not number.is_integer():
+        raise InvalidInput(f"{name} must be a whole number, got {value!r}")
+    if not lo <= number <= hi:
+        raise InvalidInput(f"{name} must be between {lo} and {hi}, got {int(number)}")
+    return int(number)
+
+
+def method_options(tree_mode, budget, depth, look_mode, window, ngram, guesses, pool_from_prompt) -> dict:
+    """Decoder keyword arguments from the controls ('auto' = None, sizes checked here)."""
+    sequoia = {"tree_budget": None, "tree_depth": None}
+    if tree_mode == "manual":
+        sequoia = {"tree_budget": _int(budget, "tree budget", 2, 512), "tree_depth": _int(depth, "tree depth", 1, 32)}
+        if sequoia["tree_depth"] >= sequoia["tree_budget"]:
+            raise InvalidInput("the tree depth must be smaller than the tree budget (the root counts as a node)")
+    lookahead = {"window": None, "ngram": None, "guesses": None, "pool_from_prompt": bool(pool_from_prompt)}
+    if look_mode == "manual":
+        lookahead.update(window=_int(window, "W (window)", 1, 64), ngram=_int(ngram, "N (n-gram size)", 2, 16),
+                         guesses=_int(guesses, "G (guesses)", 0, 64))
+    return {"sequoia": sequoia, "lookahead": lookahead}
+
+
+def resolve_models(preset, custom_target, custom_draft, limits) -> tuple[str, str | None]:
+    if preset == CUSTOM:
+        if not limits.allow_custom_models:
+            raise InvalidInput("custom model ids are switched off on this server (SPECVIZ_ALLOW_CUSTOM_MODELS); "
+                               "pick a preset")
+        target = (custom_target or "").strip()
+        if not target:
+            raise InvalidInput("enter a target model id (or pick a preset)")
+        draft = (custom_draft or "").strip() or None
+        for model_id in (target, draft):
+            limits.check_model(model_id)
+        return target, draft
+    if preset not in PRESETS:
+        raise InvalidInput(f"unknown model preset {preset!r}")
+    return PRESETS[preset]
+
+
+def sampling_config(temperature, top_p, seed):
+    from ..sampling import SamplingConfig
+
+    seed_value = None
+    if seed not in (None, ""):
+        seed_value = _int(seed, "seed", 0, 2**31 - 1)
+    try:
+        return SamplingConfig(temperature=float(temperature), top_p=float(top_p), seed=seed_value).validated()
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(str(exc)) from None
+
+
+def race_events(pairs: PairCache, limits, control: RaceControl | None, prompt, methods, preset, custom_target,
+                custom_draft, dtype, max_new_tokens, temperature, top_p, seed, tree_mode, budget, depth,
+                look_mode, window, ngram, guesses, pool_from_prompt):
+    """The compute side, as a generator of plain data: ("status", str) and ("trace", RaceTrace, done).
+
+    It is the function ZeroGPU runs on the GPU, so it yields picklable values only.
+    """
+    from ..race import start_race
+    from ..text import validate_prompt
+
+    validate_prompt(prompt, limits.max_prompt_chars)
+    if not methods:
+        raise InvalidInput("choose at least one method to run")
+    max_new = _int(max_new_tokens, "max new tokens", 1, limits.max_new_tokens)
+    sampling = sampling_config(temperature, top_p, seed)
+    options = method_options(tree_mode, budget, depth, look_mode, window, ngram, guesses, pool_from_prompt)
+    target, draft = resolve_models(preset, custom_target, custom_draft, limits)
+    yield ("status", f"Loading {target if target != 'default' else DEFAULT_PRESET}…")
+    pair = pairs.get(target, draft, dtype or "auto")
+    auto = [m for m in methods if m in ("sequoia", "lookahead") and
+            all(v is None for k, v in options[m].items() if k != "pool_from_prompt")]
+    note = " ('auto' sizes: the first run on this machine measures forward times first)" if auto else ""
+    yield ("status", f"Preparing the decoders{note}…")
+    race = start_race(pair, prompt, list(methods), sampling=sampling, max_new_tokens=max_new,
+                      options={m: options.get(m, {}) for m in methods})
+    if control is not None:
+        control.race = race
+    try:
+        yield ("status", "Racing…")
+        yield ("trace", race.trace, False)
+        deadline = time.monotonic() + limits.max_run_seconds
+        while not race.done and not (control is not None and control.stop.is_set()):
+            if time.monotonic() > deadline:
+                yield ("status", f"Stopped at this server's time limit of {limits.max_run_seconds:g} s per run.")
+                break
+            race.step()
+            yield ("trace", race.trace, False)
+    finally:
+        race.close()   # frees every decoder's cache, also on Stop or a closed tab
+    yield ("trace", race.trace, True)
+
+
+def write_trace_file(trace: RaceTrace) -> str:
+    folder = Path(tempfile.mkdtemp(prefix="specviz-"))
+    path = folder / "specviz-trace.json"
+    path.write_text(trace.to_json())
+    return str(path)
+
+
+DEFAULTS = {"prompt": EXAMPLES["code"], "max_new_tokens": 96, "tree_mode": "auto", "look_mode": "auto",
+            "dtype": "auto", "methods": ["ar", "sequoia", "lookahead"], "tree_budget": 16, "tree_depth": 4,
+            "window": 4, "ngram": 3, "guesses": 4}
+
+
+def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
+    """The app. `gpu` wraps the compute generator (ZeroGPU's `spaces.GPU`) when given;
+    `defaults` overrides the controls' initial values (tests pin small explicit sizes)."""
+    init = {**DEFAULTS, **(defaults or {})}
+    pairs = PairCache()
+    limits = hosting_limits()
+    controls: dict[str, RaceControl] = {}   # session hash -> its running race's control
+
+    def compute(control, *controls_values):
+        # A closure, so ZeroGPU pickles only the control values and yields, never the model cache.
+        yield from race_events(pairs, limits, control, *controls_values)
+
+    if gpu is not None:
+        compute = gpu(compute)
+    allow_custom = limits.allow_custom_models
+
+    with gr.Blocks(title="SpecViz: speculative decoding, side by side", analytics_enabled=False) as demo:
+        trace_state = gr.State(None)
+        gr.Markdown("# SpecViz — three decoders race on one prompt\n"
+                    "Autoregressive decoding makes one token per target forward. **Sequoia** drafts a tree of "
+                    "guesses with a small model and verifies it in one forward; **Lookahead** guesses n-grams "
+                    "by Jacobi iteration with the target itself. Same model, same output (greedy) — different "
+                    "speed.", elem_classes=["sv-title"])
+        with gr.Row():
+            with gr.Column(scale=3):
+                prompt = gr.Textbox(label="Prompt", value=init["prompt"], lines=3, max_lines=8)
+                with gr.Row():
+                    example_buttons = [gr.Button(name, size="sm", variant="secondary") for name in EXAMPLES]
+            with gr.Column(scale=2):
+                preset = gr.Dropdown(list(PRESETS) + ([CUSTOM] if allow_custom else []), value=DEFAULT_PRESET,
+                                     label="Model pair (target + draft)")
+                with gr.Row(visible=False) as custom_row:
+                    custom_target = gr.Textbox(label="Target model id", placeholder="org/model")
+                    custom_draft = gr.Textbox(label="Draft model id (same tokenizer)", placeholder="org/small-model")
+                methods = gr.CheckboxGroup(METHOD_CHOICES, value=init["methods"], label="Methods")
+        with gr.Row():
+            max_new = gr.Slider(1, limits.max_new_tokens, value=min(init["max_new_tokens"], limits.max_new_tokens), step=1,
+                                label="Max new tokens")
+            temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+            top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+            seed = gr.Number(value=0, precision=0, label="Seed")
+        with gr.Accordion("Method settings", open=False):
+            with gr.Row():
+                with gr.Column():
+                    tree_mode = gr.Radio(["auto", "manual"], value=init["tree_mode"], label="Sequoia tree")
+                    with gr.Row():
+                        budget = gr.Number(value=init["tree_budget"], precision=0, label="Tree budget (nodes incl. root)")
+                        depth = gr.Number(value=init["tree_depth"], precision=0, label="Tree depth")
+                with gr.Column():
+                    look_mode = gr.Radio(["auto", "manual"], value=init["look_mode"], label="Lookahead sizes")
+                    with gr.Row():
+                        window = gr.Number(value=init["window"], precision=0, label="W (window)")
+                        ngram = gr.Number(value=init["ngram"], precision=0, label="N (n-gram)")
+                        guesses = gr.Number(value=init["guesses"], precision=0, label="G (guesses)")
+                    pool_from_prompt = gr.Checkbox(value=True, label="Seed the n-gram pool from the prompt")
+                dtype = gr.Dropdown(["auto", "fp32", "bf16"], value=init["dtype"],
+                                    label="Precision (fp32 = exact greedy equality)")
+        with gr.Row():
+            run_btn = gr.Button("▶ Start race", variant="primary", elem_id="sv-run", scale=3)
+            stop_btn = gr.Button("■ Stop", variant="stop", elem_id="sv-stop", scale=1)
+        status = gr.Markdown("", elem_id="sv-status")
+        gr.HTML(html.legend_html())
+        stats, texts = {}, {}
+        with gr.Row(equal_height=False):
+            for m, label in (("ar", "Autoregressive"), ("sequoia", "Sequoia"), ("lookahead", "Lookahead")):
+                with gr.Column(elem_classes=["sv-col"]):
+                    stats[m] = gr.HTML(html.stats_html(m, None), elem_id=f"sv-stats-{m}")
+                    texts[m] = gr.HTML(html.tokens_html(None), elem_id=f"sv-text-{m}")
+        summary = gr.HTML("", elem_id="sv-summary")
+        with gr.Row():
+            with gr.Column(scale=3):
+                tree_plot = gr.Plot(label="Sequoia tree", elem_id="sv-tree")
+            with gr.Column(scale=2):
+                window_plot = gr.Plot(label="Jacobi window", elem_id="sv-window")
+                pool_html = gr.HTML("", elem_id="sv-pool")
+        with gr.Row():
+            cumulative_plot = gr.Plot(label="Tokens over time", elem_id="sv-cumulative")
+            latency_plot = gr.Plot(label="Per-step latency", elem_id="sv-latency")
+        pool_size_plot = gr.Plot(label="Pool size", elem_id="sv-pool-size")
+        with gr.Accordion("Replay and step through", open=True):
+            with gr.Row():
+                prev_btn = gr.Button("◀ Prev", size="sm", scale=1)
+                step_slider = gr.Slider(0, 1, value=0, step=1, label="Global step", scale=6)
+                next_btn = gr.Button("Next ▶", size="sm", scale=1)
+            step_text = gr.Markdown(views.step_caption(None, 0))
+            with gr.Row():
+                trace_file = gr.File(label="Download this run's trace (JSON)", interactive=False)
+                upload = gr.File(label="Upload a trace to replay (no model needed)", file_types=[".json"],
+                                 type="filepath")
+        with gr.Accordion("Hardware: why 'auto' chose these sizes", open=False):
+            hw_html = gr.HTML(hardware.panel_html(None))
+            hw_plot = gr.Plot(label="t_target(n)")
+
+        text_outputs = [stats["ar"], stats["sequoia"], stats["lookahead"], texts["ar"], texts["sequoia"],
+                        texts["lookahead"]]
+        plot_outputs = [tree_plot, window_plot, pool_html, pool_size_plot, latency_plot, cumulative_plot]
+        full_outputs = text_outputs + plot_outputs + [summary, trace_state, step_slider, step_text, trace_file,
+                                                      hw_html, hw_plot, status]
+
+        def full_view(trace: RaceTrace | None, upto: int | None = None, running=False, status_text=None,
+                      with_file=True):
+            total = len(trace.order) if trace else 0
+            upto = total if upto is None else max(0, min(int(upto), total))
+            tv = views.text_views(trace, upto, running)
+            pv = views.plot_views(trace, upto)
+            curve, hw = hardware.panel(trace, pairs)
+            return ([tv[f"{k}_{m}"] for k in ("stats", "text") for m in ("ar", "sequoia", "lookahead")]
+                    + [pv[k] for k in ("tree", "window", "pool", "pool_size", "latency", "cumulative")]
+                    + [html.summary_html(trace, trace.steps_done(upto)) if trace else "", trace,
+                       gr.Slider(minimum=0, maximum=max(total, 1), value=upto, step=1),
+                       views.step_caption(trace, upto),
+                       write_trace_file(trace) if (trace and with_file) else None,
+                       hw, curve, status_text if status_text is not None else gr.skip()])
+
+        def run(prompt_v, methods_v, preset_v, ct, cd, dtype_v, max_new_v, temp_v, top_p_v, seed_v, tree_mode_v,
+                budget_v, depth_v, look_mode_v, window_v, ngram_v, guesses_v, pool_v, request: gr.Request = None):
+            session = getattr(request, "session_hash", None) or "local"
+            control = RaceControl() if gpu is None else None   # across ZeroGPU's process boundary: GC frees
+            if control is not None:
+                controls[session] = control
+            skip = [gr.skip()] * len(full_outputs)
+            last_plot = 0.0
+            trace = events = None
+            try:
+                events = compute(control, prompt_v, methods_v, preset_v, ct, cd, dtype_v, max_new_v, temp_v,
+                                 top_p_v, seed_v, tree_mode_v, budget_v, depth_v, look_mode_v, window_v, ngram_v,
+                                 guesses_v, pool_v)
+                for event in events:
+                    if control is not None and control.stop.is_set():
+                        return   # Stop has rendered the final view; a late yield must not overwrite it
+                    if event[0] == "status":
+                        out = list(skip)
+                        out[-1] = event[1]
+                        yield out
+                        continue
+                    _, trace, done = event
+                    if done:
+                        break
+                    now = time.monotonic()
+                    out = list(skip)
+                    tv = views.text_views(trace, None, running=True)
+                    out[:6] = [tv[f"{k}_{m}"] for k in ("stats", "text") for m in ("ar", "sequoia", "lookahead")]
+                    if now - last_plot >= FIGURE_INTERVAL_S:
+                        last_plot = now
+                        pv = views.plot_views(trace)
+                        out[6:12] = [pv[k] for k in ("tree", "window", "pool", "pool_size", "latency", "cumulative")]
+                    out[13] = trace   # kept server-side: Stop and replay see the run so far
+                    yield out
+            except SpecVizError as exc:
+                raise gr.Error(str(exc), print_exception=False) from None
+            except Exception as exc:   # e.g. out of memory while loading: report it, keep the app up
+                raise gr.Error(f"the run failed: {type(exc).__name__}: {exc}") from None
+            finally:
+                if events is not None:
+                    events.close()   # runs the race's `finally`: caches freed now, not at garbage collection
+                if controls.get(session) is control:
+                    controls.pop(session, None)
+            if trace is not None:
+                message = ("Stopped early (this server's time limit per run)." if trace.cancelled else
+                           "Done. Scrub the replay below or download the trace.")
+                yield full_view(trace, status_text=message)
+
+        def stop(trace, request: gr.Request = None):
+            session = getattr(request, "session_hash", None) or "local"
+            control = controls.pop(session, None)
+            if control is not None:
+                control.close()
+            if trace is None:
+                return [gr.skip()] * (len(full_outputs) - 1) + ["Stopped."]
+            return full_view(trace, status_text="Stopped. The run so far is kept for replay.")
+
+        def show_step(trace, upto):
+            if trace is None:
+                return [gr.skip()] * len(full_outputs)
+            out = full_view(trace, upto, with_file=False)
+            # Only the step-dependent views change; the state, file, hardware panel and status stay.
+            for i in (13, 16, 17, 18, 19):
+                out[i] = gr.skip()
+            return out
+
+        def shift(trace, upto, delta):
+            if trace is None:
+                return [gr.skip()] * len(full_outputs)
+            return show_step(trace, max(0, min(len(trace.order), int(upto or 0) + delta)))
+
+        def load_trace(path):
+            if not path:
+                return [gr.skip()] * len(full_outputs)
+            try:
+                raw = Path(path).read_bytes()
+                trace = RaceTrace.from_json(raw, max_bytes=limits.max_trace_bytes)
+            except SpecVizError as exc:
+                raise gr.Error(str(exc), print_exception=False) from None
+            except OSError as exc:
+                raise gr.Error(f"could not read the uploaded file: {exc}", print_exception=False) from None
+            return full_view(trace, with_file=False,
+                             status_text=f"Replaying an uploaded trace: {len(trace.order)} steps, "
+                                         f"{', '.join(trace.methods)} on {trace.target_name or 'unknown model'}.")
+
+        inputs = [prompt, methods, preset, custom_target, custom_draft, dtype, max_new, temperature, top_p, seed,
+                  tree_mode, budget, depth, look_mode, window, ngram, guesses, pool_from_prompt]
+        run_event = run_btn.click(run, inputs, full_outputs, api_name="run", concurrency_limit=1,
+                                  concurrency_id="race")
+        stop_btn.click(stop, [trace_state], full_outputs, cancels=[run_event], api_name="stop", queue=False)
+        step_slider.release(show_step, [trace_state, step_slider], full_outputs, api_name="show_step",
+                            show_progress="hidden")
+        prev_btn.click(lambda t, s: shift(t, s, -1), [trace_state, step_slider], full_outputs, api_name="prev",
+                       show_progress="hidden")
+        next_btn.click(lambda t, s: shift(t, s, 1), [trace_state, step_slider], full_outputs, api_name="next",
+                       show_progress="hidden")
+        upload.upload(load_trace, [upload], full_outputs, api_name="load_trace")
+        for button, text in zip(example_buttons, EXAMPLES.values()):
+            button.click(lambda t=text: t, None, prompt, api_visibility="private", queue=False)
+        preset.change(lambda p: gr.Row(visible=p == CUSTOM), preset, custom_row, api_visibility="private",
+                      queue=False)
+
+    demo.queue(max_size=limits.queue_size, default_concurrency_limit=1)
+    return demo
+
+
+def launch_kwargs() -> dict:
+    """What `launch()` needs besides host and port (Gradio 6 takes css/theme there)."""
+    # System fonts only: no font download (workshop laptops and CI are often offline).
+    sans = ["Inter", "ui-sans-serif", "system-ui", "Segoe UI", "Arial", "sans-serif"]
+    mono = ["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"]
+    return {"css": CSS, "theme": gr.themes.Soft(font=sans, font_mono=mono)}

@@ -1,0 +1,80 @@
+"""Everything one screen shows at one point of a race, from the `RaceTrace` alone.
+
+`race_view(trace, upto)` is used both live (upto = all steps so far) and in
+replay (upto = the slider), so the replay shows exactly what the live run showed.
+"""
+
+from __future__ import annotations
+
+from ..race import RaceTrace
+from ..trace import LookaheadPayload, TreePayload
+from . import figures, html
+
+COLUMNS = ("ar", "sequoia", "lookahead")
+
+
+def latest_payload(run, upto: int, kind) -> tuple[object | None, int | None]:
+    """The newest payload of `kind` among the first `upto` steps of `run`, with its step number."""
+    if run is None:
+        return None, None
+    for rec in reversed(run.steps[:upto]):
+        if isinstance(rec.payload, kind):
+            return rec.payload, rec.step
+    return None, None
+
+
+def key_text(run, upto: int, payload: LookaheadPayload) -> str:
+    """The text of the key token a pool entry follows (the last committed token before that step)."""
+    ids, texts = [], []
+    for rec in run.steps[:upto]:
+        ids += rec.new_token_ids
+        texts += rec.new_token_texts
+    for tok, text in zip(reversed(ids), reversed(texts)):
+        if tok == payload.key_token_id:
+            return text
+    return f"id {payload.key_token_id}"
+
+
+def text_views(trace: RaceTrace | None, upto: int | None = None, running: bool = False) -> dict:
+    """Column headers and coloured texts (cheap: sent every step)."""
+    counts = trace.steps_done(len(trace.order) if upto is None else upto) if trace else {}
+    out = {}
+    for m in COLUMNS:
+        run = trace.runs.get(m) if trace else None
+        n = counts.get(m)
+        out[f"stats_{m}"] = html.stats_html(m, run, n, running)
+        out[f"text_{m}"] = html.tokens_html(run, n)
+    return out
+
+
+def plot_views(trace: RaceTrace | None, upto: int | None = None) -> dict:
+    """Tree, window, pool, latency and race figures (throttled when live)."""
+    total = len(trace.order) if trace else 0
+    upto = total if upto is None else upto
+    counts = trace.steps_done(upto) if trace else {}
+    sequoia = trace.runs.get("sequoia") if trace else None
+    lookahead = trace.runs.get("lookahead") if trace else None
+    tree, tree_step = latest_payload(sequoia, counts.get("sequoia", 0), TreePayload)
+    look, look_step = latest_payload(lookahead, counts.get("lookahead", 0), LookaheadPayload)
+    runs = trace.runs if trace else {}
+    return {
+        "tree": figures.tree_figure(tree, tree_step),
+        "window": figures.window_figure(look, look_step),
+        "pool": html.pool_entry_html(look, key_text(lookahead, counts.get("lookahead", 0), look) if look else None),
+        "pool_size": figures.pool_size_figure(lookahead, counts.get("lookahead", 0)),
+        "latency": figures.latency_figure(runs, counts),
+        "cumulative": figures.cumulative_figure(runs, counts),
+    }
+
+
+def step_caption(trace: RaceTrace | None, upto: int) -> str:
+    if trace is None or not trace.order:
+        return "No run yet: start a race or upload a trace."
+    total = len(trace.order)
+    if upto <= 0:
+        return f"Step 0 of {total}: before the first target forward."
+    method, step = trace.order[upto - 1]
+    counts = trace.steps_done(upto)
+    done = ", ".join(f"{figures.METHOD_LABELS.get(m, m)} {counts.get(m, 0)}" for m in trace.methods)
+    return (f"**Step {upto} of {total}**: {figures.METHOD_LABELS.get(method, method)} ran its step {step}. "
+            f"Steps so far — {done}.")

@@ -1,0 +1,180 @@
+"""The race engine: least-compute scheduling, error isolation, cancellation, RaceTrace JSON.
+
+All on the real offline default (fp32), with few tokens per run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from specviz.decoders.autoregressive import AutoregressiveDecoder
+from specviz.errors import InvalidInput
+from specviz.race import Race, RaceTrace, compute_ms, start_race
+from specviz.sampling import SamplingConfig
+from specviz.text import encode_prompt
+
+PROMPT = "Name three colours."
+HAVE = {m: importlib.util.find_spec(f"specviz.decoders.{m}") is not None for m in ("sequoia", "lookahead")}
+SMALL = {"sequoia": {"tree_budget": 6, "tree_depth": 3}, "lookahead": {"window": 3, "ngram": 3, "guesses": 3}}
+
+
+def ar(pair, max_new=6):
+    return AutoregressiveDecoder(pair, PROMPT, encode_prompt(pair.tokenizer, PROMPT), SamplingConfig(), max_new)
+
+
+class FailingDecoder(AutoregressiveDecoder):
+    """A real AR decoder with a fault injected at its third step."""
+
+    def _step(self):
+        if len(self.trace.steps) == 2:
+            raise RuntimeError("injected fault")
+        return super()._step()
+
+
+def check_least_compute_order(trace: RaceTrace) -> None:
+    """Replaying the order: every step went to a live method with the least compute so far."""
+    total = {m: len(trace.runs[m].steps) for m in trace.runs}
+    done = {m: 0 for m in trace.runs}
+    spent = {m: 0.0 for m in trace.runs}
+    for method, index in trace.order:
+        assert index == done[method]
+        live = [m for m in trace.runs if done[m] < total[m]]
+        assert spent[method] <= min(spent[m] for m in live) + 1e-9, (method, spent)
+        spent[method] += trace.runs[method].steps[index].total_ms
+        done[method] += 1
+    assert done == total
+
+
+def test_least_compute_first_lets_the_behind_decoder_catch_up(pair_fp32):
+    ahead, behind = ar(pair_fp32, 8), ar(pair_fp32, 8)
+    for _ in range(3):
+        ahead.step()
+    head_start = compute_ms(ahead.trace)
+    race = Race({"ar": ahead, "lookahead": behind}, PROMPT, ahead.prompt_ids)
+    first = []
+    while compute_ms(behind.trace) < head_start and not behind.done:
+        first.append(race.step()[0])
+    # Until it has caught up, only the decoder that is behind is stepped.
+    assert first and set(first) == {"lookahead"}
+    trace = race.run()
+    assert ahead.done and behind.done
+    assert trace.runs["ar"].token_ids == trace.runs["lookahead"].token_ids
+    # The pre-race steps of "ar" are not in the race's order; check the rest from the race's view.
+    assert [m for m, _ in trace.order].count("ar") == len(trace.runs["ar"].steps) - 3
+
+
+def test_race_of_all_methods_is_scheduled_by_least_compute(pair_fp32):
+    methods = ["ar"] + [m for m in ("sequoia", "lookahead") if HAVE[m]]
+    race = start_race(pair_fp32, PROMPT, methods, max_new_tokens=8, options=SMALL)
+    trace = race.run()
+    check_least_compute_order(trace)
+    assert trace.methods == methods
+    for m in methods:
+        assert trace.runs[m].error is None
+        assert trace.runs[m].token_ids == trace.runs["ar"].token_ids   # fp32 greedy: lossless
+
+
+def test_one_decoder_failing_leaves_the_others_running(pair_fp32):
+    prompt_ids = encode_prompt(pair_fp32.tokenizer, PROMPT)
+    failing = FailingDecoder(pair_fp32, PROMPT, prompt_ids, SamplingConfig(), 6)
+    race = Race({"ar": ar(pair_fp32, 6), "sequoia": failing,
+                 "lookahead": InvalidInput("method 'lookahead' is not implemented yet")}, PROMPT, prompt_ids)
+    trace = race.run()
+    assert trace.runs["ar"].finish_reason in ("length", "eos") and trace.runs["ar"].error is None
+    assert len(trace.runs["ar"].token_ids) > 0
+    assert trace.runs["sequoia"].finish_reason == "error"
+    assert "injected fault" in trace.runs["sequoia"].error
+    assert len(trace.runs["sequoia"].steps) == 2
+    assert failing.cache is None   # its memory was freed
+    assert trace.runs["lookahead"].error == "method 'lookahead' is not implemented yet"
+    assert trace.runs["lookahead"].steps == []
+
+
+def test_close_cancels_and_frees(pair_fp32):
+    first, second = ar(pair_fp32, 50), ar(pair_fp32, 50)
+    race = Race({"ar": first, "sequoia": second}, PROMPT, first.prompt_ids)
+    for _ in range(3):
+        race.step()
+    race.close()
+    race.close()   # idempotent
+    assert race.done and race.step() is None
+    assert first.cache is None and second.cache is None
+    assert race.trace.cancelled
+    assert {r.finish_reason for r in race.trace.runs.values()} == {"cancelled"}
+    check_least_compute_order(race.trace)
+
+
+def test_start_race_rejects_bad_shared_input(pair_fp32):
+    with pytest.raises(InvalidInput, match="prompt is empty"):
+        start_race(pair_fp32, "  ", ["ar"])
+    with pytest.raises(InvalidInput, match="at least one method"):
+        start_race(pair_fp32, PROMPT, [])
+    with pytest.raises(InvalidInput, match="unknown method"):
+        start_race(pair_fp32, PROMPT, ["ar", "medusa"])
+    with pytest.raises(InvalidInput, match="max new tokens"):
+        start_race(pair_fp32, PROMPT, ["ar"], max_new_tokens=0)
+
+
+def test_bad_method_option_is_shown_in_that_column_only(pair_fp32):
+    if not HAVE["lookahead"]:
+        pytest.skip("specviz/decoders/lookahead.py not written yet")
+    race = start_race(pair_fp32, PROMPT, ["ar", "lookahead"], max_new_tokens=3,
+                      options={"lookahead": {"window": 0, "ngram": 3, "guesses": 3}})
+    trace = race.run()
+    assert trace.runs["lookahead"].error and "window" in trace.runs["lookahead"].error
+    assert len(trace.runs["ar"].token_ids) == 3
+
+
+@pytest.fixture(scope="module")
+def saved_race(pair_fp32):
+    methods = ["ar"] + [m for m in ("sequoia", "lookahead") if HAVE[m]]
+    return start_race(pair_fp32, PROMPT, methods, max_new_tokens=6, options=SMALL).run()
+
+
+def test_race_trace_json_round_trip(saved_race, pair_fp32):
+    text = saved_race.to_json()
+    back = RaceTrace.from_json(text, vocab_size=pair_fp32.vocab_size)
+    assert back.to_dict() == json.loads(text)
+    assert back.runs["ar"].text == saved_race.runs["ar"].text
+    assert back.steps_done(len(back.order)) == {m: len(r.steps) for m, r in back.runs.items()}
+    if HAVE["sequoia"]:
+        assert any(s.payload is not None and hasattr(s.payload, "nodes") for s in back.runs["sequoia"].steps)
+    # Loads with no model at all (vocabulary taken from the trace itself).
+    assert RaceTrace.from_json(text.encode()).vocab_size == pair_fp32.vocab_size
+
+
+def _mutated(race: RaceTrace, change) -> str:
+    data = race.to_dict()
+    change(data)
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(kind="something-else"), "not a SpecViz race trace"),
+    (lambda d: d.update(schema_version=99), "unsupported trace schema version"),
+    (lambda d: d.pop("runs"), "missing field"),
+    (lambda d: d.update(prompt=5), "'prompt' should be str"),
+    (lambda d: d["runs"]["ar"]["steps"][0].update(new_token_ids=[10 ** 7]), "outside the vocabulary"),
+    (lambda d: d["runs"]["ar"]["steps"][0].update(new_token_ids=[-1]), "outside the vocabulary"),
+    (lambda d: d["runs"]["ar"]["steps"][0].update(token_sources=["magic"]), "unknown token source"),
+    (lambda d: d["order"].pop(), "step order"),
+    (lambda d: d["runs"].update(medusa=d["runs"]["ar"]), "unknown method"),
+    (lambda d: d["runs"]["ar"]["steps"][0].update(bogus=1), "expected structure"),
+])
+def test_bad_traces_are_rejected_clearly(saved_race, change, message):
+    with pytest.raises(InvalidInput, match=message):
+        RaceTrace.from_json(_mutated(saved_race, change))
+
+
+def test_unreadable_and_huge_traces_are_rejected(saved_race):
+    with pytest.raises(InvalidInput, match="not valid JSON"):
+        RaceTrace.from_json("{oops")
+    with pytest.raises(InvalidInput, match="not a SpecViz race trace"):
+        RaceTrace.from_json("[1, 2, 3]")
+    with pytest.raises(InvalidInput, match="limit is"):
+        RaceTrace.from_json(saved_race.to_json(), max_bytes=1000)
+    with pytest.raises(InvalidInput, match="loaded model has"):
+        RaceTrace.from_json(saved_race.to_json(), vocab_size=100)

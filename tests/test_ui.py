@@ -1,0 +1,214 @@
+"""The pure views: figures and HTML from hand-built payloads and traces (no model, no gradio)."""
+
+from __future__ import annotations
+
+import html as htmllib
+import re
+
+import plotly.graph_objects as go
+
+from specviz.race import RaceTrace
+from specviz.trace import (LookaheadPayload, NgramCandidate, RunTrace, StepRecord, TreeNode, TreePayload)
+from specviz.ui import figures, hardware, html, views
+
+
+def tree_payload() -> TreePayload:
+    # root -> a (accepted) -> c (accepted) ; root -> b (rejected) ; a -> d (not reached)
+    nodes = [
+        TreeNode(0, -1, 0, 10, "The", 1.0, 1.0, "root"),
+        TreeNode(1, 0, 1, 11, " cat", 0.6, 0.7, "accepted"),
+        TreeNode(2, 0, 1, 12, " dog", 0.3, 0.1, "rejected"),
+        TreeNode(3, 1, 2, 13, " sat", 0.5, 0.9, "accepted"),
+        TreeNode(4, 1, 2, 14, "\n", 0.2, 0.05, "not_reached"),
+    ]
+    return TreePayload(nodes=nodes, accepted_path=[1, 3], bonus_token_id=15, bonus_text=" on", budget=5, depth=2,
+                       draft_ms=3.0, verify_ms=1.0)
+
+
+def look_payload(warmup=False) -> LookaheadPayload:
+    return LookaheadPayload(
+        window=[[1, 2], [3, 4, 5]], window_text=[["a", "b"], ["c", "d", "e"]], harvested=[[7, 1, 3]],
+        pool_size=9, key_token_id=7,
+        candidates=[NgramCandidate([1, 2], ["x", "y"], 1), NgramCandidate([3, 4], ["p", "q"], 2)],
+        accepted_candidate=1, pool_entry=[[1, 2], [3, 4]], step_ms=5.0, warmup=warmup, window_size=3,
+        ngram_size=3, guesses=2)
+
+
+def step(i, ids, texts, sources, payload=None, ms=(0.0, 10.0, 1.0), finished=False, cumulative=None):
+    return StepRecord(step=i, new_token_ids=ids, new_token_texts=texts, token_sources=sources,
+                      tokens_processed=len(ids), cumulative_tokens=cumulative if cumulative is not None else len(ids),
+                      time_ms={"draft": ms[0], "target": ms[1], "verify": ms[2]}, payload=payload,
+                      finished=finished, finish_reason="length" if finished else None)
+
+
+def race_trace(dtype="fp32", temperature=0.0, differ=False) -> RaceTrace:
+    ar_run = RunTrace("ar", "p", [1, 2], {}, steps=[
+        step(0, [11], [" cat"], ["ar"], cumulative=1),
+        step(1, [13], [" sat"], ["ar"], cumulative=2),
+        step(2, [15], [" on"], ["ar"], finished=True, cumulative=3)], finish_reason="length")
+    last = 16 if differ else 15
+    sq_run = RunTrace("sequoia", "p", [1, 2], {}, steps=[
+        step(0, [11], [" cat"], ["ar"], cumulative=1),
+        step(1, [13, last], [" sat", " in" if differ else " on"], ["draft", "bonus"], tree_payload(),
+             ms=(3.0, 12.0, 1.0), finished=True, cumulative=3)], finish_reason="length")
+    la_run = RunTrace("lookahead", "p", [1, 2], {}, steps=[
+        step(0, [11], [" cat"], ["ar"], look_payload(True), cumulative=1),
+        step(1, [13, 15], [" sat", " on"], ["ngram", "bonus"], look_payload(), finished=True, cumulative=3)],
+        finish_reason="length")
+    runs = {"ar": ar_run, "sequoia": sq_run, "lookahead": la_run}
+    order = [["ar", 0], ["sequoia", 0], ["lookahead", 0], ["ar", 1], ["sequoia", 1], ["lookahead", 1], ["ar", 2]]
+    return RaceTrace(prompt="p", prompt_token_ids=[1, 2], methods=list(runs), runs=runs, order=order,
+                     sampling={"temperature": temperature}, target_name="t", draft_name="d", device="cpu",
+                     dtype=dtype, vocab_size=100)
+
+
+def node_trace(fig: go.Figure):
+    return next(t for t in fig.data if t.name == "tree nodes")
+
+
+def test_tree_figure_has_one_marker_per_node_coloured_by_status():
+    payload = tree_payload()
+    fig = figures.tree_figure(payload, step=1)
+    nodes = node_trace(fig)
+    assert len(nodes.x) == len(payload.nodes) == len(nodes.marker.color)
+    expected = [figures.NODE_COLORS[n.status] for n in payload.nodes]
+    assert list(nodes.marker.color) == expected
+    # Labels are the token texts (whitespace made visible), hover carries both probabilities.
+    assert "·cat" in nodes.text[1] and "⏎" in nodes.text[4]
+    assert "draft q = 0.600" in nodes.hovertext[1] and "target P = 0.700" in nodes.hovertext[1]
+    # The accepted path is drawn as its own thick edge trace covering exactly the path's edges.
+    path = next(t for t in fig.data if t.name == "accepted path")
+    assert sum(x is None for x in path.x) == len(payload.accepted_path)
+    bonus = next(t for t in fig.data if t.name == "bonus token")
+    assert bonus.marker.symbol == "star" and "on" in bonus.text[0]
+    # The bonus star sits one level right of the last accepted node.
+    pos = figures.tree_positions(payload)
+    assert bonus.x[0] == pos[3][0] + 1
+
+
+def test_tree_layout_places_depths_left_to_right():
+    pos = figures.tree_positions(tree_payload())
+    assert [pos[i][0] for i in range(5)] == [0, 1, 1, 2, 2]
+    assert pos[1][1] != pos[2][1]
+
+
+def test_empty_views_do_not_fail():
+    assert isinstance(figures.tree_figure(None), go.Figure)
+    assert isinstance(figures.window_figure(None), go.Figure)
+    assert isinstance(figures.latency_figure({}), go.Figure)
+    assert isinstance(figures.cumulative_figure({}), go.Figure)
+    assert "appears here" in html.pool_entry_html(None)
+    assert "not run" in html.tokens_html(None)
+    v = views.plot_views(None)
+    assert set(v) == {"tree", "window", "pool", "pool_size", "latency", "cumulative"}
+
+
+def test_window_grid_is_levels_by_w():
+    payload = look_payload()
+    grid, levels, width = figures.window_grid(payload)
+    assert (levels, width) == (2, 3)
+    assert grid[0] == ["", "a", "b"]   # level 0 has W-1 tokens
+    fig = figures.window_figure(payload)
+    heat = fig.data[0]
+    assert len(heat.z) == 2 and all(len(row) == 3 for row in heat.z)
+    assert heat.z[0][0] == 0 and heat.z[1][0] > 0
+
+
+def test_pool_entry_highlights_match_lengths():
+    text = html.pool_entry_html(look_payload(), key_text=" cat")
+    rows = text.split("<tr")[2:]
+    assert len(rows) == 2
+    assert rows[0].count("#bbf7d0") == 1 and rows[1].count("#bbf7d0") == 2   # matched prefix cells
+    assert "accepted" in rows[1] and "accepted" not in rows[0]
+    assert "·" not in text and "cat" in text and "pool holds 9" in text
+
+
+def test_pool_size_and_latency_and_cumulative():
+    trace = race_trace()
+    fig = figures.pool_size_figure(trace.runs["lookahead"])
+    assert list(fig.data[0].y) == [9, 9]
+    lat = figures.latency_figure(trace.runs)
+    bars = [t for t in lat.data if isinstance(t, go.Bar)]
+    assert len(bars) == 9 and lat.layout.barmode == "stack"
+    sq_draft = [b for b in bars if b.name == "draft" and b.yaxis == "y2"][0]
+    assert list(sq_draft.y) == [0.0, 3.0]
+    cum = figures.cumulative_figure(trace.runs)
+    ar_line = next(t for t in cum.data if t.name == "Autoregressive")
+    assert list(ar_line.y) == [0, 1, 2, 3] and abs(ar_line.x[-1] - 0.033) < 1e-9
+    # Replay: only the steps done so far are drawn.
+    cum2 = figures.cumulative_figure(trace.runs, trace.steps_done(4))
+    assert list(next(t for t in cum2.data if t.name == "Autoregressive").y) == [0, 1, 2]
+
+
+def strip(fragment):
+    return htmllib.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def test_tokens_html_colours_by_source_with_legend():
+    run = race_trace().runs["sequoia"]
+    text = html.tokens_html(run)
+    assert strip(text) == " cat sat on"
+    assert 'sv-draft" style="background:#bfdbfe' in text and 'sv-bonus" style="background:#fde68a' in text
+    legend = html.legend_html()
+    for color, label in html.SOURCE_STYLE.values():
+        assert color in legend and htmllib.escape(label) in legend
+    # Text is escaped, newlines drawn.
+    r = RunTrace("ar", "p", [1], {}, steps=[step(0, [1, 2], ["<b>", "\n"], ["ar", "ar"])])
+    out = html.tokens_html(r)
+    assert "&lt;b&gt;" in out and "⏎<br>" in out
+    errored = RunTrace("lookahead", "p", [1], {}, error="method 'lookahead' is not implemented yet")
+    assert "not implemented yet" in html.tokens_html(errored)
+
+
+def test_replay_views_at_a_step():
+    trace = race_trace()
+    tv = views.text_views(trace, upto=4)
+    assert strip(tv["text_ar"]) == " cat sat"
+    assert strip(tv["text_sequoia"]) == " cat"
+    pv = views.plot_views(trace, upto=4)
+    assert "tree appears here" in pv["tree"].layout.annotations[0].text   # Sequoia's tree step not reached yet
+    pv = views.plot_views(trace, upto=5)
+    assert len(node_trace(pv["tree"]).x) == 5
+    assert "Step 5 of 7" in views.step_caption(trace, 5) and "Sequoia ran its step 1" in views.step_caption(trace, 5)
+
+
+def test_summary_says_identical_under_greedy():
+    text = html.summary_html(race_trace())
+    assert text.count("identical to autoregressive, 3 tokens") == 2
+    assert "✓" in text and "speedup vs AR" in text
+    st = html.run_stats(race_trace().runs["sequoia"])
+    assert st["tokens_per_forward"] == 1.5 and st["accepted_per_step"] == 0.5
+
+
+def test_summary_shows_first_difference_with_near_tie_note():
+    text = html.summary_html(race_trace(dtype="bf16", differ=True))
+    assert "differs from autoregressive at token 2" in text
+    assert htmllib.escape("' on'") in text and htmllib.escape("' in'") in text
+    assert "near-tie" in text
+    fp32 = html.summary_html(race_trace(dtype="fp32", differ=True))
+    assert "should not happen in fp32" in fp32
+
+
+def test_summary_under_sampling_says_same_distribution():
+    text = html.summary_html(race_trace(temperature=0.8, differ=True))
+    assert "differ by design" in text and "distribution" in text and "differs from" not in text
+
+
+def test_stats_header():
+    run = race_trace().runs["ar"]
+    text = html.stats_html("ar", run)
+    assert "Autoregressive" in text and "tokens/forward" in text and "1.00" in text and "length" in text
+
+
+def test_hardware_panel_from_recorded_plan():
+    trace = race_trace()
+    trace.runs["lookahead"].settings["plan"] = {
+        "curve": {"1": 30.0, "2": 31.0, "8": 40.0},
+        "table": [{"window": 3, "ngram": 3, "guesses": 2, "predicted_speedup": 1.3},
+                  {"window": 5, "ngram": 4, "guesses": 5, "predicted_speedup": 1.1}],
+        "choice": {"window": 3, "ngram": 3, "guesses": 2, "predicted_speedup": 1.3}}
+    fig, text = hardware.panel(trace)
+    assert list(fig.data[0].x) == [1, 2, 8]
+    assert "Lookahead chose" in text and "background:#dcfce7" in text
+    empty_fig, empty_text = hardware.panel(None)
+    assert "No measured plan" in empty_text
