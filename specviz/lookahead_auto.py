@@ -1,0 +1,172 @@
+"""`--lookahead auto`: choose W, N, G from what one target forward costs on this machine.
+
+A Lookahead step is one forward over n = (N-1)(W+G) tokens. Its benefit is the
+expected number of tokens the step emits, E(W, N, G); its cost is t(n), the
+measured time of that forward (`profiler.forward_curve`). We pick the setting
+with the highest predicted speedup over autoregressive decoding,
+    speedup = E(W, N, G) * t(1) / t(n).
+
+The model of E, stated plainly (it is a prior, not a measurement):
+- Only pool candidates can add tokens (Jacobi iteration on its own almost never
+  produces a whole correct n-gram), so G = 0 gives E = 1 exactly.
+- A candidate's k-th token is right, given the previous ones were, with
+  probability `ACCEPT_RATE`; candidates are treated as independent, and at most
+  min(G, W) of them are useful (the pool for a key is filled by the window's W
+  columns, so guesses beyond W are mostly stale repeats):
+      E = 1 + sum_{k=1}^{N-1} (1 - (1 - a^k)^min(G, W)).
+- Because E grows slowly (each extra token needs a whole correct prefix), the
+  choice is driven by t(n): on a CPU it favours sizes whose forward costs barely
+  more than one token's.
+`ACCEPT_RATE` = 0.06 is calibrated on the offline default (SmolLM2-135M, greedy):
+(W, N, G) = (5, 3, 5) with the prompt pool measured 1.21 tokens per forward on a
+code prompt, and the model gives 1.24 there. It is a small model's rate; a larger
+model, or text that quotes its prompt, accepts more, so the choice errs small.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import InvalidInput
+
+ACCEPT_RATE = 0.06
+CURVE_SIZES = [1, 2, 4, 8, 16, 32, 64]
+NGRAMS = [2, 3, 4, 5]
+WINDOWS = [2, 3, 4, 5, 6, 7, 8, 10, 12, 15]
+GUESSES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15]
+LIMITS = {"window": (1, 64), "ngram": (2, 16), "guesses": (0, 64)}
+AUTO_VERSION = 2
+
+
+def _check(name: str, value) -> int:
+    low, high = LIMITS[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise InvalidInput(f"lookahead {name} must be a whole number, got {value!r}")
+    if not (low <= value <= high):
+        raise InvalidInput(f"lookahead {name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def resolve_settings(pair, window=None, ngram=None, guesses=None) -> tuple[int, int, int, bool]:
+    """(W, N, G, chosen_automatically) from user options; all None means auto."""
+    given = [v is not None for v in (window, ngram, guesses)]
+    if not any(given):
+        choice = choose(pair)["choice"]
+        return choice["window"], choice["ngram"], choice["guesses"], True
+    if not all(given):
+        raise InvalidInput("give all of window, ngram and guesses, or none of them (auto)")
+    return _check("window", window), _check("ngram", ngram), _check("guesses", guesses), False
+
+
+def step_tokens(window: int, ngram: int, guesses: int) -> int:
+    """Input tokens of one full-window step: t0, the window, G candidates."""
+    return (ngram - 1) * (window + guesses)
+
+
+def expected_tokens(window: int, ngram: int, guesses: int, accept_rate: float = ACCEPT_RATE) -> float:
+    useful = min(guesses, window)
+    return 1.0 + sum(1.0 - (1.0 - accept_rate ** k) ** useful for k in range(1, ngram))
+
+
+def interpolate(curve: dict[int, float], n: int) -> float:
+    """t(n) by linear interpolation between measured sizes (linear extrapolation past the last)."""
+    sizes = sorted(curve)
+    if n <= sizes[0]:
+        return curve[sizes[0]]
+    for lo, hi in zip(sizes, sizes[1:]):
+        if n <= hi:
+            return curve[lo] + (curve[hi] - curve[lo]) * (n - lo) / (hi - lo)
+    lo, hi = sizes[-2], sizes[-1]
+    return curve[hi] + (curve[hi] - curve[lo]) * (n - hi) / (hi - lo)
+
+
+def monotone(curve: dict[int, float]) -> dict[int, float]:
+    """A forward over more tokens never costs less: t(n) <- min over m >= n of t(m) (damps timing noise)."""
+    out, best = {}, float("inf")
+    for n in sorted(curve, reverse=True):
+        best = min(best, curve[n])
+        out[n] = best
+    return dict(sorted(out.items()))
+
+
+def settings_table(curve: dict[int, float], accept_rate: float = ACCEPT_RATE) -> list[dict]:
+    """Every candidate setting with its predicted cost and benefit, best first."""
+    t1 = curve[min(curve)]
+    max_n = max(curve)
+    rows = []
+    for ngram in NGRAMS:
+        for window in WINDOWS:
+            for guesses in GUESSES:
+                n = step_tokens(window, ngram, guesses)
+                if n > max_n:
+                    continue
+                e = expected_tokens(window, ngram, guesses, accept_rate)
+                ms = interpolate(curve, n)
+                rows.append({"window": window, "ngram": ngram, "guesses": guesses, "step_tokens": n,
+                             "forward_ms": round(ms, 3), "expected_tokens": round(e, 4),
+                             "predicted_speedup": round(e * t1 / ms, 4)})
+    # Ties (e.g. G beyond W adds cost but no benefit) go to the smaller forward.
+    rows.sort(key=lambda r: (-r["predicted_speedup"], r["step_tokens"]))
+    return rows
+
+
+def choose(pair, refresh: bool = False) -> dict:
+    """{"curve", "table", "choice", "accept_rate", "key"} for this target, device and dtype (cached)."""
+    from .models import dtype_name
+    from .profiler import forward_curve, load_cached, save_cached
+
+    # The draft plays no part in Lookahead: key on the target, device and dtype only.
+    key = f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}"
+    cached = None if refresh else load_cached("lookahead-auto", key)
+    if cached and cached.get("version") == AUTO_VERSION and cached.get("accept_rate") == ACCEPT_RATE:
+        return cached
+    raw = forward_curve(pair.target, f"{key}:target", sizes=CURVE_SIZES, refresh=refresh)
+    curve = monotone({int(n): float(ms) for n, ms in raw.items()})
+    table = settings_table(curve)
+    best = table[0]
+    result = {"version": AUTO_VERSION, "key": key, "accept_rate": ACCEPT_RATE,
+              "curve": {str(n): round(ms, 3) for n, ms in sorted(curve.items())},
+              "table": table,
+              "choice": {k: best[k] for k in ("window", "ngram", "guesses", "step_tokens",
+                                                "forward_ms", "expected_tokens", "predicted_speedup")}}
+    save_cached("lookahead-auto", key, result)
+    return result
+
+
+# -- `python -m specviz optimize-lookahead` --------------------------------------------------
+
+
+def register(subparsers) -> None:
+    from .cli import _add_model_args
+
+    p = subparsers.add_parser("optimize-lookahead",
+                              help="measure the forward cost and show the (W, N, G) that --lookahead auto picks")
+    p.add_argument("--json", action="store_true", help="print curve, table and choice as one JSON object")
+    p.add_argument("--refresh", action="store_true", help="re-measure instead of using the cached choice")
+    p.add_argument("--top", type=int, default=15, help="rows of the table to print (text mode)")
+    _add_model_args(p)
+    p.set_defaults(func=cmd_optimize)
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from .models import load_pair
+
+    pair = load_pair(args.model, "self", device=args.device, dtype=args.dtype)
+    result = choose(pair, refresh=args.refresh)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    c = result["choice"]
+    print("t(n) ms: " + ", ".join(f"{n}: {ms:.1f}" for n, ms in result["curve"].items()))
+    print(f"{'W':>3} {'N':>3} {'G':>3} {'tokens':>7} {'ms':>8} {'E[tok]':>7} {'speedup':>8}")
+    for r in result["table"][:args.top]:
+        print(f"{r['window']:>3} {r['ngram']:>3} {r['guesses']:>3} {r['step_tokens']:>7} "
+              f"{r['forward_ms']:>8.1f} {r['expected_tokens']:>7.3f} {r['predicted_speedup']:>8.3f}")
+    print(f"choice: W={c['window']} N={c['ngram']} G={c['guesses']} (predicted {c['predicted_speedup']:.2f}x)",
+          file=sys.stderr)
+    return 0
