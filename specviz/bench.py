@@ -1,16 +1,23 @@
 """`python -m specviz bench`: every prompt through every method, in one process.
 
 Models are loaded once, every method is warmed up, and methods are interleaved
-per prompt so that machine noise (the machines are shared) hits all of them
-alike. Our own decoders are timed by their step records; transformers' peers
-(`hf-*`) by wall time around `generate`, with their target forwards counted by a
+per prompt (in a rotating order) so that machine noise (the machines are
+shared) hits all of them alike. Every method is timed the same way: wall time
+around the whole call, building the decoder included for ours and `generate`
+for transformers' peers (`hf-*`), whose target forwards are counted by a
 forward hook on the target.
+
+A method name may carry fixed sizes: `sequoia@32x6` (tree budget x depth) and
+`lookahead@5x4x5` (window x n-gram x guesses); `--sweep` adds a few of each, for
+the tokens/s-against-size figure of the report.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import statistics
+from collections import OrderedDict
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,14 +25,29 @@ from typing import Callable
 
 import torch
 
-from .decoders import METHODS, make_decoder
+from .decoders import METHODS, decoder_class, make_decoder
 from .errors import InvalidInput
-from .models import ModelPair
+from .models import REPO_ROOT, ModelPair
+from .profiler import load_cached, save_cached
 from .sampling import SamplingConfig
 from .text import encode_prompt
 
 HF_METHODS = ("hf-generate", "hf-assisted", "hf-prompt-lookup")
 ALL_METHODS = tuple(METHODS) + HF_METHODS
+SUITES_DIR = REPO_ROOT / "assets" / "suites"
+SUITES = ("chat", "code", "math", "rewrite")
+
+# Sizes `--sweep` adds: Sequoia (tree budget, depth) and Lookahead (W, N, G).
+SWEEP_SEQUOIA = ((8, 4), (16, 5), (32, 6), (64, 8))
+SWEEP_LOOKAHEAD = ((3, 3, 3), (5, 4, 5), (7, 4, 7), (10, 5, 10))
+
+# The peers' knobs when no tuning has been run (`--tune` measures and caches better ones).
+# num_assistant_tokens: transformers' own default is 20 with a 0.4 confidence cut; a
+# constant short draft without the cut is the fair baseline for a small draft.
+HF_DEFAULTS = {"assistant_tokens": 5, "assistant_confidence": 0.0, "prompt_lookup_tokens": 10}
+TUNE_ASSISTANT_TOKENS = (2, 3, 4, 6, 8)
+TUNE_ASSISTANT_CONFIDENCE = (0.0, 0.4)
+TUNE_PROMPT_LOOKUP_TOKENS = (2, 3, 5, 10)
 
 
 @dataclass
@@ -41,16 +63,34 @@ class BenchRecord:
     settings: dict = field(default_factory=dict)
     steps: list[dict] = field(default_factory=list)
     same_as_ar: bool | None = None
+    forward_sizes: list[int] = field(default_factory=list)  # tokens the target took per forward, after prefill
 
     @property
     def tokens_per_forward(self) -> float:
         return len(self.token_ids) / self.target_forwards if self.target_forwards else 0.0
 
+    @property
+    def accepted_length(self) -> float:
+        """Mean tokens committed per decoding forward (the prefill forward yields one token)."""
+        if self.target_forwards <= 1:
+            return float(len(self.token_ids))
+        return (len(self.token_ids) - 1) / (self.target_forwards - 1)
+
+    @property
+    def forward_size(self) -> float:
+        """Median tokens the target processed per decoding forward (1 for plain decoding)."""
+        return statistics.median(self.forward_sizes) if self.forward_sizes else 1.0
+
     def to_dict(self) -> dict:
         data = dict(self.__dict__)
         data["new_tokens"] = len(self.token_ids)
         data["tokens_per_forward"] = self.tokens_per_forward
+        data["accepted_length"] = self.accepted_length
+        data["forward_size"] = self.forward_size
         return data
+
+
+# -- prompts -----------------------------------------------------------------------------
 
 
 def read_prompts(path: str | Path) -> list[dict]:
@@ -75,47 +115,142 @@ def read_prompts(path: str | Path) -> list[dict]:
     return prompts
 
 
+def read_suites(names: str | list[str]) -> list[dict]:
+    """The project's prompt suites by name (`chat,code,math,rewrite`), in that order."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    if not names:
+        raise InvalidInput(f"--suite is empty (choose from {', '.join(SUITES)})")
+    prompts = []
+    for name in names:
+        path = SUITES_DIR / f"{name}.jsonl"
+        if not path.exists():
+            raise InvalidInput(f"unknown suite '{name}' (choose from {', '.join(SUITES)})")
+        prompts.extend(read_prompts(path))
+    return prompts
+
+
+def limit_per_suite(prompts: list[dict], n: int) -> list[dict]:
+    kept, seen = [], {}
+    for item in prompts:
+        seen[item["suite"]] = seen.get(item["suite"], 0) + 1
+        if seen[item["suite"]] <= n:
+            kept.append(item)
+    return kept
+
+
+# -- methods -----------------------------------------------------------------------------
+
+
+def parse_method(spec: str) -> tuple[str, dict]:
+    """`sequoia@32x6` -> ("sequoia", {tree_budget: 32, tree_depth: 6}); plain names -> ({})."""
+    base, _, sizes = spec.partition("@")
+    if base not in ALL_METHODS:
+        raise InvalidInput(f"unknown method '{base}' (choose from {', '.join(ALL_METHODS)})")
+    if not sizes:
+        return base, {}
+    try:
+        numbers = [int(x) for x in sizes.split("x")]
+    except ValueError:
+        numbers = []
+    if base == "sequoia" and len(numbers) == 2:
+        return base, {"tree_budget": numbers[0], "tree_depth": numbers[1]}
+    if base == "lookahead" and len(numbers) == 3:
+        return base, {"window": numbers[0], "ngram": numbers[1], "guesses": numbers[2]}
+    raise InvalidInput(f"cannot read sizes in '{spec}': use sequoia@BUDGETxDEPTH or lookahead@WxNxG")
+
+
 def check_methods(methods: list[str]) -> list[str]:
     for m in methods:
-        if m not in ALL_METHODS:
-            raise InvalidInput(f"unknown method '{m}' (choose from {', '.join(ALL_METHODS)})")
+        base, _ = parse_method(m)
+        if base not in HF_METHODS:
+            decoder_class(base)  # a method not written yet fails here, before models load
     return methods
+
+
+def sweep_methods(methods: list[str]) -> list[str]:
+    """The fixed-size variants `--sweep` adds for the methods asked for."""
+    extra = []
+    if "sequoia" in methods:
+        extra += [f"sequoia@{n}x{d}" for n, d in SWEEP_SEQUOIA]
+    if "lookahead" in methods:
+        extra += [f"lookahead@{w}x{n}x{g}" for w, n, g in SWEEP_LOOKAHEAD]
+    return [m for m in extra if m not in methods]
 
 
 # -- transformers' own decoders, for comparison ------------------------------------------
 
 
 class _ForwardCounter:
-    def __init__(self, model):
-        self.count = 0
-        self._handle = model.register_forward_pre_hook(self._hook)
+    """Counts target forwards and the tokens each one processed."""
 
-    def _hook(self, *_):
-        self.count += 1
+    def __init__(self, model):
+        self.sizes: list[int] = []
+        self._handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, _module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self.sizes.append(int(ids.shape[-1]) if ids is not None else 0)
 
     def close(self):
         self._handle.remove()
 
 
-def _hf_kwargs(method: str, pair: ModelPair, sampling: SamplingConfig, options: dict) -> dict:
+def _assistant(pair: ModelPair):
+    """The draft for assisted generation, as a module distinct from the target.
+
+    With the target as its own draft, the forward hook on the target would count the
+    draft's forwards too, so the draft becomes a second module sharing the same weights.
+    """
+    if not pair.draft_is_target:
+        return pair.draft
+    clone = getattr(pair, "_bench_assistant", None)
+    if clone is None:
+        # A shallow copy shares every submodule (and so every weight and buffer); only the
+        # top-level hook tables and generation_config are its own.
+        clone = copy.copy(pair.target)
+        for name in ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+                     "_forward_hooks_with_kwargs", "_forward_hooks_always_called"):
+            setattr(clone, name, OrderedDict())
+        clone.generation_config = copy.deepcopy(pair.target.generation_config)
+        pair._bench_assistant = clone  # noqa: SLF001 - one clone per loaded pair
+    return clone
+
+
+def hf_settings(method: str, options: dict) -> dict:
+    """The peer's knobs: explicit options, else the cached tuning, else HF_DEFAULTS."""
+    if method == "hf-assisted":
+        return {"num_assistant_tokens": int(options.get("assistant_tokens", HF_DEFAULTS["assistant_tokens"])),
+                "assistant_confidence_threshold": float(
+                    options.get("assistant_confidence", HF_DEFAULTS["assistant_confidence"])),
+                "num_assistant_tokens_schedule": "constant"}
+    if method == "hf-prompt-lookup":
+        return {"prompt_lookup_num_tokens": int(
+            options.get("prompt_lookup_tokens", HF_DEFAULTS["prompt_lookup_tokens"]))}
+    return {}
+
+
+def _hf_kwargs(method: str, pair: ModelPair, sampling: SamplingConfig, settings: dict) -> dict:
     kwargs: dict = {"do_sample": not sampling.greedy}
     if not sampling.greedy:
         kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None)
     if method == "hf-assisted":
+        assistant = _assistant(pair)
         # The knobs of assisted generation live on the draft's generation_config.
-        gen_cfg = pair.draft.generation_config
-        gen_cfg.num_assistant_tokens = int(options.get("assistant_tokens", 5))
-        gen_cfg.num_assistant_tokens_schedule = options.get("assistant_schedule", "constant")
-        gen_cfg.assistant_confidence_threshold = float(options.get("assistant_confidence", 0.0))
-        kwargs["assistant_model"] = pair.draft
+        gen_cfg = assistant.generation_config
+        gen_cfg.num_assistant_tokens = settings["num_assistant_tokens"]
+        gen_cfg.num_assistant_tokens_schedule = settings["num_assistant_tokens_schedule"]
+        gen_cfg.assistant_confidence_threshold = settings["assistant_confidence_threshold"]
+        kwargs["assistant_model"] = assistant
     elif method == "hf-prompt-lookup":
-        kwargs["prompt_lookup_num_tokens"] = int(options.get("prompt_lookup_tokens", 10))
+        kwargs["prompt_lookup_num_tokens"] = settings["prompt_lookup_num_tokens"]
     return kwargs
 
 
 def run_hf(method: str, pair: ModelPair, prompt_ids: list[int], sampling: SamplingConfig,
-           max_new_tokens: int, options: dict) -> tuple[list[int], int, float, dict]:
-    kwargs = _hf_kwargs(method, pair, sampling, options)
+           max_new_tokens: int, options: dict) -> tuple[list[int], list[int], float, dict]:
+    settings = hf_settings(method, options)
+    kwargs = _hf_kwargs(method, pair, sampling, settings)
     ids = torch.tensor([prompt_ids], device=pair.device)
     if sampling.seed is not None:
         torch.manual_seed(sampling.seed)
@@ -132,11 +267,8 @@ def run_hf(method: str, pair: ModelPair, prompt_ids: list[int], sampling: Sampli
             wall = time.perf_counter() - start
     finally:
         counter.close()
-    settings = {k: v for k, v in kwargs.items() if k != "assistant_model"}
-    if method == "hf-assisted":
-        settings.update(num_assistant_tokens=pair.draft.generation_config.num_assistant_tokens,
-                        assistant_confidence_threshold=pair.draft.generation_config.assistant_confidence_threshold)
-    return out[0, len(prompt_ids):].tolist(), counter.count, wall, settings
+    settings = {**{k: v for k, v in kwargs.items() if k != "assistant_model"}, **settings}
+    return out[0, len(prompt_ids):].tolist(), counter.sizes, wall, settings
 
 
 # -- the benchmark -----------------------------------------------------------------------
@@ -144,28 +276,40 @@ def run_hf(method: str, pair: ModelPair, prompt_ids: list[int], sampling: Sampli
 
 def run_one(method: str, pair: ModelPair, item: dict, prompt_ids: list[int], sampling: SamplingConfig,
             max_new_tokens: int, options: dict) -> BenchRecord:
-    if method in HF_METHODS:
-        tokens, forwards, wall, settings = run_hf(method, pair, prompt_ids, sampling, max_new_tokens, options)
+    base, sizes = parse_method(method)
+    if base in HF_METHODS:
+        tokens, forward_sizes, wall, settings = run_hf(base, pair, prompt_ids, sampling, max_new_tokens,
+                                                       options.get(base, {}))
         text = pair.tokenizer.decode(tokens, skip_special_tokens=True)
-        return BenchRecord(item["id"], item["suite"], method, tokens, text, forwards, wall,
-                           len(tokens) / wall if wall > 0 else 0.0, settings)
-    decoder = make_decoder(method, pair, item["prompt"], sampling=sampling, max_new_tokens=max_new_tokens,
-                           prompt_ids=prompt_ids, **options.get(method, {}))
+        return BenchRecord(item["id"], item["suite"], method, tokens, text, len(forward_sizes), wall,
+                           len(tokens) / wall if wall > 0 else 0.0, settings, forward_sizes=forward_sizes[1:])
+    kwargs = {**options.get(base, {}), **sizes}
+    if pair.device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    decoder = make_decoder(base, pair, item["prompt"], sampling=sampling, max_new_tokens=max_new_tokens,
+                           prompt_ids=prompt_ids, **kwargs)
     trace = decoder.run()
+    wall = time.perf_counter() - start
+    n = len(trace.token_ids)
     return BenchRecord(item["id"], item["suite"], method, trace.token_ids, trace.text, trace.target_forwards,
-                       trace.wall_seconds, trace.tokens_per_second, trace.settings,
-                       [s.to_dict() for s in trace.steps])
+                       wall, n / wall if wall > 0 else 0.0, trace.settings,
+                       [s.to_dict() for s in trace.steps],
+                       forward_sizes=[s.tokens_processed for s in trace.steps[1:]])
 
 
 def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling: SamplingConfig,
               max_new_tokens: int, options: dict | None = None,
-              progress: Callable[[str], None] = print) -> list[BenchRecord]:
+              progress: Callable[[str], None] = print, warmup_tokens: int | None = None) -> list[BenchRecord]:
     options = options or {}
     check_methods(methods)
     encoded = [encode_prompt(pair.tokenizer, p["prompt"]) for p in prompts]
-    progress(f"warm-up: {', '.join(methods)}")
+    # Warm up on a full-length run: the first forwards at each new cache length are
+    # slower (allocator, kernel choice), and that must not be charged to one method.
+    warm = min(max_new_tokens, warmup_tokens if warmup_tokens is not None else 32)
+    progress(f"warm-up ({warm} tokens): {', '.join(methods)}")
     for method in methods:
-        run_one(method, pair, prompts[0], encoded[0], sampling, min(8, max_new_tokens), options)
+        run_one(method, pair, prompts[0], encoded[0], sampling, warm, options)
     records: list[BenchRecord] = []
     for i, (item, ids) in enumerate(zip(prompts, encoded)):
         by_method = {}
@@ -179,12 +323,68 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
         for method in methods:
             records.append(by_method[method])
         progress(f"[{i + 1}/{len(prompts)}] {item['id']}: " + "  ".join(
-            f"{m} {by_method[m].tokens_per_second:.1f} tok/s" for m in methods))
+            f"{m} {by_method[m].tokens_per_second:.1f}" for m in methods) + " tok/s")
     return records
 
 
+# -- tuning the peers --------------------------------------------------------------------
+
+
+def tune_key(pair: ModelPair, sampling: SamplingConfig) -> str:
+    return f"{pair.key}|{'greedy' if sampling.greedy else 'sampled'}"
+
+
+def tuned_options(pair: ModelPair, sampling: SamplingConfig) -> dict:
+    """The peers' knobs chosen by an earlier `--tune` for this pair, or {}."""
+    cached = load_cached("hf-tuning", tune_key(pair, sampling))
+    return cached["options"] if cached else {}
+
+
+def tune_hf(pair: ModelPair, prompts: list[dict], sampling: SamplingConfig, max_new_tokens: int,
+            methods: list[str], progress: Callable[[str], None] = print) -> dict:
+    """Grid-search the peers' knobs on `prompts` (median tokens/s) and cache the winners."""
+    encoded = [encode_prompt(pair.tokenizer, p["prompt"]) for p in prompts]
+    grids = {}
+    if "hf-assisted" in methods:
+        grids["hf-assisted"] = [{"assistant_tokens": k, "assistant_confidence": c}
+                                for k in TUNE_ASSISTANT_TOKENS for c in TUNE_ASSISTANT_CONFIDENCE]
+    if "hf-prompt-lookup" in methods:
+        grids["hf-prompt-lookup"] = [{"prompt_lookup_tokens": k} for k in TUNE_PROMPT_LOOKUP_TOKENS]
+    chosen, results = {}, {}
+    for method, grid in grids.items():
+        run_one(method, pair, prompts[0], encoded[0], sampling, min(16, max_new_tokens),
+                {method: grid[0]})
+        scores = []
+        for opts in grid:
+            tps = [run_one(method, pair, item, ids, sampling, max_new_tokens, {method: opts}).tokens_per_second
+                   for item, ids in zip(prompts, encoded)]
+            scores.append((statistics.median(tps), opts))
+            progress(f"tune {method} {opts}: {scores[-1][0]:.1f} tok/s")
+        best = max(scores, key=lambda s: s[0])
+        chosen[method] = best[1]
+        results[method] = [{"options": o, "tokens_per_second": t} for t, o in scores]
+    previous = tuned_options(pair, sampling)
+    merged = {**previous, **chosen}
+    save_cached("hf-tuning", tune_key(pair, sampling),
+                {"options": merged, "results": results, "prompts": [p["id"] for p in prompts],
+                 "max_new_tokens": max_new_tokens})
+    return merged
+
+
+# -- summary -----------------------------------------------------------------------------
+
+
+def _spread(values: list[float]) -> tuple[float, float, float]:
+    """Median and the 25th/75th percentiles (min/max below four values)."""
+    values = sorted(values)
+    if len(values) < 4:
+        return statistics.median(values), values[0], values[-1]
+    q = statistics.quantiles(values, n=4)
+    return q[1], q[0], q[2]
+
+
 def summarise(records: list[BenchRecord], methods: list[str]) -> list[dict]:
-    """Per suite and method: median tokens/s, speedup over ar (per prompt), tokens per forward."""
+    """Per suite and method: tokens/s, speedup over ar (per prompt), tokens per forward, acceptance."""
     rows = []
     suites = sorted({r.suite for r in records}) + ["all"]
     for suite in suites:
@@ -194,27 +394,69 @@ def summarise(records: list[BenchRecord], methods: list[str]) -> list[dict]:
             recs = [r for r in chosen if r.method == method]
             if not recs:
                 continue
-            tps = [r.tokens_per_second for r in recs]
+            tps, tps_lo, tps_hi = _spread([r.tokens_per_second for r in recs])
             speedups = [r.tokens_per_second / ar_tps[r.prompt_id] for r in recs if ar_tps.get(r.prompt_id)]
+            speed = _spread(speedups) if speedups else (None, None, None)
             same = [r.same_as_ar for r in recs if r.same_as_ar is not None]
             rows.append({
                 "suite": suite, "method": method, "prompts": len(recs),
-                "tokens_per_second": statistics.median(tps),
-                "tokens_per_second_min": min(tps), "tokens_per_second_max": max(tps),
-                "speedup_vs_ar": statistics.median(speedups) if speedups else None,
-                "speedup_min": min(speedups) if speedups else None,
-                "speedup_max": max(speedups) if speedups else None,
+                "tokens_per_second": tps, "tokens_per_second_q1": tps_lo, "tokens_per_second_q3": tps_hi,
+                "speedup_vs_ar": speed[0], "speedup_q1": speed[1], "speedup_q3": speed[2],
                 "tokens_per_forward": statistics.median(r.tokens_per_forward for r in recs),
+                "accepted_length": statistics.mean(r.accepted_length for r in recs),
+                "forward_size": statistics.median(r.forward_size for r in recs),
                 "same_as_ar": f"{sum(same)}/{len(same)}" if same else None,
             })
     return rows
 
 
 def format_table(rows: list[dict]) -> str:
-    header = f"{'suite':<10} {'method':<18} {'tok/s':>8} {'speedup':>8} {'tok/fwd':>8} {'same':>6}"
+    header = (f"{'suite':<8} {'method':<20} {'tok/s':>7} {'IQR':>13} {'speedup':>8} {'IQR':>11} "
+              f"{'tok/fwd':>7} {'acc.len':>7} {'same':>6}")
     lines = [header, "-" * len(header)]
     for r in rows:
         speed = f"{r['speedup_vs_ar']:.2f}x" if r["speedup_vs_ar"] is not None else "-"
-        lines.append(f"{r['suite']:<10} {r['method']:<18} {r['tokens_per_second']:>8.1f} {speed:>8} "
-                     f"{r['tokens_per_forward']:>8.2f} {r['same_as_ar'] or '-':>6}")
+        speed_iqr = (f"{r['speedup_q1']:.2f}-{r['speedup_q3']:.2f}" if r["speedup_vs_ar"] is not None else "-")
+        lines.append(f"{r['suite']:<8} {r['method']:<20} {r['tokens_per_second']:>7.1f} "
+                     f"{r['tokens_per_second_q1']:>6.1f}-{r['tokens_per_second_q3']:<6.1f} {speed:>8} "
+                     f"{speed_iqr:>11} {r['tokens_per_forward']:>7.2f} {r['accepted_length']:>7.2f} "
+                     f"{r['same_as_ar'] or '-':>6}")
     return "\n".join(lines)
+
+
+# -- what ran where ----------------------------------------------------------------------
+
+
+def machine_info(device: torch.device) -> dict:
+    import platform
+
+    import transformers
+
+    info = {"torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(), "threads": torch.get_num_threads()}
+    if device.type == "cuda":
+        info["machine"] = torch.cuda.get_device_name(device)
+    else:
+        cpu = platform.processor() or platform.machine()
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        info["machine"] = f"{cpu}, {torch.get_num_threads()} threads"
+    return info
+
+
+def run_info(pair: ModelPair, methods: list[str], sampling: SamplingConfig, max_new_tokens: int,
+             options: dict, argv: list[str] | None = None) -> dict:
+    from .models import dtype_name
+
+    peers = {m: hf_settings(m, options.get(m, {})) for m in HF_METHODS if m in methods}
+    return {"methods": methods, "max_new_tokens": max_new_tokens, "sampling": sampling.to_dict(),
+            "target": pair.target_name, "draft": pair.draft_name, "device": str(pair.device),
+            "dtype": dtype_name(pair.dtype), **machine_info(pair.device), "peer_settings": peers,
+            "options": {m: o for m, o in options.items() if m in ("sequoia", "lookahead")},
+            "command": " ".join(["python -m specviz", *(argv or [])[1:]]) if argv else None,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}

@@ -1,0 +1,182 @@
+"""`bench --report DIR`: the benchmark as a Markdown table and plotly figures.
+
+Reads the same dictionary `bench --json` writes, so a report can also be rebuilt
+from a saved run: `python -c "from specviz.report import main; main()" OUT.json DIR`.
+Figures are written as HTML always, and as PNG when plotly's kaleido can drive a
+Chrome/Chromium (offline machines with Debian's chromium can).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+SPEEDUP_FIGURE = "speedup"
+SIZE_FIGURE = "tokens_per_second_vs_size"
+
+
+def _fmt(value, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def markdown_table(rows: list[dict]) -> str:
+    lines = ["| suite | method | tokens/s (median, IQR) | speedup vs ar (median, IQR) | tokens / target forward "
+             "| mean accepted length | same as ar |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        tps = f"{r['tokens_per_second']:.1f} ({r['tokens_per_second_q1']:.1f}-{r['tokens_per_second_q3']:.1f})"
+        speed = "-" if r["speedup_vs_ar"] is None else (
+            f"**{r['speedup_vs_ar']:.2f}x** ({r['speedup_q1']:.2f}-{r['speedup_q3']:.2f})")
+        lines.append(f"| {r['suite']} | {r['method']} | {tps} | {speed} | {r['tokens_per_forward']:.2f} "
+                     f"| {r['accepted_length']:.2f} | {r['same_as_ar'] or '-'} |")
+    return "\n".join(lines)
+
+
+def speedup_matrix(rows: list[dict], methods: list[str]) -> str:
+    """Median speedup over ar: one row per suite, one column per method."""
+    suites = list(dict.fromkeys(r["suite"] for r in rows))
+    cell = {(r["suite"], r["method"]): r["speedup_vs_ar"] for r in rows}
+    lines = ["| suite | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    for suite in suites:
+        lines.append(f"| {suite} | " + " | ".join(_fmt(cell.get((suite, m)), ".2f", "x") for m in methods) + " |")
+    return "\n".join(lines)
+
+
+def header(run: dict) -> str:
+    sampling = run.get("sampling", {})
+    mode = "greedy" if not sampling.get("temperature") else (
+        f"temperature {sampling['temperature']}, top-p {sampling.get('top_p', 1.0)}, "
+        f"top-k {sampling.get('top_k', 0)}, seed {sampling.get('seed')}")
+    peers = run.get("peer_settings", {})
+    lines = [
+        f"- Machine: {run.get('machine', '?')} ({run.get('device', '?')}), dtype {run.get('dtype', '?')}",
+        f"- Versions: torch {run.get('torch', '?')}, transformers {run.get('transformers', '?')}, "
+        f"Python {run.get('python', '?')}",
+        f"- Target: {run.get('target', '?')}; draft: {run.get('draft', '?')}",
+        f"- {run.get('max_new_tokens')} new tokens, {mode}; date {run.get('date', '?')}",
+    ]
+    if "hf-assisted" in peers:
+        s = peers["hf-assisted"]
+        lines.append(f"- hf-assisted: draft's generation_config num_assistant_tokens={s['num_assistant_tokens']}, "
+                     f"num_assistant_tokens_schedule={s['num_assistant_tokens_schedule']}, "
+                     f"assistant_confidence_threshold={s['assistant_confidence_threshold']}")
+    if "hf-prompt-lookup" in peers:
+        lines.append(f"- hf-prompt-lookup: prompt_lookup_num_tokens="
+                     f"{peers['hf-prompt-lookup']['prompt_lookup_num_tokens']}")
+    for method, opts in (run.get("options") or {}).items():
+        given = {k: v for k, v in opts.items() if v is not None}
+        lines.append(f"- {method}: {given if given else 'auto sizes'}")
+    if run.get("command"):
+        lines.append(f"- Command: `{run['command']}`")
+    return "\n".join(lines)
+
+
+# -- figures -------------------------------------------------------------------------------
+
+
+def speedup_figure(rows: list[dict], methods: list[str]):
+    import plotly.graph_objects as go
+
+    suites = list(dict.fromkeys(r["suite"] for r in rows))
+    fig = go.Figure()
+    for method in methods:
+        mine = {r["suite"]: r for r in rows if r["method"] == method and r["speedup_vs_ar"] is not None}
+        if not mine:
+            continue
+        xs = [s for s in suites if s in mine]
+        ys = [mine[s]["speedup_vs_ar"] for s in xs]
+        fig.add_bar(name=method, x=xs, y=ys,
+                    error_y=dict(type="data", symmetric=False,
+                                 array=[mine[s]["speedup_q3"] - mine[s]["speedup_vs_ar"] for s in xs],
+                                 arrayminus=[mine[s]["speedup_vs_ar"] - mine[s]["speedup_q1"] for s in xs]))
+    fig.add_hline(y=1.0, line_dash="dot", line_color="gray")
+    fig.update_layout(title="Speedup over autoregressive decoding (median over prompts, bars: IQR)",
+                      barmode="group", xaxis_title="suite", yaxis_title="speedup vs ar",
+                      template="plotly_white", width=1000, height=500)
+    return fig
+
+
+def size_figure(records: list[dict], methods: list[str]):
+    """Tokens/s against how many tokens the target processes per forward (tree budget, lookahead size)."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    families: dict[str, list[tuple[float, float, str]]] = {}
+    for method in methods:
+        recs = [r for r in records if r["method"] == method]
+        if not recs:
+            continue
+        size = statistics.median(r["forward_size"] for r in recs)
+        tps = statistics.median(r["tokens_per_second"] for r in recs)
+        families.setdefault(method.partition("@")[0], []).append((size, tps, method))
+    for family, points in families.items():
+        points.sort()
+        fig.add_scatter(name=family, x=[p[0] for p in points], y=[p[1] for p in points],
+                        mode="lines+markers+text" if len(points) > 1 else "markers+text",
+                        text=[p[2] for p in points], textposition="top center")
+    fig.update_layout(title="Tokens/s against tokens per target forward (tree budget / lookahead size), all prompts",
+                      xaxis_title="tokens the target processes per decoding forward (median)",
+                      yaxis_title="tokens/s (median)", xaxis_type="log", template="plotly_white",
+                      width=1000, height=500)
+    return fig
+
+
+def _write_pngs(figures: dict, out_dir: Path) -> tuple[list[Path], str | None]:
+    """PNG copies through kaleido; returns (paths, why not) so a missing Chrome is not fatal."""
+    paths = [out_dir / f"{name}.png" for name in figures]
+    try:
+        import plotly.io as pio
+
+        pio.write_images(list(figures.values()), [str(p) for p in paths])
+        return paths, None
+    except Exception as exc:  # no kaleido, no Chrome, sandbox trouble: HTML still stands
+        return [], f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+
+def write_report(run: dict, out_dir: str | Path, png: bool = True) -> list[Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    methods, rows, records = run["methods"], run["summary"], run["records"]
+    figures = {SPEEDUP_FIGURE: speedup_figure(rows, methods), SIZE_FIGURE: size_figure(records, methods)}
+    written = []
+    for name, fig in figures.items():
+        path = out_dir / f"{name}.html"
+        fig.write_html(path, include_plotlyjs="cdn")
+        written.append(path)
+    png_paths, png_error = _write_pngs(figures, out_dir) if png else ([], "not asked for")
+    written += png_paths
+
+    suite_rows = [r for r in rows if r["suite"] != "all"]
+    text = ["# SpecViz benchmark", "", header(run), "",
+            "## Speedup over ar (median per prompt)", "", speedup_matrix(rows, methods), "",
+            "## Per suite and method", "", markdown_table(suite_rows + [r for r in rows if r["suite"] == "all"]),
+            "", "tokens/s: new tokens over wall time of the whole call; speedup: per-prompt ratio to ar in the "
+            "same run; tokens / target forward includes the prefill forward; mean accepted length: tokens "
+            "committed per decoding forward after the prefill; same as ar: greedy outputs identical to ar's.",
+            "", "## Figures", ""]
+    for name in figures:
+        png_name = f"{name}.png"
+        if (out_dir / png_name).exists() and png_paths:
+            text.append(f"![{name}]({png_name})")
+        text.append(f"- [{name}.html]({name}.html)")
+    if png_error:
+        text.append(f"\nPNG export unavailable ({png_error}); the HTML figures are complete.")
+    report = out_dir / "report.md"
+    report.write_text("\n".join(text) + "\n")
+    return [report, *written]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m specviz.report RUN.json OUT_DIR", file=sys.stderr)
+        return 2
+    for path in write_report(json.loads(Path(argv[0]).read_text()), argv[1]):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
