@@ -312,6 +312,11 @@ def load_pair(target: str | None = DEFAULT_NAME, draft: str | None = None, *,
 
     if draft is None and is_default(target) and offline_default_draft_dir() is not None:
         draft = str(offline_default_draft_dir())
+    from .draft import draft_display_name, is_draft_dir, load_offline_draft
+
+    if is_draft_dir(draft):  # a distilled SpecViz draft: its layers only, embeddings shared with the target
+        return ModelPair(target_model, load_offline_draft(target_model, draft), tokenizer, target_name,
+                         draft_display_name(draft), dev, dt)
     if draft is None or draft.strip() == "" or draft.strip() == "self" or (
             is_default(draft) and is_default(target)) or draft == target:
         return ModelPair(target_model, target_model, tokenizer, target_name, target_name + " (self)",

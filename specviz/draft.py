@@ -1,0 +1,159 @@
+"""A small draft cut from the target: a few of its layers, sharing its embeddings.
+
+The draft is an ordinary `LlamaForCausalLM` with `len(layers)` decoder layers,
+initialised from the chosen target layers (plus the target's final norm) and then
+healed by distillation (`specviz/distill.py`). It reuses the target's token
+embedding and lm_head *tensors*: they are not trained and not shipped.
+
+On disk a draft directory holds:
+- `config.json`: the draft's LlamaConfig (vocabulary and widths of the target,
+  `num_hidden_layers` = number of kept layers);
+- `draft.safetensors`: only the draft's own weights (decoder layers + final norm),
+  bf16, without `model.embed_tokens.weight` / `lm_head.weight`;
+- `draft.json`: which target it belongs to and which target layers it started from.
+
+`load_offline_draft(target_model, dir)` assembles it: it builds the draft on the
+meta device, loads the shipped weights, and points its embedding and lm_head at the
+target's modules, so the draft costs only its layers in memory. A plain
+`AutoModelForCausalLM.from_pretrained(dir)` would NOT work (no embeddings on disk).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from .errors import InvalidInput, ModelLoadError
+
+WEIGHTS_FILE = "draft.safetensors"
+META_FILE = "draft.json"
+SHARED_PREFIXES = ("model.embed_tokens.", "lm_head.")
+
+
+def parse_layers(spec: str | list[int], n_target_layers: int) -> list[int]:
+    """'0,1,28,29' or [0, 1, 28, 29] -> sorted unique target layer indices (negatives count from the end)."""
+    if isinstance(spec, str):
+        try:
+            items = [int(s) for s in spec.replace(" ", "").split(",") if s]
+        except ValueError as exc:
+            raise InvalidInput(f"--layers must be comma-separated integers, got '{spec}'") from exc
+    else:
+        items = list(spec)
+    layers = sorted({i % n_target_layers if -n_target_layers <= i < n_target_layers else i for i in items})
+    if not layers or layers[0] < 0 or layers[-1] >= n_target_layers:
+        raise InvalidInput(f"--layers must name 1..{n_target_layers} layers in 0..{n_target_layers - 1}, got {items}")
+    return layers
+
+
+def draft_config(target_config, n_layers: int):
+    cfg = target_config.__class__.from_dict(target_config.to_dict())
+    cfg.num_hidden_layers = n_layers
+    if getattr(cfg, "layer_types", None):
+        cfg.layer_types = list(cfg.layer_types[:n_layers])
+    cfg.tie_word_embeddings = True
+    return cfg
+
+
+def share_embeddings(draft, target) -> None:
+    """Point the draft's embedding and lm_head at the target's (same tensors, no copy)."""
+    draft.model.embed_tokens = target.model.embed_tokens
+    draft.lm_head = target.lm_head
+
+
+def _empty_draft(cfg, target):
+    from transformers import AutoModelForCausalLM
+
+    # Built on the meta device: no 28M-parameter random embedding is ever allocated.
+    with torch.device("meta"):
+        draft = AutoModelForCausalLM.from_config(cfg)
+    share_embeddings(draft, target)
+    return draft
+
+
+def build_draft(target, layers: list[int], dtype: torch.dtype = torch.float32):
+    """A new draft whose layer i starts as target layer layers[i]; embeddings shared with the target."""
+    cfg = draft_config(target.config, len(layers))
+    draft = _empty_draft(cfg, target)
+    own = {}
+    for i, src in enumerate(layers):
+        for name, tensor in target.model.layers[src].state_dict().items():
+            own[f"model.layers.{i}.{name}"] = tensor.detach().to(dtype).clone()
+    own["model.norm.weight"] = target.model.norm.weight.detach().to(dtype).clone()
+    draft.load_state_dict(own, strict=False, assign=True)
+    _init_buffers(draft, target)
+    return draft
+
+
+def _init_buffers(draft, target) -> None:
+    # Non-persistent buffers (rotary inv_freq) stay on meta after load_state_dict; take the target's.
+    draft.model.rotary_emb = target.model.rotary_emb
+    for name, p in list(draft.named_parameters()) + list(draft.named_buffers()):
+        if p.is_meta:
+            raise ModelLoadError(f"draft weight {name} was not initialised")
+
+
+def own_state_dict(draft) -> dict[str, torch.Tensor]:
+    """The draft's weights without the shared embedding / lm_head."""
+    return {k: v for k, v in draft.state_dict().items() if not k.startswith(SHARED_PREFIXES)}
+
+
+def save_draft(draft, out_dir: str | Path, layers: list[int], target_name: str, extra: dict | None = None) -> None:
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in own_state_dict(draft).items()}
+    tmp = out / (WEIGHTS_FILE + ".tmp")
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    tmp.chmod(0o644)  # safetensors writes 0600
+    tmp.replace(out / WEIGHTS_FILE)  # atomic: a crash never leaves half a checkpoint
+    cfg = draft.config.to_dict()
+    cfg["dtype"] = "bfloat16"
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    meta = {"target": target_name, "target_layers": layers,
+            "shared_from_target": ["model.embed_tokens.weight", "lm_head.weight", "rotary_emb"],
+            "note": "assemble with specviz.draft.load_offline_draft(target_model, dir)"}
+    meta.update(extra or {})
+    (out / META_FILE).write_text(json.dumps(meta, indent=2))
+
+
+def is_draft_dir(path: str | Path | None) -> bool:
+    return path is not None and (Path(path) / META_FILE).exists() and (Path(path) / WEIGHTS_FILE).exists()
+
+
+def draft_layers(dir_: str | Path) -> list[int]:
+    return list(json.loads((Path(dir_) / META_FILE).read_text())["target_layers"])
+
+
+def load_offline_draft(target_model, dir_: str | Path, dtype: torch.dtype | None = None):
+    """Assemble a shipped draft around `target_model` (sharing its embeddings); eval mode, no grad."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    dir_ = Path(dir_)
+    if not is_draft_dir(dir_):
+        raise ModelLoadError(f"{dir_} is not a SpecViz draft directory (needs {WEIGHTS_FILE} and {META_FILE})")
+    cfg = AutoConfig.from_pretrained(dir_)
+    tcfg = target_model.config
+    if (cfg.vocab_size, cfg.hidden_size) != (tcfg.vocab_size, tcfg.hidden_size):
+        raise ModelLoadError(f"draft in {dir_} was built for vocab {cfg.vocab_size} x hidden {cfg.hidden_size}, "
+                             f"the target has {tcfg.vocab_size} x {tcfg.hidden_size}")
+    dtype = dtype or target_model.dtype
+    device = target_model.device
+    draft = _empty_draft(cfg, target_model)
+    weights = {k: v.to(device=device, dtype=dtype) for k, v in load_file(str(dir_ / WEIGHTS_FILE)).items()}
+    missing = set(own_state_dict(draft)) - set(weights)
+    if missing:
+        raise ModelLoadError(f"draft checkpoint in {dir_} lacks {sorted(missing)[:3]}")
+    draft.load_state_dict(weights, strict=False, assign=True)
+    _init_buffers(draft, target_model)
+    draft.generation_config = target_model.generation_config
+    draft.eval()
+    draft.requires_grad_(False)
+    return draft
+
+
+def draft_display_name(dir_: str | Path) -> str:
+    return f"SpecViz distilled draft ({len(draft_layers(dir_))} layers)"

@@ -1,0 +1,104 @@
+"""The shipped distilled draft of the offline default: it loads, shares the target, and agrees with it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specviz.distill import agreement, chat_ids, generate_batch, heldout_sequences, load_prompts
+from specviz.draft import (META_FILE, WEIGHTS_FILE, build_draft, load_offline_draft, parse_layers,
+                           save_draft)
+from specviz.errors import InvalidInput, ModelLoadError
+from specviz.models import OFFLINE_DRAFT_DIR, load_pair
+
+AGREEMENT_BAR = 0.6  # issue 4
+REGRESSION_FLOOR = 0.2
+# A fixed held-out sample: one prompt of each kind, never trained on (split "heldout").
+SAMPLE = ["What are three simple ways to reduce stress?",
+          "Write a Python function that checks if a year is a leap year.",
+          "What is 15% of 320?",
+          "Explain how rainbows form.",
+          "Write a short story about a squirrel who opens a bakery."]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.manual_seed(0)
+    return load_pair("default", device="cpu", dtype="bf16")
+
+
+def test_shipped_checkpoint_is_small_and_has_no_embeddings():
+    weights = OFFLINE_DRAFT_DIR / WEIGHTS_FILE
+    assert weights.stat().st_size <= 50 * 1024 * 1024
+    from safetensors import safe_open
+
+    with safe_open(str(weights), "pt") as fh:
+        names = list(fh.keys())
+    assert not any(n.startswith(("model.embed_tokens", "lm_head")) for n in names)
+    meta = json.loads((OFFLINE_DRAFT_DIR / META_FILE).read_text())
+    assert 1 <= len(meta["target_layers"]) <= 6
+    for name in ("metrics.json", "settings.json", "config.json"):
+        assert (OFFLINE_DRAFT_DIR / name).exists()
+
+
+def test_default_pair_uses_the_distilled_draft_sharing_the_target(pair):
+    assert not pair.draft_is_target
+    assert pair.draft_name.startswith("SpecViz distilled draft (")
+    assert pair.draft.config.vocab_size == pair.target.config.vocab_size == pair.vocab_size
+    # Shared, not copied: the same storage for the embedding and the lm_head.
+    assert pair.draft.model.embed_tokens.weight.data_ptr() == pair.target.model.embed_tokens.weight.data_ptr()
+    assert pair.draft.lm_head.weight.data_ptr() == pair.target.lm_head.weight.data_ptr()
+    assert pair.draft.config.num_hidden_layers < pair.target.config.num_hidden_layers
+    assert all(p.dtype == pair.dtype for p in pair.draft.parameters())
+    ids = torch.tensor([chat_ids(pair.tokenizer, "Hello!")])
+    with torch.inference_mode():
+        logits = pair.draft(input_ids=ids).logits
+    assert logits.shape == (1, ids.shape[1], pair.vocab_size)
+    assert torch.isfinite(logits).all()
+
+
+@pytest.fixture(scope="module")
+def heldout_agreement(pair):
+    heldout = {p["prompt"] for p in load_prompts("heldout")}
+    train = {p["prompt"] for p in load_prompts("train")}
+    assert set(SAMPLE) <= heldout and not set(SAMPLE) & train
+    prompt_ids = [chat_ids(pair.tokenizer, p) for p in SAMPLE]
+    answers = generate_batch(pair.target, pair.tokenizer, prompt_ids, 48, 0.0, torch.Generator())
+    seqs = heldout_sequences(pair.target, [{"prompt_ids": p, "answer_ids": a} for p, a in zip(prompt_ids, answers)])
+    assert sum(int(s[2].numel()) for s in seqs) >= 150
+    return agreement(pair.draft, seqs)
+
+
+def test_draft_is_a_trained_draft_on_heldout_sample(heldout_agreement):
+    # The untrained layer-pruned start agrees on 0-6% of positions; the shipped checkpoint measured
+    # about 0.3 on the full held-out set. A broken load (wrong layers, unshared embeddings) lands near 0.
+    assert heldout_agreement >= REGRESSION_FLOOR, f"held-out agreement {heldout_agreement:.3f}"
+
+
+@pytest.mark.xfail(strict=True, reason="issue 4 open: the CPU-trained draft (~200 steps, ~0.4M tokens) "
+                                       "agrees on about 0.3 of held-out positions, below the 0.6 bar")
+def test_draft_reaches_the_agreement_bar(heldout_agreement):
+    assert heldout_agreement >= AGREEMENT_BAR, f"held-out greedy top-1 agreement {heldout_agreement:.3f}"
+
+
+def test_save_and_load_round_trip_shares_embeddings(pair, tmp_path):
+    draft = build_draft(pair.target, [0, 29], torch.bfloat16).eval()
+    save_draft(draft, tmp_path, [0, 29], "default")
+    loaded = load_offline_draft(pair.target, tmp_path)
+    ids = torch.tensor([chat_ids(pair.tokenizer, "Write a haiku.")])
+    with torch.inference_mode():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, draft(input_ids=ids).logits)
+    assert loaded.config.num_hidden_layers == 2
+    assert loaded.model.embed_tokens is pair.target.model.embed_tokens
+
+
+def test_bad_layers_and_dirs_are_clear_errors(pair, tmp_path):
+    with pytest.raises(InvalidInput, match="layers"):
+        parse_layers("0,x", 30)
+    with pytest.raises(InvalidInput, match="layers"):
+        parse_layers("0,30", 30)
+    assert parse_layers("29,0,-1", 30) == [0, 29]
+    with pytest.raises(ModelLoadError, match="not a SpecViz draft"):
+        load_offline_draft(pair.target, tmp_path)
