@@ -115,34 +115,53 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
-    methods = bench.check_methods([m.strip() for m in args.methods.split(",") if m.strip()])
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods:
         raise InvalidInput("--methods is empty")
-    for m in methods:
-        if m not in bench.HF_METHODS:
-            from .decoders import decoder_class
-
-            decoder_class(m)
-    prompts = []
-    for path in args.prompts:
+    bench.check_methods(methods)  # unknown / unimplemented methods fail before loading models
+    if args.sweep:
+        methods += bench.sweep_methods(methods)
+        bench.check_methods(methods)
+    if not args.prompts and not args.suite:
+        raise InvalidInput("give --suite (chat,code,math,rewrite) and/or --prompts FILE.jsonl")
+    prompts = bench.read_suites(args.suite) if args.suite else []
+    for path in args.prompts or []:
         prompts.extend(bench.read_prompts(path))
+    if args.per_suite:
+        prompts = bench.limit_per_suite(prompts, args.per_suite)
     if args.limit:
         prompts = prompts[:args.limit]
+    if args.max_new_tokens <= 0:
+        raise InvalidInput(f"max new tokens must be at least 1, got {args.max_new_tokens}")
     sampling = _sampling(args)
-    options = {m: method_options(args, m) for m in methods if m in ("sequoia", "lookahead")}
+    options = {m: method_options(args, m) for m in ("sequoia", "lookahead")
+               if any(bench.parse_method(x)[0] == m for x in methods)}
     pair = _load(args, methods)
-    records = bench.run_bench(pair, prompts, methods, sampling, args.max_new_tokens, options,
-                              progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    hf_options = bench.tuned_options(pair, sampling)
+    if args.tune and any(m in ("hf-assisted", "hf-prompt-lookup") for m in methods):
+        tune_prompts = bench.limit_per_suite(prompts, 1)
+        hf_options = bench.tune_hf(pair, tune_prompts, sampling, args.max_new_tokens, methods, progress=say)
+    overrides = {"hf-assisted": {"assistant_tokens": args.assistant_tokens,
+                                 "assistant_confidence": args.assistant_confidence},
+                 "hf-prompt-lookup": {"prompt_lookup_tokens": args.prompt_lookup_tokens}}
+    for method, knobs in overrides.items():
+        given = {k: v for k, v in knobs.items() if v is not None}
+        options[method] = {**hf_options.get(method, {}), **given}
+    records = bench.run_bench(pair, prompts, methods, sampling, args.max_new_tokens, options, progress=say,
+                              warmup_tokens=args.warmup_tokens)
     rows = bench.summarise(records, methods)
     print(bench.format_table(rows))
+    out = bench.run_info(pair, methods, sampling, args.max_new_tokens, options, argv=sys.argv)
+    out.update(summary=rows, records=[r.to_dict() for r in records])
     if args.json:
-        from .models import dtype_name
-
-        out = {"methods": methods, "max_new_tokens": args.max_new_tokens, "sampling": sampling.to_dict(),
-               "target": pair.target_name, "draft": pair.draft_name, "device": str(pair.device),
-               "dtype": dtype_name(pair.dtype), "summary": rows, "records": [r.to_dict() for r in records]}
         Path(args.json).write_text(json.dumps(out, indent=1))
-        print(f"wrote {args.json}", file=sys.stderr)
+        say(f"wrote {args.json}")
+    if args.report:
+        from .report import write_report
+
+        for path in write_report(out, args.report):
+            say(f"wrote {path}")
     return 0
 
 
@@ -168,10 +187,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("bench", help="every prompt through every method, in one process")
-    p.add_argument("--prompts", nargs="+", required=True, help="JSONL files of {\"prompt\", \"id\"?, \"suite\"?}")
-    p.add_argument("--methods", default="ar,hf-generate")
+    p.add_argument("--suite", default=None, help="prompt suites by name: chat,code,math,rewrite")
+    p.add_argument("--prompts", nargs="+", default=None,
+                   help="JSONL files of {\"prompt\", \"id\"?, \"suite\"?} (with or instead of --suite)")
+    p.add_argument("--methods", default="ar,hf-generate",
+                   help="ar, sequoia, lookahead, hf-generate, hf-assisted, hf-prompt-lookup; fixed sizes "
+                        "as sequoia@BUDGETxDEPTH, lookahead@WxNxG")
     p.add_argument("--limit", type=int, default=0, help="only the first N prompts")
+    p.add_argument("--per-suite", type=int, default=0, help="only the first N prompts of each suite")
     p.add_argument("--json", default=None, help="write every record and the summary here")
+    p.add_argument("--report", default=None, help="write a Markdown table and plotly figures into this folder")
+    p.add_argument("--sweep", action="store_true",
+                   help="also run Sequoia and Lookahead at fixed sizes (tokens/s against size figure)")
+    p.add_argument("--tune", action="store_true",
+                   help="first grid-search hf-assisted's and hf-prompt-lookup's knobs (one prompt per "
+                        "suite), cache the winners for this model pair and use them")
+    p.add_argument("--warmup-tokens", type=int, default=None, help="tokens per warm-up run (default 32)")
+    g = p.add_argument_group("transformers' peers (default: the cached --tune result, else 5 / 0.0 / 10)")
+    g.add_argument("--assistant-tokens", type=int, default=None, help="hf-assisted: num_assistant_tokens")
+    g.add_argument("--assistant-confidence", type=float, default=None,
+                   help="hf-assisted: assistant_confidence_threshold")
+    g.add_argument("--prompt-lookup-tokens", type=int, default=None, help="hf-prompt-lookup: prompt_lookup_num_tokens")
     _add_model_args(p)
     _add_sampling_args(p)
     _add_method_args(p)
@@ -179,6 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fetch-model", help="download and convert the offline default model now")
     p.set_defaults(func=cmd_fetch_model)
+    from . import distill
+
+    distill.register(sub)
+    from . import sequoia_cli
+
+    sequoia_cli.register(sub)
+    from . import lookahead_auto
+
+    lookahead_auto.register(sub)
     return parser
 
 

@@ -1,0 +1,259 @@
+"""Sequoia: tree speculative decoding with an optimal tree and exact sampling.
+
+Each step (one target forward):
+1. draft, level by level: one draft forward per tree level over all of that
+   level's nodes (tree attention on the draft's own cache); every node draws its
+   children from the draft distribution without replacement (Gumbel-top-k via
+   q / Exp(1)), or takes the draft's top-c at temperature 0;
+2. one target forward over the whole tree (additive float mask, explicit positions);
+3. the verification walk (`specviz.verification`) picks the accepted path and a
+   bonus token;
+4. both caches keep only the accepted path; the bonus token becomes the next
+   step's root, which has no K/V yet.
+
+Cache layout, with C committed tokens (prompt + generated; the last one is the
+root): the target cache holds C - 1 slots; the tree's node i goes to slot
+C - 1 + i, at position C - 1 + depth(i). The draft cache holds the committed
+tokens it has seen (`draft_seen`); at level 0 it is fed the ones it has not
+(the root last, plus the deepest accepted token of the last step when the path
+reached the last level, which the draft never processes).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from ..errors import InvalidInput
+from ..kvcache import keep_positions, new_cache
+from ..sampling import next_token, probs_from_logits
+from ..trace import (PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, SOURCE_AR, SOURCE_BONUS, SOURCE_DRAFT,
+                     StepRecord, TreeNode, TreePayload)
+from ..tree import TreeShape, TreeTensors, check_parents
+from ..verification import greedy_walk, sampling_walk
+from .base import Decoder, PhaseTimer
+
+MAX_TREE_BUDGET = 1024
+
+
+def _check_int(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not value.is_integer()):
+        raise InvalidInput(f"{name} must be a whole number, got {value!r}")
+    value = int(value)
+    if value < low:
+        raise InvalidInput(f"{name} must be at least {low}, got {value}")
+    return value
+
+
+def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents) -> tuple[list[int], dict]:
+    """The tree to use (a breadth-first parent list) and settings that say where it came from."""
+    from ..acceptance import acceptance_for
+    from ..tree_dp import optimal_tree
+
+    if tree_parents is not None:
+        parents = check_parents(tree_parents)
+        if len(parents) > MAX_TREE_BUDGET:
+            raise InvalidInput(f"a tree of {len(parents)} nodes is too large (at most {MAX_TREE_BUDGET})")
+        return parents, {"tree": "explicit"}
+    if tree_budget is None and tree_depth is None:
+        from ..optimizer import plan_tree
+
+        plan = plan_tree(pair, sampling)
+        choice = plan["choice"]
+        return choice["parents"], {
+            "tree": "auto", "acceptance": plan["acceptance"], "acceptance_source": plan["acceptance_source"],
+            "predicted_tokens_per_step": choice["value"], "predicted_speedup": choice["predicted_speedup"],
+            "plan": plan}  # the app's hardware panel shows it
+    if tree_budget is None or tree_depth is None:
+        raise InvalidInput("give both a tree budget and a tree depth, or neither (auto)")
+    budget = _check_int("tree budget (nodes including the root)", tree_budget, 1)
+    depth = _check_int("tree depth", tree_depth, 0)
+    if budget > MAX_TREE_BUDGET:
+        raise InvalidInput(f"tree budget {budget} is too large (at most {MAX_TREE_BUDGET})")
+    depth = min(depth, budget - 1)
+    acc = acceptance_for(pair, sampling)
+    result = optimal_tree(acc["acceptance"], budget, depth)
+    return result.parents, {"tree": "manual", "acceptance": acc["acceptance"],
+                            "acceptance_source": acc["source"], "predicted_tokens_per_step": result.value}
+
+
+class SequoiaDecoder(Decoder):
+    method = "sequoia"
+
+    def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, tree_budget=None, tree_depth=None,
+                 tree_parents=None):
+        super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens)
+        parents, settings = resolve_tree(pair, self.sampling, tree_budget, tree_depth, tree_parents)
+        self.shape = TreeShape.from_parents(parents)
+        self.trace.settings.update(tree_budget=self.shape.size, tree_depth=self.shape.depth,
+                                   tree_parents=parents, **settings)
+        self.target = pair.target
+        self.draft = pair.draft
+        self.vocab = pair.vocab_size
+        self.target_cache = new_cache(self.target)
+        # A separate cache for the draft role even when the target drafts for itself.
+        self.draft_cache = new_cache(self.draft)
+        self.draft_seen = 0
+        self._tensors: dict[int, TreeTensors] = {}   # depth -> prepared tensors of the tree cut there
+        self._texts: dict[int, str] = {}
+
+    # -- per-shape preparation ----------------------------------------------------------------
+
+    def _tree(self, depth: int) -> TreeTensors:
+        """Tensors for the tree cut to `depth` levels (near max_new_tokens or the context end)."""
+        tt = self._tensors.get(depth)
+        if tt is None:
+            shape = self.shape if depth == self.shape.depth else self.shape.truncated(depth)
+            tt = self._tensors[depth] = TreeTensors(shape, self.device, self.pair.dtype)
+        return tt
+
+    def _text(self, token_id: int) -> str:
+        text = self._texts.get(token_id)
+        if text is None:
+            text = self._texts[token_id] = self.pair.tokenizer.decode([token_id])
+        return text
+
+    # -- the step -----------------------------------------------------------------------------
+
+    def _step(self) -> StepRecord:
+        if not self.trace.steps:
+            return self._prefill()
+        committed = len(self.prompt_ids) + len(self.generated)
+        remaining = self.max_new_tokens - len(self.generated)
+        # No speculation past what can be emitted, nor past the model's context.
+        depth = max(0, min(self.shape.depth, remaining - 1, self.pair.max_context - committed))
+        tt = self._tree(depth)
+        timer = PhaseTimer(self.device)
+        timer.start(PHASE_DRAFT)
+        tokens, draft_probs, child_q = self._draft_tree(tt, committed)
+        timer.start(PHASE_TARGET)
+        root_slot = committed - 1
+        positions = (tt.depth_offsets + root_slot).unsqueeze(0)
+        logits = self.target(input_ids=tokens.unsqueeze(0), attention_mask=tt.target_mask(root_slot),
+                             position_ids=positions, past_key_values=self.target_cache,
+                             use_cache=True).logits[0, :, :self.vocab]
+        timer.start(PHASE_VERIFY)
+        shape = tt.shape
+        token_list = tokens.tolist()
+        if self.sampling.greedy:
+            walk = greedy_walk(shape.children, token_list, logits.argmax(dim=-1).tolist())
+            target_probs = None
+        else:
+            target_probs = probs_from_logits(logits, self.sampling)
+            walk = sampling_walk(shape.children, token_list, target_probs, draft_probs, self.generator)
+        self._compact(walk.accepted, shape, depth, root_slot)
+        new_ids = [token_list[i] for i in walk.accepted] + [walk.bonus_token]
+        sources = [SOURCE_DRAFT] * len(walk.accepted) + [SOURCE_BONUS]
+        payload = self._payload(shape, token_list, walk, logits, target_probs, child_q)
+        times = timer.stop()
+        payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
+        payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
+        return self._emit(new_ids, sources, shape.size, times, payload)
+
+    def _prefill(self) -> StepRecord:
+        """Step 0: the target reads the prompt and yields the first token, like autoregressive."""
+        timer = PhaseTimer(self.device)
+        timer.start(PHASE_TARGET)
+        ids = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
+        logits = self.target(input_ids=ids, past_key_values=self.target_cache, use_cache=True,
+                             logits_to_keep=1).logits[:, -1, :self.vocab]
+        token = int(next_token(logits, self.sampling, self.generator))
+        timer.start(PHASE_DRAFT)
+        if self.pair.draft_is_target:
+            # Same model, same prompt: the draft's cache is a copy, not a second prefill.
+            self.draft_cache = copy.deepcopy(self.target_cache)
+        else:
+            self.draft(input_ids=ids, past_key_values=self.draft_cache, use_cache=True, logits_to_keep=1)
+        self.draft_seen = len(self.prompt_ids)
+        return self._emit([token], [SOURCE_AR], len(self.prompt_ids), timer.stop())
+
+    def _draft_tree(self, tt: TreeTensors, committed: int) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """Fill the tree's tokens level by level.
+
+        Returns the tokens, q at every node with children (sampling only), and each
+        node's draft probability when it was drawn (for the app).
+        """
+        shape = tt.shape
+        tokens = torch.empty(shape.size, dtype=torch.long, device=self.device)
+        tokens[0] = self.generated[-1]
+        child_q = torch.ones(shape.size, device=self.device)
+        draft_probs: dict[int, torch.Tensor] = {}
+        if shape.depth == 0:
+            return tokens, draft_probs, child_q
+        all_ids = self.prompt_ids + self.generated
+        pending = all_ids[self.draft_seen:]          # the root is the last of these
+        root_slot = committed - 1
+        for level in range(shape.depth):
+            start, end = shape.level_ranges[level]
+            if level == 0:
+                n_in = len(pending)
+                ids = torch.tensor([pending], dtype=torch.long, device=self.device)
+                positions = torch.arange(committed - n_in, committed, device=self.device).unsqueeze(0)
+                mask = tt.draft_mask(0, committed - n_in, n_in)
+                keep = 1
+            else:
+                ids = tokens[start:end].unsqueeze(0)
+                positions = (tt.depth_offsets[start:end] + root_slot).unsqueeze(0)
+                mask = tt.draft_mask(level, root_slot)
+                keep = end - start
+            logits = self.draft(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                past_key_values=self.draft_cache, use_cache=True,
+                                logits_to_keep=keep).logits[0, :, :self.vocab]
+            width = tt.level_width[level]
+            if self.sampling.greedy:
+                draws = logits.topk(width, dim=-1).indices
+                q = logits.float().softmax(dim=-1)   # only shown in the app
+            else:
+                q = probs_from_logits(logits, self.sampling)
+                # Gumbel-top-k: the top-c of q / Exp(1) is a draw of c tokens without replacement.
+                noise = torch.empty_like(q).exponential_(generator=self.generator)
+                draws = (q / noise).topk(width, dim=-1).indices
+                for i in range(start, end):
+                    if shape.children[i]:
+                        draft_probs[i] = q[i - start]
+            child_start, child_end = shape.level_ranges[level + 1]
+            rows, ranks = tt.draw_row[level], tt.draw_rank[level]
+            tokens[child_start:child_end] = draws[rows, ranks]
+            child_q[child_start:child_end] = q[rows, tokens[child_start:child_end]]
+        return tokens, draft_probs, child_q
+
+    def _compact(self, accepted: list[int], shape: TreeShape, depth: int, root_slot: int) -> None:
+        """Keep the root and the accepted path in both caches, right after the prefix."""
+        path = [0] + accepted
+        keep = torch.tensor(path, dtype=torch.long, device=self.device) + root_slot
+        keep_positions(self.target_cache, root_slot, keep)
+        if depth == 0:
+            return  # the draft ran no forward this step; its pending tokens simply grow
+        # The draft processed levels 0 .. depth-1 only: a path node on the last level is pending.
+        seen = [i for i in path if shape.depths[i] < depth]
+        keep_positions(self.draft_cache, root_slot, keep[:len(seen)])
+        self.draft_seen = root_slot + len(seen)
+
+    def _payload(self, shape: TreeShape, tokens: list[int], walk, logits: torch.Tensor,
+                 target_probs: torch.Tensor | None, child_q: torch.Tensor) -> TreePayload:
+        n = shape.size
+        parent_rows = torch.tensor([max(p, 0) for p in shape.parents], device=self.device)
+        token_ids = torch.tensor(tokens, device=self.device)
+        if target_probs is None:
+            # Greedy: show the softmax at temperature 1, the model's own confidence.
+            log_p = logits.log_softmax(dim=-1)
+            target_p = log_p[parent_rows, token_ids].exp().tolist()
+        else:
+            target_p = target_probs[parent_rows, token_ids].tolist()
+        draft_p = child_q.tolist()
+        status = walk.statuses(n)
+        nodes = [TreeNode(id=i, parent=shape.parents[i], depth=shape.depths[i], token_id=tokens[i],
+                          text=self._text(tokens[i]), draft_prob=1.0 if i == 0 else round(draft_p[i], 6),
+                          target_prob=1.0 if i == 0 else round(target_p[i], 6), status=status[i])
+                 for i in range(n)]
+        bonus = walk.bonus_token
+        return TreePayload(nodes=nodes, accepted_path=list(walk.accepted), bonus_token_id=bonus,
+                           bonus_text=self._text(bonus), budget=n, depth=shape.depth,
+                           draft_ms=0.0, verify_ms=0.0)
+
+    def close(self) -> None:
+        self.target_cache = None
+        self.draft_cache = None
+        self._tensors.clear()

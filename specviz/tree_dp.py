@@ -1,0 +1,176 @@
+"""Sequoia's optimal token tree: dynamic programming over an acceptance vector.
+
+`p[k-1]` is the probability that the k-th child drawn (without replacement) at a
+node is the one the target accepts. The value of a tree is the expected number
+of tokens one target forward yields: the sum over nodes of the product of
+p[rank] along the path from the root (the root contributes 1).
+
+best(m, d) = the best value of a tree with exactly m nodes (root included) and at
+most d speculated levels (root excluded). It is built from T[m][d][b], the best
+tree whose root has exactly b children:
+
+    T[1][d][0] = 1
+    T[m][d][b] = max_{1 <= y < m} T[y][d][b-1] + p[b] * best(m - y, d - 1)
+
+(the root and its first b-1 subtrees use y nodes; the b-th child gets a subtree
+of m - y nodes and at most d - 1 levels). For fixed (d, b) the update over all m
+is a max-plus convolution, done as one (N x N) numpy max, so N = 128, D = 12,
+W = 32 costs 384 small array ops.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InvalidInput
+
+NEG = -np.inf
+
+
+@dataclass
+class TreeDPResult:
+    value: float                        # best(N, D)
+    parents: list[int]                  # the optimal tree, breadth first, -1 for the root
+    table: dict[tuple[int, int], float]  # (n, d) -> best(n, d), feasible entries only
+    acceptance: list[float]
+    budget: int
+    depth: int
+
+    def to_dict(self) -> dict:
+        return {"value": round(self.value, 6), "parents": self.parents,
+                "table": {f"{n},{d}": round(v, 6) for (n, d), v in self.table.items()},
+                "acceptance": self.acceptance, "budget": self.budget, "depth": self.depth}
+
+
+def check_acceptance(acceptance) -> np.ndarray:
+    try:
+        p = np.asarray(acceptance, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"the acceptance vector must be a list of numbers, got {acceptance!r}") from None
+    if p.size == 0:
+        raise InvalidInput("the acceptance vector is empty")
+    if not np.all(np.isfinite(p)) or np.any(p < 0) or np.any(p > 1):
+        raise InvalidInput(f"acceptance probabilities must lie in [0, 1], got {p.tolist()}")
+    if p.sum() > 1 + 1e-6:
+        raise InvalidInput(f"acceptance probabilities are per rank of one draw and must sum to at most 1; "
+                           f"these sum to {p.sum():.4f}")
+    return p
+
+
+def _check_size(budget, depth) -> tuple[int, int]:
+    for name, v in (("budget", budget), ("depth", depth)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise InvalidInput(f"tree {name} must be an integer, got {v!r}")
+    if budget < 1:
+        raise InvalidInput(f"tree budget (nodes including the root) must be at least 1, got {budget}")
+    if depth < 0:
+        raise InvalidInput(f"tree depth must be at least 0, got {depth}")
+    return int(budget), int(depth)
+
+
+def max_nodes(width: int, depth: int) -> int:
+    """The most nodes a tree with at most `width` children per node and `depth` levels can hold."""
+    return sum(width ** k for k in range(depth + 1))
+
+
+class _Tables:
+    """best[d, m] plus the back-pointers needed to rebuild any (m, d) tree."""
+
+    def __init__(self, p: np.ndarray, budget: int, depth: int):
+        n_max, width = budget, min(len(p), budget - 1)
+        self.p, self.n_max, self.depth = p, n_max, depth
+        best = np.full((depth + 1, n_max + 1), NEG)
+        best[:, 1] = 1.0
+        # split[d, b, m] = y, the nodes left to the root and its first b-1 subtrees.
+        self.split = np.zeros((depth + 1, width + 1, n_max + 1), dtype=np.int32)
+        self.n_children = np.zeros((depth + 1, n_max + 1), dtype=np.int32)
+        m_idx = np.arange(n_max + 1)
+        # sub[m, y] = m - y, valid for 1 <= y < m
+        sub = m_idx[:, None] - m_idx[None, :]
+        valid = (sub >= 1) & (m_idx[None, :] >= 1)
+        sub_clipped = np.where(valid, sub, 0)
+        for d in range(1, depth + 1):
+            prev = best[d - 1]
+            feasible = np.isfinite(prev)[sub_clipped]   # p = 0 times an infeasible -inf must stay -inf
+            t_prev = np.full(n_max + 1, NEG)
+            t_prev[1] = 1.0                          # T[.][d][0]: the root alone
+            best_d = t_prev.copy()
+            for b in range(1, width + 1):
+                gain = np.where(feasible, p[b - 1] * np.where(feasible, prev[sub_clipped], 0.0), NEG)
+                cand = np.where(valid, t_prev[None, :] + gain, NEG)
+                y = cand.argmax(axis=1)
+                t_b = cand[m_idx, y]
+                self.split[d, b] = y
+                better = t_b > best_d + 1e-12        # ties keep fewer children
+                best_d = np.where(better, t_b, best_d)
+                self.n_children[d] = np.where(better, b, self.n_children[d])
+                t_prev = t_b
+            best[d] = best_d
+        self.best = best
+
+    def children_sizes(self, m: int, d: int) -> list[int]:
+        """Subtree sizes of the root's children, in rank order, for the best (m, d) tree."""
+        sizes = []
+        for b in range(int(self.n_children[d, m]), 0, -1):
+            y = int(self.split[d, b, m])
+            sizes.append(m - y)
+            m = y
+        assert m == 1
+        return sizes[::-1]
+
+    def parents(self, m: int, d: int) -> list[int]:
+        """The best (m, d) tree as a parent list in breadth-first order, children by rank."""
+        parents = [-1]
+        queue = deque([(0, m, d)])
+        while queue:
+            node, size, levels = queue.popleft()
+            if size == 1:
+                continue
+            for child_size in self.children_sizes(size, levels):
+                parents.append(node)
+                queue.append((len(parents) - 1, child_size, levels - 1))
+        return parents
+
+
+def build_tables(acceptance, budget: int, depth: int) -> _Tables:
+    budget, depth = _check_size(budget, depth)
+    return _Tables(check_acceptance(acceptance), budget, depth)
+
+
+def optimal_tree(acceptance, budget: int, depth: int) -> TreeDPResult:
+    """The best tree with exactly `budget` nodes and at most `depth` speculated levels."""
+    p = check_acceptance(acceptance)
+    budget, depth = _check_size(budget, depth)
+    tables = _Tables(p, budget, depth)
+    value = tables.best[depth, budget]
+    if not np.isfinite(value):
+        raise InvalidInput(
+            f"no tree has {budget} nodes within depth {depth} when each node has at most {len(p)} children "
+            f"(at most {max_nodes(len(p), depth)} nodes fit): lower the budget, or raise the depth or "
+            "the acceptance vector's length")
+    table = {(n, d): float(tables.best[d, n]) for d in range(depth + 1) for n in range(1, budget + 1)
+             if np.isfinite(tables.best[d, n])}
+    return TreeDPResult(float(value), tables.parents(budget, depth), table, p.tolist(), budget, depth)
+
+
+def tree_value(parents: list[int], acceptance) -> float:
+    """F(T) of any tree given as a parent list (parents before children)."""
+    p = check_acceptance(acceptance)
+    reach = [1.0] * len(parents)
+    rank = [0] * len(parents)
+    seen_children = [0] * len(parents)
+    for i, par in enumerate(parents):
+        if par < 0:
+            continue
+        seen_children[par] += 1
+        rank[i] = seen_children[par]
+        reach[i] = reach[par] * (p[rank[i] - 1] if rank[i] <= len(p) else 0.0)
+    return float(sum(reach))
+
+
+def chain_value(p1: float, depth: int) -> float:
+    """A chain of `depth` speculated tokens: 1 + p1 + p1^2 + ... + p1^depth."""
+    return float(sum(p1 ** k for k in range(depth + 1)))

@@ -1,0 +1,187 @@
+"""The Sequoia decoder: greedy equals autoregressive, sampling is exact, edge cases hold."""
+
+import copy
+
+import pytest
+import torch
+
+from helpers import chi_square_pvalue, exact_distribution, tiny_pair
+from specviz.decoders import make_decoder
+from specviz.errors import InvalidInput
+from specviz.models import ModelPair
+from specviz.sampling import SamplingConfig
+from specviz.trace import SOURCE_AR, SOURCE_BONUS, SOURCE_DRAFT, RunTrace
+
+PROMPTS = ["Write a haiku about trees", "Write a Python function that reverses a string.",
+           "Explain why the sky is blue in two sentences."]
+MAX_NEW = 64
+CHAIN = [-1, 0, 1, 2, 3]            # 4 speculated tokens in a row
+STAR = [-1, 0, 0, 0, 0]             # 4 alternatives for the next token
+TREES = {"chain": {"tree_parents": CHAIN}, "star": {"tree_parents": STAR},
+         "dp8": {"tree_budget": 8, "tree_depth": 4}, "dp16": {"tree_budget": 16, "tree_depth": 5},
+         "dp32": {"tree_budget": 32, "tree_depth": 6}}
+
+
+@pytest.fixture(scope="module")
+def shallow_pair(pair_fp32):
+    """The real target with a real but weak draft: its own first 6 layers (plus norm and head).
+
+    It disagrees with the target often, so the tests see rejections, bonus tokens,
+    partial paths and tokens the draft has not processed yet.
+    """
+    draft = copy.deepcopy(pair_fp32.target)
+    keep = 6
+    draft.model.layers = draft.model.layers[:keep]
+    draft.config.num_hidden_layers = keep
+    if getattr(draft.config, "layer_types", None):
+        draft.config.layer_types = draft.config.layer_types[:keep]
+    return ModelPair(pair_fp32.target, draft, pair_fp32.tokenizer, pair_fp32.target_name, "first-6-layers",
+                     pair_fp32.device, pair_fp32.dtype)
+
+
+@pytest.fixture(scope="module")
+def ar_tokens(pair_fp32):
+    return {p: make_decoder("ar", pair_fp32, p, max_new_tokens=MAX_NEW).run().token_ids for p in PROMPTS}
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models run faster on one thread; restore the setting afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def check_trace(trace: RunTrace, max_new: int):
+    assert len(trace.token_ids) <= max_new
+    assert trace.steps[0].token_sources == [SOURCE_AR]
+    for step in trace.steps[1:]:
+        tree = step.payload
+        accepted = len(tree.accepted_path)
+        assert step.tokens_processed == len(tree.nodes) == tree.budget
+        # Sources: the accepted draft tokens, then the bonus (unless cut at EOS / the length limit).
+        assert step.token_sources[:accepted] == [SOURCE_DRAFT] * min(accepted, len(step.token_sources))
+        if len(step.new_token_ids) == accepted + 1:
+            assert step.token_sources[-1] == SOURCE_BONUS
+            assert step.new_token_ids[-1] == tree.bonus_token_id
+        statuses = [n.status for n in tree.nodes]
+        assert statuses[0] == "root" and statuses.count("accepted") == accepted
+        for node_id in tree.accepted_path:
+            assert tree.nodes[node_id].status == "accepted"
+        path_parents = [tree.nodes[i].parent for i in tree.accepted_path]
+        assert path_parents == ([0] + tree.accepted_path[:-1])[:accepted]
+        assert all(0 <= n.draft_prob <= 1 and 0 <= n.target_prob <= 1 for n in tree.nodes)
+
+
+@pytest.mark.parametrize("tree", list(TREES))
+def test_greedy_equals_autoregressive(shallow_pair, ar_tokens, tree):
+    accepted_any = rejected_any = False
+    for prompt in PROMPTS[:2] if tree in ("chain", "star") else PROMPTS:
+        trace = make_decoder("sequoia", shallow_pair, prompt, max_new_tokens=MAX_NEW, **TREES[tree]).run()
+        assert trace.token_ids == ar_tokens[prompt], (tree, prompt)
+        check_trace(trace, MAX_NEW)
+        steps = trace.steps[1:]
+        accepted_any |= any(s.payload.accepted_path for s in steps)
+        rejected_any |= any(n.status == "rejected" for s in steps for n in s.payload.nodes)
+    assert accepted_any and rejected_any  # the weak draft exercised both outcomes
+
+
+def test_self_draft_accepts_a_full_path_every_step(pair_fp32, ar_tokens):
+    for prompt, opts in [(PROMPTS[0], TREES["dp16"]), (PROMPTS[1], TREES["chain"])]:
+        decoder = make_decoder("sequoia", pair_fp32, prompt, max_new_tokens=MAX_NEW, **opts)
+        depth = decoder.shape.depth
+        trace = decoder.run()
+        assert trace.token_ids == ar_tokens[prompt]
+        for step in trace.steps[1:]:
+            assert len(step.payload.accepted_path) == step.payload.depth
+            if not step.finished:
+                assert step.payload.depth == depth
+        assert trace.target_forwards <= 1 + -(-(MAX_NEW - 1) // (depth + 1))
+
+
+def test_eos_inside_the_accepted_path_stops_there(pair_fp32, ar_tokens):
+    prompt = PROMPTS[1]
+    ar = ar_tokens[prompt]
+    # With the target as its own draft and a 4-chain, step k >= 1 yields tokens 5k-4 .. 5k; the
+    # first four of each are accepted draft tokens. Pick a first occurrence at such an index.
+    index = next(j for j in range(2, len(ar)) if (j - 1) % 5 in (1, 2) and ar[j] not in ar[:j])
+    decoder = make_decoder("sequoia", pair_fp32, prompt, max_new_tokens=MAX_NEW, tree_parents=CHAIN)
+    decoder.eos_ids = {ar[index]}
+    trace = decoder.run()
+    assert trace.token_ids == ar[:index + 1]
+    assert trace.finish_reason == "eos"
+    assert trace.steps[-1].token_sources[-1] == SOURCE_DRAFT
+
+
+@pytest.mark.parametrize("max_new", [1, 2, 3, 6, 11])
+def test_max_new_tokens_is_never_exceeded(shallow_pair, ar_tokens, max_new):
+    trace = make_decoder("sequoia", shallow_pair, PROMPTS[0], max_new_tokens=max_new, **TREES["dp16"]).run()
+    assert trace.token_ids == ar_tokens[PROMPTS[0]][:max_new]
+    assert trace.finish_reason == "length"
+    assert [s.cumulative_tokens for s in trace.steps][-1] == max_new
+    # The tree is cut so it never speculates past what can be emitted.
+    for step in trace.steps[1:]:
+        assert step.payload.depth <= max_new - (step.cumulative_tokens - len(step.new_token_ids)) - 1
+
+
+def test_one_token_prompt(shallow_pair):
+    prompt_ids = [shallow_pair.tokenizer.encode("The")[0]]
+    ar = make_decoder("ar", shallow_pair, "The", prompt_ids=prompt_ids, max_new_tokens=24).run()
+    trace = make_decoder("sequoia", shallow_pair, "The", prompt_ids=prompt_ids, max_new_tokens=24,
+                         **TREES["dp8"]).run()
+    assert trace.token_ids == ar.token_ids and len(trace.token_ids) == 24
+
+
+def test_context_end_is_respected(one_thread):
+    pair = tiny_pair(vocab_size=6)          # max_position_embeddings = 128
+    prompt_ids = [i % 6 for i in range(120)]
+    ar = make_decoder("ar", pair, "", prompt_ids=prompt_ids, max_new_tokens=8).run()
+    trace = make_decoder("sequoia", pair, "", prompt_ids=prompt_ids, max_new_tokens=8,
+                         tree_budget=12, tree_depth=6).run()
+    assert trace.token_ids == ar.token_ids
+    with pytest.raises(InvalidInput):
+        make_decoder("sequoia", pair, "", prompt_ids=prompt_ids, max_new_tokens=9, tree_budget=12, tree_depth=6)
+
+
+def test_trace_round_trips_and_settings(shallow_pair):
+    trace = make_decoder("sequoia", shallow_pair, PROMPTS[0], max_new_tokens=12, **TREES["dp8"]).run()
+    assert trace.settings["tree_budget"] == 8 and trace.settings["tree"] == "manual"
+    assert "acceptance_source" in trace.settings and len(trace.settings["tree_parents"]) == 8
+    again = RunTrace.from_dict(trace.to_dict())
+    assert again.to_dict() == trace.to_dict()
+
+
+@pytest.mark.parametrize("opts", [{"tree_budget": 8}, {"tree_budget": 0, "tree_depth": 2},
+                                  {"tree_budget": 2.5, "tree_depth": 2}, {"tree_parents": [0, 1]}])
+def test_bad_tree_options_raise_invalid_input(opts):
+    pair = tiny_pair()
+    with pytest.raises(InvalidInput):
+        make_decoder("sequoia", pair, "", prompt_ids=[1, 2], max_new_tokens=4, **opts)
+
+
+SAMPLING_TREE = [-1, 0, 0, 0, 1, 1, 2, 4, 4, 7]   # widths up to 3, depth 4
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.6, 0.9)])
+def test_sampling_is_exact(one_thread, temperature, top_p):
+    pair = tiny_pair()
+    prompt_ids = [1, 2, 3]
+    exact = exact_distribution(pair.target, prompt_ids, SamplingConfig(temperature, top_p))
+    samples, depths = [], []
+    for seed in range(3000):
+        decoder = make_decoder("sequoia", pair, "", prompt_ids=prompt_ids, max_new_tokens=6,
+                               sampling=SamplingConfig(temperature, top_p, seed=seed), tree_parents=SAMPLING_TREE)
+        trace = decoder.run()
+        samples.append(tuple(trace.token_ids[:3]))
+        depths.append(len(trace.steps[1].payload.accepted_path))
+    assert chi_square_pvalue(samples, exact) > 1e-3
+    # The draft differs from the target: some steps stop early, some go deep.
+    assert min(depths) == 0 and max(depths) >= 2
+
+
+def test_sampling_is_seeded(shallow_pair):
+    cfg = SamplingConfig(0.8, 0.95, seed=5)
+    runs = [make_decoder("sequoia", shallow_pair, PROMPTS[0], sampling=cfg, max_new_tokens=16,
+                         **TREES["dp8"]).run().token_ids for _ in range(2)]
+    assert runs[0] == runs[1] and len(runs[0]) == 16

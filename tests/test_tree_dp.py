@@ -1,0 +1,231 @@
+"""Sequoia's tree DP against exhaustive search, plus the tree-structure helpers."""
+
+import json
+import subprocess
+import sys
+from functools import lru_cache
+
+import numpy as np
+import pytest
+import torch
+
+from specviz.errors import InvalidInput
+from specviz.tree import TreeShape, TreeTensors, check_parents
+from specviz.tree_dp import build_tables, chain_value, optimal_tree, tree_value
+
+
+@lru_cache(maxsize=None)
+def ordered_trees(m: int, depth: int, width: int) -> tuple:
+    """Every ordered tree with exactly m nodes, at most `depth` levels below the root and
+    at most `width` children per node, as a tuple of child subtrees."""
+    if m == 1:
+        return ((),)
+    if depth == 0:
+        return ()
+    return tuple(forests(m - 1, depth - 1, width, width))
+
+
+def forests(m: int, depth: int, width: int, slots: int):
+    """Sequences of at most `slots` trees with m nodes in all."""
+    if m == 0:
+        yield ()
+        return
+    if slots == 0:
+        return
+    for first in range(1, m + 1):
+        for tree in ordered_trees(first, depth, width):
+            for rest in forests(m - first, depth, width, slots - 1):
+                yield (tree,) + rest
+
+
+def nested_value(tree: tuple, p) -> float:
+    return 1.0 + sum(p[k] * nested_value(child, p) for k, child in enumerate(tree))
+
+
+def exhaustive_best(m: int, depth: int, p) -> float:
+    trees = ordered_trees(m, depth, len(p))
+    return max((nested_value(t, p) for t in trees), default=-np.inf)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dp_equals_exhaustive_search_up_to_nine_nodes(seed):
+    rng = np.random.default_rng(seed)
+    width = 2 + seed % 3
+    p = rng.dirichlet(np.ones(width + 1))[:width]           # sums to < 1, like a measured vector
+    tables = build_tables(p, 9, 5)
+    for depth in range(0, 6):
+        for m in range(1, 10):
+            expected = exhaustive_best(m, depth, p)
+            got = tables.best[depth, m]
+            if np.isinf(expected):
+                assert np.isinf(got)
+            else:
+                assert got == pytest.approx(expected, abs=1e-12), (m, depth)
+                assert tree_value(tables.parents(m, depth), p) == pytest.approx(expected, abs=1e-12)
+
+
+def test_number_of_ordered_trees_is_catalan():
+    # Sanity of the exhaustive search itself: unrestricted ordered trees with 9 nodes = Catalan(8).
+    assert len(ordered_trees(9, 8, 8)) == 1430
+
+
+@pytest.mark.parametrize("p1,depth", [(0.8, 6), (0.5, 3), (0.95, 10)])
+def test_chain_value(p1, depth):
+    assert chain_value(p1, depth) == pytest.approx(sum(p1 ** k for k in range(depth + 1)))
+    # With one rank only, the best tree of depth+1 nodes is the chain.
+    result = optimal_tree([p1], depth + 1, depth)
+    assert result.parents == [-1] + list(range(depth))
+    assert result.value == pytest.approx(chain_value(p1, depth))
+
+
+def test_parents_are_breadth_first_with_ranked_children():
+    p = [0.5, 0.2, 0.1, 0.05, 0.03]
+    result = optimal_tree(p, 40, 6)
+    parents = result.parents
+    assert len(parents) == 40
+    check_parents(parents)  # raises unless BFS with contiguous levels
+    shape = TreeShape.from_parents(parents)
+    assert shape.depth <= 6
+    for kids in shape.children:
+        assert kids == list(range(kids[0], kids[0] + len(kids))) if kids else True
+        assert len(kids) <= len(p)
+    # Higher-ranked children never get bigger subtrees than lower-ranked ones (p decreases).
+    sizes = [1] * len(parents)
+    for i in range(len(parents) - 1, 0, -1):
+        sizes[parents[i]] += sizes[i]
+    for kids in shape.children:
+        assert [sizes[k] for k in kids] == sorted((sizes[k] for k in kids), reverse=True)
+    assert tree_value(parents, p) == pytest.approx(result.value)
+    # The table is monotone: more nodes or more depth never hurts.
+    for (n, d), v in result.table.items():
+        if (n, d - 1) in result.table:
+            assert v >= result.table[(n, d - 1)] - 1e-12
+        if (n - 1, d) in result.table:
+            assert v >= result.table[(n - 1, d)] - 1e-12
+
+
+def test_infeasible_and_bad_inputs_raise_invalid_input():
+    with pytest.raises(InvalidInput, match="no tree has"):
+        optimal_tree([0.5, 0.2], 9, 2)        # at most 1 + 2 + 4 = 7 nodes fit
+    with pytest.raises(InvalidInput):
+        optimal_tree([0.7, 0.5], 4, 2)        # sums above 1
+    with pytest.raises(InvalidInput):
+        optimal_tree([], 4, 2)
+    with pytest.raises(InvalidInput):
+        optimal_tree([0.5], 0, 2)
+    with pytest.raises(InvalidInput):
+        check_parents([-1, 0, 2])
+
+
+def test_tree_shape_helpers_and_mask():
+    #        0
+    #      1   2
+    #     3 4   5
+    parents = [-1, 0, 0, 1, 1, 2]
+    shape = TreeShape.from_parents(parents)
+    assert shape.depths == [0, 1, 1, 2, 2, 2]
+    assert shape.ranks == [0, 1, 2, 1, 2, 1]
+    assert shape.level_ranges == [(0, 1), (1, 3), (3, 6)]
+    assert shape.truncated(1).parents == [-1, 0, 0]
+    expected = torch.tensor([
+        [1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0],
+        [1, 0, 1, 0, 0, 0],
+        [1, 1, 0, 1, 0, 0],
+        [1, 1, 0, 0, 1, 0],
+        [1, 0, 1, 0, 0, 1],
+    ], dtype=torch.bool)
+    assert torch.equal(shape.ancestor_matrix(), expected)
+    tt = TreeTensors(shape, torch.device("cpu"), torch.float32)
+    mask = tt.target_mask(prefix_len=3)
+    low = torch.finfo(torch.float32).min
+    assert mask.shape == (1, 1, 6, 9)
+    assert torch.all(mask[0, 0, :, :3] == 0)
+    assert torch.equal(mask[0, 0, :, 3:] == 0, expected)
+    assert torch.all(mask[0, 0, :, 3:][~expected] == low)
+    assert tt.depth_offsets.tolist() == [0, 1, 1, 2, 2, 2]
+    # Level 2's draft mask: its rows, all columns up to the end of the level, after the prefix.
+    dm = tt.draft_mask(2, prefix_len=4)
+    assert dm.shape == (1, 1, 3, 10)
+    assert torch.equal(dm[0, 0, :, 4:] == 0, expected[3:6, :6])
+    # Level 0 with two pending tokens: causal.
+    d0 = tt.draft_mask(0, prefix_len=5, pending=2)
+    assert torch.equal(d0[0, 0, :, 5:] == 0, torch.tensor([[True, False], [True, True]]))
+    # Where each child's token comes from in its level's top-c draws.
+    assert tt.draw_row[0].tolist() == [0, 0] and tt.draw_rank[0].tolist() == [0, 1]
+    assert tt.draw_row[1].tolist() == [0, 0, 1] and tt.draw_rank[1].tolist() == [0, 1, 0]
+    assert tt.level_width == [2, 2, 0]
+
+
+def test_cli_tree_dp_json():
+    out = subprocess.run([sys.executable, "-m", "specviz", "tree-dp", "--acceptance", "[0.63, 0.11, 0.06]",
+                          "--budget", "8", "--depth", "4", "--json"], capture_output=True, text=True, check=True)
+    data = json.loads(out.stdout)
+    assert set(data) >= {"value", "parents", "table"}
+    assert len(data["parents"]) == 8
+    assert data["value"] == pytest.approx(optimal_tree([0.63, 0.11, 0.06], 8, 4).value)
+    assert data["table"]["8,4"] == pytest.approx(data["value"])
+    bad = subprocess.run([sys.executable, "-m", "specviz", "tree-dp", "--acceptance", "[0.6, 0.7]",
+                          "--budget", "8", "--depth", "4"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
+
+
+# -- the optimiser and the acceptance profiler -------------------------------------------
+
+
+def test_plan_prefers_big_trees_when_verification_is_free_and_small_when_not():
+    from specviz.optimizer import plan_from_curves
+
+    p = [0.6, 0.15, 0.08, 0.04]
+    sizes = [1, 2, 4, 8, 16, 32, 64, 128]
+    flat = {n: 30.0 for n in sizes}                       # a GPU-like curve: n tokens cost as much as 1
+    steep = {n: 30.0 * n for n in sizes}                  # every extra token costs a full forward
+    cheap_draft = {n: 1.0 for n in sizes}
+    gpu = plan_from_curves(p, flat, cheap_draft, 128, 10)
+    cpu = plan_from_curves(p, steep, cheap_draft, 128, 10)
+    assert gpu["choice"]["budget"] > 32 and gpu["choice"]["predicted_speedup"] > 2
+    assert cpu["choice"]["budget"] <= 4
+    row = gpu["choice"]
+    assert row["predicted_speedup"] == pytest.approx(row["value"] * 30.0 / row["ms_per_step"], rel=1e-3)
+    assert len(row["parents"]) == row["budget"]
+    assert all(r["budget"] in sizes for r in gpu["table"])
+    json.dumps(gpu)                                        # plain data for the app and the CLI
+
+
+def test_profile_acceptance_and_lookup(tmp_path, monkeypatch):
+    from helpers import tiny_pair
+    from specviz import acceptance
+    from specviz.sampling import SamplingConfig
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pair = tiny_pair()
+        cfg = SamplingConfig(1.0, seed=0)
+        before = acceptance.acceptance_for(pair, cfg)
+        assert before["source"].startswith("default")
+        result = acceptance.profile_acceptance(pair, ["t1 t2 t3", "t4 t5"], 3, cfg, steps=60,
+                                               max_new_tokens=20, show_progress=False)
+        assert result["steps"] == 60 and sum(result["counts"]) + result["rejected_all"] == 60
+        assert 0 < sum(result["acceptance"]) <= 1
+        after = acceptance.acceptance_for(pair, cfg)
+        assert after["acceptance"] == result["acceptance"] and after["source"].startswith("measured")
+        # A target drafting for itself at temperature 1 accepts the first child every time.
+        self_pair = tiny_pair(draft_seed=None)
+        exact = acceptance.profile_acceptance(self_pair, ["t1 t2"], 2, cfg, steps=20, max_new_tokens=20,
+                                              show_progress=False, save=False)
+        assert exact["acceptance"] == [1.0, 0.0]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_zero_entries_in_the_acceptance_vector():
+    # A measured vector may hold zeros: 0 * (an infeasible -inf) must not poison the DP with NaN.
+    p = [0.9, 0.0, 0.05]
+    tables = build_tables(p, 8, 3)
+    for depth in range(4):
+        for m in range(1, 9):
+            expected = exhaustive_best(m, depth, p)
+            assert tables.best[depth, m] == pytest.approx(expected) if np.isfinite(expected) \
+                else np.isinf(tables.best[depth, m])
