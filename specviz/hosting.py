@@ -52,6 +52,7 @@ class HostingLimits:
     max_run_seconds: float = 900.0
     queue_size: int = 16
     max_trace_bytes: int = 64 * 1024 * 1024
+    allowed_models_explicit: bool = False   # SPECVIZ_ALLOWED_MODELS was set: it binds custom ids too
     extra: dict = field(default_factory=dict)
 
     @staticmethod
@@ -63,6 +64,7 @@ class HostingLimits:
             hosted=hosted,
             allow_custom_models=_flag(env, "SPECVIZ_ALLOW_CUSTOM_MODELS", not hosted),
             allowed_models=allowed or PRESET_MODEL_IDS,
+            allowed_models_explicit=bool(allowed),
             max_new_tokens=_number(env, "SPECVIZ_MAX_NEW_TOKENS", 256 if hosted else 1024),
             max_prompt_chars=_number(env, "SPECVIZ_MAX_PROMPT_CHARS", 4000 if hosted else 20_000),
             max_run_seconds=_number(env, "SPECVIZ_MAX_RUN_SECONDS", 120.0 if hosted else 900.0, float),
@@ -71,8 +73,12 @@ class HostingLimits:
         )
 
     def check_model(self, model_id: str | None) -> None:
-        """Refuse a model id this deployment does not serve."""
-        if model_id is None or self.allow_custom_models:
+        """Refuse a model id this deployment does not serve.
+
+        Any id is fine when custom ids are on and no explicit allow-list was given
+        (the local default); otherwise the id must be on the list, presets included.
+        """
+        if model_id is None or (self.allow_custom_models and not self.allowed_models_explicit):
             return
         if model_id.strip() not in self.allowed_models:
             raise InvalidInput(

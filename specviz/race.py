@@ -211,9 +211,47 @@ def compute_ms(trace: RunTrace) -> float:
     return sum(s.total_ms for s in trace.steps)
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    import torch
+
+    oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    return isinstance(exc, oom) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+
+
+def free_accelerator_memory() -> None:
+    """Give cached GPU blocks back after an out-of-memory error, so the next run can start."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def release_freed_memory() -> None:
+    """After a race: collect, and hand glibc's freed heap pages back to the OS.
+
+    Decoder caches are allocated from several worker threads' malloc arenas; without
+    a trim, freed blocks stay resident and a long-running server's RSS creeps up.
+    """
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):   # not glibc (macOS, Windows, musl): nothing to do
+        pass
+
+
 def _error_text(exc: BaseException) -> str:
     if isinstance(exc, SpecVizError):
         return str(exc)
+    if is_out_of_memory(exc):
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return ("out of memory: this method's run did not fit on the device "
+                f"({first}); try fewer new tokens, a smaller tree or window, or a smaller model")
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -297,6 +335,8 @@ class Race:
         decoder.trace.error = _error_text(exc)
         decoder.trace.finish_reason = "error"
         _close_quietly(decoder)
+        if is_out_of_memory(exc):
+            free_accelerator_memory()
 
     def close(self) -> None:
         """Stop every unfinished decoder (cancelled) and free all their caches. Idempotent."""

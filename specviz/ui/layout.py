@@ -8,15 +8,17 @@ second. Per-visitor state is only the finished/streaming `RaceTrace` in a
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import gradio as gr
 
 from ..errors import InvalidInput, SpecVizError
-from ..race import RaceTrace
+from ..race import RaceTrace, free_accelerator_memory, is_out_of_memory, release_freed_memory
 from . import hardware, html, views
 
 DEFAULT_PRESET = "SmolLM2-135M-Instruct (offline default)"
@@ -76,6 +78,10 @@ class PairCache:
                 self.pairs[key] = load_pair(target, draft, dtype=dtype)
             return self.pairs[key]
 
+    def clear(self) -> None:
+        with self.lock:
+            self.pairs.clear()
+
 
 class RaceControl:
     """Lets the Stop button end this session's race at once (between two steps)."""
@@ -118,19 +124,34 @@ def method_options(tree_mode, budget, depth, look_mode, window, ngram, guesses, 
 
 def resolve_models(preset, custom_target, custom_draft, limits) -> tuple[str, str | None]:
     if preset == CUSTOM:
-        if not limits.allow_custom_models:
+        if not (limits.allow_custom_models or limits.allowed_models_explicit):
             raise InvalidInput("custom model ids are switched off on this server (SPECVIZ_ALLOW_CUSTOM_MODELS); "
                                "pick a preset")
         target = (custom_target or "").strip()
         if not target:
             raise InvalidInput("enter a target model id (or pick a preset)")
         draft = (custom_draft or "").strip() or None
-        for model_id in (target, draft):
+        for model_id in (target, None if draft == "self" else draft):
             limits.check_model(model_id)
         return target, draft
     if preset not in PRESETS:
         raise InvalidInput(f"unknown model preset {preset!r}")
+    if preset not in allowed_presets(limits):
+        raise InvalidInput(f"the model pair {preset!r} is not available on this server")
     return PRESETS[preset]
+
+
+def allowed_presets(limits) -> list[str]:
+    """The presets whose target and draft this deployment serves (SPECVIZ_ALLOWED_MODELS)."""
+    allowed = []
+    for label, models in PRESETS.items():
+        try:
+            for model_id in models:
+                limits.check_model(model_id)
+        except InvalidInput:
+            continue
+        allowed.append(label)
+    return allowed
 
 
 def sampling_config(temperature, top_p, seed):
@@ -187,11 +208,30 @@ def race_events(pairs: PairCache, limits, control: RaceControl | None, prompt, m
     yield ("trace", race.trace, True)
 
 
-def write_trace_file(trace: RaceTrace) -> str:
-    folder = Path(tempfile.mkdtemp(prefix="specviz-"))
-    path = folder / "specviz-trace.json"
-    path.write_text(trace.to_json())
-    return str(path)
+class TraceFiles:
+    """Downloadable trace files in one folder of this app, the oldest removed beyond `keep`.
+
+    Gradio copies each file into its own cache (purged by `delete_cache`) when it is
+    sent, so only the last few need to stay here; a long-running Space's disk stays bounded.
+    """
+
+    def __init__(self, keep: int = 32):
+        self.keep = keep
+        self.folder = Path(tempfile.mkdtemp(prefix="specviz-traces-"))
+        self.lock = threading.Lock()
+        weakref.finalize(self, shutil.rmtree, self.folder, True)   # gone when the app is
+
+    def write(self, trace: RaceTrace) -> str:
+        with self.lock:
+            folder = Path(tempfile.mkdtemp(dir=self.folder))   # one folder each: the download keeps its name
+            path = folder / "specviz-trace.json"
+            path.write_text(trace.to_json())
+            old = sorted(self.folder.iterdir(), key=lambda p: p.stat().st_mtime)[:-self.keep]
+            for stale in old:
+                for f in stale.iterdir():
+                    f.unlink(missing_ok=True)
+                stale.rmdir()
+            return str(path)
 
 
 DEFAULTS = {"prompt": EXAMPLES["code"], "max_new_tokens": 96, "tree_mode": "auto", "look_mode": "auto",
@@ -206,6 +246,7 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
     pairs = PairCache()
     limits = hosting_limits()
     controls: dict[str, RaceControl] = {}   # session hash -> its running race's control
+    trace_files = TraceFiles()
 
     def compute(control, *controls_values):
         # A closure, so ZeroGPU pickles only the control values and yields, never the model cache.
@@ -213,9 +254,12 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
 
     if gpu is not None:
         compute = gpu(compute)
-    allow_custom = limits.allow_custom_models
+    # Custom ids are offered when switched on, or when an explicit allow-list names what they may be.
+    allow_custom = limits.allow_custom_models or limits.allowed_models_explicit
 
-    with gr.Blocks(title="SpecViz: speculative decoding, side by side", analytics_enabled=False) as demo:
+    # delete_cache: Gradio's copies of served files (traces, uploads) older than an hour go, hourly.
+    with gr.Blocks(title="SpecViz: speculative decoding, side by side", analytics_enabled=False,
+                   delete_cache=(3600, 3600)) as demo:
         trace_state = gr.State(None)
         gr.Markdown("# SpecViz — three decoders race on one prompt\n"
                     "Autoregressive decoding makes one token per target forward. **Sequoia** drafts a tree of "
@@ -228,7 +272,9 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
                 with gr.Row():
                     example_buttons = [gr.Button(name, size="sm", variant="secondary") for name in EXAMPLES]
             with gr.Column(scale=2):
-                preset = gr.Dropdown(list(PRESETS) + ([CUSTOM] if allow_custom else []), value=DEFAULT_PRESET,
+                presets = allowed_presets(limits)
+                preset = gr.Dropdown(presets + ([CUSTOM] if allow_custom else []),
+                                     value=presets[0] if presets else (CUSTOM if allow_custom else None),
                                      label="Model pair (target + draft)")
                 with gr.Row(visible=False) as custom_row:
                     custom_target = gr.Textbox(label="Target model id", placeholder="org/model")
@@ -310,7 +356,7 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
                     + [html.summary_html(trace, trace.steps_done(upto)) if trace else "", trace,
                        gr.Slider(minimum=0, maximum=max(total, 1), value=upto, step=1),
                        views.step_caption(trace, upto),
-                       write_trace_file(trace) if (trace and with_file) else None,
+                       trace_files.write(trace) if (trace and with_file) else None,
                        hw, curve, status_text if status_text is not None else gr.skip()])
 
         def run(prompt_v, methods_v, preset_v, ct, cd, dtype_v, max_new_v, temp_v, top_p_v, seed_v, tree_mode_v,
@@ -350,10 +396,17 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
             except SpecVizError as exc:
                 raise gr.Error(str(exc), print_exception=False) from None
             except Exception as exc:   # e.g. out of memory while loading: report it, keep the app up
+                if is_out_of_memory(exc):
+                    pairs.clear()   # drop loaded weights too: the next run reloads what it needs
+                    free_accelerator_memory()
+                    raise gr.Error("out of memory while loading or preparing the models; the server freed "
+                                   "its memory: try a smaller model pair or fewer new tokens",
+                                   print_exception=False) from None
                 raise gr.Error(f"the run failed: {type(exc).__name__}: {exc}") from None
             finally:
                 if events is not None:
                     events.close()   # runs the race's `finally`: caches freed now, not at garbage collection
+                    release_freed_memory()
                 if controls.get(session) is control:
                     controls.pop(session, None)
             if trace is not None:

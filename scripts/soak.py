@@ -1,0 +1,111 @@
+"""Soak test (not in CI): many consecutive races through the real app; resident memory must not grow.
+
+Launches the app in this process on 127.0.0.1, drives it with gradio_client like a
+visitor would, and reads this process's resident memory (VmRSS) after the first
+10 runs (warm: models loaded, caches filled) and at the end. Target: under 5 % growth.
+
+    .venv/bin/python scripts/soak.py                      # 200 runs, all three methods, 16 tokens, fp32
+    .venv/bin/python scripts/soak.py --runs 60 --max-new-tokens 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import socket
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TRIM = False   # --trim: measure after malloc_trim(0)
+PROMPTS = [
+    "Write a Python function that reverses a string.",
+    "What are three tips for giving a good talk?",
+    "Repeat this list exactly three times: apple, banana, cherry, date.",
+    "A train travels 120 km in 1.5 hours. What is its average speed?",
+]
+
+
+def trim_malloc() -> None:
+    """Hand freed heap pages back to the OS (glibc), so RSS shows live memory, not allocator slack."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def rss_mb() -> float:
+    gc.collect()
+    if TRIM:
+        trim_malloc()
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=10, help="runs before the baseline memory reading")
+    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--methods", default="ar,sequoia,lookahead")
+    p.add_argument("--dtype", default="fp32")
+    p.add_argument("--trim", action="store_true",
+                   help="call glibc malloc_trim(0) before each reading (separates leaks from allocator slack)")
+    args = p.parse_args()
+    global TRIM
+    TRIM = args.trim
+    if args.runs <= args.warmup:
+        p.error("--runs must exceed --warmup")
+
+    import gradio_client
+
+    from specviz.ui import build_demo
+    from specviz.ui.layout import DEFAULT_PRESET
+
+    demo = build_demo()
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    client = gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    baseline = None
+    began = time.monotonic()
+    try:
+        for i in range(args.runs):
+            client.predict(prompt_v=PROMPTS[i % len(PROMPTS)], methods_v=methods, preset_v=DEFAULT_PRESET, ct="",
+                           cd="", dtype_v=args.dtype, max_new_v=args.max_new_tokens, temp_v=0.0 if i % 2 else 0.7,
+                           top_p_v=1.0 if i % 2 else 0.9, seed_v=i, tree_mode_v="manual", budget_v=8,
+                           depth_v=3, look_mode_v="manual", window_v=3, ngram_v=3, guesses_v=3, pool_v=True,
+                           api_name="/run")
+            if i + 1 == args.warmup:
+                gc.collect()
+                baseline = rss_mb()
+                print(f"after {i + 1} runs: RSS {baseline:.1f} MB", flush=True)
+            elif (i + 1) % 10 == 0 and baseline is not None:
+                gc.collect()
+                now = rss_mb()
+                print(f"after {i + 1} runs: RSS {now:.1f} MB, growth {100.0 * (now - baseline) / baseline:+.2f}% "
+                      f"({time.monotonic() - began:.0f} s)", flush=True)
+        gc.collect()
+        final = rss_mb()
+    finally:
+        demo.close()
+    growth = 100.0 * (final - baseline) / baseline
+    print(f"soak{' (malloc_trim)' if TRIM else ''}: {args.runs} runs ({','.join(methods)}, {args.max_new_tokens} tokens, {args.dtype}) in "
+          f"{time.monotonic() - began:.0f} s; RSS {baseline:.1f} MB after {args.warmup} -> {final:.1f} MB at the "
+          f"end: growth {growth:+.2f}% ({'OK' if growth < 5 else 'OVER'} the 5% target)")
+    return 0 if growth < 5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

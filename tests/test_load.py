@@ -1,0 +1,120 @@
+"""Issue 8 load test: 8 concurrent gradio_client clients against one local launch (loopback only).
+
+The queue is bounded (SPECVIZ_QUEUE_SIZE=4) and runs one race at a time, so each
+client either completes with the correct greedy output (all three columns equal
+to plain autoregressive decoding) or is told at once that the queue is full;
+queued clients see their position. Afterwards the server answers a normal request.
+"""
+
+from __future__ import annotations
+
+import html as htmllib
+import re
+import socket
+import threading
+import time
+
+import pytest
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client.utils import QueueError, Status  # noqa: E402
+
+CLIENTS = 8
+QUEUE_SIZE = 4
+MAX_NEW = 12
+PROMPT = "Write a Python function that reverses a string."
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    from specviz.ui import build_demo
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECVIZ_QUEUE_SIZE", str(QUEUE_SIZE))
+        demo = build_demo()
+    port = _free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+@pytest.fixture(scope="module")
+def expected_text(pair_fp32):
+    from specviz.decoders.autoregressive import AutoregressiveDecoder
+    from specviz.sampling import SamplingConfig
+    from specviz.text import encode_prompt
+
+    ids = encode_prompt(pair_fp32.tokenizer, PROMPT)
+    trace = AutoregressiveDecoder(pair_fp32, PROMPT, ids, SamplingConfig(), MAX_NEW).run()
+    return "".join(t for s in trace.steps for t in s.new_token_texts)
+
+
+def run_args():
+    from specviz.ui.layout import DEFAULT_PRESET
+
+    return dict(prompt_v=PROMPT, methods_v=["ar", "sequoia", "lookahead"], preset_v=DEFAULT_PRESET, ct="", cd="",
+                dtype_v="fp32", max_new_v=MAX_NEW, temp_v=0.0, top_p_v=1.0, seed_v=0, tree_mode_v="manual",
+                budget_v=6, depth_v=3, look_mode_v="manual", window_v=3, ngram_v=3, guesses_v=3, pool_v=True)
+
+
+def column_texts(result) -> list[str]:
+    # Outputs 3..5 are the AR / Sequoia / Lookahead token columns.
+    return [htmllib.unescape(re.sub(r"<[^>]+>", "", frag)).replace("⏎", "\n") for frag in result[3:6]]
+
+
+def test_eight_concurrent_clients_complete_or_hear_queue_is_full(server_url, expected_text):
+    clients = [gradio_client.Client(server_url, verbose=False) for _ in range(CLIENTS)]
+    outcomes: list[tuple[str, object] | None] = [None] * CLIENTS
+    positions: list[int] = []
+    start = threading.Barrier(CLIENTS)
+
+    def visit(i: int) -> None:
+        start.wait()
+        try:
+            job = clients[i].submit(**run_args(), api_name="/run")
+            while not job.done():
+                status = job.status()
+                if status.code == Status.IN_QUEUE and status.rank is not None:
+                    positions.append(status.rank)
+                time.sleep(0.05)
+            outcomes[i] = ("done", job.result(timeout=10))
+        except QueueError as exc:
+            outcomes[i] = ("busy", str(exc))
+        except Exception as exc:  # anything else is a failure the assertions below report
+            outcomes[i] = ("error", f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=visit, args=(i,), daemon=True) for i in range(CLIENTS)]
+    began = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240 - (time.monotonic() - began))
+    assert not any(t.is_alive() for t in threads), "a client hung"
+
+    done = [o[1] for o in outcomes if o and o[0] == "done"]
+    busy = [o[1] for o in outcomes if o and o[0] == "busy"]
+    errors = [o[1] for o in outcomes if not o or o[0] == "error"]
+    assert not errors, errors
+    assert len(done) + len(busy) == CLIENTS
+    assert 1 <= len(done) <= CLIENTS and len(done) >= min(CLIENTS, QUEUE_SIZE)
+    for result in done:
+        assert column_texts(result) == [expected_text] * 3
+    for message in busy:
+        assert "queue is full" in message.lower()
+    # Queued clients were told their place in line (Gradio's rank, shown as "queue: N/M" in the browser).
+    if len(done) > 1:
+        assert positions and max(positions) >= 1
+    print(f"\nload: {len(done)} completed, {len(busy)} told the queue is full, "
+          f"max queue position seen {max(positions, default=0)}, {time.monotonic() - began:.1f} s")
+
+    # The server is still up and answers a normal request afterwards.
+    after = gradio_client.Client(server_url, verbose=False).predict(**run_args(), api_name="/run")
+    assert column_texts(after) == [expected_text] * 3
