@@ -41,20 +41,35 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def app_url():
+def _launch(max_new_tokens: int, prompt: str = "Write a Python function that reverses a string."):
     _need_browser()
     from specviz.ui import build_demo, launch_kwargs
 
     # Small explicit sizes: 'auto' would first profile the CPU for minutes.
-    demo = build_demo(defaults={"prompt": "Write a Python function that reverses a string.",
-                                "max_new_tokens": 24, "tree_mode": "manual", "tree_budget": 12, "tree_depth": 4,
-                                "look_mode": "manual", "dtype": "fp32"})
+    demo = build_demo(defaults={"prompt": prompt,
+                                "max_new_tokens": max_new_tokens, "tree_mode": "manual", "tree_budget": 12,
+                                "tree_depth": 4, "look_mode": "manual", "dtype": "fp32"})
     port = _free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                 **launch_kwargs())
+    return demo, f"http://127.0.0.1:{port}/"
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    demo, url = _launch(24)
     try:
-        yield f"http://127.0.0.1:{port}/"
+        yield url
+    finally:
+        demo.close()
+
+
+@pytest.fixture(scope="module")
+def long_app_url():
+    """A run long enough (and an idle machine fast enough) that Stop always lands mid-run."""
+    demo, url = _launch(400, "Write a long story about a lighthouse keeper and a storm, in many paragraphs.")
+    try:
+        yield url
     finally:
         demo.close()
 
@@ -91,7 +106,7 @@ def test_page_runs_a_race_and_draws_the_tree(app_url):
     assert not errors, errors
 
 
-def test_stop_ends_the_run_and_keeps_it_for_replay(app_url):
+def test_stop_ends_the_run_and_keeps_it_for_replay(long_app_url):
     from playwright.sync_api import sync_playwright
 
     errors: list[str] = []
@@ -100,17 +115,17 @@ def test_stop_ends_the_run_and_keeps_it_for_replay(app_url):
         try:
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
             page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
-            page.goto(app_url, wait_until="load", timeout=60_000)
+            page.goto(long_app_url, wait_until="load", timeout=60_000)
             page.wait_for_selector("#sv-run", timeout=60_000)
             page.locator("#sv-run").click()
-            # Stop once the race is under way (some tokens on the page), long before 24 tokens.
+            # Stop once the race is under way (some tokens on the page), long before 400 tokens.
             page.wait_for_function("document.querySelectorAll('#sv-text-ar .sv-tok').length >= 2",
                                    timeout=120_000)
             page.locator("#sv-stop").click()
             page.wait_for_function(
                 "document.querySelector('#sv-status').innerText.includes('Stopped')", timeout=60_000)
             tokens_at_stop = page.locator("#sv-text-ar .sv-tok").count()
-            assert 2 <= tokens_at_stop < 24
+            assert 2 <= tokens_at_stop < 400
             page.wait_for_timeout(1500)
             assert page.locator("#sv-text-ar .sv-tok").count() == tokens_at_stop   # nothing streams on
             assert "Step" in page.locator("body").inner_text()
