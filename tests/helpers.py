@@ -87,3 +87,12 @@ def chi_square_pvalue(samples: list[tuple], exact: dict, min_expected: float = 5
         expected.append(pooled_exp)
     scale = sum(observed) / sum(expected)
     return float(stats.chisquare(observed, [e * scale for e in expected]).pvalue)
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface, for launching the app in a test."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -12,7 +12,6 @@ import html
 import importlib.util
 import json
 import re
-import socket
 
 import pytest
 
@@ -23,10 +22,7 @@ RUN_METHODS = [m for m in ("ar", "sequoia", "lookahead")
 PROMPT = "Write a Python function that reverses a string."
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from helpers import free_port as _free_port  # noqa: E402
 
 
 @pytest.fixture(scope="module")

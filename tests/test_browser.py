@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -35,10 +34,7 @@ def _need_browser():
         pytest.skip(f"{reason}; skipping the browser test outside CI")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from helpers import free_port as _free_port  # noqa: E402
 
 
 def _launch(max_new_tokens: int, prompt: str = "Write a Python function that reverses a string."):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html as htmllib
 import re
-import socket
 import threading
 import time
 
@@ -25,10 +24,7 @@ MAX_NEW = 12
 PROMPT = "Write a Python function that reverses a string."
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from helpers import free_port as _free_port  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ import html as htmllib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -213,10 +212,7 @@ def test_api_rejects_bad_trace_uploads(tmp_path):
 # ---------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from helpers import free_port as _free_port  # noqa: E402
 
 
 @pytest.fixture(scope="module")
