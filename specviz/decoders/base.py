@@ -80,6 +80,7 @@ class Decoder(ABC):
         self.generated: list[int] = []
         self.done = False
         self.detok = Detokenizer(pair.tokenizer, self.prompt_ids)
+        self._texts: dict[int, str] = {}
         self.trace = RunTrace(
             method=self.method, prompt=prompt, prompt_token_ids=self.prompt_ids,
             settings={"max_new_tokens": self.max_new_tokens, **self.sampling.to_dict(), **(settings or {})},
@@ -116,6 +117,13 @@ class Decoder(ABC):
         ...
 
     # -- helpers for subclasses ----------------------------------------------------------
+
+    def _text(self, token_id: int) -> str:
+        """One token's text for payloads (tree nodes, window cells); decoded once per run."""
+        text = self._texts.get(token_id)
+        if text is None:
+            text = self._texts[token_id] = self.pair.tokenizer.decode([token_id])
+        return text
 
     def _accept(self, candidate_ids: list[int]) -> tuple[list[int], str | None]:
         """Cut new tokens at EOS (kept, like `generate`) and at max_new_tokens."""

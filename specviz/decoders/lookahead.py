@@ -73,7 +73,6 @@ class LookaheadDecoder(Decoder):
         self.pool = NgramPool(ngram - 1, guesses)
         if pool_from_prompt:
             self.pool.seed_from_prompt(self.prompt_ids)
-        self._texts: dict[int, str] = {}
 
     # -- one step ------------------------------------------------------------------------
 
@@ -180,12 +179,6 @@ class LookaheadDecoder(Decoder):
 
     def _replace_eos(self, token: int) -> int:
         return self.rng.choice(self.prompt_ids) if token in self.eos_ids else token
-
-    def _text(self, token: int) -> str:
-        text = self._texts.get(token)
-        if text is None:
-            text = self._texts[token] = self.pair.tokenizer.decode([token])
-        return text
 
     def close(self) -> None:
         self.cache = None

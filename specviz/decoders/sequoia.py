@@ -97,7 +97,6 @@ class SequoiaDecoder(Decoder):
         self.draft_cache = new_cache(self.draft)
         self.draft_seen = 0
         self._tensors: dict[int, TreeTensors] = {}   # depth -> prepared tensors of the tree cut there
-        self._texts: dict[int, str] = {}
 
     # -- per-shape preparation ----------------------------------------------------------------
 
@@ -108,12 +107,6 @@ class SequoiaDecoder(Decoder):
             shape = self.shape if depth == self.shape.depth else self.shape.truncated(depth)
             tt = self._tensors[depth] = TreeTensors(shape, self.device, self.pair.dtype)
         return tt
-
-    def _text(self, token_id: int) -> str:
-        text = self._texts.get(token_id)
-        if text is None:
-            text = self._texts[token_id] = self.pair.tokenizer.decode([token_id])
-        return text
 
     # -- the step -----------------------------------------------------------------------------
 
