@@ -139,7 +139,7 @@ class SequoiaDecoder(Decoder):
         self._compact(walk.accepted, shape, depth, root_slot)
         new_ids = [token_list[i] for i in walk.accepted] + [walk.bonus_token]
         sources = [SOURCE_DRAFT] * len(walk.accepted) + [SOURCE_BONUS]
-        payload = self._payload(shape, token_list, walk, logits, target_probs, child_q)
+        payload = self._payload(tt, token_list, walk, logits, target_probs, child_q)
         times = timer.stop()
         payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
         payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
@@ -175,8 +175,8 @@ class SequoiaDecoder(Decoder):
         draft_probs: dict[int, torch.Tensor] = {}
         if shape.depth == 0:
             return tokens, draft_probs, child_q
-        all_ids = self.prompt_ids + self.generated
-        pending = all_ids[self.draft_seen:]          # the root is the last of these
+        # Tokens the draft has not read yet (always generated ones after the prefill); the root is last.
+        pending = self.generated[self.draft_seen - len(self.prompt_ids):]
         root_slot = committed - 1
         for level in range(shape.depth):
             start, end = shape.level_ranges[level]
@@ -224,10 +224,11 @@ class SequoiaDecoder(Decoder):
         keep_positions(self.draft_cache, root_slot, keep[:len(seen)])
         self.draft_seen = root_slot + len(seen)
 
-    def _payload(self, shape: TreeShape, tokens: list[int], walk, logits: torch.Tensor,
+    def _payload(self, tt: TreeTensors, tokens: list[int], walk, logits: torch.Tensor,
                  target_probs: torch.Tensor | None, child_q: torch.Tensor) -> TreePayload:
+        shape = tt.shape
         n = shape.size
-        parent_rows = torch.tensor([max(p, 0) for p in shape.parents], device=self.device)
+        parent_rows = tt.parents  # prepared once per tree shape
         token_ids = torch.tensor(tokens, device=self.device)
         if target_probs is None:
             # Greedy: show the softmax at temperature 1, the model's own confidence.
