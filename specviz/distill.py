@@ -222,6 +222,56 @@ class DistillData:
 
 
 # ---------------------------------------------------------------------------
+# Stage 2b: the draft head's vocabulary
+# ---------------------------------------------------------------------------
+
+
+def build_vocab(tokenizer, answers: list[dict], seed: int, bpe_rows: int, text_rows: int,
+                seq_len: int = 256) -> list[int]:
+    """Token ids the draft's head keeps: BPE's first `bpe_rows` merges plus every token seen written.
+
+    BPE numbers tokens roughly by frequency in the tokenizer's own corpus, so low ids
+    cover common text; the target's own answers and a sample of the offline text add
+    the tokens this target actually writes. Sequoia widens the set with each prompt's
+    tokens at run time (answers quote their prompt).
+    """
+    seen = {t for a in answers for t in a["answer_ids"] + a["prompt_ids"]}
+    data = DistillData(tokenizer, [], seed, seq_len, 1, 0, 0.0)
+    rng = random.Random(seed + 7)
+    for _ in range(text_rows):
+        seen.update(data._text_row(rng))
+    vocab = len(tokenizer)
+    ids = set(range(min(bpe_rows, vocab))) | {t for t in seen if 0 <= t < vocab} | set(tokenizer.all_special_ids)
+    return sorted(ids)
+
+
+def vocab_coverage(vocab_ids: list[int], heldout: list[dict]) -> dict:
+    """Share of the target's held-out greedy tokens the head can propose (alone / with the prompt's tokens)."""
+    keep = set(vocab_ids)
+    total = alone = widened = 0
+    for row in heldout:
+        prompt = set(row["prompt_ids"])
+        for t in row["answer_ids"]:
+            total += 1
+            alone += t in keep
+            widened += t in keep or t in prompt
+    return {"heldout_tokens": total, "coverage": round(alone / max(total, 1), 4),
+            "coverage_with_prompt": round(widened / max(total, 1), 4)}
+
+
+def write_vocab(tokenizer, work_dir: Path, out_dir: Path, seed: int, bpe_rows: int, text_rows: int) -> dict:
+    from .draft import save_vocab
+
+    ids = build_vocab(tokenizer, read_jsonl(work_dir / "answers.jsonl"), seed, bpe_rows, text_rows)
+    info = {"rows": len(ids), "bpe_rows": bpe_rows, "text_rows": text_rows, "seed": seed,
+            **vocab_coverage(ids, read_jsonl(work_dir / "heldout.jsonl"))}
+    save_vocab(out_dir, ids, info)
+    log(f"draft head: {len(ids)} of {len(tokenizer)} tokens, held-out coverage {info['coverage']:.3f} "
+        f"({info['coverage_with_prompt']:.3f} with the prompt's tokens)")
+    return info
+
+
+# ---------------------------------------------------------------------------
 # Stage 3: loss, agreement, training loop
 # ---------------------------------------------------------------------------
 
@@ -401,11 +451,28 @@ def cmd_distill(args: argparse.Namespace) -> int:
     log(f"target {settings['target']} on {target.device}, draft = target layers {layers}; work dir {work_dir}")
     generate_answers(target, tokenizer, work_dir, args.seed, args.gen_batch, args.gen_tokens, args.heldout_tokens)
     train(target, tokenizer, settings, out_dir, work_dir, resume=args.resume)
+    if args.vocab_rows:
+        write_vocab(tokenizer, work_dir, out_dir, args.seed, args.vocab_rows, args.vocab_text_rows)
+    return 0
+
+
+def cmd_draft_vocab(args: argparse.Namespace) -> int:
+    from .draft import is_draft_dir
+    from .models import load_tokenizer
+
+    work_dir, out_dir = Path(args.work), Path(args.draft)
+    if not (work_dir / "answers.jsonl").exists():
+        raise InvalidInput(f"{work_dir} holds no answers.jsonl (the work dir of a `distill` run)")
+    if not is_draft_dir(out_dir):
+        raise InvalidInput(f"{out_dir} is not a SpecViz draft directory")
+    print(json.dumps(write_vocab(load_tokenizer(args.target), work_dir, out_dir, args.seed, args.vocab_rows,
+                                 args.vocab_text_rows), indent=1))
     return 0
 
 
 def cmd_draft_eval(args: argparse.Namespace) -> int:
     from .draft import draft_display_name, is_draft_dir, load_offline_draft
+    from .lean import VocabSubsetHead
     from .models import offline_default_draft_dir
     from .profiler import measure_forward_times
 
@@ -431,9 +498,17 @@ def cmd_draft_eval(args: argparse.Namespace) -> int:
               "positions": sum(int(s[2].numel()) for s in seqs), "agreement": round(agree, 4),
               "target_ms": round(times["target"], 2), "draft_ms": round(times["draft"], 2),
               "draft_over_target": round(times["draft"] / times["target"], 3),
+              "draft_head_rows": int(draft.lm_head.vocab_ids.numel()) if isinstance(draft.lm_head, VocabSubsetHead)
+              else len(tokenizer),
               "device": str(target.device), "threads": torch.get_num_threads()}
     print(json.dumps(result, indent=1))
     return 0
+
+
+def _add_vocab_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vocab-rows", type=int, default=12288,
+                   help="draft head: keep BPE's first N tokens plus every token seen in the data (0: whole vocabulary)")
+    p.add_argument("--vocab-text-rows", type=int, default=150, help="offline text rows scanned for the head's tokens")
 
 
 def register(subparsers) -> None:
@@ -459,7 +534,16 @@ def register(subparsers) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch's default)")
     p.add_argument("--resume", action="store_true", help="continue from the training state in the work dir")
+    _add_vocab_args(p)
     p.set_defaults(func=cmd_distill)
+
+    p = subparsers.add_parser("draft-vocab", help="(re)build a draft's head vocabulary from a distill work dir")
+    p.add_argument("--target", default="default")
+    p.add_argument("--work", required=True, help="the distill run's work dir (answers.jsonl, heldout.jsonl)")
+    p.add_argument("--draft", required=True, help="the draft directory to write vocab.json into")
+    p.add_argument("--seed", type=int, default=0)
+    _add_vocab_args(p)
+    p.set_defaults(func=cmd_draft_vocab)
 
     p = subparsers.add_parser("draft-eval", help="held-out agreement and forward time of a distilled draft")
     p.add_argument("--target", default="default")

@@ -6,6 +6,9 @@ healed by distillation (`specviz/distill.py`). It reuses the target's token
 embedding and lm_head *tensors*: they are not trained and not shipped.
 
 On disk a draft directory holds:
+- `vocab.json` (optional): the token ids the draft's head keeps (`VocabSubsetHead`);
+  logits of every other token are -inf, which keeps speculation exact (q need only
+  be a distribution) and makes the draft's forward a fraction of the target's;
 - `config.json`: the draft's LlamaConfig (vocabulary and widths of the target,
   `num_hidden_layers` = number of kept layers);
 - `draft.safetensors`: only the draft's own weights (decoder layers + final norm),
@@ -29,6 +32,7 @@ from .errors import InvalidInput, ModelLoadError
 
 WEIGHTS_FILE = "draft.safetensors"
 META_FILE = "draft.json"
+VOCAB_FILE = "vocab.json"   # optional: the token ids the draft's head keeps
 SHARED_PREFIXES = ("model.embed_tokens.", "lm_head.")
 
 
@@ -119,6 +123,26 @@ def save_draft(draft, out_dir: str | Path, layers: list[int], target_name: str, 
     (out / META_FILE).write_text(json.dumps(meta, indent=2))
 
 
+def save_vocab(out_dir: str | Path, vocab_ids: list[int], info: dict) -> None:
+    path = Path(out_dir) / VOCAB_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**info, "vocab_ids": list(vocab_ids)}))
+    tmp.replace(path)
+
+
+def load_vocab(dir_: str | Path, vocab_size: int) -> torch.Tensor | None:
+    path = Path(dir_) / VOCAB_FILE
+    if not path.exists():
+        return None
+    try:
+        ids = json.loads(path.read_text())["vocab_ids"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{path} is not a draft vocabulary file: {exc}") from None
+    if not ids or not all(isinstance(t, int) and 0 <= t < vocab_size for t in ids) or len(set(ids)) != len(ids):
+        raise ModelLoadError(f"{path} must list distinct token ids below {vocab_size}")
+    return torch.tensor(sorted(ids), dtype=torch.long)
+
+
 def is_draft_dir(path: str | Path | None) -> bool:
     return path is not None and (Path(path) / META_FILE).exists() and (Path(path) / WEIGHTS_FILE).exists()
 
@@ -149,6 +173,11 @@ def load_offline_draft(target_model, dir_: str | Path, dtype: torch.dtype | None
         raise ModelLoadError(f"draft checkpoint in {dir_} lacks {sorted(missing)[:3]}")
     draft.load_state_dict(weights, strict=False, assign=True)
     _init_buffers(draft, target_model)
+    vocab_ids = load_vocab(dir_, tcfg.vocab_size)
+    if vocab_ids is not None:
+        from .lean import VocabSubsetHead
+
+        draft.lm_head = VocabSubsetHead(target_model.lm_head.weight, vocab_ids)
     draft.generation_config = target_model.generation_config
     draft.eval()
     draft.requires_grad_(False)

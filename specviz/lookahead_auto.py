@@ -118,10 +118,10 @@ def settings_table(curve: dict[int, float], accept_rate: float = ACCEPT_RATE) ->
 def choose(pair, refresh: bool = False) -> dict:
     """{"curve", "table", "choice", "accept_rate", "key"} for this target, device and dtype (cached)."""
     from .models import dtype_name
-    from .profiler import forward_curve, load_cached, save_cached
+    from .profiler import forward_curve, forward_kind, load_cached, save_cached
 
     # The draft plays no part in Lookahead: key on the target, device and dtype only.
-    key = f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}"
+    key = f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}"
     cached = None if refresh else load_cached("lookahead-auto", key)
     if cached and cached.get("version") == AUTO_VERSION and cached.get("accept_rate") == ACCEPT_RATE:
         return cached

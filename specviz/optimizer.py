@@ -17,7 +17,7 @@ import numpy as np
 
 from .acceptance import acceptance_for
 from .models import dtype_name
-from .profiler import forward_curve, load_cached, save_cached
+from .profiler import forward_curve, forward_kind, load_cached, save_cached
 from .sampling import SamplingConfig
 from .tree import TreeShape
 from .tree_dp import build_tables
@@ -98,7 +98,8 @@ def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | No
     default_n, default_d = default_limits(pair)
     max_budget, max_depth = int(max_budget or default_n), int(max_depth or default_d)
     acc = acceptance_for(pair, sampling)
-    key = f"{pair.key}|T{sampling.temperature:g}|p{sampling.top_p:g}|N{max_budget}|D{max_depth}"
+    kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"   # curves belong to the forwards timed
+    key = f"{pair.key}|{kinds}|T{sampling.temperature:g}|p{sampling.top_p:g}|N{max_budget}|D{max_depth}"
     cached = None if refresh else load_cached("sequoia-plan", key)
     if cached and cached.get("acceptance") == list(acc["acceptance"]):
         return cached

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .kvcache import crop, new_cache
+from .lean import lean_llama_supported, make_forward
 from .models import cache_dir
 
 
@@ -35,14 +35,18 @@ def _sync(device: torch.device) -> None:
 @torch.inference_mode()
 def measure_forward_times(model, sizes: list[int], context_len: int = 200, repeats: int = 5,
                           warmup: int = 2) -> dict[int, float]:
-    """Median milliseconds of one forward over n new tokens (tree-style 4-D mask) after `context_len`."""
+    """Median milliseconds of one forward over n new tokens (tree-style 4-D mask) after `context_len`.
+
+    It times the forward the decoders run (`specviz.lean.make_forward`: the lean
+    Llama forward where it is exact, else transformers'), over every row's logits.
+    """
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
     context = torch.randint(0, vocab, (1, context_len), generator=gen).to(device)
-    cache = new_cache(model)
-    model(input_ids=context, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    forward = make_forward(model, context_len + max(sizes))
+    forward(context, 0)
     out: dict[int, float] = {}
     for n in sizes:
         tokens = torch.randint(0, vocab, (1, n), generator=gen).to(device)
@@ -50,19 +54,25 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
         mask = torch.zeros(1, 1, n, context_len + n, dtype=dtype, device=device)
         causal = torch.triu(torch.ones(n, n, dtype=torch.bool, device=device), diagonal=1)
         mask[0, 0, :, context_len:].masked_fill_(causal, torch.finfo(dtype).min)
-        positions = torch.arange(context_len, context_len + n, device=device).unsqueeze(0)
+        positions = torch.arange(context_len, context_len + n, device=device)
         times = []
         for i in range(warmup + repeats):
             _sync(device)
             start = time.perf_counter()
-            model(input_ids=tokens, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                  use_cache=True)
+            forward(tokens, context_len, positions=positions, mask=mask, rows=n)
             _sync(device)
             if i >= warmup:
                 times.append((time.perf_counter() - start) * 1000)
-            crop(cache, context_len)
         out[n] = statistics.median(times)
     return out
+
+
+def forward_kind(model) -> str:
+    """Names what `measure_forward_times` times for this model, so a cached curve matches the code."""
+    head = getattr(model, "lm_head", None)
+    rows = getattr(head, "vocab_ids", None)
+    kind = "lean" if lean_llama_supported(model) else "hf"
+    return kind if rows is None else f"{kind}-head{int(rows.numel())}"
 
 
 def _profile_path(kind: str, key: str) -> Path:
@@ -94,7 +104,7 @@ def forward_curve(model, key: str, sizes: list[int] | None = None, context_len: 
     """t(n) in ms for `model`, cached under `key` (e.g. pair.key + ':target')."""
     device = next(model.parameters()).device
     sizes = sizes or default_sizes(device)
-    cache_key = f"{key}-ctx{context_len}"
+    cache_key = f"{key}-{forward_kind(model)}-ctx{context_len}"
     cached = None if refresh else load_cached("forward", cache_key)
     if cached and all(str(n) in cached["ms"] for n in sizes):
         return {n: float(cached["ms"][str(n)]) for n in sizes}

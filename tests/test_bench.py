@@ -14,7 +14,8 @@ from helpers import tiny_pair
 from specviz import bench
 from specviz.cli import main
 from specviz.decoders import make_decoder
-from specviz.decoders.autoregressive import AutoregressiveDecoder, lean_llama_supported
+from specviz.decoders.autoregressive import AutoregressiveDecoder
+from specviz.lean import lean_llama_supported
 from specviz.errors import InvalidInput
 from specviz.sampling import SamplingConfig
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from specviz.distill import agreement, chat_ids, generate_batch, heldout_sequences, load_prompts
-from specviz.draft import (META_FILE, WEIGHTS_FILE, build_draft, load_offline_draft, parse_layers,
-                           save_draft)
+from specviz.draft import (META_FILE, VOCAB_FILE, WEIGHTS_FILE, build_draft, load_offline_draft,
+                           parse_layers, save_draft)
+from specviz.lean import VocabSubsetHead
 from specviz.errors import InvalidInput, ModelLoadError
 from specviz.models import OFFLINE_DRAFT_DIR, load_pair
 
@@ -49,14 +50,21 @@ def test_default_pair_uses_the_distilled_draft_sharing_the_target(pair):
     assert pair.draft.config.vocab_size == pair.target.config.vocab_size == pair.vocab_size
     # Shared, not copied: the same storage for the embedding and the lm_head.
     assert pair.draft.model.embed_tokens.weight.data_ptr() == pair.target.model.embed_tokens.weight.data_ptr()
-    assert pair.draft.lm_head.weight.data_ptr() == pair.target.lm_head.weight.data_ptr()
+    # The head keeps part of the vocabulary (vocab.json), cut from the target's shared head.
+    head = pair.draft.lm_head
+    assert isinstance(head, VocabSubsetHead) and head.full_weight.data_ptr() == pair.target.lm_head.weight.data_ptr()
+    assert 4096 <= head.vocab_ids.numel() < pair.vocab_size
+    assert set(pair.tokenizer.all_special_ids) <= set(head.vocab_ids.tolist())
     assert pair.draft.config.num_hidden_layers < pair.target.config.num_hidden_layers
     assert all(p.dtype == pair.dtype for p in pair.draft.parameters())
     ids = torch.tensor([chat_ids(pair.tokenizer, "Hello!")])
     with torch.inference_mode():
         logits = pair.draft(input_ids=ids).logits
     assert logits.shape == (1, ids.shape[1], pair.vocab_size)
-    assert torch.isfinite(logits).all()
+    assert torch.isfinite(logits[..., head.vocab_ids]).all()
+    outside = torch.ones(pair.vocab_size, dtype=torch.bool)
+    outside[head.vocab_ids] = False
+    assert (logits[..., outside] == float("-inf")).all()
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +110,9 @@ def test_bad_layers_and_dirs_are_clear_errors(pair, tmp_path):
     assert parse_layers("29,0,-1", 30) == [0, 29]
     with pytest.raises(ModelLoadError, match="not a SpecViz draft"):
         load_offline_draft(pair.target, tmp_path)
+    draft = build_draft(pair.target, [0], torch.bfloat16)
+    save_draft(draft, tmp_path, [0], "default")
+    for bad in ('{"vocab_ids": [1, 1]}', '{"vocab_ids": [0, 99999999]}', "not json", '{"vocab_ids": []}'):
+        (tmp_path / VOCAB_FILE).write_text(bad)
+        with pytest.raises(ModelLoadError, match="vocab"):
+            load_offline_draft(pair.target, tmp_path)

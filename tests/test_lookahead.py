@@ -242,7 +242,7 @@ def test_short_prompts_and_max_new_tokens(prompt_ids, one_thread):
                 dec.step()
                 assert len(dec.generated) <= n
                 if not dec.done:  # the cache holds the prompt and every generated token but the last
-                    assert dec.cache.get_seq_length() == len(prompt_ids) + len(dec.generated) - 1
+                    assert dec.cache_len == len(prompt_ids) + len(dec.generated) - 1
             assert dec.generated == reference[:n], (window, ngram, guesses, n)
             assert dec.trace.finish_reason == "length"
 

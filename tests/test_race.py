@@ -88,7 +88,7 @@ def test_one_decoder_failing_leaves_the_others_running(pair_fp32):
     assert trace.runs["sequoia"].finish_reason == "error"
     assert "injected fault" in trace.runs["sequoia"].error
     assert len(trace.runs["sequoia"].steps) == 2
-    assert failing.cache is None   # its memory was freed
+    assert failing.forward is None   # its cache was freed
     assert trace.runs["lookahead"].error == "method 'lookahead' is not implemented yet"
     assert trace.runs["lookahead"].steps == []
 
@@ -101,7 +101,7 @@ def test_close_cancels_and_frees(pair_fp32):
     race.close()
     race.close()   # idempotent
     assert race.done and race.step() is None
-    assert first.cache is None and second.cache is None
+    assert first.forward is None and second.forward is None
     assert race.trace.cancelled
     assert {r.finish_reason for r in race.trace.runs.values()} == {"cancelled"}
     check_least_compute_order(race.trace)

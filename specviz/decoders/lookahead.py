@@ -15,7 +15,7 @@ import random
 import torch
 
 from ..errors import InvalidInput
-from ..kvcache import crop, keep_positions, new_cache
+from ..lean import make_forward
 from ..lookahead_auto import resolve_settings
 from ..lookahead_layout import build_layout
 from ..lookahead_rules import greedy_verify, sampling_verify
@@ -38,6 +38,7 @@ class _LazyProbs:
 
 class LookaheadDecoder(Decoder):
     method = "lookahead"
+    lean = True  # False: transformers' own forward (A/B measurements, tests)
 
     def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, window=None, ngram=None,
                  guesses=None, pool_from_prompt=True):
@@ -50,8 +51,6 @@ class LookaheadDecoder(Decoder):
             "window": window, "ngram": ngram, "guesses": guesses, "pool_from_prompt": pool_from_prompt,
             "auto": auto})
         self.W, self.N, self.G = window, ngram, guesses
-        self.model = pair.target
-        self.cache = new_cache(self.model)
         self.cache_len = 0
         self.t0: int | None = None          # last committed token, not yet in the cache
         dtype = self.pair.dtype
@@ -62,6 +61,9 @@ class LookaheadDecoder(Decoder):
         self.offsets = [lay.offsets.to(self.device) for lay in self.layouts]
         self.logits_index = [lay.logits_index.to(self.device) for lay in self.layouts]
         n_max = max(lay.n_max for lay in self.layouts)
+        # The lean Llama forward where it is exact, else transformers'; one cache slot per token it can hold.
+        self.forward = make_forward(pair.target, len(self.prompt_ids) + self.max_new_tokens + n_max,
+                                    lean=self.lean)
         self.committed_mask = torch.zeros(1, 1, n_max, len(self.prompt_ids) + self.max_new_tokens,
                                           dtype=dtype, device=self.device)
         self.max_position = pair.max_context - 1
@@ -93,10 +95,8 @@ class LookaheadDecoder(Decoder):
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         mask = torch.cat([self.committed_mask[:, :, :n_in, :ctx],
                           self.mask_blocks[fill][:n_in, :n_in].view(1, 1, n_in, n_in)], dim=-1)
-        positions = (self.offsets[fill][:n_in] + ctx).clamp_(max=self.max_position).unsqueeze(0)
-        logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                            past_key_values=self.cache, use_cache=True,
-                            logits_to_keep=self.logits_index[fill][:n_kept]).logits[0]
+        positions = (self.offsets[fill][:n_in] + ctx).clamp_(max=self.max_position)
+        logits = self.forward(input_ids, ctx, positions=positions, mask=mask, rows=self.logits_index[fill][:n_kept])
 
         timer.start(PHASE_VERIFY)
         preds = logits.argmax(dim=-1).tolist()
@@ -116,12 +116,8 @@ class LookaheadDecoder(Decoder):
 
         # The cache keeps t0 and the accepted candidate tokens; the window's K/V go.
         if reason is None:
-            if n_acc:
-                first_slot = ctx + layout.candidate_start + verdict.best * cand_len
-                keep = torch.arange(first_slot, first_slot + n_acc, device=self.device)
-                keep_positions(self.cache, ctx + 1, keep)
-            else:
-                crop(self.cache, ctx + 1)
+            first_slot = ctx + layout.candidate_start + (verdict.best or 0) * cand_len
+            self.forward.keep(ctx + 1, torch.arange(first_slot, first_slot + n_acc, device=self.device))
             self.cache_len = ctx + 1 + n_acc
             self.t0 = verdict.tokens[-1]
         harvested = self._advance_window(t0, new_level)
@@ -141,8 +137,7 @@ class LookaheadDecoder(Decoder):
         timer = PhaseTimer(self.device)
         timer.start(PHASE_TARGET)
         prompt = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
-        logits = self.model(input_ids=prompt, past_key_values=self.cache, use_cache=True,
-                            logits_to_keep=1).logits[0, -1]
+        logits = self.forward(prompt, 0)[0]
         timer.start(PHASE_VERIFY)
         token = int(next_token(logits, self.sampling, self.generator))
         self.cache_len = len(self.prompt_ids)
@@ -181,5 +176,5 @@ class LookaheadDecoder(Decoder):
         return self.rng.choice(self.prompt_ids) if token in self.eos_ids else token
 
     def close(self) -> None:
-        self.cache = None
+        self.forward = None
         self.committed_mask = None

@@ -21,12 +21,10 @@ reached the last level, which the draft never processes).
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
 from ..errors import InvalidInput
-from ..kvcache import keep_positions, new_cache
+from ..lean import VocabSubsetHead, make_forward
 from ..sampling import next_token, probs_from_logits
 from ..trace import (PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, SOURCE_AR, SOURCE_BONUS, SOURCE_DRAFT,
                      StepRecord, TreeNode, TreePayload)
@@ -79,8 +77,18 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents) -> tuple
                             "acceptance_source": acc["source"], "predicted_tokens_per_step": result.value}
 
 
+def _draft_vocab(draft, prompt_ids: list[int], device) -> torch.Tensor | None:
+    """The draft head's tokens widened by the prompt's: answers quote their prompt (None: whole vocabulary)."""
+    head = getattr(draft, "lm_head", None)
+    if not isinstance(head, VocabSubsetHead):
+        return None
+    prompt = torch.tensor(prompt_ids, dtype=torch.long, device=device)
+    return torch.unique(torch.cat([head.vocab_ids.to(device), prompt]))
+
+
 class SequoiaDecoder(Decoder):
     method = "sequoia"
+    lean = True  # False: transformers' own forward for both models (A/B measurements, tests)
 
     def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, tree_budget=None, tree_depth=None,
                  tree_parents=None):
@@ -89,12 +97,13 @@ class SequoiaDecoder(Decoder):
         self.shape = TreeShape.from_parents(parents)
         self.trace.settings.update(tree_budget=self.shape.size, tree_depth=self.shape.depth,
                                    tree_parents=parents, **settings)
-        self.target = pair.target
-        self.draft = pair.draft
         self.vocab = pair.vocab_size
-        self.target_cache = new_cache(self.target)
-        # A separate cache for the draft role even when the target drafts for itself.
-        self.draft_cache = new_cache(self.draft)
+        # Both models run through one forward interface (a lean Llama forward where exact, else
+        # transformers'), each over its own cache, even when the target drafts for itself.
+        max_len = len(self.prompt_ids) + self.max_new_tokens + self.shape.size
+        self.target_fwd = make_forward(pair.target, max_len, lean=self.lean)
+        self.draft_fwd = make_forward(pair.draft, max_len, _draft_vocab(pair.draft, self.prompt_ids, self.device),
+                                      lean=self.lean)
         self.draft_seen = 0
         self._tensors: dict[int, TreeTensors] = {}   # depth -> prepared tensors of the tree cut there
 
@@ -123,10 +132,8 @@ class SequoiaDecoder(Decoder):
         tokens, draft_probs, child_q = self._draft_tree(tt, committed)
         timer.start(PHASE_TARGET)
         root_slot = committed - 1
-        positions = (tt.depth_offsets + root_slot).unsqueeze(0)
-        logits = self.target(input_ids=tokens.unsqueeze(0), attention_mask=tt.target_mask(root_slot),
-                             position_ids=positions, past_key_values=self.target_cache,
-                             use_cache=True).logits[0, :, :self.vocab]
+        logits = self.target_fwd(tokens.unsqueeze(0), root_slot, positions=tt.depth_offsets + root_slot,
+                                 mask=tt.target_mask(root_slot), rows=tt.shape.size)[:, :self.vocab]
         timer.start(PHASE_VERIFY)
         shape = tt.shape
         token_list = tokens.tolist()
@@ -150,15 +157,14 @@ class SequoiaDecoder(Decoder):
         timer = PhaseTimer(self.device)
         timer.start(PHASE_TARGET)
         ids = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
-        logits = self.target(input_ids=ids, past_key_values=self.target_cache, use_cache=True,
-                             logits_to_keep=1).logits[:, -1, :self.vocab]
+        logits = self.target_fwd(ids, 0)[:, :self.vocab]
         token = int(next_token(logits, self.sampling, self.generator))
         timer.start(PHASE_DRAFT)
-        if self.pair.draft_is_target:
+        if self.pair.draft_is_target and type(self.draft_fwd) is type(self.target_fwd):
             # Same model, same prompt: the draft's cache is a copy, not a second prefill.
-            self.draft_cache = copy.deepcopy(self.target_cache)
+            self.draft_fwd.copy_prefix(self.target_fwd, len(self.prompt_ids))
         else:
-            self.draft(input_ids=ids, past_key_values=self.draft_cache, use_cache=True, logits_to_keep=1)
+            self.draft_fwd(ids, 0)
         self.draft_seen = len(self.prompt_ids)
         return self._emit([token], [SOURCE_AR], len(self.prompt_ids), timer.stop())
 
@@ -178,22 +184,19 @@ class SequoiaDecoder(Decoder):
         # Tokens the draft has not read yet (always generated ones after the prefill); the root is last.
         pending = self.generated[self.draft_seen - len(self.prompt_ids):]
         root_slot = committed - 1
+        vocab_ids = self.draft_fwd.vocab_ids   # the draft head's token per row (None: row = token)
         for level in range(shape.depth):
             start, end = shape.level_ranges[level]
             if level == 0:
                 n_in = len(pending)
                 ids = torch.tensor([pending], dtype=torch.long, device=self.device)
-                positions = torch.arange(committed - n_in, committed, device=self.device).unsqueeze(0)
-                mask = tt.draft_mask(0, committed - n_in, n_in)
-                keep = 1
+                logits = self.draft_fwd(ids, committed - n_in, mask=tt.draft_mask(0, committed - n_in, n_in))
             else:
-                ids = tokens[start:end].unsqueeze(0)
-                positions = (tt.depth_offsets[start:end] + root_slot).unsqueeze(0)
-                mask = tt.draft_mask(level, root_slot)
-                keep = end - start
-            logits = self.draft(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                past_key_values=self.draft_cache, use_cache=True,
-                                logits_to_keep=keep).logits[0, :, :self.vocab]
+                logits = self.draft_fwd(tokens[start:end].unsqueeze(0), root_slot + start,
+                                        positions=tt.depth_offsets[start:end] + root_slot,
+                                        mask=tt.draft_mask(level, root_slot), rows=end - start)
+            if vocab_ids is None:
+                logits = logits[:, :self.vocab]
             width = tt.level_width[level]
             if self.sampling.greedy:
                 draws = logits.topk(width, dim=-1).indices
@@ -205,24 +208,31 @@ class SequoiaDecoder(Decoder):
                 draws = (q / noise).topk(width, dim=-1).indices
                 for i in range(start, end):
                     if shape.children[i]:
-                        draft_probs[i] = q[i - start]
+                        draft_probs[i] = self._full_vocab(q[i - start], vocab_ids)
             child_start, child_end = shape.level_ranges[level + 1]
             rows, ranks = tt.draw_row[level], tt.draw_rank[level]
-            tokens[child_start:child_end] = draws[rows, ranks]
-            child_q[child_start:child_end] = q[rows, tokens[child_start:child_end]]
+            picked = draws[rows, ranks]
+            child_q[child_start:child_end] = q[rows, picked]
+            tokens[child_start:child_end] = picked if vocab_ids is None else vocab_ids[picked]
         return tokens, draft_probs, child_q
 
     def _compact(self, accepted: list[int], shape: TreeShape, depth: int, root_slot: int) -> None:
         """Keep the root and the accepted path in both caches, right after the prefix."""
         path = [0] + accepted
         keep = torch.tensor(path, dtype=torch.long, device=self.device) + root_slot
-        keep_positions(self.target_cache, root_slot, keep)
+        self.target_fwd.keep(root_slot, keep)
         if depth == 0:
             return  # the draft ran no forward this step; its pending tokens simply grow
         # The draft processed levels 0 .. depth-1 only: a path node on the last level is pending.
         seen = [i for i in path if shape.depths[i] < depth]
-        keep_positions(self.draft_cache, root_slot, keep[:len(seen)])
+        self.draft_fwd.keep(root_slot, keep[:len(seen)])
         self.draft_seen = root_slot + len(seen)
+
+    def _full_vocab(self, q: torch.Tensor, vocab_ids: torch.Tensor | None) -> torch.Tensor:
+        """q over the whole vocabulary (zero outside the draft head's rows), as verification needs."""
+        if vocab_ids is None:
+            return q
+        return q.new_zeros(self.vocab).index_copy_(0, vocab_ids, q)
 
     def _payload(self, tt: TreeTensors, tokens: list[int], walk, logits: torch.Tensor,
                  target_probs: torch.Tensor | None, child_q: torch.Tensor) -> TreePayload:
@@ -248,6 +258,6 @@ class SequoiaDecoder(Decoder):
                            draft_ms=0.0, verify_ms=0.0)
 
     def close(self) -> None:
-        self.target_cache = None
-        self.draft_cache = None
+        self.target_fwd = None
+        self.draft_fwd = None
         self._tensors.clear()

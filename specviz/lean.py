@@ -1,0 +1,209 @@
+"""A lean batch-1 Llama forward for the decoding loops, gpt-fast style.
+
+transformers' module machinery (hooks, mask building, cache objects, output
+dataclasses) costs several milliseconds per forward on a CPU, which is a large
+share of a 4-layer draft's forward and a fifth of the target's. `LeanLlama` runs
+the very same tensor ops over the model's own weights (no copies) with a
+preallocated KV cache and precomputed rotary tables, so greedy fp32 output equals
+the model's own forward.
+
+One object serves every decoder:
+- autoregressive: `forward(ids, start)`, plainly causal;
+- Sequoia and Lookahead: `forward(ids, start, positions=..., mask=...)` with an
+  additive tree/window mask over the cache plus the new tokens, then `keep(...)`
+  to move the accepted tokens' K/V next to the committed prefix.
+
+It also honours a draft head restricted to part of the vocabulary
+(`VocabSubsetHead`): the logits then cover only `vocab_ids`.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+from .kvcache import cache_length, crop, keep_positions, new_cache
+
+
+def lean_llama_supported(model) -> bool:
+    """True when `LeanLlama` computes exactly what the model's own forward does."""
+    cfg = model.config
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    inner = getattr(model, "model", None)
+    return (getattr(cfg, "model_type", None) == "llama" and inner is not None
+            and getattr(cfg, "_attn_implementation", "sdpa") in ("sdpa", "eager")
+            and rope.get("rope_type", "default") == "default"
+            and not getattr(cfg, "attention_bias", False) and not getattr(cfg, "mlp_bias", False)
+            and getattr(cfg, "hidden_act", "silu") == "silu" and getattr(cfg, "pretraining_tp", 1) == 1
+            and hasattr(inner, "rotary_emb") and hasattr(model, "lm_head"))
+
+
+class VocabSubsetHead(torch.nn.Module):
+    """An output head over part of the vocabulary: logits elsewhere are -inf.
+
+    A draft only has to propose tokens from *some* distribution q for Sequoia's
+    verification to stay exact, so restricting its head to the tokens a target
+    actually writes (plus the prompt's) loses a little acceptance and saves most
+    of a small draft's forward: the full 49k-row head is 2/3 of a 4-layer draft.
+    As a module it serves transformers' own forward (assisted generation,
+    evaluation) with full-vocabulary logits; `LeanLlama` uses `weight` directly.
+    """
+
+    def __init__(self, full_weight: torch.Tensor, vocab_ids: torch.Tensor):
+        super().__init__()
+        self.vocab_size = full_weight.shape[0]
+        self.full_weight = full_weight   # the target's head, shared: a wider subset can be cut from it
+        self.register_buffer("vocab_ids", vocab_ids.to(full_weight.device, torch.long), persistent=False)
+        self.register_buffer("weight", full_weight.detach().index_select(0, self.vocab_ids).contiguous(),
+                             persistent=False)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        # 2-D matmul: a 3-D input can route F.linear through bmm, which copies the weight every call.
+        sub = F.linear(hidden.reshape(-1, hidden.shape[-1]), self.weight)
+        out = sub.new_full((sub.shape[0], self.vocab_size), float("-inf"))
+        out[:, self.vocab_ids] = sub
+        return out.view(*hidden.shape[:-1], self.vocab_size)
+
+
+class LeanLlama:
+    """Batch-1 Llama forward over `model`'s weights with a preallocated cache of `max_len` slots."""
+
+    def __init__(self, model, max_len: int, vocab_ids: torch.Tensor | None = None):
+        cfg, inner = model.config, model.model
+        head = model.lm_head
+        device, self.dtype = inner.embed_tokens.weight.device, inner.embed_tokens.weight.dtype
+        self.device, self.max_len = device, max_len
+        self.eps = cfg.rms_norm_eps
+        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self.gqa = self.n_heads != self.n_kv
+        self.scale = inner.layers[0].self_attn.scaling
+        self.embed, self.final_norm = inner.embed_tokens.weight, inner.norm.weight
+        # The head's rows and the token id of each row (None: the whole vocabulary, row = token id).
+        full = head.full_weight if isinstance(head, VocabSubsetHead) else head.weight
+        if vocab_ids is not None:
+            self.vocab_ids = vocab_ids.to(device)
+            self.lm_head = full.index_select(0, self.vocab_ids).contiguous()
+        else:
+            self.vocab_ids = getattr(head, "vocab_ids", None)
+            self.lm_head = head.weight
+        self.layers = [(layer.input_layernorm.weight, layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
+                        layer.self_attn.v_proj.weight, layer.self_attn.o_proj.weight,
+                        layer.post_attention_layernorm.weight, layer.mlp.gate_proj.weight,
+                        layer.mlp.up_proj.weight, layer.mlp.down_proj.weight) for layer in inner.layers]
+        # Rotary tables for every position this run can reach, computed as transformers does.
+        rotary = inner.rotary_emb
+        freqs = torch.arange(max_len, device=device)[:, None].float() * rotary.inv_freq.to(device, torch.float)
+        angles = torch.cat((freqs, freqs), dim=-1)
+        self.cos = (angles.cos() * rotary.attention_scaling).to(self.dtype)
+        self.sin = (angles.sin() * rotary.attention_scaling).to(self.dtype)
+        shape = (1, self.n_kv, max_len, self.head_dim)
+        self.keys = [torch.empty(shape, dtype=self.dtype, device=device) for _ in self.layers]
+        self.values = [torch.empty(shape, dtype=self.dtype, device=device) for _ in self.layers]
+
+    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return weight * h.to(x.dtype)
+
+    @staticmethod
+    def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+    def forward(self, input_ids: torch.Tensor, start: int, positions: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1) -> torch.Tensor:
+        """Logits (rows, vocab) after writing `input_ids`' K/V into slots start, start+1, ...
+
+        positions: each token's position (default: its slot); mask: additive
+        (1, 1, n, start + n) over the cached slots and the new tokens (default:
+        causal). rows: an index tensor of rows to return, or how many last rows.
+        """
+        n = input_ids.shape[1]
+        end = start + n
+        if end > self.max_len:
+            raise ValueError(f"LeanLlama: {end} slots needed, {self.max_len} allocated")
+        if positions is None:
+            cos, sin = self.cos[start:end], self.sin[start:end]
+        else:
+            cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
+        if mask is None and n > 1 and start > 0:
+            allowed = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
+            mask = torch.zeros(1, 1, n, end, dtype=self.dtype, device=self.device).masked_fill_(
+                ~allowed, torch.finfo(self.dtype).min)
+        causal = mask is None and n > 1   # a prefill from slot 0: plainly causal
+        x = F.embedding(input_ids, self.embed)
+        for i, (w_in, wq, wk, wv, wo, w_post, w_gate, w_up, w_down) in enumerate(self.layers):
+            h = self._rms_norm(x, w_in)
+            q = F.linear(h, wq).view(1, n, self.n_heads, self.head_dim).transpose(1, 2)
+            k = F.linear(h, wk).view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
+            v = F.linear(h, wv).view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
+            q = q * cos + self._rotate_half(q) * sin
+            k = k * cos + self._rotate_half(k) * sin
+            self.keys[i][:, :, start:end] = k
+            self.values[i][:, :, start:end] = v
+            attn = F.scaled_dot_product_attention(q, self.keys[i][:, :, :end], self.values[i][:, :, :end],
+                                                  attn_mask=mask, is_causal=causal, scale=self.scale,
+                                                  enable_gqa=self.gqa)
+            x = x + F.linear(attn.transpose(1, 2).reshape(1, n, -1), wo)
+            h = self._rms_norm(x, w_post)
+            x = x + F.linear(F.silu(F.linear(h, w_gate)) * F.linear(h, w_up), w_down)
+        x = x[0, -rows:] if isinstance(rows, int) else x[0].index_select(0, rows)
+        # A 2-D input keeps F.linear on a plain matmul (see VocabSubsetHead.forward).
+        return F.linear(self._rms_norm(x, self.final_norm), self.lm_head)
+
+    __call__ = forward
+
+    def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
+        """Move the K/V of `slots` (ascending, all >= prefix_len) to prefix_len, prefix_len + 1, ..."""
+        n = int(slots.numel())
+        if n == 0:
+            return
+        for keys, values in zip(self.keys, self.values):
+            keys[:, :, prefix_len:prefix_len + n] = keys.index_select(2, slots)
+            values[:, :, prefix_len:prefix_len + n] = values.index_select(2, slots)
+
+    def copy_prefix(self, other: "LeanLlama", n: int) -> None:
+        """Take the first n slots of another cache over the same weights (a self-draft's prefill)."""
+        for mine, theirs in zip(self.keys + self.values, other.keys + other.values):
+            mine[:, :, :n] = theirs[:, :, :n]
+
+
+class ModelForward:
+    """The model's own forward over a DynamicCache, behind `LeanLlama`'s interface (any architecture).
+
+    The cache holds exactly the slots before `start`: slots from `start` on are
+    overwritten, as in `LeanLlama`, so both can be driven by the same loop.
+    """
+
+    vocab_ids = None   # transformers' forward always returns the whole vocabulary
+
+    def __init__(self, model):
+        self.model = model
+        self.cache = new_cache(model)
+
+    def forward(self, input_ids: torch.Tensor, start: int, positions: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1) -> torch.Tensor:
+        if cache_length(self.cache) > start:
+            crop(self.cache, start)
+        return self.model(input_ids=input_ids, attention_mask=mask,
+                          position_ids=None if positions is None else positions.unsqueeze(0),
+                          past_key_values=self.cache, use_cache=True, logits_to_keep=rows).logits[0]
+
+    __call__ = forward
+
+    def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
+        keep_positions(self.cache, prefix_len, slots)
+
+    def copy_prefix(self, other: "ModelForward", n: int) -> None:
+        self.cache = copy.deepcopy(other.cache)
+        crop(self.cache, n)
+
+
+def make_forward(model, max_len: int, vocab_ids: torch.Tensor | None = None, lean: bool = True):
+    """`LeanLlama` where it is exact for this model, else the model's own forward."""
+    if lean and lean_llama_supported(model):
+        return LeanLlama(model, max_len, vocab_ids)
+    return ModelForward(model)

@@ -1,0 +1,147 @@
+"""The lean Llama forward computes what transformers' forward does, and a draft head over part of the
+vocabulary keeps speculation exact."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from helpers import chi_square_pvalue, exact_distribution, tiny_pair
+from specviz.decoders import make_decoder
+from specviz.kvcache import keep_positions, new_cache
+from specviz.lean import LeanLlama, ModelForward, VocabSubsetHead, lean_llama_supported
+from specviz.models import ModelPair
+from specviz.sampling import SamplingConfig
+from specviz.tree import TreeShape, TreeTensors
+
+TREE = [-1, 0, 0, 1, 1, 2, 3]
+
+
+def _hf_tree_logits(model, prompt: torch.Tensor, tokens: torch.Tensor, tt: TreeTensors):
+    cache = new_cache(model)
+    model(input_ids=prompt, past_key_values=cache, use_cache=True)
+    p = prompt.shape[1]
+    logits = model(input_ids=tokens, attention_mask=tt.target_mask(p), position_ids=(tt.depth_offsets + p)[None],
+                   past_key_values=cache, use_cache=True).logits[0]
+    return logits, cache
+
+
+@torch.inference_mode()
+def test_tree_forward_and_keep_match_transformers(pair_fp32):
+    model = pair_fp32.target
+    assert lean_llama_supported(model)
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, 49152, (1, 20), generator=gen)
+    tokens = torch.randint(0, 49152, (1, len(TREE)), generator=gen)
+    tt = TreeTensors(TreeShape.from_parents(TREE), torch.device("cpu"), torch.float32)
+    expected, cache = _hf_tree_logits(model, prompt, tokens, tt)
+
+    lean = LeanLlama(model, 64)
+    prefill = lean(prompt, 0)
+    torch.testing.assert_close(prefill, model(input_ids=prompt).logits[0, -1:], atol=2e-4, rtol=1e-4)
+    got = lean(tokens, 20, positions=tt.depth_offsets + 20, mask=tt.target_mask(20), rows=len(TREE))
+    torch.testing.assert_close(got, expected, atol=2e-4, rtol=1e-4)
+    rows = torch.tensor([0, 3, 6])
+    torch.testing.assert_close(lean(tokens, 20, positions=tt.depth_offsets + 20, mask=tt.target_mask(20),
+                                    rows=rows), expected[rows], atol=2e-4, rtol=1e-4)
+
+    # Keep the path 0 -> 1 -> 3, then read one more token: the same as transformers' cache after the same move.
+    path = torch.tensor([0, 1, 3]) + 20
+    lean.keep(20, path)
+    keep_positions(cache, 20, path)
+    nxt = torch.tensor([[42]])
+    want = model(input_ids=nxt, past_key_values=cache, use_cache=True).logits[0, -1:]
+    torch.testing.assert_close(lean(nxt, 23), want, atol=2e-4, rtol=1e-4)
+
+
+@torch.inference_mode()
+def test_model_forward_fallback_has_the_same_interface(pair_fp32):
+    model = pair_fp32.target
+    prompt = torch.tensor([[1, 2, 3, 4, 5]])
+    lean, plain = LeanLlama(model, 16), ModelForward(model)
+    torch.testing.assert_close(plain(prompt, 0), lean(prompt, 0), atol=2e-4, rtol=1e-4)
+    more = torch.tensor([[6, 7, 8]])
+    # A causal multi-token read after a cache (no mask given): both build the causal mask.
+    torch.testing.assert_close(plain(more, 5, rows=3), lean(more, 5, rows=3), atol=2e-4, rtol=1e-4)
+    # Reading again from slot 5 overwrites: the fallback crops its cache first.
+    torch.testing.assert_close(plain(more[:, :1], 5), lean(more[:, :1], 5), atol=2e-4, rtol=1e-4)
+
+
+@torch.inference_mode()
+def test_vocab_subset_head():
+    model = tiny_pair(vocab_size=6).target
+    ids = torch.tensor([0, 2, 5])
+    head = VocabSubsetHead(model.lm_head.weight, ids)
+    hidden = torch.randn(1, 3, model.config.hidden_size)
+    full = model.lm_head(hidden)
+    out = head(hidden)
+    torch.testing.assert_close(out[..., ids], full[..., ids])
+    assert (out[..., [1, 3, 4]] == float("-inf")).all()
+
+
+def _subset_draft(draft, ids: list[int]):
+    draft = copy.deepcopy(draft)
+    draft.lm_head = VocabSubsetHead(draft.lm_head.weight, torch.tensor(ids))
+    return draft
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_sampling_stays_exact_when_the_draft_cannot_propose_some_tokens(one_thread):
+    pair = tiny_pair()
+    pair = ModelPair(pair.target, _subset_draft(pair.draft, [0, 2, 3, 5]), pair.tokenizer, pair.target_name,
+                     "tiny-subset", pair.device, pair.dtype)
+    prompt_ids = [1, 3, 3]   # the prompt widens the head by token 1, never by 4
+    sampling = SamplingConfig(0.9, 1.0)
+    exact = exact_distribution(pair.target, prompt_ids, sampling)
+    samples, drafted = [], set()
+    for seed in range(2500):
+        trace = make_decoder("sequoia", pair, "", prompt_ids=prompt_ids, max_new_tokens=5,
+                             sampling=SamplingConfig(0.9, 1.0, seed=seed),
+                             tree_parents=[-1, 0, 0, 1, 1]).run()
+        samples.append(tuple(trace.token_ids[:3]))
+        drafted.update(n.token_id for step in trace.steps[1:] for n in step.payload.nodes[1:])
+    assert chi_square_pvalue(samples, exact) > 1e-3
+    assert 4 not in drafted and 1 in drafted   # the head's rows, widened by the prompt, and nothing else
+    assert any(4 in s for s in samples)        # the target still writes what the draft cannot propose
+
+
+def test_greedy_with_a_subset_head_equals_autoregressive(pair_fp32):
+    target = pair_fp32.target
+    draft = copy.deepcopy(target)
+    draft.model.layers = draft.model.layers[:6]
+    draft.config.num_hidden_layers = 6
+    if getattr(draft.config, "layer_types", None):
+        draft.config.layer_types = draft.config.layer_types[:6]
+    draft = _subset_draft(draft, list(range(8000)))
+    pair = ModelPair(target, draft, pair_fp32.tokenizer, pair_fp32.target_name, "first-6-layers-8k",
+                     pair_fp32.device, pair_fp32.dtype)
+    prompt = "Write a Python function that reverses a string."
+    ar = make_decoder("ar", pair, prompt, max_new_tokens=40).run().token_ids
+    seq = make_decoder("sequoia", pair, prompt, max_new_tokens=40, tree_budget=8, tree_depth=3).run()
+    assert seq.token_ids == ar
+    assert any(step.payload.accepted_path for step in seq.steps[1:])
+
+
+@pytest.mark.parametrize("method,options", [("sequoia", {"tree_parents": [-1, 0, 0, 1, 2]}),
+                                            ("lookahead", {"window": 4, "ngram": 3, "guesses": 3})])
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "transformers"])
+def test_both_forward_paths_are_exact(method, options, lean, one_thread, monkeypatch):
+    """Other architectures take transformers' forward behind the same interface: greedy stays equal to AR."""
+    from specviz.decoders import decoder_class
+
+    pair = tiny_pair(vocab_size=6)
+    monkeypatch.setattr(decoder_class(method), "lean", lean)
+    for prompt_ids in ([1, 2, 3], [4, 4, 1, 4, 4, 1]):
+        ar = make_decoder("ar", pair, "", prompt_ids=prompt_ids, max_new_tokens=20).run().token_ids
+        dec = make_decoder(method, pair, "", prompt_ids=prompt_ids, max_new_tokens=20, **options)
+        assert isinstance(dec.target_fwd if method == "sequoia" else dec.forward, LeanLlama if lean else ModelForward)
+        assert dec.run().token_ids == ar
