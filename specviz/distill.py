@@ -236,10 +236,11 @@ def build_vocab(tokenizer, answers: list[dict], seed: int, bpe_rows: int, text_r
     tokens at run time (answers quote their prompt).
     """
     seen = {t for a in answers for t in a["answer_ids"] + a["prompt_ids"]}
-    data = DistillData(tokenizer, [], seed, seq_len, 1, 0, 0.0)
-    rng = random.Random(seed + 7)
-    for _ in range(text_rows):
-        seen.update(data._text_row(rng))
+    if text_rows > 0:
+        data = DistillData(tokenizer, [], seed, seq_len, 1, 0, 0.0)
+        rng = random.Random(seed + 7)
+        for _ in range(text_rows):
+            seen.update(data._text_row(rng))
     vocab = len(tokenizer)
     ids = set(range(min(bpe_rows, vocab))) | {t for t in seen if 0 <= t < vocab} | set(tokenizer.all_special_ids)
     return sorted(ids)

@@ -116,3 +116,13 @@ def test_bad_layers_and_dirs_are_clear_errors(pair, tmp_path):
         (tmp_path / VOCAB_FILE).write_text(bad)
         with pytest.raises(ModelLoadError, match="vocab"):
             load_offline_draft(pair.target, tmp_path)
+
+
+def test_draft_vocabulary_recipe(pair):
+    from specviz.distill import build_vocab, vocab_coverage
+
+    answers = [{"prompt_ids": [1, 5000, 30000], "answer_ids": [40000, 2, 40000]}]
+    ids = build_vocab(pair.tokenizer, answers, seed=0, bpe_rows=100, text_rows=0)
+    assert ids == sorted(set(range(100)) | {5000, 30000, 40000} | set(pair.tokenizer.all_special_ids))
+    heldout = [{"prompt_ids": [45000], "answer_ids": [3, 40000, 45000, 46000]}]
+    assert vocab_coverage(ids, heldout) == {"heldout_tokens": 4, "coverage": 0.5, "coverage_with_prompt": 0.75}

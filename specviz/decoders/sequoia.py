@@ -77,6 +77,11 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents) -> tuple
                             "acceptance_source": acc["source"], "predicted_tokens_per_step": result.value}
 
 
+def _probs_at(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """softmax(logits)[rows, cols] without materialising the softmax of every row."""
+    return (logits[rows, cols].float() - logits.float().logsumexp(dim=-1)[rows]).exp()
+
+
 def _draft_vocab(draft, prompt_ids: list[int], device) -> torch.Tensor | None:
     """The draft head's tokens widened by the prompt's: answers quote their prompt (None: whole vocabulary)."""
     head = getattr(draft, "lm_head", None)
@@ -200,7 +205,7 @@ class SequoiaDecoder(Decoder):
             width = tt.level_width[level]
             if self.sampling.greedy:
                 draws = logits.topk(width, dim=-1).indices
-                q = logits.float().softmax(dim=-1)   # only shown in the app
+                q = None
             else:
                 q = probs_from_logits(logits, self.sampling)
                 # Gumbel-top-k: the top-c of q / Exp(1) is a draw of c tokens without replacement.
@@ -212,7 +217,10 @@ class SequoiaDecoder(Decoder):
             child_start, child_end = shape.level_ranges[level + 1]
             rows, ranks = tt.draw_row[level], tt.draw_rank[level]
             picked = draws[rows, ranks]
-            child_q[child_start:child_end] = q[rows, picked]
+            if q is None:   # greedy: each drawn token's draft probability, only shown in the app
+                child_q[child_start:child_end] = _probs_at(logits, rows, picked)
+            else:
+                child_q[child_start:child_end] = q[rows, picked]
             tokens[child_start:child_end] = picked if vocab_ids is None else vocab_ids[picked]
         return tokens, draft_probs, child_q
 
@@ -242,8 +250,7 @@ class SequoiaDecoder(Decoder):
         token_ids = torch.tensor(tokens, device=self.device)
         if target_probs is None:
             # Greedy: show the softmax at temperature 1, the model's own confidence.
-            log_p = logits.log_softmax(dim=-1)
-            target_p = log_p[parent_rows, token_ids].exp().tolist()
+            target_p = _probs_at(logits, parent_rows, token_ids).tolist()
         else:
             target_p = target_probs[parent_rows, token_ids].tolist()
         draft_p = child_q.tolist()
