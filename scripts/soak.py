@@ -6,6 +6,7 @@ visitor would, and reads this process's resident memory (VmRSS) after the first
 
     .venv/bin/python scripts/soak.py                      # 200 runs, all three methods, 16 tokens, fp32
     .venv/bin/python scripts/soak.py --runs 60 --max-new-tokens 8
+    .venv/bin/python scripts/soak.py --runs 30 --tracemalloc 4   # where retained memory comes from (slow)
 """
 
 from __future__ import annotations
@@ -47,6 +48,52 @@ def rss_mb() -> float:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
+class Tracer:
+    """--tracemalloc: what the Python heap keeps across runs, to tell a leak from native/allocator growth.
+
+    Tracing starts at the baseline, so every traced block still alive at a later reading
+    was allocated after warm-up and never freed; object counts by type come with it.
+    (RSS that grows while the traced total does not is native: torch, glibc arenas.)
+    """
+
+    def __init__(self, frames: int, top: int):
+        import tracemalloc
+
+        self.tm, self.top = tracemalloc, top
+        self.counts = self.type_counts()
+        tracemalloc.start(frames)
+
+    @staticmethod
+    def type_counts():
+        from collections import Counter
+
+        gc.collect()
+        return Counter(type(o).__qualname__ for o in gc.get_objects())
+
+    def report(self, runs: int) -> None:
+        gc.collect()
+        snap = self.tm.take_snapshot().filter_traces([
+            self.tm.Filter(False, self.tm.__file__), self.tm.Filter(False, __file__)])
+        traced, _ = self.tm.get_traced_memory()
+        print(f"  tracemalloc after {runs} runs: {traced / 2**20:.2f} MB allocated since the baseline still alive",
+              flush=True)
+        for stat in snap.statistics("traceback")[:self.top]:
+            print(f"  {stat.size / 1024:9.1f} KiB {stat.count:7d} blocks")
+            for line in stat.traceback.format(limit=self.top)[-12:]:
+                print("      " + line)
+        counts = self.type_counts()
+        grown = (counts - self.counts).most_common(self.top)
+        print("  objects grown since the baseline (type: +count): "
+              + ", ".join(f"{name}: +{n}" for name, n in grown), flush=True)
+
+
+def session_entries(demo) -> int:
+    """Entries in the app's per-session configs (Gradio's SessionState): must stay flat across runs."""
+    holder = getattr(demo, "state_holder", None)
+    sessions = list(holder.session_data.values()) if holder is not None else []
+    return sum(len(s.config_values) + len(s.blocks_config.blocks) for s in sessions)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,6 +109,11 @@ def main() -> int:
     p.add_argument("--dtype", default="fp32")
     p.add_argument("--trim", action="store_true",
                    help="call glibc malloc_trim(0) before each reading (separates leaks from allocator slack)")
+    p.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
+                   help="trace Python allocations from the baseline on (FRAMES deep) and print the largest "
+                        "retained sites and the object types that grew at every reading (runs are many "
+                        "times slower, and RSS then includes tracemalloc's own bookkeeping)")
+    p.add_argument("--top", type=int, default=8, help="how many sites/types --tracemalloc prints")
     args = p.parse_args()
     global TRIM
     TRIM = args.trim
@@ -78,7 +130,7 @@ def main() -> int:
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     client = gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    baseline = None
+    baseline = tracer = None
     began = time.monotonic()
     try:
         for i in range(args.runs):
@@ -90,12 +142,17 @@ def main() -> int:
             if i + 1 == args.warmup:
                 gc.collect()
                 baseline = rss_mb()
-                print(f"after {i + 1} runs: RSS {baseline:.1f} MB", flush=True)
+                print(f"after {i + 1} runs: RSS {baseline:.1f} MB, session state {session_entries(demo)} entries",
+                      flush=True)
+                if args.tracemalloc:
+                    tracer = Tracer(args.tracemalloc, args.top)
             elif (i + 1) % 10 == 0 and baseline is not None:
                 gc.collect()
                 now = rss_mb()
-                print(f"after {i + 1} runs: RSS {now:.1f} MB, growth {100.0 * (now - baseline) / baseline:+.2f}% "
-                      f"({time.monotonic() - began:.0f} s)", flush=True)
+                print(f"after {i + 1} runs: RSS {now:.1f} MB, growth {100.0 * (now - baseline) / baseline:+.2f}%, "
+                      f"session state {session_entries(demo)} entries ({time.monotonic() - began:.0f} s)", flush=True)
+                if tracer is not None:
+                    tracer.report(i + 1)
         gc.collect()
         final = rss_mb()
     finally:

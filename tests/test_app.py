@@ -16,6 +16,7 @@ import re
 import pytest
 
 gradio_client = pytest.importorskip("gradio_client")
+gr = pytest.importorskip("gradio")   # module level: Gradio resolves handlers' `gr.Request` annotations here
 
 RUN_METHODS = [m for m in ("ar", "sequoia", "lookahead")
                if m == "ar" or importlib.util.find_spec(f"specviz.decoders.{m}") is not None]
@@ -177,3 +178,35 @@ def test_zerogpu_wrapper_is_applied_to_the_compute_generator():
 
     build_demo(gpu=fake_gpu)
     assert len(wrapped) == 1 and inspect.isgeneratorfunction(wrapped[0])
+
+
+def test_session_state_stays_bounded_across_streamed_runs():
+    # Gradio files a new copy of a skipped output under a fresh id whenever a real value
+    # follows a gr.skip(); the app prunes those per session, or a tab's state grows each run.
+    import gradio as gr
+
+    from specviz.ui.layout import prune_session_config
+
+    with gr.Blocks() as demo:
+        html_out, plot_out, number = gr.HTML("x"), gr.Plot(), gr.Number()
+
+        def run(request: gr.Request = None):
+            prune_session_config(demo, request.session_hash)
+            for i in range(4):
+                yield gr.skip(), gr.skip(), i
+            yield "<b>done</b>", None, 4
+
+        gr.Button().click(run, None, [html_out, plot_out, number], api_name="run")
+    demo.queue()
+    port = _free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        visitor = gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False)
+        sizes = []
+        for _ in range(4):
+            assert visitor.predict(api_name="/run")[0] == "<b>done</b>"
+            sessions = list(demo.state_holder.session_data.values())
+            sizes.append(sum(len(s.config_values) + len(s.blocks_config.blocks) for s in sessions))
+        assert sizes[1] == sizes[2] == sizes[3], sizes
+    finally:
+        demo.close()

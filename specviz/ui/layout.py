@@ -234,6 +234,33 @@ class TraceFiles:
             return str(path)
 
 
+def prune_session_config(demo: gr.Blocks, session_hash: str | None) -> int:
+    """Drop the stale component copies Gradio leaves in one session's config; returns how many.
+
+    Gradio 6 answers each `gr.skip()` for an output by building a new component (with a
+    fresh id) as this session's copy of it; the next real value for that output then files
+    that copy under its fresh id too, with the serialised value (a whole Plotly figure) in
+    `config_values`. Nothing removes those entries, and a streamed race skips the throttled
+    figures on most steps, so one session's state grew by ~2 MB per run (issue #8's soak).
+    Only the ids of the app's own components are ever looked up again, so every other entry
+    is dropped: a session's state stays bounded however many races it runs.
+    """
+    try:
+        session = demo.state_holder.session_data.get(session_hash)
+        if session is None:
+            return 0
+        live = demo.blocks   # id -> every component and layout block of this app (no gr.render here)
+        dropped = 0
+        for table in (session.blocks_config.blocks, session.config_values):
+            for key in list(table):   # a snapshot: Gradio may set entries from its event loop meanwhile
+                if key not in live:
+                    table.pop(key, None)
+                    dropped += 1
+        return dropped
+    except AttributeError:   # another Gradio layout of the session state: leave it alone
+        return 0
+
+
 DEFAULTS = {"prompt": EXAMPLES["code"], "max_new_tokens": 96, "tree_mode": "auto", "look_mode": "auto",
             "dtype": "auto", "methods": ["ar", "sequoia", "lookahead"], "tree_budget": 16, "tree_depth": 4,
             "window": 4, "ngram": 3, "guesses": 4}
@@ -362,6 +389,7 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
         def run(prompt_v, methods_v, preset_v, ct, cd, dtype_v, max_new_v, temp_v, top_p_v, seed_v, tree_mode_v,
                 budget_v, depth_v, look_mode_v, window_v, ngram_v, guesses_v, pool_v, request: gr.Request = None):
             session = getattr(request, "session_hash", None) or "local"
+            prune_session_config(demo, session)   # what the last run's final view left behind
             control = RaceControl() if gpu is None else None   # across ZeroGPU's process boundary: GC frees
             if control is not None:
                 controls[session] = control
@@ -404,6 +432,7 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
                                    print_exception=False) from None
                 raise gr.Error(f"the run failed: {type(exc).__name__}: {exc}") from None
             finally:
+                prune_session_config(demo, session)   # this run's streamed (skipped) figures
                 if events is not None:
                     events.close()   # runs the race's `finally`: caches freed now, not at garbage collection
                     release_freed_memory()
