@@ -2,6 +2,15 @@ import pytest
 import torch
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny models: one thread (a 32-wide matmul split over busy cores mostly waits for the other thread)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def pair_fp32():
     """The real offline default (SmolLM2-135M-Instruct), fp32 for exactness tests, target as its own draft."""

@@ -8,6 +8,7 @@ enumeration, which is what the statistical exactness tests compare against.
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
 
 import torch
 from scipy import stats
@@ -87,6 +88,17 @@ def chi_square_pvalue(samples: list[tuple], exact: dict, min_expected: float = 5
         expected.append(pooled_exp)
     scale = sum(observed) / sum(expected)
     return float(stats.chisquare(observed, [e * scale for e in expected]).pvalue)
+
+
+@contextmanager
+def served(demo, **launch_kwargs):
+    """`demo` launched on a free loopback port for the block; yields its URL and closes it afterwards."""
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_kwargs)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
 
 
 def free_port() -> int:

@@ -23,20 +23,15 @@ RUN_METHODS = [m for m in ("ar", "sequoia", "lookahead")
 PROMPT = "Write a Python function that reverses a string."
 
 
-from helpers import free_port as _free_port  # noqa: E402
+from helpers import served  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def client():
     from specviz.ui import build_demo
 
-    demo = build_demo()
-    port = _free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        yield gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False)
-    finally:
-        demo.close()
+    with served(build_demo()) as url:
+        yield gradio_client.Client(url, verbose=False)
 
 
 def run_args(prompt=PROMPT, methods=None, max_new=24, temperature=0.0, seed=0, dtype="fp32"):
@@ -122,14 +117,9 @@ def test_replay_of_saved_trace_needs_no_model(client, greedy_run, tmp_path):
     # A second app that never loads a model: uploading the trace renders every view.
     saved = tmp_path / "trace.json"
     saved.write_text(open(greedy_run["file"], encoding="utf-8").read())
-    fresh = build_demo()
-    port = _free_port()
-    fresh.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        other = gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False)
+    with served(build_demo()) as url:
+        other = gradio_client.Client(url, verbose=False)
         out = _outputs(other.predict(gradio_client.handle_file(str(saved)), api_name="/load_trace"))
-    finally:
-        fresh.close()
     assert "Replaying an uploaded trace" in out["status"]
     trace = json.loads(saved.read_text())
     assert visible_text(out["text_ar"]) == trace["runs"]["ar"]["text"]
@@ -198,15 +188,11 @@ def test_session_state_stays_bounded_across_streamed_runs():
 
         gr.Button().click(run, None, [html_out, plot_out, number], api_name="run")
     demo.queue()
-    port = _free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        visitor = gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False)
+    with served(demo) as url:
+        visitor = gradio_client.Client(url, verbose=False)
         sizes = []
         for _ in range(4):
             assert visitor.predict(api_name="/run")[0] == "<b>done</b>"
             sessions = list(demo.state_holder.session_data.values())
             sizes.append(sum(len(s.config_values) + len(s.blocks_config.blocks) for s in sessions))
         assert sizes[1] == sizes[2] == sizes[3], sizes
-    finally:
-        demo.close()

@@ -87,14 +87,6 @@ def _subset_draft(draft, ids: list[int]):
     return draft
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_sampling_stays_exact_when_the_draft_cannot_propose_some_tokens(one_thread):
     pair = tiny_pair()
     pair = ModelPair(pair.target, _subset_draft(pair.draft, [0, 2, 3, 5]), pair.tokenizer, pair.target_name,

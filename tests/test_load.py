@@ -24,7 +24,7 @@ MAX_NEW = 12
 PROMPT = "Write a Python function that reverses a string."
 
 
-from helpers import free_port as _free_port  # noqa: E402
+from helpers import served  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +34,8 @@ def server_url():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPECVIZ_QUEUE_SIZE", str(QUEUE_SIZE))
         demo = build_demo()
-    port = _free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
+    with served(demo) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -193,15 +193,6 @@ def test_eos_stops_like_autoregressive(pair_fp32):
 TINY_PROMPT = [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2]
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models: one thread (a 32-wide matmul split over busy cores mostly waits for the other thread)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.6, 0.9)])
 def test_sampling_is_exact(temperature, top_p, one_thread):
     pair = tiny_pair(draft_seed=None)

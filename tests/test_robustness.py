@@ -212,7 +212,7 @@ def test_api_rejects_bad_trace_uploads(tmp_path):
 # ---------------------------------------------------------------------------
 
 
-from helpers import free_port as _free_port  # noqa: E402
+from helpers import served  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -220,12 +220,8 @@ def app_client():
     from specviz.ui import build_demo
 
     demo = build_demo()
-    port = _free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        yield gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False), port, demo
-    finally:
-        demo.close()
+    with served(demo) as url:
+        yield gradio_client.Client(url, verbose=False), url, demo
 
 
 @pytest.fixture()
@@ -323,11 +319,11 @@ def test_app_model_allow_list_when_hosted():
 
 def test_one_visitors_run_is_invisible_to_another(app_client):
     """A second visitor (another session) sees none of the first one's trace, and cannot stop its run."""
-    client, port, demo = app_client
+    client, url, demo = app_client
     secret = "The secret word is pineapple. Say it back."
     mine = outputs(client.predict(**run_args(prompt=secret, methods=("ar",)), api_name="/run"))
     assert "pineapple" in mine["caption"] + mine["summary"] + Path(mine["file"]).read_text()
-    other = gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False)
+    other = gradio_client.Client(url, verbose=False)
     for api in ("/next", "/prev", "/stop"):
         seen = json.dumps(other.predict(api_name=api), default=str)
         assert "pineapple" not in seen, (api, seen[:500])
@@ -454,13 +450,19 @@ def _slow_steps(monkeypatch, delay=0.2):
     monkeypatch.setattr(AutoregressiveDecoder, "_step", slow_step)
 
 
-def test_cancelled_run_closes_the_race_and_app_keeps_working(app_client, closed_races, monkeypatch):
-    client = app_client[0]
+def _streaming_slow_run(client, monkeypatch):
+    """A slowed 200-token AR run, once it has streamed a few updates."""
     _slow_steps(monkeypatch)
     job = client.submit(**run_args(methods=("ar",), max_new=200), api_name="/run")
     deadline = time.monotonic() + 60
     while len(job.outputs()) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
+    return job
+
+
+def test_cancelled_run_closes_the_race_and_app_keeps_working(app_client, closed_races, monkeypatch):
+    client = app_client[0]
+    job = _streaming_slow_run(client, monkeypatch)
     assert len(job.outputs()) >= 3, "the run never started streaming"
     job.cancel()
     deadline = time.monotonic() + 15
@@ -478,10 +480,10 @@ def test_closed_browser_tab_ends_the_run(app_client, closed_races, monkeypatch):
     """A visitor who closes the tab drops the event stream: Gradio cancels the event, the race is closed."""
     import httpx
 
-    client, port, demo = app_client
+    client, url, demo = app_client
     _slow_steps(monkeypatch)
     fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
-    base = f"http://127.0.0.1:{port}/gradio_api"
+    base = f"{url}gradio_api"
     session = "closed-tab-session"
     joined = httpx.post(f"{base}/queue/join", json={
         "data": list(run_args(methods=("ar",), max_new=200).values()), "fn_index": fn_index,
@@ -506,11 +508,7 @@ def test_closed_browser_tab_ends_the_run(app_client, closed_races, monkeypatch):
 
 def test_stop_button_ends_the_run(app_client, closed_races, monkeypatch):
     client = app_client[0]
-    _slow_steps(monkeypatch)
-    job = client.submit(**run_args(methods=("ar",), max_new=200), api_name="/run")
-    deadline = time.monotonic() + 60
-    while len(job.outputs()) < 3 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    job = _streaming_slow_run(client, monkeypatch)
     stopped = outputs(client.predict(api_name="/stop"))
     assert "Stopped" in stopped["status"]
     deadline = time.monotonic() + 15

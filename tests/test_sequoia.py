@@ -44,15 +44,6 @@ def ar_tokens(pair_fp32):
     return {p: make_decoder("ar", pair_fp32, p, max_new_tokens=MAX_NEW).run().token_ids for p in PROMPTS}
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models run faster on one thread; restore the setting afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def check_trace(trace: RunTrace, max_new: int):
     assert len(trace.token_ids) <= max_new
     assert trace.steps[0].token_sources == [SOURCE_AR]
