@@ -126,12 +126,11 @@ class TreeTensors:
         self.dtype = dtype
         self.device = device
         self._pending_blocks: dict[int, torch.Tensor] = {}   # level 0's causal block, by input length
+        self._zeros = torch.zeros(1, 1, n, 0, dtype=dtype, device=device)   # the attend-all prefix, grown on demand
 
     def target_mask(self, prefix_len: int) -> torch.Tensor:
         """(1, 1, n, prefix_len + n): the whole committed prefix, then the tree block."""
-        n = self.shape.size
-        prefix = torch.zeros(1, 1, n, prefix_len, dtype=self.dtype, device=self.device)
-        return torch.cat([prefix, self.mask_block], dim=-1)
+        return torch.cat([self._prefix(self.shape.size, prefix_len), self.mask_block], dim=-1)
 
     def draft_mask(self, level: int, prefix_len: int, pending: int = 1) -> torch.Tensor:
         """Mask for the draft's forward over level `level`, after `prefix_len` cached slots.
@@ -147,6 +146,12 @@ class TreeTensors:
                 self._pending_blocks[pending] = block
         else:
             block = self.draft_masks[level]
-        rows = block.shape[2]
-        prefix = torch.zeros(1, 1, rows, prefix_len, dtype=self.dtype, device=self.device)
-        return torch.cat([prefix, block], dim=-1)
+        return torch.cat([self._prefix(block.shape[2], prefix_len), block], dim=-1)
+
+    def _prefix(self, rows: int, cols: int) -> torch.Tensor:
+        """A (1, 1, rows, cols) view of zeros: every committed slot is visible to every node."""
+        if self._zeros.shape[2] < rows or self._zeros.shape[3] < cols:
+            # Grown geometrically, so a run allocates it a handful of times rather than every step.
+            grown = (1, 1, max(rows, self._zeros.shape[2]), max(2 * cols, 256, self._zeros.shape[3]))
+            self._zeros = torch.zeros(grown, dtype=self.dtype, device=self.device)
+        return self._zeros[:, :, :rows, :cols]
