@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specviz.bench import read_prompts  # noqa: E402
-from specviz.decoders import decoder_class, make_decoder  # noqa: E402
-from specviz.models import load_pair  # noqa: E402
+from specviz.engine.methods import decoder_class, make_decoder  # noqa: E402
+from specviz.engine.models import load_pair  # noqa: E402
+from specviz.engine.prompts import read_prompts  # noqa: E402
 
 SUITES = Path(__file__).resolve().parents[1] / "assets" / "suites"
 TREE = {"tree_budget": 8, "tree_depth": 2}

@@ -2,12 +2,17 @@
 
     .venv/bin/python scripts/compile_trial.py 2      # CPU threads
 """
-import sys, time, statistics
+import statistics
+import sys
+import time
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
-from specviz.models import load_pair
-from specviz.lean import LeanLlama
+
+from specviz.engine.lean import LeanLlama
+from specviz.engine.models import load_pair
+
 torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
 pair = load_pair("default", dtype="bf16")
 model = pair.target

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from specviz.decoders import make_decoder  # noqa: E402
-from specviz.models import load_pair  # noqa: E402
+from specviz.engine.methods import make_decoder  # noqa: E402
+from specviz.engine.models import load_pair  # noqa: E402
 
 
 class Timed:

@@ -2,7 +2,9 @@
 
 The app, the CLI and the benchmarks consume only these records, never a live
 decoder, so that a saved trace replays with no model loaded. Everything here
-serialises to JSON with `to_dict` and comes back with `from_dict`.
+serialises to JSON with `to_dict` and comes back with `from_dict`; `RaceTrace`
+(several methods on one prompt, in the order their steps ran) is what the app
+downloads, and `RaceTrace.from_json` validates an uploaded one.
 
 Method-specific detail lives in `StepRecord.payload`:
 - Sequoia: `TreePayload` (every speculated node, the accepted path, the bonus token);
@@ -14,6 +16,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from .errors import InvalidInput
 
 TRACE_SCHEMA_VERSION = 1
 
@@ -225,3 +229,184 @@ class RunTrace:
 
     def to_json(self, **kwargs) -> str:
         return json.dumps(self.to_dict(), **kwargs)
+
+
+RACE_SCHEMA_VERSION = 1
+MAX_TRACE_BYTES = 20 * 1024 * 1024   # an uploaded trace larger than this is refused unread
+MAX_TRACE_STEPS = 20_000             # per method
+MAX_NODES_PER_STEP = 4096
+RACE_METHODS = ("ar", "sequoia", "lookahead")
+
+
+@dataclass
+class RaceTrace:
+    """Every method's `RunTrace` plus the global order in which their steps ran."""
+
+    prompt: str
+    prompt_token_ids: list[int]
+    methods: list[str]
+    runs: dict[str, RunTrace]
+    order: list[list]                      # [method, step index] per global step, in run order
+    sampling: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, dict] = field(default_factory=dict)   # method -> constructor options asked for
+    target_name: str = ""
+    draft_name: str = ""
+    device: str = ""
+    dtype: str = ""
+    vocab_size: int = 0
+    cancelled: bool = False
+    schema_version: int = RACE_SCHEMA_VERSION
+
+    @property
+    def greedy(self) -> bool:
+        return float(self.sampling.get("temperature", 0.0) or 0.0) == 0.0
+
+    def steps_done(self, upto: int) -> dict[str, int]:
+        """How many steps each method had taken after the first `upto` global steps."""
+        counts = {m: 0 for m in self.methods}
+        for method, _ in self.order[:max(0, upto)]:
+            counts[method] = counts.get(method, 0) + 1
+        return counts
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "specviz-race",
+            "schema_version": self.schema_version,
+            "prompt": self.prompt,
+            "prompt_token_ids": self.prompt_token_ids,
+            "methods": self.methods,
+            "sampling": self.sampling,
+            "options": self.options,
+            "target_name": self.target_name,
+            "draft_name": self.draft_name,
+            "device": self.device,
+            "dtype": self.dtype,
+            "vocab_size": self.vocab_size,
+            "cancelled": self.cancelled,
+            "order": self.order,
+            "runs": {m: t.to_dict() for m, t in self.runs.items()},
+        }
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @staticmethod
+    def from_json(text: str | bytes, vocab_size: int | None = None,
+                  max_bytes: int = MAX_TRACE_BYTES) -> "RaceTrace":
+        """Parse and validate an uploaded trace; every problem is an `InvalidInput`."""
+        if isinstance(text, str):
+            size = len(text.encode("utf-8", errors="replace"))
+        else:
+            size = len(text)
+        if size > max_bytes:
+            raise InvalidInput(f"the trace file is {size / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.0f} MB")
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidInput(f"the trace file is not valid JSON ({exc})") from None
+        return RaceTrace.from_dict(data, vocab_size=vocab_size)
+
+    @staticmethod
+    def from_dict(data: Any, vocab_size: int | None = None) -> "RaceTrace":
+        if not isinstance(data, dict) or data.get("kind") != "specviz-race":
+            raise InvalidInput("this JSON is not a SpecViz race trace (download one from the app's Replay tab)")
+        if data.get("schema_version") != RACE_SCHEMA_VERSION:
+            raise InvalidInput(f"unsupported trace schema version {data.get('schema_version')!r} "
+                               f"(this SpecViz reads version {RACE_SCHEMA_VERSION})")
+        try:
+            runs_data = data["runs"]
+            if not isinstance(runs_data, dict):
+                raise TypeError("'runs' must be an object")
+            runs = {}
+            for method, run in runs_data.items():
+                if method not in RACE_METHODS:
+                    raise ValueError(f"unknown method {method!r}")
+                if not isinstance(run, dict):
+                    raise TypeError(f"run {method!r} must be an object")
+                runs[method] = RunTrace.from_dict(run)
+            race = RaceTrace(
+                prompt=_typed(data["prompt"], str, "prompt"),
+                prompt_token_ids=_typed(data["prompt_token_ids"], list, "prompt_token_ids"),
+                methods=_typed(data["methods"], list, "methods"),
+                runs=runs,
+                order=_typed(data["order"], list, "order"),
+                sampling=_typed(data.get("sampling", {}), dict, "sampling"),
+                options=_typed(data.get("options", {}), dict, "options"),
+                target_name=str(data.get("target_name", "")),
+                draft_name=str(data.get("draft_name", "")),
+                device=str(data.get("device", "")),
+                dtype=str(data.get("dtype", "")),
+                vocab_size=_typed(data.get("vocab_size", 0), int, "vocab_size"),
+                cancelled=bool(data.get("cancelled", False)),
+            )
+        except InvalidInput:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise InvalidInput(f"the trace file does not have the expected structure: {what}") from None
+        _validate(race, vocab_size)
+        return race
+
+
+def _typed(value, kind, name):
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise InvalidInput(f"the trace field '{name}' should be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _check_ids(ids, vocab: int, where: str) -> None:
+    for tok in ids:
+        if not isinstance(tok, int) or isinstance(tok, bool):
+            raise InvalidInput(f"the trace has a non-integer token id {tok!r} in {where}")
+        if tok < 0 or (vocab > 0 and tok >= vocab):
+            raise InvalidInput(f"the trace refers to token id {tok} in {where}, outside the vocabulary "
+                               f"of {vocab} tokens")
+
+
+def _validate(race: RaceTrace, vocab_size: int | None) -> None:
+    """Structural checks, so the renderers never meet a malformed trace."""
+    if vocab_size and race.vocab_size and race.vocab_size != vocab_size:
+        raise InvalidInput(f"the trace was recorded with a vocabulary of {race.vocab_size} tokens, "
+                           f"but the loaded model has {vocab_size}")
+    vocab = vocab_size or race.vocab_size
+    if not race.methods or any(m not in race.runs for m in race.methods):
+        raise InvalidInput("the trace's 'methods' do not match its 'runs'")
+    _check_ids(race.prompt_token_ids, vocab, "the prompt")
+    for method, run in race.runs.items():
+        if len(run.steps) > MAX_TRACE_STEPS:
+            raise InvalidInput(f"the trace has {len(run.steps)} steps for {method}; the limit is {MAX_TRACE_STEPS}")
+        for rec in run.steps:
+            where = f"{method} step {rec.step}"
+            if not (len(rec.new_token_ids) == len(rec.new_token_texts) == len(rec.token_sources)):
+                raise InvalidInput(f"the trace's {where} has token ids, texts and sources of different lengths")
+            if any(s not in TOKEN_SOURCES for s in rec.token_sources):
+                raise InvalidInput(f"the trace's {where} has an unknown token source")
+            if not isinstance(rec.time_ms, dict) or not all(
+                    isinstance(v, (int, float)) and v >= 0 for v in rec.time_ms.values()):
+                raise InvalidInput(f"the trace's {where} has malformed timings")
+            _check_ids(rec.new_token_ids, vocab, where)
+            payload = rec.payload
+            if payload is None:
+                continue
+            if hasattr(payload, "nodes"):
+                if len(payload.nodes) > MAX_NODES_PER_STEP:
+                    raise InvalidInput(f"the trace's {where} has a tree of {len(payload.nodes)} nodes")
+                ids = {n.id for n in payload.nodes}
+                _check_ids([n.token_id for n in payload.nodes], vocab, where + " (tree)")
+                if any(n.parent != -1 and n.parent not in ids for n in payload.nodes):
+                    raise InvalidInput(f"the trace's {where} has a tree node whose parent is missing")
+                if any(i not in ids for i in payload.accepted_path):
+                    raise InvalidInput(f"the trace's {where} accepts a tree node that does not exist")
+            else:
+                for row in payload.window:
+                    _check_ids(row, vocab, where + " (window)")
+                for cand in payload.candidates:
+                    _check_ids(cand.tokens, vocab, where + " (candidate)")
+    counts = {m: 0 for m in race.runs}
+    for entry in race.order:
+        if (not isinstance(entry, list) or len(entry) != 2 or entry[0] not in race.runs
+                or entry[1] != counts[entry[0]]):
+            raise InvalidInput("the trace's step order does not match its runs")
+        counts[entry[0]] += 1
+    if any(counts[m] != len(race.runs[m].steps) for m in race.runs):
+        raise InvalidInput("the trace's step order does not cover every step of its runs")

@@ -15,8 +15,8 @@ from scipy import stats
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from specviz.models import ModelPair
-from specviz.sampling import SamplingConfig, probs_from_logits
+from specviz.engine.models import ModelPair
+from specviz.engine.sampling import SamplingConfig, probs_from_logits
 
 
 def tiny_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:

@@ -19,7 +19,7 @@ gradio_client = pytest.importorskip("gradio_client")
 gr = pytest.importorskip("gradio")   # module level: Gradio resolves handlers' `gr.Request` annotations here
 
 RUN_METHODS = [m for m in ("ar", "sequoia", "lookahead")
-               if m == "ar" or importlib.util.find_spec(f"specviz.decoders.{m}") is not None]
+               if m == "ar" or importlib.util.find_spec(f"specviz.{m}.decoder") is not None]
 PROMPT = "Write a Python function that reverses a string."
 
 

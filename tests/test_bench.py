@@ -9,15 +9,16 @@ import json
 
 import pytest
 import torch
-
 from helpers import tiny_pair
-from specviz import bench
+
+from specviz.autoregressive.decoder import AutoregressiveDecoder
+from specviz.benchmark import runner as bench
 from specviz.cli import main
-from specviz.decoders import make_decoder
-from specviz.decoders.autoregressive import AutoregressiveDecoder
-from specviz.lean import lean_llama_supported
+from specviz.engine import prompts as prompt_files
+from specviz.engine.lean import lean_llama_supported
+from specviz.engine.methods import make_decoder
+from specviz.engine.sampling import SamplingConfig
 from specviz.errors import InvalidInput
-from specviz.sampling import SamplingConfig
 
 
 def _existing(methods):
@@ -75,19 +76,19 @@ def test_bench_two_prompts_with_report(tmp_path):
 
 
 def test_suites_and_method_specs():
-    prompts = bench.read_suites("chat,code,math,rewrite")
-    for suite in bench.SUITES:
+    prompts = prompt_files.read_suites("chat,code,math,rewrite")
+    for suite in prompt_files.SUITES:
         mine = [p for p in prompts if p["suite"] == suite]
         assert len(mine) >= 20 and len({p["id"] for p in mine}) == len(mine)
     assert all('"' in p["prompt"] for p in prompts if p["suite"] == "rewrite")  # quotes its input
-    assert [p["suite"] for p in bench.limit_per_suite(prompts, 1)] == list(bench.SUITES)
+    assert [p["suite"] for p in prompt_files.limit_per_suite(prompts, 1)] == list(prompt_files.SUITES)
     assert bench.parse_method("sequoia@32x6") == ("sequoia", {"tree_budget": 32, "tree_depth": 6})
     assert bench.parse_method("lookahead@5x4x5") == ("lookahead", {"window": 5, "ngram": 4, "guesses": 5})
     for bad in ("sequoia@32", "nope", "lookahead@axbxc"):
         with pytest.raises(InvalidInput):
             bench.parse_method(bad)
     with pytest.raises(InvalidInput, match="unknown suite"):
-        bench.read_suites("poetry")
+        prompt_files.read_suites("poetry")
 
 
 def test_bench_cli_errors_are_one_line(capsys):

@@ -19,7 +19,7 @@ CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-HAVE_SEQUOIA = importlib.util.find_spec("specviz.decoders.sequoia") is not None
+HAVE_SEQUOIA = importlib.util.find_spec("specviz.sequoia.decoder") is not None
 
 
 def _need_browser():

@@ -7,12 +7,13 @@ import json
 import pytest
 import torch
 
-from specviz.distill import agreement, chat_ids, generate_batch, heldout_sequences, load_prompts
-from specviz.draft import (META_FILE, VOCAB_FILE, WEIGHTS_FILE, build_draft, load_offline_draft,
-                           parse_layers, save_draft)
-from specviz.lean import VocabSubsetHead
+from specviz.draft.data import chat_ids, generate_batch, load_prompts
+from specviz.draft.evaluate import agreement, heldout_sequences
+from specviz.draft.pruned import META_FILE, WEIGHTS_FILE, build_draft, load_offline_draft, parse_layers, save_draft
+from specviz.draft.vocab import VOCAB_FILE
+from specviz.engine.lean import VocabSubsetHead
+from specviz.engine.models import OFFLINE_DRAFT_DIR, load_pair
 from specviz.errors import InvalidInput, ModelLoadError
-from specviz.models import OFFLINE_DRAFT_DIR, load_pair
 
 AGREEMENT_BAR = 0.6  # issue 4
 REGRESSION_FLOOR = 0.2
@@ -119,7 +120,7 @@ def test_bad_layers_and_dirs_are_clear_errors(pair, tmp_path):
 
 
 def test_draft_vocabulary_recipe(pair):
-    from specviz.distill import build_vocab, vocab_coverage
+    from specviz.draft.vocab import build_vocab, vocab_coverage
 
     answers = [{"prompt_ids": [1, 5000, 30000], "answer_ids": [40000, 2, 40000]}]
     ids = build_vocab(pair.tokenizer, answers, seed=0, bpe_rows=100, text_rows=0)

@@ -6,13 +6,13 @@ import sys
 
 import pytest
 import torch
+from helpers import chi_square_pvalue, exact_distribution, tiny_model, tiny_pair, tiny_tokenizer
 
-from helpers import tiny_model, tiny_pair, tiny_tokenizer, exact_distribution, chi_square_pvalue
-from specviz.decoders import make_decoder
+from specviz.engine.methods import make_decoder
+from specviz.engine.models import check_same_tokenizer, load_pair
+from specviz.engine.sampling import SamplingConfig
+from specviz.engine.text import Detokenizer, encode_prompt
 from specviz.errors import InvalidInput, ModelLoadError
-from specviz.models import check_same_tokenizer, load_pair
-from specviz.sampling import SamplingConfig
-from specviz.text import Detokenizer, encode_prompt
 from specviz.trace import RunTrace
 
 PROMPTS = ["Write a haiku about trees", "Write a Python function that reverses a string."]

@@ -7,14 +7,14 @@ import copy
 
 import pytest
 import torch
-
 from helpers import chi_square_pvalue, exact_distribution, tiny_pair
-from specviz.decoders import make_decoder
-from specviz.kvcache import keep_positions, new_cache
-from specviz.lean import LeanLlama, ModelForward, VocabSubsetHead, lean_llama_supported
-from specviz.models import ModelPair
-from specviz.sampling import SamplingConfig
-from specviz.tree import TreeShape, TreeTensors
+
+from specviz.engine.kvcache import keep_positions, new_cache
+from specviz.engine.lean import LeanLlama, ModelForward, VocabSubsetHead, lean_llama_supported
+from specviz.engine.methods import make_decoder
+from specviz.engine.models import ModelPair
+from specviz.engine.sampling import SamplingConfig
+from specviz.sequoia.tree import TreeShape, TreeTensors
 
 TREE = [-1, 0, 0, 1, 1, 2, 3]
 
@@ -128,7 +128,7 @@ def test_greedy_with_a_subset_head_equals_autoregressive(pair_fp32):
 @pytest.mark.parametrize("lean", [True, False], ids=["lean", "transformers"])
 def test_both_forward_paths_are_exact(method, options, lean, one_thread, monkeypatch):
     """Other architectures take transformers' forward behind the same interface: greedy stays equal to AR."""
-    from specviz.decoders import decoder_class
+    from specviz.engine.methods import decoder_class
 
     pair = tiny_pair(vocab_size=6)
     monkeypatch.setattr(decoder_class(method), "lean", lean)

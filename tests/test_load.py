@@ -40,9 +40,9 @@ def server_url():
 
 @pytest.fixture(scope="module")
 def expected_text(pair_fp32):
-    from specviz.decoders.autoregressive import AutoregressiveDecoder
-    from specviz.sampling import SamplingConfig
-    from specviz.text import encode_prompt
+    from specviz.autoregressive.decoder import AutoregressiveDecoder
+    from specviz.engine.sampling import SamplingConfig
+    from specviz.engine.text import encode_prompt
 
     ids = encode_prompt(pair_fp32.tokenizer, PROMPT)
     trace = AutoregressiveDecoder(pair_fp32, PROMPT, ids, SamplingConfig(), MAX_NEW).run()

@@ -4,12 +4,12 @@ import pytest
 import torch
 from helpers import chi_square_pvalue, exact_distribution, tiny_pair
 
-from specviz.decoders import make_decoder
+from specviz.engine.methods import make_decoder
+from specviz.engine.sampling import SamplingConfig
 from specviz.errors import InvalidInput
-from specviz.lookahead_auto import choose, expected_tokens, interpolate, settings_table
-from specviz.lookahead_layout import build_layout
-from specviz.lookahead_rules import greedy_verify, sampling_verify
-from specviz.sampling import SamplingConfig
+from specviz.lookahead.sizing import choose, expected_tokens, interpolate, settings_table
+from specviz.lookahead.verify import greedy_verify, sampling_verify
+from specviz.lookahead.window import build_layout
 from specviz.trace import SOURCE_AR, SOURCE_BONUS, SOURCE_NGRAM, RunTrace
 
 

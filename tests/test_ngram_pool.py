@@ -2,7 +2,7 @@
 
 import pytest
 
-from specviz.ngram_pool import NgramPool
+from specviz.lookahead.pool import NgramPool
 
 
 def test_capacity_per_key_evicts_least_recently_seen():

@@ -10,14 +10,15 @@ import json
 
 import pytest
 
-from specviz.decoders.autoregressive import AutoregressiveDecoder
+from specviz.autoregressive.decoder import AutoregressiveDecoder
+from specviz.engine.race import Race, compute_ms, start_race
+from specviz.engine.sampling import SamplingConfig
+from specviz.engine.text import encode_prompt
 from specviz.errors import InvalidInput
-from specviz.race import Race, RaceTrace, compute_ms, start_race
-from specviz.sampling import SamplingConfig
-from specviz.text import encode_prompt
+from specviz.trace import RaceTrace
 
 PROMPT = "Name three colours."
-HAVE = {m: importlib.util.find_spec(f"specviz.decoders.{m}") is not None for m in ("sequoia", "lookahead")}
+HAVE = {m: importlib.util.find_spec(f"specviz.{m}.decoder") is not None for m in ("sequoia", "lookahead")}
 SMALL = {"sequoia": {"tree_budget": 6, "tree_depth": 3}, "lookahead": {"window": 3, "ngram": 3, "guesses": 3}}
 
 

@@ -23,8 +23,8 @@ import torch
 
 gradio_client = pytest.importorskip("gradio_client")
 
-from specviz.decoders.autoregressive import AutoregressiveDecoder  # noqa: E402
-from specviz.race import Race  # noqa: E402
+from specviz.autoregressive.decoder import AutoregressiveDecoder  # noqa: E402
+from specviz.engine.race import Race  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "Write a Python function that reverses a string."
@@ -121,7 +121,7 @@ def test_cli_bad_input_is_one_line(case):
 @pytest.fixture(scope="module")
 def cached_loads():
     """`load_pair` memoised for the in-process CLI calls: the real model, loaded once."""
-    import specviz.models as models
+    import specviz.engine.models as models
 
     original, cache = models.load_pair, {}
 
@@ -179,9 +179,9 @@ API_CASES = {
 
 @pytest.mark.parametrize("case", list(API_CASES))
 def test_python_api_bad_input_is_invalid_input(pair_fp32, case):
-    from specviz.decoders import make_decoder
+    from specviz.engine.methods import make_decoder
+    from specviz.engine.sampling import SamplingConfig
     from specviz.errors import InvalidInput
-    from specviz.sampling import SamplingConfig
 
     kwargs, fragment = API_CASES[case]
     kwargs = dict(kwargs)
@@ -195,7 +195,7 @@ def test_python_api_bad_input_is_invalid_input(pair_fp32, case):
 
 def test_api_rejects_bad_trace_uploads(tmp_path):
     from specviz.errors import InvalidInput
-    from specviz.race import RaceTrace
+    from specviz.trace import RaceTrace
 
     with pytest.raises(InvalidInput, match="not valid JSON"):
         RaceTrace.from_json("{nope")
@@ -419,7 +419,7 @@ def test_simulated_oom_while_loading_is_reported(client, monkeypatch):
     def oom_load(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory while loading")
 
-    monkeypatch.setattr("specviz.models.load_pair", oom_load)
+    monkeypatch.setattr("specviz.engine.models.load_pair", oom_load)
     with pytest.raises(Exception, match="out of memory"):
         client.predict(**run_args(preset_v=CUSTOM, ct="some-org/other-model", methods=("ar",)), api_name="/run")
     monkeypatch.undo()

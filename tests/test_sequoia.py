@@ -3,13 +3,12 @@
 import copy
 
 import pytest
-import torch
-
 from helpers import chi_square_pvalue, exact_distribution, tiny_pair
-from specviz.decoders import make_decoder
+
+from specviz.engine.methods import make_decoder
+from specviz.engine.models import ModelPair
+from specviz.engine.sampling import SamplingConfig
 from specviz.errors import InvalidInput
-from specviz.models import ModelPair
-from specviz.sampling import SamplingConfig
 from specviz.trace import SOURCE_AR, SOURCE_BONUS, SOURCE_DRAFT, RunTrace
 
 PROMPTS = ["Write a haiku about trees", "Write a Python function that reverses a string.",

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from specviz.errors import InvalidInput
-from specviz.tree import TreeShape, TreeTensors, check_parents
-from specviz.tree_dp import build_tables, chain_value, optimal_tree, tree_value
+from specviz.sequoia.tree import TreeShape, TreeTensors, check_parents
+from specviz.sequoia.tree_dp import build_tables, chain_value, optimal_tree, tree_value
 
 
 @lru_cache(maxsize=None)
@@ -174,7 +174,7 @@ def test_cli_tree_dp_json():
 
 
 def test_plan_prefers_big_trees_when_verification_is_free_and_small_when_not():
-    from specviz.optimizer import plan_from_curves
+    from specviz.sequoia.sizing import plan_from_curves
 
     p = [0.6, 0.15, 0.08, 0.04]
     sizes = [1, 2, 4, 8, 16, 32, 64, 128]
@@ -194,8 +194,9 @@ def test_plan_prefers_big_trees_when_verification_is_free_and_small_when_not():
 
 def test_profile_acceptance_and_lookup(tmp_path, monkeypatch):
     from helpers import tiny_pair
-    from specviz import acceptance
-    from specviz.sampling import SamplingConfig
+
+    from specviz.engine.sampling import SamplingConfig
+    from specviz.sequoia import acceptance, measure
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     threads = torch.get_num_threads()
@@ -205,7 +206,7 @@ def test_profile_acceptance_and_lookup(tmp_path, monkeypatch):
         cfg = SamplingConfig(1.0, seed=0)
         before = acceptance.acceptance_for(pair, cfg)
         assert before["source"].startswith("default")
-        result = acceptance.profile_acceptance(pair, ["t1 t2 t3", "t4 t5"], 3, cfg, steps=60,
+        result = measure.profile_acceptance(pair, ["t1 t2 t3", "t4 t5"], 3, cfg, steps=60,
                                                max_new_tokens=20, show_progress=False)
         assert result["steps"] == 60 and sum(result["counts"]) + result["rejected_all"] == 60
         assert 0 < sum(result["acceptance"]) <= 1
@@ -213,7 +214,7 @@ def test_profile_acceptance_and_lookup(tmp_path, monkeypatch):
         assert after["acceptance"] == result["acceptance"] and after["source"].startswith("measured")
         # A target drafting for itself at temperature 1 accepts the first child every time.
         self_pair = tiny_pair(draft_seed=None)
-        exact = acceptance.profile_acceptance(self_pair, ["t1 t2"], 2, cfg, steps=20, max_new_tokens=20,
+        exact = measure.profile_acceptance(self_pair, ["t1 t2"], 2, cfg, steps=20, max_new_tokens=20,
                                               show_progress=False, save=False)
         assert exact["acceptance"] == [1.0, 0.0]
     finally:

@@ -7,8 +7,7 @@ import re
 
 import plotly.graph_objects as go
 
-from specviz.race import RaceTrace
-from specviz.trace import (LookaheadPayload, NgramCandidate, RunTrace, StepRecord, TreeNode, TreePayload)
+from specviz.trace import LookaheadPayload, NgramCandidate, RaceTrace, RunTrace, StepRecord, TreeNode, TreePayload
 from specviz.ui import figures, hardware, html, views
 
 

@@ -6,8 +6,16 @@ import pytest
 import torch
 from scipy import stats
 
-from specviz.verification import (ACCEPTED, NOT_REACHED, REJECTED, ROOT, greedy_walk, residual,
-                                  sampling_walk, verify_children)
+from specviz.sequoia.verify import (
+    ACCEPTED,
+    NOT_REACHED,
+    REJECTED,
+    ROOT,
+    greedy_walk,
+    residual,
+    sampling_walk,
+    verify_children,
+)
 
 
 def without_replacement_sequences(q: torch.Tensor, c: int):

@@ -2,7 +2,7 @@
 
 It never measures anything (that would stall the page): it shows what the
 trace recorded, else the plans the optimisers cached on this machine for the
-trace's model pair (`specviz.optimizer` for Sequoia, `specviz.lookahead_auto`
+trace's model pair (`specviz.sequoia.sizing` for Sequoia, `specviz.lookahead.sizing`
 for Lookahead), else says that nothing was measured yet.
 """
 
@@ -23,7 +23,7 @@ def pair_key(trace) -> str:
 
 
 def _cached_plans(kind_prefix: str, key: str) -> list[dict]:
-    from ..models import cache_dir
+    from ..paths import cache_dir
 
     folder = cache_dir() / "profiles"
     plans = []
@@ -59,8 +59,8 @@ def _matching(plans: list[dict], sampling: dict) -> dict | None:
 def plans_for(trace) -> dict[str, dict | None]:
     """{'sequoia': plan or None, 'lookahead': plan or None} for the trace's pair and sampling.
 
-    Sequoia's plans (`optimizer.plan_tree`) are cached per pair key; Lookahead's
-    (`lookahead_auto.choose`) per target, device and dtype, since it has no draft.
+    Sequoia's plans (`sequoia.sizing.plan_tree`) are cached per pair key; Lookahead's
+    (`lookahead.sizing.choose`) per target, device and dtype, since it has no draft.
     """
     if trace is None:
         return {"sequoia": None, "lookahead": None}

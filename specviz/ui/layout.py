@@ -17,8 +17,9 @@ from pathlib import Path
 
 import gradio as gr
 
+from ..engine.race import free_accelerator_memory, is_out_of_memory, release_freed_memory
 from ..errors import InvalidInput, SpecVizError
-from ..race import RaceTrace, free_accelerator_memory, is_out_of_memory, release_freed_memory
+from ..trace import RaceTrace
 from . import hardware, html, views
 
 DEFAULT_PRESET = "SmolLM2-135M-Instruct (offline default)"
@@ -68,7 +69,7 @@ class PairCache:
         self.lock = threading.Lock()
 
     def get(self, target: str, draft: str | None, dtype: str):
-        from ..models import load_pair
+        from ..engine.models import load_pair
 
         key = (target, draft, dtype)
         with self.lock:
@@ -155,7 +156,7 @@ def allowed_presets(limits) -> list[str]:
 
 
 def sampling_config(temperature, top_p, seed):
-    from ..sampling import SamplingConfig
+    from ..engine.sampling import SamplingConfig
 
     seed_value = None
     if seed not in (None, ""):
@@ -173,8 +174,8 @@ def race_events(pairs: PairCache, limits, control: RaceControl | None, prompt, m
 
     It is the function ZeroGPU runs on the GPU, so it yields picklable values only.
     """
-    from ..race import start_race
-    from ..text import validate_prompt
+    from ..engine.race import start_race
+    from ..engine.text import validate_prompt
 
     validate_prompt(prompt, limits.max_prompt_chars)
     if not methods:

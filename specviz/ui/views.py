@@ -6,8 +6,7 @@ replay (upto = the slider), so the replay shows exactly what the live run showed
 
 from __future__ import annotations
 
-from ..race import RaceTrace
-from ..trace import LookaheadPayload, TreePayload
+from ..trace import LookaheadPayload, RaceTrace, TreePayload
 from . import figures, html
 
 COLUMNS = ("ar", "sequoia", "lookahead")

@@ -2,7 +2,7 @@
 
 The draft is an ordinary `LlamaForCausalLM` with `len(layers)` decoder layers,
 initialised from the chosen target layers (plus the target's final norm) and then
-healed by distillation (`specviz/distill.py`). It reuses the target's token
+healed by distillation (`train.py` beside this file). It reuses the target's token
 embedding and lm_head *tensors*: they are not trained and not shipped.
 
 On disk a draft directory holds:
@@ -28,11 +28,12 @@ from pathlib import Path
 
 import torch
 
-from .errors import InvalidInput, ModelLoadError
+from ..engine.lean import VocabSubsetHead
+from ..errors import InvalidInput, ModelLoadError
+from .vocab import load_vocab
 
 WEIGHTS_FILE = "draft.safetensors"
 META_FILE = "draft.json"
-VOCAB_FILE = "vocab.json"   # optional: the token ids the draft's head keeps
 SHARED_PREFIXES = ("model.embed_tokens.", "lm_head.")
 
 
@@ -118,29 +119,9 @@ def save_draft(draft, out_dir: str | Path, layers: list[int], target_name: str, 
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     meta = {"target": target_name, "target_layers": layers,
             "shared_from_target": ["model.embed_tokens.weight", "lm_head.weight", "rotary_emb"],
-            "note": "assemble with specviz.draft.load_offline_draft(target_model, dir)"}
+            "note": "assemble with specviz.draft.pruned.load_offline_draft(target_model, dir)"}
     meta.update(extra or {})
     (out / META_FILE).write_text(json.dumps(meta, indent=2))
-
-
-def save_vocab(out_dir: str | Path, vocab_ids: list[int], info: dict) -> None:
-    path = Path(out_dir) / VOCAB_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**info, "vocab_ids": list(vocab_ids)}))
-    tmp.replace(path)
-
-
-def load_vocab(dir_: str | Path, vocab_size: int) -> torch.Tensor | None:
-    path = Path(dir_) / VOCAB_FILE
-    if not path.exists():
-        return None
-    try:
-        ids = json.loads(path.read_text())["vocab_ids"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelLoadError(f"{path} is not a draft vocabulary file: {exc}") from None
-    if not ids or not all(isinstance(t, int) and 0 <= t < vocab_size for t in ids) or len(set(ids)) != len(ids):
-        raise ModelLoadError(f"{path} must list distinct token ids below {vocab_size}")
-    return torch.tensor(sorted(ids), dtype=torch.long)
 
 
 def is_draft_dir(path: str | Path | None) -> bool:
@@ -175,7 +156,6 @@ def load_offline_draft(target_model, dir_: str | Path, dtype: torch.dtype | None
     _init_buffers(draft, target_model)
     vocab_ids = load_vocab(dir_, tcfg.vocab_size)
     if vocab_ids is not None:
-        from .lean import VocabSubsetHead
 
         draft.lm_head = VocabSubsetHead(target_model.lm_head.weight, vocab_ids)
     draft.generation_config = target_model.generation_config

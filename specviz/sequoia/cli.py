@@ -1,6 +1,7 @@
 """Sequoia's commands: `tree-dp`, `profile-acceptance`, `optimize-tree`.
 
-`register(subparsers)` is called from `specviz.cli.build_parser`.
+`register(subparsers)` is called from `specviz.cli.build_parser`; shared arguments
+come from `specviz.cliargs`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import InvalidInput
+from ..cliargs import add_model_args, load_pair_for
+from ..errors import InvalidInput
 
 
 def _acceptance_arg(text: str) -> list[float]:
@@ -49,14 +51,13 @@ def cmd_tree_dp(args: argparse.Namespace) -> int:
 
 
 def cmd_profile_acceptance(args: argparse.Namespace) -> int:
-    from .acceptance import profile_acceptance
-    from .bench import read_prompts
-    from .cli import _load
-    from .sampling import SamplingConfig
+    from ..engine.prompts import read_prompts
+    from ..engine.sampling import SamplingConfig
+    from .measure import profile_acceptance
 
     prompts = [p["prompt"] for p in read_prompts(args.prompts)]
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed).validated()
-    pair = _load(args, ["sequoia"])
+    pair = load_pair_for(args, ["sequoia"])
     result = profile_acceptance(pair, prompts, args.width, sampling, steps=args.steps,
                                 max_new_tokens=args.max_new_tokens)
     text = json.dumps(result, indent=1)
@@ -68,15 +69,14 @@ def cmd_profile_acceptance(args: argparse.Namespace) -> int:
 
 
 def cmd_optimize_tree(args: argparse.Namespace) -> int:
-    from .cli import _load
-    from .optimizer import plan_tree
-    from .sampling import SamplingConfig
+    from ..engine.sampling import SamplingConfig
+    from .sizing import plan_tree
 
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p).validated()
     for name, v in (("--max-budget", args.max_budget), ("--max-depth", args.max_depth)):
         if v is not None and v < 2 - (name == "--max-depth"):
             raise InvalidInput(f"{name} is too small: {v}")
-    pair = _load(args, ["sequoia"])
+    pair = load_pair_for(args, ["sequoia"])
     plan = plan_tree(pair, sampling, args.max_budget, args.max_depth, refresh=args.refresh)
     if args.json:
         print(json.dumps(plan))
@@ -95,8 +95,6 @@ def cmd_optimize_tree(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    from .cli import _add_model_args
-
     p = sub.add_parser("tree-dp", help="Sequoia's optimal tree for an acceptance vector (no model)")
     p.add_argument("--acceptance", required=True, help="JSON list, e.g. '[0.63, 0.11, 0.06]'")
     p.add_argument("--budget", type=int, required=True, help="N: nodes including the root")
@@ -115,7 +113,7 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=300, help="verification steps to count")
     p.add_argument("--max-new-tokens", type=int, default=128, help="per prompt before moving to the next")
     p.add_argument("--json", default=None, metavar="OUT", help="write the vector here too")
-    _add_model_args(p)
+    add_model_args(p)
     p.set_defaults(func=cmd_profile_acceptance)
 
     p = sub.add_parser("optimize-tree", help="measure forward costs and choose Sequoia's tree (N, D)")
@@ -125,5 +123,5 @@ def register(sub) -> None:
     p.add_argument("--max-depth", type=int, default=None)
     p.add_argument("--refresh", action="store_true", help="re-measure instead of using the cache")
     p.add_argument("--json", action="store_true", help="print the curve, table and choice as JSON")
-    _add_model_args(p)
+    add_model_args(p)
     p.set_defaults(func=cmd_optimize_tree)

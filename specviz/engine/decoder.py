@@ -16,10 +16,10 @@ from typing import Callable
 import torch
 
 from ..errors import InvalidInput
-from ..models import ModelPair, dtype_name
-from ..sampling import SamplingConfig, make_generator
-from ..text import Detokenizer
 from ..trace import RunTrace, StepRecord
+from .models import ModelPair, dtype_name
+from .sampling import SamplingConfig, make_generator
+from .text import Detokenizer
 
 
 def validate_max_new_tokens(max_new_tokens, prompt_len: int, max_context: int) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import InvalidInput
+from ..errors import InvalidInput
 
 
 def check_parents(parents) -> list[int]:

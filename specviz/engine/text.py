@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .errors import InvalidInput
+from ..errors import InvalidInput
 
 # Per-request cap on prompt length in characters, before tokenising; hosting can lower it.
 DEFAULT_MAX_PROMPT_CHARS = 20_000

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
+from ..paths import cache_dir
 from .lean import lean_llama_supported, make_forward
-from .models import cache_dir
 
 
 def default_sizes(device: torch.device) -> list[int]:
@@ -37,7 +37,7 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
                           warmup: int = 2) -> dict[int, float]:
     """Median milliseconds of one forward over n new tokens (tree-style 4-D mask) after `context_len`.
 
-    It times the forward the decoders run (`specviz.lean.make_forward`: the lean
+    It times the forward the decoders run (`specviz.engine.lean.make_forward`: the lean
     Llama forward where it is exact, else transformers'), over every row's logits.
     """
     device = next(model.parameters()).device

@@ -1,21 +1,25 @@
-"""The decoders, by method name, and one factory that builds any of them."""
+"""The decoders, by method name, and one factory that builds any of them.
+
+The registry names each method's decoder by module path, so the engine (the race,
+the CLI, the benchmark) reaches every method without importing any of them here.
+"""
 
 from __future__ import annotations
 
 import importlib
 
 from ..errors import InvalidInput
-from ..models import ModelPair
-from ..sampling import SamplingConfig
-from ..text import encode_prompt
-from .base import Decoder
+from .decoder import Decoder
+from .models import ModelPair
+from .sampling import SamplingConfig
+from .text import encode_prompt
 
 # method name -> "module:class", imported on first use so one method's import
 # cost (or breakage) never touches the others.
 METHODS = {
-    "ar": "specviz.decoders.autoregressive:AutoregressiveDecoder",
-    "sequoia": "specviz.decoders.sequoia:SequoiaDecoder",
-    "lookahead": "specviz.decoders.lookahead:LookaheadDecoder",
+    "ar": "specviz.autoregressive.decoder:AutoregressiveDecoder",
+    "sequoia": "specviz.sequoia.decoder:SequoiaDecoder",
+    "lookahead": "specviz.lookahead.decoder:LookaheadDecoder",
 }
 METHOD_LABELS = {"ar": "Autoregressive", "sequoia": "Sequoia", "lookahead": "Lookahead"}
 

@@ -6,7 +6,7 @@ Each step (one target forward):
    children from the draft distribution without replacement (Gumbel-top-k via
    q / Exp(1)), or takes the draft's top-c at temperature 0;
 2. one target forward over the whole tree (additive float mask, explicit positions);
-3. the verification walk (`specviz.verification`) picks the accepted path and a
+3. the verification walk (`verify.py`) picks the accepted path and a
    bonus token;
 4. both caches keep only the accepted path; the bonus token becomes the next
    step's root, which has no K/V yet.
@@ -23,58 +23,23 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import InvalidInput
-from ..lean import VocabSubsetHead, make_forward
-from ..sampling import next_token, probs_from_logits
-from ..trace import (PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, SOURCE_AR, SOURCE_BONUS, SOURCE_DRAFT,
-                     StepRecord, TreeNode, TreePayload)
-from ..tree import TreeShape, TreeTensors, check_parents
-from ..verification import greedy_walk, sampling_walk
-from .base import Decoder, PhaseTimer
-
-MAX_TREE_BUDGET = 1024
-
-
-def _check_int(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            isinstance(value, float) and not value.is_integer()):
-        raise InvalidInput(f"{name} must be a whole number, got {value!r}")
-    value = int(value)
-    if value < low:
-        raise InvalidInput(f"{name} must be at least {low}, got {value}")
-    return value
-
-
-def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents) -> tuple[list[int], dict]:
-    """The tree to use (a breadth-first parent list) and settings that say where it came from."""
-    from ..acceptance import acceptance_for
-    from ..tree_dp import optimal_tree
-
-    if tree_parents is not None:
-        parents = check_parents(tree_parents)
-        if len(parents) > MAX_TREE_BUDGET:
-            raise InvalidInput(f"a tree of {len(parents)} nodes is too large (at most {MAX_TREE_BUDGET})")
-        return parents, {"tree": "explicit"}
-    if tree_budget is None and tree_depth is None:
-        from ..optimizer import plan_tree
-
-        plan = plan_tree(pair, sampling)
-        choice = plan["choice"]
-        return choice["parents"], {
-            "tree": "auto", "acceptance": plan["acceptance"], "acceptance_source": plan["acceptance_source"],
-            "predicted_tokens_per_step": choice["value"], "predicted_speedup": choice["predicted_speedup"],
-            "plan": plan}  # the app's hardware panel shows it
-    if tree_budget is None or tree_depth is None:
-        raise InvalidInput("give both a tree budget and a tree depth, or neither (auto)")
-    budget = _check_int("tree budget (nodes including the root)", tree_budget, 1)
-    depth = _check_int("tree depth", tree_depth, 0)
-    if budget > MAX_TREE_BUDGET:
-        raise InvalidInput(f"tree budget {budget} is too large (at most {MAX_TREE_BUDGET})")
-    depth = min(depth, budget - 1)
-    acc = acceptance_for(pair, sampling)
-    result = optimal_tree(acc["acceptance"], budget, depth)
-    return result.parents, {"tree": "manual", "acceptance": acc["acceptance"],
-                            "acceptance_source": acc["source"], "predicted_tokens_per_step": result.value}
+from ..engine.decoder import Decoder, PhaseTimer
+from ..engine.lean import VocabSubsetHead, make_forward
+from ..engine.sampling import next_token, probs_from_logits
+from ..trace import (
+    PHASE_DRAFT,
+    PHASE_TARGET,
+    PHASE_VERIFY,
+    SOURCE_AR,
+    SOURCE_BONUS,
+    SOURCE_DRAFT,
+    StepRecord,
+    TreeNode,
+    TreePayload,
+)
+from .sizing import resolve_tree
+from .tree import TreeShape, TreeTensors
+from .verify import greedy_walk, sampling_walk
 
 
 def _probs_at(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:

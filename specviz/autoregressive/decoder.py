@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from ..lean import make_forward
-from ..sampling import next_token
+from ..engine.decoder import Decoder, PhaseTimer
+from ..engine.lean import make_forward
+from ..engine.sampling import next_token
 from ..trace import PHASE_TARGET, PHASE_VERIFY, SOURCE_AR, StepRecord
-from .base import Decoder, PhaseTimer
 
 
 class AutoregressiveDecoder(Decoder):

@@ -15,27 +15,24 @@ the tokens/s-against-size figure of the report.
 from __future__ import annotations
 
 import copy
-import json
 import statistics
-from collections import OrderedDict
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from .decoders import METHODS, decoder_class, make_decoder
-from .errors import InvalidInput
-from .models import REPO_ROOT, ModelPair
-from .profiler import load_cached, save_cached
-from .sampling import SamplingConfig
-from .text import encode_prompt
+from ..engine.methods import METHODS, decoder_class, make_decoder
+from ..engine.models import ModelPair
+from ..engine.profiler import load_cached, save_cached
+from ..engine.sampling import SamplingConfig
+from ..engine.text import encode_prompt
+from ..errors import InvalidInput
 
 HF_METHODS = ("hf-generate", "hf-assisted", "hf-prompt-lookup")
 ALL_METHODS = tuple(METHODS) + HF_METHODS
-SUITES_DIR = REPO_ROOT / "assets" / "suites"
-SUITES = ("chat", "code", "math", "rewrite")
 
 # Sizes `--sweep` adds: Sequoia (tree budget, depth) and Lookahead (W, N, G).
 SWEEP_SEQUOIA = ((8, 4), (16, 5), (32, 6), (64, 8))
@@ -88,58 +85,6 @@ class BenchRecord:
         data["accepted_length"] = self.accepted_length
         data["forward_size"] = self.forward_size
         return data
-
-
-# -- prompts -----------------------------------------------------------------------------
-
-
-def read_prompts(path: str | Path) -> list[dict]:
-    path = Path(path)
-    if not path.exists():
-        raise InvalidInput(f"prompt file '{path}' does not exist")
-    prompts = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) or not item["prompt"].strip():
-            raise InvalidInput(f"{path}:{lineno}: each line must be an object with a non-empty \"prompt\"")
-        item.setdefault("id", f"{path.stem}-{lineno}")
-        item.setdefault("suite", path.stem)
-        prompts.append(item)
-    if not prompts:
-        raise InvalidInput(f"prompt file '{path}' holds no prompts")
-    return prompts
-
-
-def read_suites(names: str | list[str]) -> list[dict]:
-    """The project's prompt suites by name (`chat,code,math,rewrite`), in that order."""
-    if isinstance(names, str):
-        names = [n.strip() for n in names.split(",") if n.strip()]
-    if not names:
-        raise InvalidInput(f"--suite is empty (choose from {', '.join(SUITES)})")
-    prompts = []
-    for name in names:
-        path = SUITES_DIR / f"{name}.jsonl"
-        if not path.exists():
-            raise InvalidInput(f"unknown suite '{name}' (choose from {', '.join(SUITES)})")
-        prompts.extend(read_prompts(path))
-    return prompts
-
-
-def limit_per_suite(prompts: list[dict], n: int) -> list[dict]:
-    kept, seen = [], {}
-    for item in prompts:
-        seen[item["suite"]] = seen.get(item["suite"], 0) + 1
-        if seen[item["suite"]] <= n:
-            kept.append(item)
-    return kept
-
-
-# -- methods -----------------------------------------------------------------------------
 
 
 def parse_method(spec: str) -> tuple[str, dict]:
@@ -451,7 +396,7 @@ def machine_info(device: torch.device) -> dict:
 
 def run_info(pair: ModelPair, methods: list[str], sampling: SamplingConfig, max_new_tokens: int,
              options: dict, argv: list[str] | None = None) -> dict:
-    from .models import dtype_name
+    from ..engine.models import dtype_name
 
     peers = {m: hf_settings(m, options.get(m, {})) for m in HF_METHODS if m in methods}
     return {"methods": methods, "max_new_tokens": max_new_tokens, "sampling": sampling.to_dict(),

@@ -6,23 +6,26 @@ Time per generated token for the best tree of n nodes and d levels:
 
 where t_target(n) is one target forward over n new tokens and the draft time is
 one draft forward per level over that level's nodes, both measured on this
-machine (`profiler.forward_curve`, cached per model, device and dtype). The plan
+machine (`engine.profiler.forward_curve`, cached per model, device and dtype). The plan
 (curves, predicted-speedup table, choice) is plain dicts for the CLI and the app,
-and is cached per (pair, sampling, acceptance vector).
+and is cached per (pair, sampling, acceptance vector). `resolve_tree` turns a
+decoder's options (auto, budget + depth, or an explicit parent list) into its tree.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..engine.models import dtype_name
+from ..engine.profiler import forward_curve, forward_kind, load_cached, save_cached
+from ..engine.sampling import SamplingConfig
+from ..errors import InvalidInput
 from .acceptance import acceptance_for
-from .models import dtype_name
-from .profiler import forward_curve, forward_kind, load_cached, save_cached
-from .sampling import SamplingConfig
-from .tree import TreeShape
-from .tree_dp import build_tables
+from .tree import TreeShape, check_parents
+from .tree_dp import build_tables, optimal_tree
 
 DRAFT_SIZES = [1, 2, 4, 8, 16, 32, 64]
+MAX_TREE_BUDGET = 1024
 
 
 def _model_key(name: str, pair) -> str:
@@ -109,3 +112,40 @@ def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | No
                 acceptance_source=acc["source"], temperature=sampling.temperature, top_p=sampling.top_p)
     save_cached("sequoia-plan", key, plan)
     return plan
+
+
+def _check_int(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not value.is_integer()):
+        raise InvalidInput(f"{name} must be a whole number, got {value!r}")
+    value = int(value)
+    if value < low:
+        raise InvalidInput(f"{name} must be at least {low}, got {value}")
+    return value
+
+
+def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents) -> tuple[list[int], dict]:
+    """The tree to use (a breadth-first parent list) and settings that say where it came from."""
+    if tree_parents is not None:
+        parents = check_parents(tree_parents)
+        if len(parents) > MAX_TREE_BUDGET:
+            raise InvalidInput(f"a tree of {len(parents)} nodes is too large (at most {MAX_TREE_BUDGET})")
+        return parents, {"tree": "explicit"}
+    if tree_budget is None and tree_depth is None:
+        plan = plan_tree(pair, sampling)
+        choice = plan["choice"]
+        return choice["parents"], {
+            "tree": "auto", "acceptance": plan["acceptance"], "acceptance_source": plan["acceptance_source"],
+            "predicted_tokens_per_step": choice["value"], "predicted_speedup": choice["predicted_speedup"],
+            "plan": plan}  # the app's hardware panel shows it
+    if tree_budget is None or tree_depth is None:
+        raise InvalidInput("give both a tree budget and a tree depth, or neither (auto)")
+    budget = _check_int("tree budget (nodes including the root)", tree_budget, 1)
+    depth = _check_int("tree depth", tree_depth, 0)
+    if budget > MAX_TREE_BUDGET:
+        raise InvalidInput(f"tree budget {budget} is too large (at most {MAX_TREE_BUDGET})")
+    depth = min(depth, budget - 1)
+    acc = acceptance_for(pair, sampling)
+    result = optimal_tree(acc["acceptance"], budget, depth)
+    return result.parents, {"tree": "manual", "acceptance": acc["acceptance"],
+                            "acceptance_source": acc["source"], "predicted_tokens_per_step": result.value}

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InvalidInput
+from ..errors import InvalidInput
 
 NEG = -np.inf
 

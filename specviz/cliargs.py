@@ -1,0 +1,85 @@
+"""Command-line pieces every command shares: model, sampling and method-size arguments.
+
+Public and import-free of the commands themselves, so `specviz.cli` and each
+method's own `cli.py` import this module and never each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .errors import InvalidInput
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("--model", default="default",
+                   help="target: a Hugging Face id, a local directory, or 'default' (offline SmolLM2-135M-Instruct)")
+    g.add_argument("--draft", default=None,
+                   help="draft for Sequoia (same tokenizer); default: the shipped draft for the offline "
+                        "default, otherwise the target itself ('self')")
+    g.add_argument("--dtype", default="auto", help="auto | fp32 | bf16 | fp16")
+    g.add_argument("--device", default="auto", help="auto | cpu | cuda")
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--seed", type=int, default=None)
+
+
+def add_method_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sequoia")
+    g.add_argument("--tree", choices=["auto"], default=None,
+                   help="choose the tree from measured acceptance and forward times (the default)")
+    g.add_argument("--tree-budget", type=int, default=None, help="tree nodes including the root (N)")
+    g.add_argument("--tree-depth", type=int, default=None, help="speculated levels (D)")
+    g = p.add_argument_group("lookahead")
+    g.add_argument("--lookahead", choices=["auto"], default=None,
+                   help="choose W, N, G from the measured forward cost (the default)")
+    g.add_argument("--window", type=int, default=None, help="W: Jacobi window width")
+    g.add_argument("--ngram", type=int, default=None, help="N: n-gram size")
+    g.add_argument("--guesses", type=int, default=None, help="G: candidates verified per step")
+    g.add_argument("--pool-from-prompt", action=argparse.BooleanOptionalAction, default=True,
+                   help="seed the n-gram pool with the prompt's n-grams")
+
+
+def method_options(args: argparse.Namespace, method: str) -> dict:
+    """The decoder keyword arguments a method takes, from the command line."""
+    if method == "sequoia":
+        if args.tree == "auto" and (args.tree_budget is not None or args.tree_depth is not None):
+            raise InvalidInput("--tree auto cannot be combined with --tree-budget/--tree-depth")
+        if (args.tree_budget is None) != (args.tree_depth is None):
+            raise InvalidInput("give both --tree-budget and --tree-depth, or neither (auto)")
+        return {"tree_budget": args.tree_budget, "tree_depth": args.tree_depth}
+    if method == "lookahead":
+        sizes = (args.window, args.ngram, args.guesses)
+        if args.lookahead == "auto" and any(v is not None for v in sizes):
+            raise InvalidInput("--lookahead auto cannot be combined with --window/--ngram/--guesses")
+        if any(v is None for v in sizes) and any(v is not None for v in sizes):
+            raise InvalidInput("give all of --window, --ngram and --guesses, or none (auto)")
+        return {"window": args.window, "ngram": args.ngram, "guesses": args.guesses,
+                "pool_from_prompt": args.pool_from_prompt}
+    return {}
+
+
+def sampling_from_args(args: argparse.Namespace):
+    from .engine.sampling import SamplingConfig
+
+    return SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                          seed=args.seed).validated()
+
+
+def needs_draft(methods: list[str]) -> bool:
+    return any(m in ("sequoia", "hf-assisted") for m in methods)
+
+
+def load_pair_for(args: argparse.Namespace, methods: list[str]):
+    """The model pair a command needs: the draft only where a method drafts (else the target alone)."""
+    from .engine.models import load_pair
+
+    draft = args.draft if needs_draft(methods) else "self"
+    return load_pair(args.model, draft, device=args.device, dtype=args.dtype)

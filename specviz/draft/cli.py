@@ -1,0 +1,163 @@
+"""The draft's commands: `distill`, `draft-vocab`, `draft-eval`.
+
+`register(subparsers)` is called from `specviz.cli.build_parser`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from ..errors import InvalidInput
+from .data import PROMPTS_FILE, chat_ids, generate_answers, generate_batch, load_prompts, log
+from .evaluate import agreement, heldout_sequences
+from .train import train
+from .vocab import write_vocab
+
+DEFAULT_LAYERS = "0,10,20,29"
+
+
+def _load_target(target_name: str, device: str | None):
+    from ..engine.models import choose_device, load_model, load_tokenizer
+
+    dev = choose_device(device)
+    # The teacher runs in bf16 (fp16 on GPUs without bf16 would overflow less gracefully; bf16 is the norm).
+    tokenizer = load_tokenizer(target_name)
+    target = load_model(target_name, dev, torch.bfloat16)
+    return target, tokenizer
+
+
+def cmd_distill(args: argparse.Namespace) -> int:
+    from ..engine.models import is_default
+    from ..paths import cache_dir
+    from .pruned import parse_layers
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    for name in ("steps", "batch", "seq_len", "save_every"):
+        if getattr(args, name) <= 0:
+            raise InvalidInput(f"--{name.replace('_', '-')} must be positive")
+    target, tokenizer = _load_target(args.target, args.device)
+    layers = parse_layers(args.layers, target.config.num_hidden_layers)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    key = "default" if is_default(args.target) else Path(args.target).name
+    work_dir = Path(args.work) if args.work else cache_dir() / "distill" / f"{key}-{'_'.join(map(str, layers))}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    settings = {"target": "default" if is_default(args.target) else args.target, "layers": layers,
+                "steps": args.steps, "batch": args.batch, "seq_len": args.seq_len, "lr": args.lr,
+                "warmup": args.warmup, "seed": args.seed, "answer_rows": args.answer_rows,
+                "chat_wrap": args.chat_wrap, "save_every": args.save_every, "log_every": args.log_every,
+                "gen_batch": args.gen_batch, "gen_tokens": args.gen_tokens, "heldout_tokens": args.heldout_tokens,
+                "loss": "KL(target || draft), temperature 1, full vocabulary",
+                "device": str(target.device), "threads": torch.get_num_threads(), "work_dir": str(work_dir),
+                "prompts": str(PROMPTS_FILE.relative_to(PROMPTS_FILE.parent.parent.parent))}
+    log(f"target {settings['target']} on {target.device}, draft = target layers {layers}; work dir {work_dir}")
+    generate_answers(target, tokenizer, work_dir, args.seed, args.gen_batch, args.gen_tokens, args.heldout_tokens)
+    train(target, tokenizer, settings, out_dir, work_dir, resume=args.resume)
+    if args.vocab_rows:
+        write_vocab(tokenizer, work_dir, out_dir, args.seed, args.vocab_rows, args.vocab_text_rows)
+    return 0
+
+
+def cmd_draft_vocab(args: argparse.Namespace) -> int:
+    from ..engine.models import load_tokenizer
+    from .pruned import is_draft_dir
+
+    work_dir, out_dir = Path(args.work), Path(args.draft)
+    if not (work_dir / "answers.jsonl").exists():
+        raise InvalidInput(f"{work_dir} holds no answers.jsonl (the work dir of a `distill` run)")
+    if not is_draft_dir(out_dir):
+        raise InvalidInput(f"{out_dir} is not a SpecViz draft directory")
+    print(json.dumps(write_vocab(load_tokenizer(args.target), work_dir, out_dir, args.seed, args.vocab_rows,
+                                 args.vocab_text_rows), indent=1))
+    return 0
+
+
+def cmd_draft_eval(args: argparse.Namespace) -> int:
+    from ..engine.lean import VocabSubsetHead
+    from ..engine.models import offline_default_draft_dir
+    from ..engine.profiler import measure_forward_times
+    from .pruned import draft_display_name, is_draft_dir, load_offline_draft
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    draft_dir = Path(args.draft) if args.draft else offline_default_draft_dir()
+    if draft_dir is None or not is_draft_dir(draft_dir):
+        raise InvalidInput(f"no SpecViz draft in {args.draft or 'assets/draft-smollm2-135m'}")
+    target, tokenizer = _load_target(args.target, args.device)
+    draft = load_offline_draft(target, draft_dir)
+    prompts = load_prompts("heldout")[:args.limit or None]
+    rows = []
+    for start in range(0, len(prompts), 32):
+        chunk = prompts[start:start + 32]
+        ids = [chat_ids(tokenizer, p["prompt"]) for p in chunk]
+        answers = generate_batch(target, tokenizer, ids, args.tokens, 0.0, torch.Generator())
+        rows += [{"prompt_ids": p, "answer_ids": a} for p, a in zip(ids, answers)]
+    seqs = heldout_sequences(target, rows)
+    agree = agreement(draft, seqs)
+    times = {"target": measure_forward_times(target, [1], context_len=200, repeats=args.repeats)[1],
+             "draft": measure_forward_times(draft, [1], context_len=200, repeats=args.repeats)[1]}
+    result = {"draft": draft_display_name(draft_dir), "heldout_prompts": len(seqs),
+              "positions": sum(int(s[2].numel()) for s in seqs), "agreement": round(agree, 4),
+              "target_ms": round(times["target"], 2), "draft_ms": round(times["draft"], 2),
+              "draft_over_target": round(times["draft"] / times["target"], 3),
+              "draft_head_rows": int(draft.lm_head.vocab_ids.numel()) if isinstance(draft.lm_head, VocabSubsetHead)
+              else len(tokenizer),
+              "device": str(target.device), "threads": torch.get_num_threads()}
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+def _add_vocab_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vocab-rows", type=int, default=12288,
+                   help="draft head: keep BPE's first N tokens plus every token seen in the data (0: whole vocabulary)")
+    p.add_argument("--vocab-text-rows", type=int, default=150, help="offline text rows scanned for the head's tokens")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("distill", help="train a small draft for a target by knowledge distillation")
+    p.add_argument("--target", default="default", help="target model: 'default' or a Hub id / local directory")
+    p.add_argument("--out", required=True, help="directory for the draft checkpoint, metrics.json, settings.json")
+    p.add_argument("--work", default=None, help="generated answers + resumable training state "
+                                                "(default: under the SpecViz cache)")
+    p.add_argument("--layers", default=DEFAULT_LAYERS, help="target layers the draft starts from, e.g. 0,10,20,29")
+    p.add_argument("--steps", type=int, default=240)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--lr", type=float, default=8e-4)
+    p.add_argument("--warmup", type=int, default=15)
+    p.add_argument("--answer-rows", type=int, default=3, help="rows per batch from the target's own answers")
+    p.add_argument("--chat-wrap", type=float, default=0.4, help="share of text rows wrapped in the chat template")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save-every", type=int, default=20)
+    p.add_argument("--log-every", type=int, default=5)
+    p.add_argument("--gen-batch", type=int, default=48)
+    p.add_argument("--gen-tokens", type=int, default=256)
+    p.add_argument("--heldout-tokens", type=int, default=128)
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch's default)")
+    p.add_argument("--resume", action="store_true", help="continue from the training state in the work dir")
+    _add_vocab_args(p)
+    p.set_defaults(func=cmd_distill)
+
+    p = subparsers.add_parser("draft-vocab", help="(re)build a draft's head vocabulary from a distill work dir")
+    p.add_argument("--target", default="default")
+    p.add_argument("--work", required=True, help="the distill run's work dir (answers.jsonl, heldout.jsonl)")
+    p.add_argument("--draft", required=True, help="the draft directory to write vocab.json into")
+    p.add_argument("--seed", type=int, default=0)
+    _add_vocab_args(p)
+    p.set_defaults(func=cmd_draft_vocab)
+
+    p = subparsers.add_parser("draft-eval", help="held-out agreement and forward time of a distilled draft")
+    p.add_argument("--target", default="default")
+    p.add_argument("--draft", default=None, help="draft directory (default: the shipped offline draft)")
+    p.add_argument("--tokens", type=int, default=128, help="greedy tokens per held-out prompt")
+    p.add_argument("--limit", type=int, default=0, help="only the first N held-out prompts")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=0)
+    p.set_defaults(func=cmd_draft_eval)

@@ -1,0 +1,209 @@
+"""The race: several decoders on one prompt, advanced in turn on one device.
+
+One thread steps the decoders one target forward at a time, always the one with
+the least compute time of its own so far (the sum of its steps' `time_ms`). They
+never compete for the CPU/GPU, so each method's visible progress against the
+clock is its real speed. A decoder that raises is retired with its error while
+the others run on. The whole race is recorded as a `specviz.trace.RaceTrace`.
+
+Nothing here imports gradio or plotly: the engine is usable from scripts and tests.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from ..errors import InvalidInput, SpecVizError
+from ..trace import RACE_METHODS, RaceTrace, RunTrace, StepRecord
+
+
+def compute_ms(trace: RunTrace) -> float:
+    """A method's own accumulated compute time: the sum of its steps' phase times."""
+    return sum(s.total_ms for s in trace.steps)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    import torch
+
+    oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    return isinstance(exc, oom) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+
+
+def free_accelerator_memory() -> None:
+    """Give cached GPU blocks back after an out-of-memory error, so the next run can start."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def release_freed_memory() -> None:
+    """After a race: collect, and hand glibc's freed heap pages back to the OS.
+
+    Decoder caches are allocated from several worker threads' malloc arenas; without
+    a trim, freed blocks stay resident and a long-running server's RSS creeps up.
+    """
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):   # not glibc (macOS, Windows, musl): nothing to do
+        pass
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, SpecVizError):
+        return str(exc)
+    if is_out_of_memory(exc):
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return ("out of memory: this method's run did not fit on the device "
+                f"({first}); try fewer new tokens, a smaller tree or window, or a smaller model")
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Race:
+    """Advance several decoders in turn, least accumulated compute first.
+
+    `decoders` maps method -> a built `Decoder`, or the exception that building
+    it raised (shown in that method's column). Use `start_race` to build one.
+    """
+
+    def __init__(self, decoders: dict[str, Any], prompt: str, prompt_ids: list[int], *,
+                 sampling: dict | None = None, options: dict | None = None, pair=None):
+        self.methods = list(decoders)
+        self.decoders = {}
+        self.runs: dict[str, RunTrace] = {}
+        self.compute: dict[str, float] = {}
+        self.order: list[list] = []
+        self.cancelled = False
+        # step() and close() may come from different threads (a Stop button): one at a time.
+        self._lock = threading.Lock()
+        for method, dec in decoders.items():
+            if isinstance(dec, BaseException):
+                self.runs[method] = RunTrace(method=method, prompt=prompt, prompt_token_ids=list(prompt_ids),
+                                             settings={}, finish_reason="error", error=_error_text(dec))
+            else:
+                self.decoders[method] = dec
+                self.runs[method] = dec.trace
+                self.compute[method] = compute_ms(dec.trace)
+        self.trace = RaceTrace(
+            prompt=prompt, prompt_token_ids=list(prompt_ids), methods=self.methods, runs=self.runs,
+            order=self.order, sampling=dict(sampling or {}), options=dict(options or {}),
+            target_name=getattr(pair, "target_name", ""), draft_name=getattr(pair, "draft_name", ""),
+            device=str(getattr(pair, "device", "")), vocab_size=int(getattr(pair, "vocab_size", 0) or 0))
+        if pair is not None:
+            from .models import dtype_name
+
+            self.trace.dtype = dtype_name(pair.dtype)
+
+    @property
+    def live(self) -> list[str]:
+        return [m for m in self.methods if m in self.decoders and not self.decoders[m].done]
+
+    @property
+    def done(self) -> bool:
+        return not self.live
+
+    def next_method(self) -> str | None:
+        """The live decoder with the least compute of its own (ties: the order given)."""
+        live = self.live
+        return min(live, key=lambda m: self.compute[m]) if live else None
+
+    def step(self) -> tuple[str, StepRecord | None] | None:
+        """One target forward of the most-behind decoder: (method, record), record None on error."""
+        with self._lock:
+            method = self.next_method()
+            if method is None:
+                return None
+            decoder = self.decoders[method]
+            try:
+                record = decoder.step()
+            except Exception as exc:  # one decoder's failure must not stop the others
+                self._retire(method, exc)
+                return method, None
+            self.compute[method] += record.total_ms
+            self.order.append([method, record.step])
+            return method, record
+
+    def run(self, on_step: Callable[[str, StepRecord | None], None] | None = None) -> RaceTrace:
+        try:
+            while not self.done:
+                method, record = self.step()
+                if on_step is not None:
+                    on_step(method, record)
+        finally:
+            self.close()
+        return self.trace
+
+    def _retire(self, method: str, exc: BaseException) -> None:
+        decoder = self.decoders[method]
+        decoder.done = True
+        decoder.trace.error = _error_text(exc)
+        decoder.trace.finish_reason = "error"
+        _close_quietly(decoder)
+        if is_out_of_memory(exc):
+            free_accelerator_memory()
+
+    def close(self) -> None:
+        """Stop every unfinished decoder (cancelled) and free all their caches. Idempotent."""
+        with self._lock:
+            for decoder in self.decoders.values():
+                if not decoder.done:
+                    decoder.done = True
+                    decoder.trace.finish_reason = "cancelled"
+                    self.cancelled = True
+                    self.trace.cancelled = True
+                _close_quietly(decoder)
+
+    def __enter__(self) -> "Race":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _close_quietly(decoder) -> None:
+    try:
+        decoder.close()
+    except Exception:  # freeing memory must never mask the real outcome
+        pass
+
+
+def start_race(pair, prompt: str, methods: list[str], *, sampling=None, max_new_tokens: int = 128,
+               options: dict[str, dict] | None = None) -> Race:
+    """Build one decoder per method on `pair` (errors kept per method) and return the race.
+
+    Bad shared input (empty prompt, unknown method, bad sampling or length) raises
+    `InvalidInput` at once; a method that cannot be built (not implemented, bad
+    method option, load problem) gets the error in its own column.
+    """
+    from .decoder import validate_max_new_tokens
+    from .methods import make_decoder
+    from .sampling import SamplingConfig
+    from .text import encode_prompt
+
+    if not methods:
+        raise InvalidInput("choose at least one method to run")
+    unknown = [m for m in methods if m not in RACE_METHODS]
+    if unknown:
+        raise InvalidInput(f"unknown method '{unknown[0]}' (choose from {', '.join(RACE_METHODS)})")
+    sampling = (sampling or SamplingConfig()).validated()
+    prompt_ids = encode_prompt(pair.tokenizer, prompt)
+    # Settings shared by every method are checked once, up front, as one clear error.
+    max_new_tokens = validate_max_new_tokens(max_new_tokens, len(prompt_ids), pair.max_context)
+    options = {m: dict((options or {}).get(m, {})) for m in methods}
+    decoders: dict[str, Any] = {}
+    for method in dict.fromkeys(methods):
+        try:
+            decoders[method] = make_decoder(method, pair, prompt, sampling=sampling,
+                                            max_new_tokens=max_new_tokens, prompt_ids=prompt_ids,
+                                            **options[method])
+        except Exception as exc:
+            decoders[method] = exc
+    return Race(decoders, prompt, prompt_ids, sampling=sampling.to_dict(), options=options, pair=pair)

@@ -1,0 +1,75 @@
+"""Measuring an acceptance vector: the Sequoia decoder itself on a star tree.
+
+p[k-1] is the probability that the k-th child drawn without replacement at a
+node is the one the target accepts. Each verification step of a star tree
+(root + W children) accepts rank k or none; the normalised histogram over a few
+hundred steps is the vector, cached for `acceptance.acceptance_for`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..engine.profiler import save_cached
+from ..engine.sampling import SamplingConfig
+from ..engine.text import encode_prompt
+from ..errors import InvalidInput
+from .acceptance import model_id, profile_key
+from .decoder import SequoiaDecoder
+
+
+def star_tree(width: int) -> list[int]:
+    return [-1] + [0] * width
+
+
+def profile_acceptance(pair, prompts: list[str], width: int, sampling: SamplingConfig, steps: int = 300,
+                       max_new_tokens: int = 128, show_progress: bool = True, save: bool = True) -> dict:
+    """Measure p on real prompts with a star tree of `width` children; cache and return it."""
+    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= 64:
+        raise InvalidInput(f"width must be a whole number from 1 to 64, got {width!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InvalidInput(f"steps must be a positive whole number, got {steps!r}")
+    if not prompts:
+        raise InvalidInput("no prompts to profile on")
+    sampling = sampling.validated()
+    counts = [0] * width
+    done = 0
+    bar = None
+    if show_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=steps, desc="acceptance", unit="step", file=sys.stderr)
+    run = 0
+    while done < steps:
+        prompt = prompts[run % len(prompts)]
+        seed = None if sampling.seed is None else sampling.seed + run
+        cfg = SamplingConfig(sampling.temperature, sampling.top_p, sampling.top_k, seed)
+        ids = encode_prompt(pair.tokenizer, prompt)
+        room = min(max_new_tokens, pair.max_context - len(ids))
+        if room < 2:
+            raise InvalidInput("a prompt fills the model's context; use shorter prompts")
+        decoder = SequoiaDecoder(pair, prompt, ids, cfg, room, tree_parents=star_tree(width))
+        while not decoder.done and done < steps:
+            record = decoder.step()
+            payload = record.payload
+            if payload is None or payload.depth == 0:
+                continue  # the prefill, or a step cut to the root near the end
+            if payload.accepted_path:
+                counts[payload.accepted_path[0] - 1] += 1  # children are nodes 1..W in rank order
+            done += 1
+            if bar is not None:
+                bar.update(1)
+        decoder.close()
+        run += 1
+    if bar is not None:
+        bar.close()
+    result = {
+        "target": model_id(pair.target_name), "draft": model_id(pair.draft_name),
+        "temperature": sampling.temperature, "top_p": sampling.top_p, "width": width, "steps": done,
+        "counts": counts, "rejected_all": done - sum(counts),
+        "acceptance": [round(c / done, 6) for c in counts],
+        "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""),
+    }
+    if save:
+        save_cached("acceptance", profile_key(pair.target_name, pair.draft_name, sampling), result)
+    return result
