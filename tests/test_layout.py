@@ -1,0 +1,136 @@
+"""The package's shape: one room per method, no import cycles, the engine below the UI.
+
+Every import in the package (module level and inside functions alike) is read
+with `ast`, so a lazy import that closes a cycle counts as much as a top-level one.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from specviz._moved import MOVED
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "specviz"
+METHOD_ROOMS = ("specviz.autoregressive", "specviz.sequoia", "specviz.lookahead")
+ENGINE = ("specviz.engine", "specviz.trace", "specviz.errors", "specviz.paths")
+PURE = ("specviz.sequoia.tree_dp", "specviz.sequoia.tree", "specviz.sequoia.verify",
+        "specviz.lookahead.pool", "specviz.lookahead.window", "specviz.lookahead.verify")
+MODEL_CODE = ("transformers", "specviz.engine", "specviz.draft", "accelerate", "gguf")
+UI_LIBRARIES = ("gradio", "plotly", "networkx")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every module `name` imports (specviz modules resolved, others by their top-level name)."""
+    is_package = path.name == "__init__.py"
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[:len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:   # `from . import figures` imports the submodule
+                sub = f"{module}.{alias.name}"
+                found.add(sub if sub in known else module)
+    return {m for m in found if m and m != "__future__"}
+
+
+@pytest.fixture(scope="module")
+def graph() -> nx.DiGraph:
+    mods = modules()
+    g = nx.DiGraph()
+    for name, path in mods.items():
+        g.add_node(name)
+        for target in imports_of(name, path, set(mods)):
+            g.add_edge(name, target)
+    return g
+
+
+def _inside(module: str, prefixes) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def imports_from(g: nx.DiGraph, sources, targets) -> list[tuple[str, str]]:
+    return sorted((a, b) for a, b in g.edges if _inside(a, sources) and _inside(b, targets))
+
+
+def test_the_package_has_no_import_cycles(graph):
+    package_only = graph.subgraph(n for n in graph if n.startswith("specviz"))
+    cycles = list(nx.simple_cycles(package_only))
+    assert cycles == [], cycles
+
+
+def test_the_engine_never_imports_the_ui(graph):
+    assert imports_from(graph, ENGINE, ("specviz.ui",) + UI_LIBRARIES) == []
+
+
+def test_only_the_ui_imports_the_ui(graph):
+    from_outside = [(a, b) for a, b in graph.edges
+                    if a.startswith("specviz") and not _inside(a, ("specviz.ui",)) and _inside(b, ("specviz.ui",))]
+    assert from_outside == []
+
+
+def test_the_engine_reaches_methods_only_through_the_registry(graph):
+    assert imports_from(graph, ENGINE, METHOD_ROOMS) == []
+
+
+def test_pure_algorithms_import_no_model_code(graph):
+    assert imports_from(graph, PURE, MODEL_CODE) == []
+
+
+def test_a_method_room_does_not_import_another(graph):
+    for room in METHOD_ROOMS:
+        others = [r for r in METHOD_ROOMS if r != room]
+        assert imports_from(graph, (room,), others) == [], room
+
+
+def test_nothing_inside_uses_the_old_flat_names(graph):
+    assert imports_from(graph, ("specviz",), tuple(MOVED)) == []
+
+
+def test_each_method_room_holds_its_decoder_sizing_and_commands():
+    for room in ("sequoia", "lookahead"):
+        files = {p.name for p in (PACKAGE / room).glob("*.py")}
+        assert {"decoder.py", "sizing.py", "cli.py", "verify.py"} <= files, (room, files)
+    assert (PACKAGE / "autoregressive" / "decoder.py").exists()
+
+
+def test_importing_the_engine_and_cli_loads_no_ui_library():
+    code = ("import sys, specviz.cli, specviz.engine.race, specviz.engine.methods, specviz.sequoia.decoder, "
+            "specviz.lookahead.decoder; print(sorted(m for m in ('gradio', 'plotly') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_old_module_names_still_import_and_forward(recwarn):
+    from specviz.decoders.sequoia import SequoiaDecoder
+    from specviz.distill import agreement
+    from specviz.sequoia.decoder import SequoiaDecoder as new_sequoia
+    from specviz.draft.evaluate import agreement as new_agreement
+
+    assert SequoiaDecoder is new_sequoia and agreement is new_agreement
+    assert any("moved to" in str(w.message) for w in recwarn.list)
+    import specviz.tree_dp as old
+
+    with pytest.raises(AttributeError, match="moved in the regroup"):
+        old.no_such_name
