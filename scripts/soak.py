@@ -123,7 +123,7 @@ def main() -> int:
     import gradio_client
 
     from specviz.ui import build_demo
-    from specviz.ui.layout import DEFAULT_PRESET
+    from specviz.ui.layout import DEFAULT_PRESET, METHOD_NAMES
 
     demo = build_demo()
     port = free_port()
@@ -134,11 +134,11 @@ def main() -> int:
     began = time.monotonic()
     try:
         for i in range(args.runs):
-            client.predict(prompt_v=PROMPTS[i % len(PROMPTS)], methods_v=methods, preset_v=DEFAULT_PRESET, ct="",
-                           cd="", dtype_v=args.dtype, max_new_v=args.max_new_tokens, temp_v=0.0 if i % 2 else 0.7,
-                           top_p_v=1.0 if i % 2 else 0.9, seed_v=i, tree_mode_v="manual", budget_v=8,
-                           depth_v=3, look_mode_v="manual", window_v=3, ngram_v=3, guesses_v=3, pool_v=True,
-                           api_name="/run")
+            client.predict(prompt=PROMPTS[i % len(PROMPTS)], methods=[METHOD_NAMES.get(m, m) for m in methods], model=DEFAULT_PRESET, custom_target="",
+                           custom_draft="", dtype=args.dtype, max_new_tokens=args.max_new_tokens, temperature=0.0 if i % 2 else 0.7,
+                           top_p=1.0 if i % 2 else 0.9, seed=i, tree="manual", tree_budget=8,
+                           tree_depth=3, lookahead="manual", window=3, ngram=3, guesses=3, pool_from_prompt=True,
+                           api_name="/race")
             if i + 1 == args.warmup:
                 gc.collect()
                 baseline = rss_mb()

@@ -35,12 +35,12 @@ def client():
 
 
 def run_args(prompt=PROMPT, methods=None, max_new=24, temperature=0.0, seed=0, dtype="fp32"):
-    from specviz.ui.layout import DEFAULT_PRESET
+    from specviz.ui.layout import DEFAULT_PRESET, METHOD_NAMES
 
-    return dict(prompt_v=prompt, methods_v=RUN_METHODS if methods is None else methods, preset_v=DEFAULT_PRESET, ct="", cd="",
-                dtype_v=dtype, max_new_v=max_new, temp_v=temperature, top_p_v=1.0, seed_v=seed,
-                tree_mode_v="manual", budget_v=8, depth_v=3, look_mode_v="manual", window_v=3, ngram_v=3,
-                guesses_v=3, pool_v=True)
+    return dict(prompt=prompt, methods=[METHOD_NAMES[m] for m in (RUN_METHODS if methods is None else methods)], model=DEFAULT_PRESET, custom_target="", custom_draft="",
+                dtype=dtype, max_new_tokens=max_new, temperature=temperature, top_p=1.0, seed=seed,
+                tree="manual", tree_budget=8, tree_depth=3, lookahead="manual", window=3, ngram=3,
+                guesses=3, pool_from_prompt=True)
 
 
 def visible_text(fragment: str) -> str:
@@ -59,7 +59,7 @@ def _outputs(result):
 
 @pytest.fixture(scope="module")
 def greedy_run(client):
-    return _outputs(client.predict(**run_args(), api_name="/run"))
+    return _outputs(client.predict(**run_args(), api_name="/race"))
 
 
 def test_greedy_race_gives_identical_texts_and_full_trace(greedy_run):
@@ -129,19 +129,19 @@ def test_replay_of_saved_trace_needs_no_model(client, greedy_run, tmp_path):
 
 def test_bad_input_gives_clear_error(client):
     with pytest.raises(Exception, match="prompt is empty"):
-        client.predict(**run_args(prompt="   "), api_name="/run")
+        client.predict(**run_args(prompt="   "), api_name="/race")
     with pytest.raises(Exception, match="choose at least one method"):
-        client.predict(**run_args(methods=[]), api_name="/run")
+        client.predict(**run_args(methods=[]), api_name="/race")
     with pytest.raises(Exception, match="greater than maximum|max new tokens"):
-        client.predict(**run_args(max_new=10 ** 6), api_name="/run")
+        client.predict(**run_args(max_new=10 ** 6), api_name="/race")
     with pytest.raises(Exception, match="tree depth must be smaller"):
-        client.predict(**{**run_args(), "budget_v": 3, "depth_v": 5}, api_name="/run")
+        client.predict(**{**run_args(), "tree_budget": 3, "tree_depth": 5}, api_name="/race")
     with pytest.raises(Exception, match="less than minimum"):
-        client.predict(**run_args(temperature=-1), api_name="/run")
+        client.predict(**run_args(temperature=-1), api_name="/race")
     with pytest.raises(Exception, match="seed must be between"):
-        client.predict(**run_args(seed=-5), api_name="/run")
+        client.predict(**run_args(seed=-5), api_name="/race")
     with pytest.raises(Exception, match="W \\(window\\) must be between"):
-        client.predict(**{**run_args(), "window_v": 0}, api_name="/run")
+        client.predict(**{**run_args(), "window": 0}, api_name="/race")
 
 
 def test_bad_trace_upload_gives_clear_error(client, tmp_path):

@@ -52,9 +52,9 @@ def expected_text(pair_fp32):
 def run_args():
     from specviz.ui.layout import DEFAULT_PRESET
 
-    return dict(prompt_v=PROMPT, methods_v=["ar", "sequoia", "lookahead"], preset_v=DEFAULT_PRESET, ct="", cd="",
-                dtype_v="fp32", max_new_v=MAX_NEW, temp_v=0.0, top_p_v=1.0, seed_v=0, tree_mode_v="manual",
-                budget_v=6, depth_v=3, look_mode_v="manual", window_v=3, ngram_v=3, guesses_v=3, pool_v=True)
+    return dict(prompt=PROMPT, methods=["Autoregressive", "Sequoia", "Lookahead"], model=DEFAULT_PRESET, custom_target="", custom_draft="",
+                dtype="fp32", max_new_tokens=MAX_NEW, temperature=0.0, top_p=1.0, seed=0, tree="manual",
+                tree_budget=6, tree_depth=3, lookahead="manual", window=3, ngram=3, guesses=3, pool_from_prompt=True)
 
 
 def column_texts(result) -> list[str]:
@@ -71,7 +71,7 @@ def test_eight_concurrent_clients_complete_or_hear_queue_is_full(server_url, exp
     def visit(i: int) -> None:
         start.wait()
         try:
-            job = clients[i].submit(**run_args(), api_name="/run")
+            job = clients[i].submit(**run_args(), api_name="/race")
             while not job.done():
                 status = job.status()
                 if status.code == Status.IN_QUEUE and status.rank is not None:
@@ -108,5 +108,5 @@ def test_eight_concurrent_clients_complete_or_hear_queue_is_full(server_url, exp
           f"max queue position seen {max(positions, default=0)}, {time.monotonic() - began:.1f} s")
 
     # The server is still up and answers a normal request afterwards.
-    after = gradio_client.Client(server_url, verbose=False).predict(**run_args(), api_name="/run")
+    after = gradio_client.Client(server_url, verbose=False).predict(**run_args(), api_name="/race")
     assert column_texts(after) == [expected_text] * 3

@@ -230,11 +230,11 @@ def client(app_client):
 
 
 def run_args(prompt=PROMPT, methods=("ar", "sequoia", "lookahead"), max_new=8, **overrides):
-    from specviz.ui.layout import DEFAULT_PRESET
+    from specviz.ui.layout import DEFAULT_PRESET, METHOD_NAMES
 
-    args = dict(prompt_v=prompt, methods_v=list(methods), preset_v=DEFAULT_PRESET, ct="", cd="", dtype_v="fp32",
-                max_new_v=max_new, temp_v=0.0, top_p_v=1.0, seed_v=0, tree_mode_v="manual", budget_v=6,
-                depth_v=3, look_mode_v="manual", window_v=3, ngram_v=3, guesses_v=3, pool_v=True)
+    args = dict(prompt=prompt, methods=[METHOD_NAMES[m] for m in methods], model=DEFAULT_PRESET, custom_target="", custom_draft="", dtype="fp32",
+                max_new_tokens=max_new, temperature=0.0, top_p=1.0, seed=0, tree="manual", tree_budget=6,
+                tree_depth=3, lookahead="manual", window=3, ngram=3, guesses=3, pool_from_prompt=True)
     args.update(overrides)
     return args
 
@@ -254,32 +254,32 @@ def visible(fragment) -> str:
 
 
 def assert_answers_normally(client) -> dict:
-    out = outputs(client.predict(**run_args(methods=("ar",)), api_name="/run"))
+    out = outputs(client.predict(**run_args(methods=("ar",)), api_name="/race"))
     assert visible(out["text_ar"]).strip(), out["text_ar"]
     return out
 
 
 APP_CASES = {
-    "empty prompt": (dict(prompt_v=""), "prompt is empty"),
-    "whitespace prompt": (dict(prompt_v="   \n "), "prompt is empty"),
-    "prompt over the char cap": (dict(prompt_v="y" * 20_001), "limit is 20000"),
-    "no methods": (dict(methods_v=[]), "at least one method"),
-    "max new tokens zero": (dict(max_new_v=0), "max new tokens|less than minimum"),
-    "max new tokens over cap": (dict(max_new_v=10**6), "max new tokens|greater than maximum"),
-    "max new tokens fractional": (dict(max_new_v=2.5), "whole number"),
-    "temperature negative": (dict(temp_v=-1.0), "temperature|less than minimum"),
-    "temperature over range": (dict(temp_v=50.0), "temperature|greater than maximum"),
-    "top-p zero": (dict(top_p_v=0.0), "top-p|less than minimum"),
-    "seed negative": (dict(seed_v=-5), "seed must be between"),
-    "tree budget zero": (dict(budget_v=0), "tree budget must be between"),
-    "tree depth zero": (dict(depth_v=0), "tree depth must be between"),
-    "tree depth over budget": (dict(budget_v=4, depth_v=9), "tree depth must be smaller"),
-    "tree budget huge": (dict(budget_v=10**6), "tree budget must be between"),
-    "window zero": (dict(window_v=0), "W \\(window\\) must be between"),
-    "ngram one": (dict(ngram_v=1), "N \\(n-gram size\\) must be between"),
-    "guesses negative": (dict(guesses_v=-1), "G \\(guesses\\) must be between"),
-    "unknown preset": (dict(preset_v="no such preset"), "preset|not in the list|choices"),
-    "unknown dtype": (dict(dtype_v="fp8"), "dtype|not in the list|choices"),
+    "empty prompt": (dict(prompt=""), "prompt is empty"),
+    "whitespace prompt": (dict(prompt="   \n "), "prompt is empty"),
+    "prompt over the char cap": (dict(prompt="y" * 20_001), "limit is 20000"),
+    "no methods": (dict(methods=[]), "at least one method"),
+    "max new tokens zero": (dict(max_new_tokens=0), "max new tokens|less than minimum"),
+    "max new tokens over cap": (dict(max_new_tokens=10**6), "max new tokens|greater than maximum"),
+    "max new tokens fractional": (dict(max_new_tokens=2.5), "whole number"),
+    "temperature negative": (dict(temperature=-1.0), "temperature|less than minimum"),
+    "temperature over range": (dict(temperature=50.0), "temperature|greater than maximum"),
+    "top-p zero": (dict(top_p=0.0), "top-p|less than minimum"),
+    "seed negative": (dict(seed=-5), "seed must be between"),
+    "tree budget zero": (dict(tree_budget=0), "tree budget must be between"),
+    "tree depth zero": (dict(tree_depth=0), "tree depth must be between"),
+    "tree depth over budget": (dict(tree_budget=4, tree_depth=9), "tree depth must be smaller"),
+    "tree budget huge": (dict(tree_budget=10**6), "tree budget must be between"),
+    "window zero": (dict(window=0), "W \\(window\\) must be between"),
+    "ngram one": (dict(ngram=1), "N \\(n-gram size\\) must be between"),
+    "guesses negative": (dict(guesses=-1), "G \\(guesses\\) must be between"),
+    "unknown preset": (dict(model="no such preset"), "preset|not in the list|choices"),
+    "unknown dtype": (dict(dtype="fp8"), "dtype|not in the list|choices"),
 }
 
 
@@ -287,7 +287,7 @@ APP_CASES = {
 def test_app_bad_input_is_a_clear_error(client, case):
     overrides, fragment = APP_CASES[case]
     with pytest.raises(Exception, match=re.compile(fragment, re.IGNORECASE)) as info:
-        client.predict(**run_args(**overrides), api_name="/run")
+        client.predict(**run_args(**overrides), api_name="/race")
     assert "Traceback" not in str(info.value)
 
 
@@ -301,13 +301,13 @@ def test_app_model_allow_list_when_hosted():
 
     hosted = HostingLimits.from_env({"SPACE_ID": "org/specviz"})
     with pytest.raises(Exception, match="custom model ids are switched off"):
-        run(hosted, preset_v=CUSTOM, ct="evil/remote-code-model")
+        run(hosted, model=CUSTOM, custom_target="evil/remote-code-model")
     only_default = HostingLimits.from_env({"SPACE_ID": "org/specviz", "SPECVIZ_ALLOWED_MODELS": "default"})
     assert allowed_presets(only_default) == ["SmolLM2-135M-Instruct (offline default)"]
     with pytest.raises(Exception, match="not available here"):
-        run(only_default, preset_v=CUSTOM, ct="evil/remote-code-model")
+        run(only_default, model=CUSTOM, custom_target="evil/remote-code-model")
     with pytest.raises(Exception, match="not available on this server"):
-        run(only_default, preset_v="Llama-2-7b-chat + JackFram/llama-68m")
+        run(only_default, model="Llama-2-7b-chat + JackFram/llama-68m")
     local = HostingLimits.from_env({})
     assert local.allow_custom_models
     local.check_model("anyone/any-model")
@@ -321,7 +321,7 @@ def test_one_visitors_run_is_invisible_to_another(app_client):
     """A second visitor (another session) sees none of the first one's trace, and cannot stop its run."""
     client, url, demo = app_client
     secret = "The secret word is pineapple. Say it back."
-    mine = outputs(client.predict(**run_args(prompt=secret, methods=("ar",)), api_name="/run"))
+    mine = outputs(client.predict(**run_args(prompt=secret, methods=("ar",)), api_name="/race"))
     assert "pineapple" in mine["caption"] + mine["summary"] + Path(mine["file"]).read_text()
     other = gradio_client.Client(url, verbose=False)
     for api in ("/next", "/prev", "/stop"):
@@ -366,7 +366,7 @@ def test_app_model_load_failure_leaves_app_working(client, tmp_path):
     # A directory with no model in it fails at once (a Hub id would first wait on the unreachable network).
     (tmp_path / "config.json").write_text("{not a config")
     with pytest.raises(Exception, match="could not load model"):
-        client.predict(**run_args(preset_v=CUSTOM, ct=str(tmp_path), methods=("ar",)), api_name="/run")
+        client.predict(**run_args(model=CUSTOM, custom_target=str(tmp_path), methods=("ar",)), api_name="/race")
     assert_answers_normally(client)
 
 
@@ -374,7 +374,7 @@ def test_app_draft_with_another_tokenizer_is_refused(client, other_tokenizer_dir
     from specviz.ui.layout import CUSTOM
 
     with pytest.raises(Exception, match="different tokenizers"):
-        client.predict(**run_args(preset_v=CUSTOM, ct="default", cd=other_tokenizer_dir), api_name="/run")
+        client.predict(**run_args(model=CUSTOM, custom_target="default", custom_draft=other_tokenizer_dir), api_name="/race")
 
 
 def _fail_on_step(monkeypatch, exc_factory, fail_at=2):
@@ -391,7 +391,7 @@ def _fail_on_step(monkeypatch, exc_factory, fail_at=2):
 
 def test_decoder_raising_mid_run_shows_error_in_its_column_only(client, monkeypatch):
     _fail_on_step(monkeypatch, lambda: RuntimeError("injected fault in the AR decoder"))
-    out = outputs(client.predict(**run_args(), api_name="/run"))
+    out = outputs(client.predict(**run_args(), api_name="/race"))
     assert "injected fault" in out["stats_ar"] or "injected fault" in out["text_ar"]
     trace = json.loads(Path(out["file"]).read_text())
     assert trace["runs"]["ar"]["finish_reason"] == "error"
@@ -406,7 +406,7 @@ def test_decoder_raising_mid_run_shows_error_in_its_column_only(client, monkeypa
 def test_simulated_cuda_oom_is_reported_and_recovered(client, monkeypatch):
     oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
     _fail_on_step(monkeypatch, lambda: oom("CUDA out of memory. Tried to allocate 2.00 GiB"), fail_at=1)
-    out = outputs(client.predict(**run_args(), api_name="/run"))
+    out = outputs(client.predict(**run_args(), api_name="/race"))
     shown = visible(out["stats_ar"]) + visible(out["text_ar"])
     assert "out of memory" in shown.lower(), shown
     monkeypatch.undo()
@@ -421,7 +421,7 @@ def test_simulated_oom_while_loading_is_reported(client, monkeypatch):
 
     monkeypatch.setattr("specviz.engine.models.load_pair", oom_load)
     with pytest.raises(Exception, match="out of memory"):
-        client.predict(**run_args(preset_v=CUSTOM, ct="some-org/other-model", methods=("ar",)), api_name="/run")
+        client.predict(**run_args(model=CUSTOM, custom_target="some-org/other-model", methods=("ar",)), api_name="/race")
     monkeypatch.undo()
     assert_answers_normally(client)
 
@@ -453,7 +453,7 @@ def _slow_steps(monkeypatch, delay=0.2):
 def _streaming_slow_run(client, monkeypatch):
     """A slowed 200-token AR run, once it has streamed a few updates."""
     _slow_steps(monkeypatch)
-    job = client.submit(**run_args(methods=("ar",), max_new=200), api_name="/run")
+    job = client.submit(**run_args(methods=("ar",), max_new=200), api_name="/race")
     deadline = time.monotonic() + 60
     while len(job.outputs()) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -482,7 +482,7 @@ def test_closed_browser_tab_ends_the_run(app_client, closed_races, monkeypatch):
 
     client, url, demo = app_client
     _slow_steps(monkeypatch)
-    fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
+    fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "race")
     base = f"{url}gradio_api"
     session = "closed-tab-session"
     joined = httpx.post(f"{base}/queue/join", json={
@@ -542,7 +542,7 @@ def test_run_time_limit_stops_with_clear_message(pair_fp32, monkeypatch):
 
 def test_summary_shows_first_differing_token_of_a_mismatched_trace(client, tmp_path):
     """Losslessness watch: a greedy trace whose Sequoia text differs must say where, not hide it."""
-    out = outputs(client.predict(**run_args(methods=("ar", "sequoia")), api_name="/run"))
+    out = outputs(client.predict(**run_args(methods=("ar", "sequoia")), api_name="/race"))
     trace = json.loads(Path(out["file"]).read_text())
     trace["dtype"] = "bf16"
     steps = [s for s in trace["runs"]["sequoia"]["steps"] if s["new_token_ids"]]

@@ -39,7 +39,9 @@ EXAMPLES = {
     "story": "Tell a short story about a robot who learns to paint.",
     "repeats itself": ("Repeat this list exactly three times: apple, banana, cherry, date, elderberry, fig, grape."),
 }
-METHOD_CHOICES = [("Autoregressive", "ar"), ("Sequoia", "sequoia"), ("Lookahead", "lookahead")]
+# The API takes the names the page shows; the engine speaks ids.
+METHOD_NAMES = {"ar": "Autoregressive", "sequoia": "Sequoia", "lookahead": "Lookahead"}
+METHOD_IDS = {name: mid for mid, name in METHOD_NAMES.items()}
 FIGURE_INTERVAL_S = 0.25   # at most ~4 figure updates per second while streaming
 
 CSS = """
@@ -123,6 +125,20 @@ def method_options(tree_mode, budget, depth, look_mode, window, ngram, guesses, 
     return {"sequoia": sequoia, "lookahead": lookahead}
 
 
+def method_ids(methods) -> list[str]:
+    """Method names as the page shows them (or engine ids) -> engine ids, in race order."""
+    if not methods:
+        raise InvalidInput("choose at least one method to run")
+    ids = []
+    for m in methods:
+        mid = METHOD_IDS.get(m, m if m in METHOD_NAMES else None)
+        if mid is None:
+            raise InvalidInput(f"unknown method {m!r}; choose from {', '.join(METHOD_NAMES.values())}")
+        if mid not in ids:
+            ids.append(mid)
+    return ids
+
+
 def resolve_models(preset, custom_target, custom_draft, limits) -> tuple[str, str | None]:
     if preset == CUSTOM:
         if not (limits.allow_custom_models or limits.allowed_models_explicit):
@@ -178,8 +194,7 @@ def race_events(pairs: PairCache, limits, control: RaceControl | None, prompt, m
     from ..engine.text import validate_prompt
 
     validate_prompt(prompt, limits.max_prompt_chars)
-    if not methods:
-        raise InvalidInput("choose at least one method to run")
+    methods = method_ids(methods)
     max_new = _int(max_new_tokens, "max new tokens", 1, limits.max_new_tokens)
     sampling = sampling_config(temperature, top_p, seed)
     options = method_options(tree_mode, budget, depth, look_mode, window, ngram, guesses, pool_from_prompt)
@@ -263,7 +278,7 @@ def prune_session_config(demo: gr.Blocks, session_hash: str | None) -> int:
 
 
 DEFAULTS = {"prompt": EXAMPLES["code"], "max_new_tokens": 96, "tree_mode": "auto", "look_mode": "auto",
-            "dtype": "auto", "methods": ["ar", "sequoia", "lookahead"], "tree_budget": 16, "tree_depth": 4,
+            "dtype": "auto", "methods": list(METHOD_NAMES.values()), "tree_budget": 16, "tree_depth": 4,
             "window": 4, "ngram": 3, "guesses": 4}
 
 
@@ -307,7 +322,8 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
                 with gr.Row(visible=False) as custom_row:
                     custom_target = gr.Textbox(label="Target model id", placeholder="org/model")
                     custom_draft = gr.Textbox(label="Draft model id (same tokenizer)", placeholder="org/small-model")
-                methods = gr.CheckboxGroup(METHOD_CHOICES, value=init["methods"], label="Methods")
+                methods = gr.CheckboxGroup(list(METHOD_NAMES.values()),
+                                           value=[METHOD_NAMES.get(m, m) for m in init["methods"]], label="Methods")
         with gr.Row():
             max_new = gr.Slider(1, limits.max_new_tokens, value=min(init["max_new_tokens"], limits.max_new_tokens), step=1,
                                 label="Max new tokens")
@@ -387,8 +403,10 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
                        trace_files.write(trace) if (trace and with_file) else None,
                        hw, curve, status_text if status_text is not None else gr.skip()])
 
-        def run(prompt_v, methods_v, preset_v, ct, cd, dtype_v, max_new_v, temp_v, top_p_v, seed_v, tree_mode_v,
-                budget_v, depth_v, look_mode_v, window_v, ngram_v, guesses_v, pool_v, request: gr.Request = None):
+        # The parameter names are the HTTP API's (`/race`): keep them plain and documented in the README.
+        def race(prompt, methods, model, custom_target, custom_draft, dtype, max_new_tokens, temperature, top_p,
+                 seed, tree, tree_budget, tree_depth, lookahead, window, ngram, guesses, pool_from_prompt,
+                 request: gr.Request = None):
             session = getattr(request, "session_hash", None) or "local"
             prune_session_config(demo, session)   # what the last run's final view left behind
             control = RaceControl() if gpu is None else None   # across ZeroGPU's process boundary: GC frees
@@ -398,9 +416,9 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
             last_plot = 0.0
             trace = events = None
             try:
-                events = compute(control, prompt_v, methods_v, preset_v, ct, cd, dtype_v, max_new_v, temp_v,
-                                 top_p_v, seed_v, tree_mode_v, budget_v, depth_v, look_mode_v, window_v, ngram_v,
-                                 guesses_v, pool_v)
+                events = compute(control, prompt, methods, model, custom_target, custom_draft, dtype,
+                                 max_new_tokens, temperature, top_p, seed, tree, tree_budget, tree_depth,
+                                 lookahead, window, ngram, guesses, pool_from_prompt)
                 for event in events:
                     if control is not None and control.stop.is_set():
                         return   # Stop has rendered the final view; a late yield must not overwrite it
@@ -483,7 +501,7 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
 
         inputs = [prompt, methods, preset, custom_target, custom_draft, dtype, max_new, temperature, top_p, seed,
                   tree_mode, budget, depth, look_mode, window, ngram, guesses, pool_from_prompt]
-        run_event = run_btn.click(run, inputs, full_outputs, api_name="run", concurrency_limit=1,
+        run_event = run_btn.click(race, inputs, full_outputs, api_name="race", concurrency_limit=1,
                                   concurrency_id="race")
         stop_btn.click(stop, [trace_state], full_outputs, cancels=[run_event], api_name="stop", queue=False)
         step_slider.release(show_step, [trace_state, step_slider], full_outputs, api_name="show_step",
