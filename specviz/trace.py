@@ -44,6 +44,9 @@ class TreeNode:
     draft_prob: float      # q(token) at the parent, when it was drawn (1.0 for the root)
     target_prob: float     # P(token) at the parent under the target's distribution
     status: str            # "root" | "accepted" | "rejected" | "not_reached"
+    # What the draft read when it proposed this node: "" for an independent draft; for a feature
+    # draft, the target's hidden state (depth 1) or its own predicted one (deeper). Additive field.
+    draft_input: str = ""
 
 
 @dataclass

@@ -114,12 +114,15 @@ class LeanLlama:
         return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
     def forward(self, input_ids: torch.Tensor, start: int, positions: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1) -> torch.Tensor:
+                mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1, hidden: bool = False):
         """Logits (rows, vocab) after writing `input_ids`' K/V into slots start, start+1, ...
 
         positions: each token's position (default: its slot); mask: additive
         (1, 1, n, start + n) over the cached slots and the new tokens (default:
         causal). rows: an index tensor of rows to return, or how many last rows.
+        hidden: also return the final-normed hidden states of ALL n new tokens
+        (n, hidden), the features a feature-conditioned draft reads; the norm is
+        computed once for every row either way, so asking costs nothing extra.
         """
         n = input_ids.shape[1]
         end = start + n
@@ -150,6 +153,10 @@ class LeanLlama:
             x = x + F.linear(attn.transpose(1, 2).reshape(1, n, -1), wo)
             h = self._rms_norm(x, w_post)
             x = x + F.linear(F.silu(F.linear(h, w_gate)) * F.linear(h, w_up), w_down)
+        if hidden:
+            normed = self._rms_norm(x[0], self.final_norm)
+            picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
+            return F.linear(picked, self.lm_head), normed
         x = x[0, -rows:] if isinstance(rows, int) else x[0].index_select(0, rows)
         # A 2-D input keeps F.linear on a plain matmul (see VocabSubsetHead.forward).
         return F.linear(self._rms_norm(x, self.final_norm), self.lm_head)
@@ -185,9 +192,15 @@ class ModelForward:
         self.cache = new_cache(model)
 
     def forward(self, input_ids: torch.Tensor, start: int, positions: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1) -> torch.Tensor:
+                mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1, hidden: bool = False):
         if cache_length(self.cache) > start:
             crop(self.cache, start)
+        if hidden:   # the final-normed hidden states of every new token, and the logits of `rows`
+            normed = self.model.model(input_ids=input_ids, attention_mask=mask,
+                                      position_ids=None if positions is None else positions.unsqueeze(0),
+                                      past_key_values=self.cache, use_cache=True).last_hidden_state[0]
+            picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
+            return self.model.lm_head(picked), normed
         return self.model(input_ids=input_ids, attention_mask=mask,
                           position_ids=None if positions is None else positions.unsqueeze(0),
                           past_key_values=self.cache, use_cache=True, logits_to_keep=rows).logits[0]
@@ -202,8 +215,37 @@ class ModelForward:
         crop(self.cache, n)
 
 
+class FeatureLevelTiming:
+    """A feature draft behind the (ids, start, positions, mask, rows) interface, for timing only.
+
+    The profiler times `make_forward(model)(ids, start, ...)`; a feature-conditioned draft
+    also reads one feature per token, so this feeds it fixed random features and returns
+    its head's logits: the cost of one tree level as Sequoia runs it.
+    """
+
+    def __init__(self, model, max_len: int, vocab_ids: torch.Tensor | None = None):
+        self.inner = model.decoding_forward(max_len, vocab_ids)
+        self.vocab_ids = self.inner.vocab_ids
+        gen = torch.Generator().manual_seed(0)
+        self.features = torch.randn(max_len, model.hidden, generator=gen).to(self.inner.device, self.inner.dtype)
+
+    def forward(self, input_ids: torch.Tensor, start: int, positions: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1) -> torch.Tensor:
+        n = input_ids.shape[-1]
+        out = self.inner(input_ids.view(-1), self.features[start:start + n], start, positions=positions, mask=mask)
+        return self.inner.logits(out[-rows:] if isinstance(rows, int) else out.index_select(0, rows))
+
+    __call__ = forward
+
+
 def make_forward(model, max_len: int, vocab_ids: torch.Tensor | None = None, lean: bool = True):
-    """`LeanLlama` where it is exact for this model, else the model's own forward."""
+    """`LeanLlama` where it is exact for this model, else the model's own forward.
+
+    A feature-conditioned draft (`specviz.draft.feature`) gets its timing adapter; the
+    Sequoia decoder drives its real forward (`decoding_forward`) itself.
+    """
+    if getattr(model, "is_feature_draft", False):
+        return FeatureLevelTiming(model, max_len, vocab_ids)
     if lean and lean_llama_supported(model):
         return LeanLlama(model, max_len, vocab_ids)
     return ModelForward(model)
