@@ -41,6 +41,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
         if getattr(args, name) <= 0:
             raise InvalidInput(f"--{name.replace('_', '-')} must be positive")
     target, tokenizer = _load_target(args.target, args.device)
+    if args.kind == "feature":
+        return _distill_feature(args, target, tokenizer)
     layers = parse_layers(args.layers, target.config.num_hidden_layers)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -60,6 +62,40 @@ def cmd_distill(args: argparse.Namespace) -> int:
     train(target, tokenizer, settings, out_dir, work_dir, resume=args.resume)
     if args.vocab_rows:
         write_vocab(tokenizer, work_dir, out_dir, args.seed, args.vocab_rows, args.vocab_text_rows)
+    return 0
+
+
+def _distill_feature(args: argparse.Namespace, target, tokenizer) -> int:
+    from ..engine.models import OFFLINE_DRAFT_DIR, is_default
+    from ..paths import cache_dir
+    from .featuretrain import precompute, train_feature
+
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    key = "default" if is_default(args.target) else Path(args.target).name
+    work_dir = Path(args.work) if args.work else cache_dir() / "distill" / f"feature-{key}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    settings = {"kind": "feature", "target": "default" if is_default(args.target) else args.target,
+                "steps": args.steps, "batch": args.batch, "seq_len": args.seq_len, "lr": args.lr,
+                "warmup": args.warmup, "seed": args.seed, "answer_rows": args.answer_rows,
+                "chat_wrap": args.chat_wrap, "save_every": args.save_every, "log_every": args.log_every,
+                "gen_batch": args.gen_batch, "gen_tokens": args.gen_tokens, "heldout_tokens": args.heldout_tokens,
+                "feature_batches": args.feature_batches, "feature_shards": args.feature_shards,
+                "unroll": args.unroll, "unroll_weights": [1.0, 0.8, 0.64, 0.5][:args.unroll],
+                "noise": args.noise, "ce_weight": 0.1,
+                "vocab_from": str(args.vocab_from or OFFLINE_DRAFT_DIR),
+                "loss": "per unrolled step: SmoothL1(f_hat, f) + 0.1 x soft CE vs softmax(head(f)) over the head's "
+                        "vocabulary subset; uniform input-feature noise (+-noise x feature RMS)",
+                "device": str(target.device), "threads": torch.get_num_threads(), "work_dir": str(work_dir),
+                "prompts": str(PROMPTS_FILE.relative_to(PROMPTS_FILE.parent.parent.parent))}
+    log(f"feature draft for {settings['target']} on {target.device}; work dir {work_dir}")
+    temps = tuple(float(t) for t in args.answer_temperatures.split(",") if t.strip())
+    settings["answer_temperatures"] = list(temps)
+    generate_answers(target, tokenizer, work_dir, args.seed, args.gen_batch, args.gen_tokens, args.heldout_tokens,
+                     temps)
+    precompute(target, tokenizer, work_dir, settings)
+    if args.steps:
+        train_feature(target, tokenizer, settings, out_dir, work_dir, resume=args.resume)
     return 0
 
 
@@ -85,7 +121,15 @@ def cmd_draft_eval(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    draft_dir = Path(args.draft) if args.draft else offline_default_draft_dir()
+    from .feature import is_feature_draft_dir
+
+    if args.draft in (None, "", "feature") or (args.draft and is_feature_draft_dir(args.draft)):
+        from ..engine.models import offline_feature_draft_dir
+
+        feature_dir = Path(args.draft) if args.draft not in (None, "", "feature") else offline_feature_draft_dir()
+        if feature_dir is not None:
+            return _eval_feature(args, feature_dir)
+    draft_dir = Path(args.draft) if args.draft not in (None, "", "independent") else offline_default_draft_dir()
     if draft_dir is None or not is_draft_dir(draft_dir):
         raise InvalidInput(f"no SpecViz draft in {args.draft or 'assets/draft-smollm2-135m'}")
     target, tokenizer = _load_target(args.target, args.device)
@@ -112,6 +156,39 @@ def cmd_draft_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_feature(args: argparse.Namespace, feature_dir: Path) -> int:
+    """Held-out top-1 agreement per depth and the cost of one draft level against one target forward."""
+    from ..engine.profiler import measure_forward_times
+    from .feature import load_feature_draft
+    from .featuretrain import evaluate_depths, heldout_features
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    target, tokenizer = _load_target(args.target, args.device)
+    draft = load_feature_draft(target, feature_dir)
+    prompts = load_prompts("heldout")[:args.limit or None]
+    rows = []
+    for start in range(0, len(prompts), 32):
+        chunk = prompts[start:start + 32]
+        ids = [chat_ids(tokenizer, p["prompt"]) for p in chunk]
+        answers = generate_batch(target, tokenizer, ids, args.tokens, 0.0, torch.Generator())
+        rows += [{"prompt_ids": p, "answer_ids": a} for p, a in zip(ids, answers)]
+    agree = evaluate_depths(draft, heldout_features(target, None, rows), 3)
+    sizes = [1, 4, 8, 16]
+    t_target = measure_forward_times(target, [1, 16], context_len=200, repeats=args.repeats)
+    t_draft = measure_forward_times(draft, sizes, context_len=200, repeats=args.repeats)
+    result = {"draft": str(feature_dir), "heldout_prompts": len(rows), "positions": agree["positions"],
+              "agreement_by_depth": {k: v for k, v in agree.items() if k != "positions"},
+              "target_ms": {str(k): round(v, 2) for k, v in t_target.items()},
+              "draft_level_ms": {str(k): round(v, 2) for k, v in t_draft.items()},
+              "draft_level_over_target": round(t_draft[1] / t_target[1], 3),
+              "draft_level16_over_target": round(t_draft[16] / t_target[1], 3),
+              "draft_head_rows": int(draft.vocab_ids.numel()), "dtype": str(target.dtype).replace("torch.", ""),
+              "device": str(target.device), "threads": torch.get_num_threads()}
+    print(json.dumps(result, indent=1))
+    return 0
+
+
 def _add_vocab_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-rows", type=int, default=12288,
                    help="draft head: keep BPE's first N tokens plus every token seen in the data (0: whole vocabulary)")
@@ -124,6 +201,17 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, help="directory for the draft checkpoint, metrics.json, settings.json")
     p.add_argument("--work", default=None, help="generated answers + resumable training state "
                                                 "(default: under the SpecViz cache)")
+    p.add_argument("--kind", choices=("pruned", "feature"), default="pruned",
+                   help="pruned: a few target layers, KL-distilled; feature: one layer reading the target's "
+                        "hidden states (EAGLE style)")
+    p.add_argument("--feature-batches", type=int, default=240,
+                   help="--kind feature: batches whose target features are computed once and stored")
+    p.add_argument("--feature-shards", type=int, default=0, help="--kind feature: train on the first N shards only")
+    p.add_argument("--answer-temperatures", default="0,0.7",
+                   help="--kind feature: the target answers each train prompt once per temperature")
+    p.add_argument("--unroll", type=int, default=3, help="--kind feature: unrolled steps on the draft's own features")
+    p.add_argument("--noise", type=float, default=0.1, help="--kind feature: input-feature noise, x feature RMS")
+    p.add_argument("--vocab-from", default=None, help="--kind feature: draft dir whose vocab.json the head uses")
     p.add_argument("--layers", default=DEFAULT_LAYERS, help="target layers the draft starts from, e.g. 0,10,20,29")
     p.add_argument("--steps", type=int, default=240)
     p.add_argument("--batch", type=int, default=8)

@@ -96,11 +96,12 @@ def generate_batch(target, tokenizer, prompt_ids: list[list[int]], max_new_token
 
 
 def generate_answers(target, tokenizer, out_dir: Path, seed: int, batch: int, max_new_tokens: int,
-                     heldout_tokens: int) -> None:
-    """Write answers.jsonl (train prompts) and heldout.jsonl (held-out greedy continuations); resumable."""
+                     heldout_tokens: int, temperatures: tuple[float, ...] = (0.0, 0.7)) -> None:
+    """Write answers.jsonl (train prompts, once per temperature) and heldout.jsonl (held-out greedy
+    continuations); resumable."""
     jobs = [("heldout.jsonl", load_prompts("heldout"), 0.0, heldout_tokens)]
     train = load_prompts("train")
-    jobs += [("answers.jsonl", train, 0.0, max_new_tokens), ("answers.jsonl", train, 0.7, max_new_tokens)]
+    jobs += [("answers.jsonl", train, float(t), max_new_tokens) for t in temperatures]
     generator = torch.Generator().manual_seed(seed)
     for fname, prompts, temperature, n_new in jobs:
         path = out_dir / fname

@@ -1,0 +1,289 @@
+"""A feature-conditioned draft (EAGLE style) for a Llama-architecture target.
+
+The draft reads the target's own features: at slot j it takes the pair
+(f_j, x_{j+1}), where f_j is the target's final-normed hidden state at position
+j and x_{j+1} the next token, fuses them (`fc`: Linear 2H -> H over
+cat(embed(x_{j+1}), f_j)), runs ONE decoder layer of the target's shape (its own
+K/V cache, rotary positions = slot), normalises (a trainable copy of the
+target's final RMSNorm) and predicts f_{j+1}; the target's frozen lm_head,
+restricted to a vocabulary subset, turns that prediction into logits for
+x_{j+2}. Embedding and head are the target's tensors, never copied to disk.
+
+In a Sequoia tree (`specviz.sequoia.decoder`), the root's pair uses the true
+feature of the last verified position; a deeper node's pair uses its parent's
+*predicted* feature, so accuracy falls with depth (measured per depth by
+`featuretrain.evaluate_depths`).
+
+On disk a feature-draft directory holds `feature.json` (what it is, for which
+target, training summary), `feature.safetensors` (fc + layer + norm, bf16) and
+`vocab.json` (the head's token ids, `specviz.draft.vocab`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import ModelLoadError
+from .vocab import load_vocab
+
+FEATURE_META = "feature.json"
+FEATURE_WEIGHTS = "feature.safetensors"
+KIND = "specviz-feature-draft"
+
+_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class _HeadInfo:
+    """Not a module: only says which rows the head keeps (for cache keys and reports)."""
+
+    def __init__(self, vocab_ids: torch.Tensor):
+        self.vocab_ids = vocab_ids
+
+
+class FeatureDraft(torch.nn.Module):
+    """fc -> one Llama decoder layer -> RMSNorm -> the target's head over a vocabulary subset."""
+
+    is_feature_draft = True
+
+    def __init__(self, target, vocab_ids: torch.Tensor, dtype: torch.dtype | None = None):
+        super().__init__()
+        cfg = target.config
+        self.config = cfg
+        H, inter = cfg.hidden_size, cfg.intermediate_size
+        self.hidden = H
+        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or H // self.n_heads
+        self.eps = cfg.rms_norm_eps
+        self.scale = self.head_dim ** -0.5
+        dtype = dtype or target.dtype
+        device = target.device
+        kw = dict(device=device, dtype=dtype)
+        self.fc = torch.nn.Linear(2 * H, H, bias=True, **kw)
+        self.input_norm = torch.nn.Parameter(torch.ones(H, **kw))
+        self.q_proj = torch.nn.Linear(H, self.n_heads * self.head_dim, bias=False, **kw)
+        self.k_proj = torch.nn.Linear(H, self.n_kv * self.head_dim, bias=False, **kw)
+        self.v_proj = torch.nn.Linear(H, self.n_kv * self.head_dim, bias=False, **kw)
+        self.o_proj = torch.nn.Linear(self.n_heads * self.head_dim, H, bias=False, **kw)
+        self.post_norm = torch.nn.Parameter(torch.ones(H, **kw))
+        self.gate_proj = torch.nn.Linear(H, inter, bias=False, **kw)
+        self.up_proj = torch.nn.Linear(H, inter, bias=False, **kw)
+        self.down_proj = torch.nn.Linear(inter, H, bias=False, **kw)
+        self.norm = torch.nn.Parameter(torch.ones(H, **kw))
+        # The target's tensors (shared, frozen, not parameters of this module).
+        self._target = [target]   # a list: not registered as a submodule
+        self.register_buffer("vocab_ids", vocab_ids.to(device, torch.long), persistent=False)
+        self.register_buffer("head", target.lm_head.weight.detach().index_select(0, self.vocab_ids).to(dtype)
+                             .contiguous(), persistent=False)
+        self.register_buffer("inv_freq", target.model.rotary_emb.inv_freq.detach().float().to(device),
+                             persistent=False)
+        self.attention_scaling = float(getattr(target.model.rotary_emb, "attention_scaling", 1.0))
+        self.generation_config = target.generation_config
+        # What the profiler's cache key reads (`engine.profiler.forward_kind`): the head's rows.
+        self.lm_head = _HeadInfo(self.vocab_ids)
+
+    @property
+    def embed_weight(self) -> torch.Tensor:
+        return self._target[0].model.embed_tokens.weight
+
+    # -- construction ---------------------------------------------------------------------------
+
+    def init_from_target(self, target, layer_index: int = -1) -> None:
+        """Layer from the target's last layer, norm = the target's final norm, fc = [I | I] (embed + feature)."""
+        src = target.model.layers[layer_index]
+        with torch.no_grad():
+            self.input_norm.copy_(src.input_layernorm.weight)
+            self.post_norm.copy_(src.post_attention_layernorm.weight)
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                getattr(self, name).weight.copy_(getattr(src.self_attn, name).weight)
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                getattr(self, name).weight.copy_(getattr(src.mlp, name).weight)
+            self.norm.copy_(target.model.norm.weight)
+            eye = torch.eye(self.hidden, device=self.fc.weight.device, dtype=self.fc.weight.dtype)
+            self.fc.weight.copy_(torch.cat([eye, eye], dim=1))
+            self.fc.bias.zero_()
+
+    def own_state(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in self.state_dict().items()}
+
+    # -- the layer ------------------------------------------------------------------------------
+
+    def rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        angles = torch.cat((freqs, freqs), dim=-1)
+        return ((angles.cos() * self.attention_scaling).to(dtype), (angles.sin() * self.attention_scaling).to(dtype))
+
+    def fuse(self, token_ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        emb = F.embedding(token_ids, self.embed_weight).to(features.dtype)
+        return self.fc(torch.cat([emb, features], dim=-1))
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """(B, n, H) -> q (B, heads, n, d), k, v (B, kv, n, d), rotated."""
+        B, n, _ = x.shape
+        h = rms_norm(x, self.input_norm, self.eps)
+        q = self.q_proj(h).view(B, n, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(h).view(B, n, self.n_kv, self.head_dim).transpose(1, 2)
+        v = self.v_proj(h).view(B, n, self.n_kv, self.head_dim).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        return q, k, v
+
+    def finish(self, x: torch.Tensor, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+               mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
+        """Attention of q over keys/values, then o_proj, MLP and the final norm: the predicted feature."""
+        B, _, n, _ = q.shape
+        attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal,
+                                              scale=self.scale, enable_gqa=self.n_heads != self.n_kv)
+        x = x + self.o_proj(attn.transpose(1, 2).reshape(B, n, -1))
+        h = rms_norm(x, self.post_norm, self.eps)
+        x = x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+        return rms_norm(x, self.norm, self.eps)
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """Logits over the head's vocabulary subset (row r = token vocab_ids[r])."""
+        shape = features.shape
+        return F.linear(features.reshape(-1, shape[-1]), self.head.to(features.dtype)).view(*shape[:-1], -1)
+
+    def decoding_forward(self, max_len: int, vocab_ids: torch.Tensor | None = None) -> "FeatureDraftForward":
+        """The batch-1 forward over a preallocated cache that the decoding loops use."""
+        return FeatureDraftForward(self, max_len, vocab_ids)
+
+    def forward(self, token_ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced pass over whole rows (B, n): slot j reads (features[:, j], token_ids[:, j]);
+        returns the predicted next features (B, n, H)."""
+        n = token_ids.shape[1]
+        x = self.fuse(token_ids, features)
+        cos, sin = self.rotary(torch.arange(n, device=x.device), x.dtype)
+        q, k, v = self.qkv(x, cos, sin)
+        return self.finish(x, q, k, v, None, causal=True)
+
+
+# ---------------------------------------------------------------------------
+# Saving and loading
+# ---------------------------------------------------------------------------
+
+
+def is_feature_draft_dir(path: str | Path | None) -> bool:
+    return path is not None and (Path(path) / FEATURE_META).exists() and (Path(path) / FEATURE_WEIGHTS).exists()
+
+
+def save_feature_draft(draft: FeatureDraft, out_dir: str | Path, target_name: str, extra: dict | None = None) -> None:
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in draft.own_state().items()}
+    tmp = out / (FEATURE_WEIGHTS + ".tmp")
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    tmp.chmod(0o644)
+    tmp.replace(out / FEATURE_WEIGHTS)
+    meta = {"kind": KIND, "target": target_name, "hidden_size": draft.hidden,
+            "vocab_size": int(draft.config.vocab_size), "head_rows": int(draft.vocab_ids.numel()),
+            "shared_from_target": ["model.embed_tokens.weight", "lm_head.weight", "rotary_emb"],
+            "note": "assemble with specviz.draft.feature.load_feature_draft(target_model, dir)"}
+    meta.update(extra or {})
+    (out / FEATURE_META).write_text(json.dumps(meta, indent=2))
+
+
+def load_feature_draft(target_model, dir_: str | Path, dtype: torch.dtype | None = None) -> FeatureDraft:
+    from safetensors.torch import load_file
+
+    dir_ = Path(dir_)
+    if not is_feature_draft_dir(dir_):
+        raise ModelLoadError(f"{dir_} is not a SpecViz feature-draft directory")
+    meta = json.loads((dir_ / FEATURE_META).read_text())
+    cfg = target_model.config
+    if (meta.get("hidden_size"), meta.get("vocab_size")) != (cfg.hidden_size, cfg.vocab_size):
+        raise ModelLoadError(f"the feature draft in {dir_} was built for hidden {meta.get('hidden_size')} x "
+                             f"vocab {meta.get('vocab_size')}; the target has {cfg.hidden_size} x {cfg.vocab_size}")
+    vocab_ids = load_vocab(dir_, cfg.vocab_size)
+    if vocab_ids is None:
+        vocab_ids = torch.arange(cfg.vocab_size)
+    draft = FeatureDraft(target_model, vocab_ids, dtype or target_model.dtype)
+    weights = load_file(str(dir_ / FEATURE_WEIGHTS))
+    missing = set(draft.own_state()) - set(weights)
+    if missing:
+        raise ModelLoadError(f"feature draft in {dir_} lacks {sorted(missing)[:3]}")
+    draft.load_state_dict({k: v.to(draft.fc.weight.dtype) for k, v in weights.items()}, strict=False)
+    draft.eval()
+    draft.requires_grad_(False)
+    return draft
+
+
+def feature_draft_display_name(dir_: str | Path) -> str:
+    return "SpecViz feature draft (1 layer, reads the target's hidden states)"
+
+
+# ---------------------------------------------------------------------------
+# The decoding-time forward: a preallocated K/V cache, batch 1
+# ---------------------------------------------------------------------------
+
+
+class FeatureDraftForward:
+    """The draft's forward for the decoding loop over a preallocated cache of `max_len` slots.
+
+    `forward(ids, feats, start, positions, mask)` writes the new pairs' K/V into
+    slots start.. and returns the predicted features of every new row; `logits`
+    maps features to head logits (rows over `vocab_ids`).
+    """
+
+    def __init__(self, draft: FeatureDraft, max_len: int, vocab_ids: torch.Tensor | None = None):
+        self.draft = draft
+        self.max_len = max_len
+        dev = draft.fc.weight.device
+        self.device, self.dtype = dev, draft.fc.weight.dtype
+        if vocab_ids is None:
+            self.vocab_ids, self.head = draft.vocab_ids, draft.head
+        else:
+            full = draft._target[0].lm_head.weight
+            self.vocab_ids = vocab_ids.to(dev)
+            self.head = full.detach().index_select(0, self.vocab_ids).to(self.dtype).contiguous()
+        self.cos, self.sin = draft.rotary(torch.arange(max_len, device=dev), self.dtype)
+        shape = (1, draft.n_kv, max_len, draft.head_dim)
+        self.keys = torch.empty(shape, dtype=self.dtype, device=dev)
+        self.values = torch.empty(shape, dtype=self.dtype, device=dev)
+
+    @torch.inference_mode()
+    def forward(self, token_ids: torch.Tensor, features: torch.Tensor, start: int,
+                positions: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        d = self.draft
+        n = token_ids.shape[-1]
+        end = start + n
+        if end > self.max_len:
+            raise ValueError(f"FeatureDraftForward: {end} slots needed, {self.max_len} allocated")
+        if positions is None:
+            cos, sin = self.cos[start:end], self.sin[start:end]
+        else:
+            cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
+        x = d.fuse(token_ids.view(1, n), features.view(1, n, -1).to(self.dtype))
+        q, k, v = d.qkv(x, cos, sin)
+        self.keys[:, :, start:end] = k
+        self.values[:, :, start:end] = v
+        causal = False
+        if mask is None:
+            if n > 1 and start > 0:
+                allowed = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
+                mask = torch.zeros(1, 1, n, end, dtype=self.dtype, device=self.device).masked_fill_(
+                    ~allowed, torch.finfo(self.dtype).min)
+            else:
+                causal = n > 1
+        return d.finish(x, q, self.keys[:, :, :end], self.values[:, :, :end], mask, causal)[0]
+
+    __call__ = forward
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        return F.linear(features, self.head)

@@ -1,0 +1,311 @@
+"""Training the feature-conditioned draft (`distill --kind feature`).
+
+1. answers: the target's own greedy and sampled answers to the train prompts
+   (`data.generate_answers`, shared with the layer-pruned recipe);
+2. features, once: rows of the same mix `data.DistillData` builds (the answers plus
+   offline text, part chat-wrapped) go through the target (bf16, no grad); token
+   ids (int32) and final-normed hidden states (fp16, ~1.2 KB per token) are
+   stored in shards under the work dir. Resumable: finished shards are skipped;
+3. training, on the stored features only (the target's head over the vocabulary
+   subset is the only target weight used): loss per unrolled step
+   SmoothL1(f_hat, f) + 0.1 x soft cross-entropy against softmax(head(f)), uniform
+   noise on the input features, and HASS-style unrolling: step s feeds the
+   draft's own predictions from step s-1 and attends, like a tree node at depth
+   s+1, to true-feature keys up to s slots back plus its s predicted ancestors.
+   Resumable checkpoints (weights + optimiser + step) in the work dir; the
+   shipped directory gets feature.safetensors, feature.json, vocab.json,
+   settings.json and metrics.json at every checkpoint;
+4. evaluation: greedy top-1 agreement with the target at depth 1, 2, 3 on the
+   held-out prompts' greedy continuations (never trained on).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import InvalidInput
+from .data import DistillData, log, read_jsonl
+from .feature import FeatureDraft, save_feature_draft
+from .vocab import VOCAB_FILE, load_vocab
+
+SHARD_BATCHES = 10
+
+
+# ---------------------------------------------------------------------------
+# Features, computed once
+# ---------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def target_features(target, ids: torch.Tensor) -> torch.Tensor:
+    """The target's final-normed hidden states (B, n, H) for token rows (B, n)."""
+    return target.model(input_ids=ids.to(target.device)).last_hidden_state
+
+
+def precompute(target, tokenizer, work_dir: Path, settings: dict) -> list[Path]:
+    """Shards feat-XXXX.pt of SHARD_BATCHES batches each; skips shards already written."""
+    feat_dir = work_dir / "features"
+    feat_dir.mkdir(parents=True, exist_ok=True)
+    answers = read_jsonl(work_dir / "answers.jsonl")
+    data = DistillData(tokenizer, answers, settings["seed"], settings["seq_len"], settings["batch"],
+                       settings["answer_rows"], settings["chat_wrap"])
+    n_shards = math.ceil(settings["feature_batches"] / SHARD_BATCHES)
+    shards, t0, done_tokens = [], time.perf_counter(), 0
+    for s in range(n_shards):
+        path = feat_dir / f"feat-{s:04d}.pt"
+        shards.append(path)
+        if path.exists():
+            continue
+        ids = torch.cat([data.batch_at(k) for k in range(s * SHARD_BATCHES, (s + 1) * SHARD_BATCHES)])
+        feats = torch.cat([target_features(target, ids[i:i + 8]).to(torch.float16).cpu()
+                           for i in range(0, len(ids), 8)])
+        tmp = path.with_suffix(".tmp")
+        torch.save({"ids": ids.to(torch.int32), "feats": feats}, tmp)
+        tmp.replace(path)
+        done_tokens += ids.numel()
+        log(f"features: shard {s + 1}/{n_shards}, {done_tokens / (time.perf_counter() - t0):.0f} tok/s")
+    return shards
+
+
+def heldout_features(target, work_dir: Path | None, rows_in: list[dict] | None = None) -> list[dict]:
+    """Token ids, target features and target argmax of each held-out greedy continuation (cached)."""
+    cache = work_dir / "heldout_features.pt" if work_dir is not None else None
+    if cache is not None and cache.exists():
+        return torch.load(cache, weights_only=False)
+    rows = []
+    for r in rows_in if rows_in is not None else read_jsonl(work_dir / "heldout.jsonl"):
+        ids = torch.tensor([r["prompt_ids"] + r["answer_ids"]])
+        feats = target_features(target, ids)
+        top1 = target.lm_head(feats).argmax(-1)[0]
+        rows.append({"ids": ids[0], "n_prompt": len(r["prompt_ids"]), "feats": feats[0].to(torch.float16).cpu(),
+                     "top1": top1.cpu()})
+    if cache is not None:
+        torch.save(rows, cache)
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# Unrolled forward (training and evaluation)
+# ---------------------------------------------------------------------------
+
+
+def unroll_mask(n: int, step: int, device) -> torch.Tensor:
+    """Attention mask (n, (step+1) n) for unrolled step `step` over keys [K0 | K1 | ... | K_step].
+
+    The query at slot j is a tree node at depth step+1 whose root pair sits at slot
+    j - step: it sees true-feature keys K0 at slots <= j - step and, for r = 1..step,
+    the predicted key K_r at slot j - step + r (its ancestors and itself).
+    """
+    j = torch.arange(n, device=device)
+    blocks = [j[None, :] <= (j[:, None] - step)]
+    for r in range(1, step + 1):
+        blocks.append(j[None, :] == (j[:, None] - step + r))
+    allowed = torch.cat(blocks, dim=1)
+    allowed[:, 0] |= ~allowed.any(dim=1)   # slots j < step have nothing valid: keep softmax finite
+    return allowed
+
+
+def unrolled(draft: FeatureDraft, ids: torch.Tensor, feats_in: torch.Tensor, steps: int,
+             detach: bool = True) -> list[torch.Tensor]:
+    """Predicted features (B, n, H) of each unrolled step; slot j of step s is valid for j >= s."""
+    B, n = ids.shape
+    cos, sin = draft.rotary(torch.arange(n, device=ids.device), feats_in.dtype)
+    keys, values, outs = [], [], []
+    f_in = feats_in
+    for s in range(steps):
+        if s > 0:
+            prev = outs[-1].detach() if detach else outs[-1]
+            f_in = torch.cat([prev[:, :1], prev[:, :-1]], dim=1)   # slot j reads the prediction made at j-1
+        x = draft.fuse(ids, f_in)
+        q, k, v = draft.qkv(x, cos, sin)
+        keys.append(k)
+        values.append(v)
+        if s == 0:
+            out = draft.finish(x, q, k, v, None, causal=True)
+        else:
+            mask = unroll_mask(n, s, ids.device)
+            out = draft.finish(x, q, torch.cat(keys, 2), torch.cat(values, 2), mask[None, None])
+        outs.append(out)
+    return outs
+
+
+@torch.inference_mode()
+def evaluate_depths(draft: FeatureDraft, rows: list[dict], depths: int = 3) -> dict:
+    """Greedy top-1 agreement with the target at depth 1..depths on held-out continuations.
+
+    Slot j (pair (f_j, x_{j+1})) predicts f_{j+1}, whose argmax should equal the
+    target's argmax at position j+1; counted where position j+1 is in the
+    continuation. Depth d uses d-1 of the draft's own predicted features.
+    """
+    hits = [0] * depths
+    totals = [0] * depths
+    dtype = draft.fc.weight.dtype
+    for r in rows:
+        ids, n_prompt = r["ids"].to(draft.fc.weight.device), r["n_prompt"]
+        feats = r["feats"].to(ids.device, dtype)
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=dtype == torch.float32):
+            outs = unrolled(draft, ids[None, 1:], feats[None, :-1], depths)
+        target_next = r["top1"].to(ids.device)[1:]   # target argmax at position j+1, for slot j
+        n = target_next.numel()
+        lo = max(0, n_prompt - 2)
+        for s, out in enumerate(outs):
+            start = max(lo, s)
+            pred = draft.vocab_ids[draft.logits(out[0].float()).argmax(-1)]
+            hits[s] += int((pred[start:n - 1] == target_next[start:n - 1]).sum())
+            totals[s] += n - 1 - start
+    return {f"depth{d + 1}": round(hits[d] / max(totals[d], 1), 4) for d in range(depths)} | {
+        "positions": totals[0]}
+
+
+# ---------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------
+
+
+def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
+class ShardStream:
+    """Batches of (ids, feats) drawn from the shards; batch k is a pure function of (seed, k)."""
+
+    def __init__(self, shards: list[Path], batch: int, seed: int):
+        self.shards, self.batch, self.seed = shards, batch, seed
+        self._cache: dict[int, dict] = {}
+        first = torch.load(shards[0], weights_only=False)
+        self.rows_per_shard = first["ids"].shape[0]
+        self._cache[0] = first
+
+    def _shard(self, i: int) -> dict:
+        if i not in self._cache:
+            if len(self._cache) >= 4:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[i] = torch.load(self.shards[i], weights_only=False)
+        return self._cache[i]
+
+    def batch_at(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # Epochs walk the shards in a seeded order, a shard's rows in a seeded order.
+        per_shard = self.rows_per_shard // self.batch
+        per_epoch = per_shard * len(self.shards)
+        epoch, within = divmod(k, per_epoch)
+        g = torch.Generator().manual_seed(self.seed * 7919 + epoch)
+        order = torch.randperm(len(self.shards), generator=g)
+        shard_i, b = divmod(within, per_shard)
+        shard = self._shard(int(order[shard_i]))
+        rows = torch.randperm(self.rows_per_shard, generator=g)[b * self.batch:(b + 1) * self.batch]
+        return shard["ids"][rows].long(), shard["feats"][rows]
+
+
+def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Path, resume: bool) -> dict:
+    device = target.device
+    torch.manual_seed(settings["seed"])
+    vocab_ids = load_vocab(Path(settings["vocab_from"]), target.config.vocab_size)
+    if vocab_ids is None:
+        raise InvalidInput(f"{settings['vocab_from']} holds no {VOCAB_FILE}")
+    draft = FeatureDraft(target, vocab_ids, torch.float32)
+    draft.init_from_target(target)
+    params = [p for p in draft.parameters()]
+    for p in params:
+        p.requires_grad_(True)
+    optimizer = torch.optim.AdamW(params, lr=settings["lr"], betas=(0.9, 0.95), weight_decay=0.0)
+    metrics: dict = {"loss": [], "agreement": [], "tokens_seen": 0}
+    start = 0
+    state_path = work_dir / "feature_state.pt"
+    if resume and state_path.exists():
+        state = torch.load(state_path, map_location=device, weights_only=False)
+        draft.load_state_dict(state["draft"], strict=False)
+        optimizer.load_state_dict(state["optimizer"])
+        start, metrics = state["step"], state["metrics"]
+        previous = {k: v for k, v in state["settings"].items() if k != "history"}
+        settings["history"] = state["settings"].get("history", []) + [{**previous, "until_step": start}]
+        log(f"resumed at step {start}")
+
+    shards = [p for p in sorted((work_dir / "features").glob("feat-*.pt"))][:settings["feature_shards"] or None]
+    if not shards:
+        raise InvalidInput(f"no feature shards in {work_dir / 'features'}")
+    stream = ShardStream(shards, settings["batch"], settings["seed"])
+    log(f"training on {len(shards)} shards ({len(shards) * stream.rows_per_shard} rows of {settings['seq_len']})")
+    heldout = heldout_features(target, work_dir)
+    head = draft.head.float()
+    unroll, weights = settings["unroll"], settings["unroll_weights"]
+    noise = settings["noise"]
+    # Feature scale for the input noise: the RMS of stored features.
+    sample = stream.batch_at(0)[1].float()
+    feat_rms = float(sample.pow(2).mean().sqrt())
+
+    def checkpoint(step: int) -> None:
+        draft.eval()
+        agree = evaluate_depths(draft, heldout, 3)
+        metrics["agreement"].append([step, agree])
+        torch.save({"draft": {k: v.detach().clone() for k, v in draft.state_dict().items()},
+                    "optimizer": optimizer.state_dict(), "step": step, "metrics": metrics, "settings": settings},
+                   work_dir / "feature_state.pt.tmp")
+        (work_dir / "feature_state.pt.tmp").replace(state_path)
+        final = {"steps_done": step, "heldout_agreement": agree, "heldout_prompts": len(heldout)}
+        save_feature_draft(draft, out_dir, settings["target"], extra={"steps_done": step,
+                                                                       "heldout_agreement": agree})
+        src = Path(settings["vocab_from"]) / VOCAB_FILE
+        if src.resolve() != (out_dir / VOCAB_FILE).resolve():
+            shutil.copyfile(src, out_dir / VOCAB_FILE)
+        _write_json(out_dir / "metrics.json", {**final, **metrics})
+        _write_json(out_dir / "settings.json", settings)
+        log(f"step {step}: held-out agreement {agree}; checkpoint in {out_dir}")
+
+    if start == 0:
+        checkpoint(0)
+    steps, t_start = settings["steps"], time.perf_counter()
+    for step in range(start, steps):
+        draft.train()
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, steps, settings["lr"], settings["warmup"])
+        ids, feats = stream.batch_at(step)
+        ids, feats = ids.to(device), feats.to(device).float()
+        f_in = feats[:, :-1]
+        if noise > 0:
+            f_in = f_in + (torch.rand_like(f_in) - 0.5) * (2 * noise * feat_rms)
+        f_tgt = feats[:, 1:]
+        with torch.no_grad():
+            t_logp = F.log_softmax(F.linear(f_tgt, head), -1)
+            t_p = t_logp.exp()
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            outs = unrolled(draft, ids[:, 1:], f_in, unroll)
+        loss = 0.0
+        parts = []
+        for s, out in enumerate(outs):
+            out = out[:, s:].float()
+            reg = F.smooth_l1_loss(out, f_tgt[:, s:])
+            d_logp = F.log_softmax(F.linear(out, head), -1)
+            ce = -(t_p[:, s:] * d_logp).sum(-1).mean()
+            part = reg + settings["ce_weight"] * ce
+            loss = loss + weights[s] * part
+            parts.append(round(float(part.detach()), 4))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 0.5)
+        optimizer.step()
+        metrics["loss"].append([step + 1, parts])
+        metrics["tokens_seen"] += ids.numel()
+        done = step + 1 - start
+        per_step = (time.perf_counter() - t_start) / done
+        if done == 1 or (step + 1) % settings["log_every"] == 0:
+            log(f"step {step + 1}/{steps} loss/step {parts} lr {optimizer.param_groups[0]['lr']:.1e} "
+                f"{ids.numel() / per_step:.0f} tok/s, eta {per_step * (steps - step - 1) / 60:.1f} min")
+        if (step + 1) % settings["save_every"] == 0 or step + 1 == steps:
+            checkpoint(step + 1)
+    return metrics
