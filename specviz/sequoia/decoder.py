@@ -26,6 +26,7 @@ import torch
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.lean import VocabSubsetHead, make_forward
 from ..engine.sampling import next_token, probs_from_logits
+from ..draft.feature import FeatureDraftForward
 from ..trace import (
     PHASE_DRAFT,
     PHASE_TARGET,
@@ -49,11 +50,24 @@ def _probs_at(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> t
 
 def _draft_vocab(draft, prompt_ids: list[int], device) -> torch.Tensor | None:
     """The draft head's tokens widened by the prompt's: answers quote their prompt (None: whole vocabulary)."""
-    head = getattr(draft, "lm_head", None)
-    if not isinstance(head, VocabSubsetHead):
-        return None
+    if getattr(draft, "is_feature_draft", False):
+        ids = draft.vocab_ids
+    else:
+        head = getattr(draft, "lm_head", None)
+        if not isinstance(head, VocabSubsetHead):
+            return None
+        ids = head.vocab_ids
     prompt = torch.tensor(prompt_ids, dtype=torch.long, device=device)
-    return torch.unique(torch.cat([head.vocab_ids.to(device), prompt]))
+    return torch.unique(torch.cat([ids.to(device), prompt]))
+
+
+def feature_input_label(depth: int) -> str:
+    """What a feature draft read when it proposed a node at `depth` (for the app's hover)."""
+    if depth <= 0:
+        return ""
+    if depth == 1:
+        return "target's hidden state at the root"
+    return f"draft's predicted hidden state ({depth - 1} step{'s' if depth > 2 else ''} from the target's)"
 
 
 class SequoiaDecoder(Decoder):
@@ -72,8 +86,16 @@ class SequoiaDecoder(Decoder):
         # transformers'), each over its own cache, even when the target drafts for itself.
         max_len = len(self.prompt_ids) + self.max_new_tokens + self.shape.size
         self.target_fwd = make_forward(pair.target, max_len, lean=self.lean)
-        self.draft_fwd = make_forward(pair.draft, max_len, _draft_vocab(pair.draft, self.prompt_ids, self.device),
-                                      lean=self.lean)
+        vocab_ids = _draft_vocab(pair.draft, self.prompt_ids, self.device)
+        # A feature draft (EAGLE style) reads the target's hidden states: every target forward returns
+        # them, and the draft's cache holds pairs (f_j, x_{j+1}) at slot j built from true features only.
+        self.feature = bool(getattr(pair.draft, "is_feature_draft", False))
+        if self.feature:
+            self.draft_fwd = FeatureDraftForward(pair.draft, max_len, vocab_ids)
+            self.pending_feats: torch.Tensor | None = None   # true features of the pairs not yet fed
+            self.trace.settings.update(draft_kind="feature")
+        else:
+            self.draft_fwd = make_forward(pair.draft, max_len, vocab_ids, lean=self.lean)
         self.draft_seen = 0
         self._tensors: dict[int, TreeTensors] = {}   # depth -> prepared tensors of the tree cut there
 
@@ -102,8 +124,12 @@ class SequoiaDecoder(Decoder):
         tokens, draft_probs, child_q = self._draft_tree(tt, committed)
         timer.start(PHASE_TARGET)
         root_slot = committed - 1
-        logits = self.target_fwd(tokens.unsqueeze(0), root_slot, positions=tt.depth_offsets + root_slot,
-                                 mask=tt.target_mask(root_slot), rows=tt.shape.size)[:, :self.vocab]
+        out = self.target_fwd(tokens.unsqueeze(0), root_slot, positions=tt.depth_offsets + root_slot,
+                              mask=tt.target_mask(root_slot), rows=tt.shape.size, hidden=self.feature)
+        hidden = None
+        if self.feature:
+            out, hidden = out
+        logits = out[:, :self.vocab]
         timer.start(PHASE_VERIFY)
         shape = tt.shape
         token_list = tokens.tolist()
@@ -114,6 +140,10 @@ class SequoiaDecoder(Decoder):
             target_probs = probs_from_logits(logits, self.sampling)
             walk = sampling_walk(shape.children, token_list, target_probs, draft_probs, self.generator)
         self._compact(walk.accepted, shape, depth, root_slot)
+        if self.feature:
+            # The next step's pending pairs: (f_root, a_1), (f_a1, a_2), ..., (f_ak, bonus), true features only.
+            feats = hidden.index_select(0, torch.tensor([0] + walk.accepted, dtype=torch.long, device=self.device))
+            self.pending_feats = feats if depth > 0 else torch.cat([self.pending_feats, feats])
         new_ids = [token_list[i] for i in walk.accepted] + [walk.bonus_token]
         sources = [SOURCE_DRAFT] * len(walk.accepted) + [SOURCE_BONUS]
         payload = self._payload(tt, token_list, walk, logits, target_probs, child_q)
@@ -127,9 +157,20 @@ class SequoiaDecoder(Decoder):
         timer = PhaseTimer(self.device)
         timer.start(PHASE_TARGET)
         ids = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
-        logits = self.target_fwd(ids, 0)[:, :self.vocab]
+        out = self.target_fwd(ids, 0, hidden=self.feature)
+        logits = (out[0] if self.feature else out)[:, :self.vocab]
         token = int(next_token(logits, self.sampling, self.generator))
         timer.start(PHASE_DRAFT)
+        if self.feature:
+            # Pairs (f_j, x_{j+1}) for j < P - 1 go into the draft's cache now; (f_{P-1}, first token) is
+            # the first step's pending pair, whose output drafts the root's children.
+            feats = out[1]
+            n = len(self.prompt_ids)
+            if n > 1:
+                self.draft_fwd(ids[:, 1:], feats[:n - 1], 0)
+            self.pending_feats = feats[n - 1:]
+            self.draft_seen = n - 1
+            return self._emit([token], [SOURCE_AR], len(self.prompt_ids), timer.stop())
         if self.pair.draft_is_target and type(self.draft_fwd) is type(self.target_fwd):
             # Same model, same prompt: the draft's cache is a copy, not a second prefill.
             self.draft_fwd.copy_prefix(self.target_fwd, len(self.prompt_ids))
@@ -151,6 +192,8 @@ class SequoiaDecoder(Decoder):
         draft_probs: dict[int, torch.Tensor] = {}
         if shape.depth == 0:
             return tokens, draft_probs, child_q
+        if self.feature:
+            return self._draft_tree_feature(tt, committed, tokens, draft_probs, child_q)
         # Tokens the draft has not read yet (always generated ones after the prefill); the root is last.
         pending = self.generated[self.draft_seen - len(self.prompt_ids):]
         root_slot = committed - 1
@@ -189,12 +232,62 @@ class SequoiaDecoder(Decoder):
             tokens[child_start:child_end] = picked if vocab_ids is None else vocab_ids[picked]
         return tokens, draft_probs, child_q
 
+    def _draft_tree_feature(self, tt: TreeTensors, committed: int, tokens: torch.Tensor, draft_probs: dict,
+                            child_q: torch.Tensor) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """`_draft_tree` for a feature draft.
+
+        Draft slot j holds the pair (f_j, x_{j+1}); the root x_{C-1} is in the pair at slot C - 2, so
+        tree node i sits at slot C - 2 + i, position C - 2 + depth(i). Level 0 feeds the pending true
+        pairs (ending with the root's); its last output is the root's predicted feature, which drafts
+        level 1. A node at level d >= 1 reads (its parent's predicted feature, its token) and attends
+        to the committed pairs and its ancestors (the tree mask); these scratch slots are overwritten
+        by the next step's pending pairs, so only true-feature entries persist.
+        """
+        shape = tt.shape
+        pending = self.generated[self.draft_seen + 1 - len(self.prompt_ids):]
+        n_in = len(pending)
+        root_slot = committed - 2
+        vocab_ids = self.draft_fwd.vocab_ids
+        feats = torch.empty(shape.size, self.pair.draft.hidden, dtype=self.draft_fwd.dtype, device=self.device)
+        for level in range(shape.depth):
+            start, end = shape.level_ranges[level]
+            if level == 0:
+                ids = torch.tensor([pending], dtype=torch.long, device=self.device)
+                out = self.draft_fwd(ids, self.pending_feats, self.draft_seen)[-1:]
+                self.draft_seen += n_in
+            else:
+                out = self.draft_fwd(tokens[start:end], feats.index_select(0, tt.parents[start:end]),
+                                     root_slot + start, positions=tt.depth_offsets[start:end] + root_slot,
+                                     mask=tt.draft_mask(level, root_slot))
+            feats[start:end] = out
+            logits = self.draft_fwd.logits(out)
+            width = tt.level_width[level]
+            if self.sampling.greedy:
+                draws = logits.topk(width, dim=-1).indices
+                q = None
+            else:
+                q = probs_from_logits(logits, self.sampling)
+                noise = torch.empty_like(q).exponential_(generator=self.generator)
+                draws = (q / noise).topk(width, dim=-1).indices
+                for i in range(start, end):
+                    if shape.children[i]:
+                        draft_probs[i] = self._full_vocab(q[i - start], vocab_ids)
+            child_start, child_end = shape.level_ranges[level + 1]
+            rows, ranks = tt.draw_row[level], tt.draw_rank[level]
+            picked = draws[rows, ranks]
+            if q is None:
+                child_q[child_start:child_end] = _probs_at(logits, rows, picked)
+            else:
+                child_q[child_start:child_end] = q[rows, picked]
+            tokens[child_start:child_end] = vocab_ids[picked]
+        return tokens, draft_probs, child_q
+
     def _compact(self, accepted: list[int], shape: TreeShape, depth: int, root_slot: int) -> None:
         """Keep the root and the accepted path in both caches, right after the prefix."""
         path = [0] + accepted
         keep = torch.tensor(path, dtype=torch.long, device=self.device) + root_slot
         self.target_fwd.keep(root_slot, keep)
-        if depth == 0:
+        if depth == 0 or self.feature:   # a feature draft re-reads the accepted pairs with true features
             return  # the draft ran no forward this step; its pending tokens simply grow
         # The draft processed levels 0 .. depth-1 only: a path node on the last level is pending.
         seen = [i for i in path if shape.depths[i] < depth]
@@ -222,7 +315,8 @@ class SequoiaDecoder(Decoder):
         status = walk.statuses(n)
         nodes = [TreeNode(id=i, parent=shape.parents[i], depth=shape.depths[i], token_id=tokens[i],
                           text=self._text(tokens[i]), draft_prob=1.0 if i == 0 else round(draft_p[i], 6),
-                          target_prob=1.0 if i == 0 else round(target_p[i], 6), status=status[i])
+                          target_prob=1.0 if i == 0 else round(target_p[i], 6), status=status[i],
+                          draft_input=feature_input_label(shape.depths[i]) if self.feature else "")
                  for i in range(n)]
         bonus = walk.bonus_token
         return TreePayload(nodes=nodes, accepted_path=list(walk.accepted), bonus_token_id=bonus,
