@@ -10,6 +10,11 @@ Where a vector comes from, in order of preference:
 2. one shipped in `assets/acceptance/*.json` for the pair (nearest temperature);
 3. a default (said so in the decoder's settings): nearly 1 for a target that
    drafts for itself, otherwise a typical small-draft vector.
+
+A vector may come with per-depth vectors (`by_depth`, row k = the nodes of tree
+level k + 1, measured by `measure.profile_acceptance_by_depth`): a feature draft
+feeds on its own predicted features below level 1 and loses accuracy with depth,
+so the tree DP then values each level with its own row (`tree_dp.build_tables`).
 """
 
 from __future__ import annotations
@@ -54,18 +59,26 @@ def _shipped(target: str, draft: str) -> list[dict]:
     return found
 
 
+def _by_depth(data: dict) -> list[list[float]] | None:
+    rows = data.get("acceptance_by_depth")
+    if isinstance(rows, list) and len(rows) > 1 and all(isinstance(r, list) and r for r in rows):
+        return rows
+    return None
+
+
 def acceptance_for(pair, sampling: SamplingConfig) -> dict:
     """{"acceptance": [...], "source": "..."} for this pair and sampling setting."""
     key = profile_key(pair.target_name, pair.draft_name, sampling)
     cached = load_cached("acceptance", key)
     if cached and isinstance(cached.get("acceptance"), list):
-        return {"acceptance": cached["acceptance"], "source": f"measured on this machine ({key})"}
+        return {"acceptance": cached["acceptance"], "by_depth": _by_depth(cached),
+                "source": f"measured on this machine ({key})"}
     target, draft = model_id(pair.target_name), model_id(pair.draft_name)
     shipped = _shipped(target, draft)
     if shipped:
         best = min(shipped, key=lambda d: (abs(float(d.get("temperature", 0)) - sampling.temperature),
                                            abs(float(d.get("top_p", 1)) - sampling.top_p)))
-        return {"acceptance": best["acceptance"],
+        return {"acceptance": best["acceptance"], "by_depth": _by_depth(best),
                 "source": f"shipped {Path(best['path']).name} (temperature {best.get('temperature')}, "
                           f"top-p {best.get('top_p')})"}
     if pair.draft_is_target:

@@ -53,13 +53,17 @@ def cmd_tree_dp(args: argparse.Namespace) -> int:
 def cmd_profile_acceptance(args: argparse.Namespace) -> int:
     from ..engine.prompts import read_prompts
     from ..engine.sampling import SamplingConfig
-    from .measure import profile_acceptance
+    from .measure import profile_acceptance, profile_acceptance_by_depth
 
     prompts = [p["prompt"] for p in read_prompts(args.prompts)]
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed).validated()
     pair = load_pair_for(args, ["sequoia"])
-    result = profile_acceptance(pair, prompts, args.width, sampling, steps=args.steps,
-                                max_new_tokens=args.max_new_tokens)
+    if args.depths > 1:
+        result = profile_acceptance_by_depth(pair, prompts, args.width, args.depths, sampling, steps=args.steps,
+                                             max_new_tokens=args.max_new_tokens)
+    else:
+        result = profile_acceptance(pair, prompts, args.width, sampling, steps=args.steps,
+                                    max_new_tokens=args.max_new_tokens)
     text = json.dumps(result, indent=1)
     if args.json:
         Path(args.json).write_text(text + "\n")
@@ -107,6 +111,9 @@ def register(sub) -> None:
     p = sub.add_parser("profile-acceptance", help="measure the acceptance vector of a target/draft pair")
     p.add_argument("--prompts", required=True, help="JSONL file of {\"prompt\": ...}")
     p.add_argument("--width", type=int, default=8, help="W: children of the star tree")
+    p.add_argument("--depths", type=int, default=1,
+                   help="> 1: one vector per tree level, measured on a comb tree (a chain of rank-1 nodes, "
+                        "each with W children)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)

@@ -22,6 +22,84 @@ def star_tree(width: int) -> list[int]:
     return [-1] + [0] * width
 
 
+def comb_tree(width: int, depths: int) -> list[int]:
+    """A chain of rank-1 nodes, each with `width` children: level k's children measure depth k + 1.
+
+    Breadth first: level 1 = nodes 1..W (node 1 = rank 1), level 2 = the W children of
+    node 1, and so on; the chain continues through each level's first node.
+    """
+    parents, chain = [-1], 0
+    for _ in range(depths):
+        first = len(parents)
+        parents += [chain] * width
+        chain = first
+    return parents
+
+
+def profile_acceptance_by_depth(pair, prompts: list[str], width: int, depths: int, sampling: SamplingConfig,
+                                steps: int = 300, max_new_tokens: int = 128, show_progress: bool = True,
+                                save: bool = True) -> dict:
+    """Acceptance vectors per tree level, measured with the decoder on a comb tree.
+
+    At each level k the rank-1 node (reached only if every rank-1 node above it was
+    accepted) has W children drawn without replacement; the rank the verification
+    accepts among them (or none) is counted for depth k + 1, conditioned on reaching
+    it, which is what the tree DP's per-level value needs. Row 0 is the plain
+    star-tree vector; the result also stores it as `acceptance`.
+    """
+    if isinstance(depths, bool) or not isinstance(depths, int) or not 1 <= depths <= 8:
+        raise InvalidInput(f"depths must be a whole number from 1 to 8, got {depths!r}")
+    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= 64:
+        raise InvalidInput(f"width must be a whole number from 1 to 64, got {width!r}")
+    sampling = sampling.validated()
+    parents = comb_tree(width, depths)
+    chain = [0] + [1 + k * width for k in range(depths)]   # the rank-1 node of each level (root first)
+    counts = [[0] * width for _ in range(depths)]
+    reached = [0] * depths
+    done = run = 0
+    bar = None
+    if show_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=steps, desc="acceptance by depth", unit="step", file=sys.stderr)
+    while done < steps:
+        prompt = prompts[run % len(prompts)]
+        seed = None if sampling.seed is None else sampling.seed + run
+        cfg = SamplingConfig(sampling.temperature, sampling.top_p, sampling.top_k, seed)
+        ids = encode_prompt(pair.tokenizer, prompt)
+        room = min(max_new_tokens, pair.max_context - len(ids))
+        decoder = SequoiaDecoder(pair, prompt, ids, cfg, room, tree_parents=parents)
+        while not decoder.done and done < steps:
+            payload = decoder.step().payload
+            if payload is None or payload.depth < depths:
+                continue   # the prefill, or a tree cut near the end
+            path = payload.accepted_path
+            for k in range(depths):
+                if k > 0 and (len(path) < k or path[k - 1] != chain[k]):
+                    break   # the rank-1 node of level k was not accepted: level k + 1 is not reached
+                reached[k] += 1
+                if len(path) > k:
+                    counts[k][path[k] - (1 + k * width)] += 1
+            done += 1
+            if bar is not None:
+                bar.update(1)
+        decoder.close()
+        run += 1
+    if bar is not None:
+        bar.close()
+    by_depth = [[round(c / max(reached[k], 1), 6) for c in counts[k]] for k in range(depths)]
+    result = {
+        "target": model_id(pair.target_name), "draft": model_id(pair.draft_name),
+        "temperature": sampling.temperature, "top_p": sampling.top_p, "width": width, "steps": done,
+        "counts": counts[0], "rejected_all": reached[0] - sum(counts[0]), "acceptance": by_depth[0],
+        "acceptance_by_depth": by_depth, "counts_by_depth": counts, "reached_by_depth": reached,
+        "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""),
+    }
+    if save:
+        save_cached("acceptance", profile_key(pair.target_name, pair.draft_name, sampling), result)
+    return result
+
+
 def profile_acceptance(pair, prompts: list[str], width: int, sampling: SamplingConfig, steps: int = 300,
                        max_new_tokens: int = 128, show_progress: bool = True, save: bool = True) -> dict:
     """Measure p on real prompts with a star tree of `width` children; cache and return it."""

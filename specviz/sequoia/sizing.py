@@ -64,10 +64,14 @@ def default_limits(pair) -> tuple[int, int]:
 
 
 def plan_from_curves(acceptance: list[float], target_ms: dict, draft_ms: dict, max_budget: int,
-                     max_depth: int) -> dict:
-    """The predicted-speedup table and the choice, from measured curves (no model needed)."""
+                     max_depth: int, by_depth: list[list[float]] | None = None) -> dict:
+    """The predicted-speedup table and the choice, from measured curves (no model needed).
+
+    by_depth: per-depth acceptance vectors (row k for tree level k + 1); the DP then
+    values every level with its own row instead of the level-1 vector everywhere.
+    """
     max_budget = int(min(max_budget, max(target_ms)))
-    tables = build_tables(acceptance, max_budget, max_depth)
+    tables = build_tables(acceptance, max_budget, max_depth, by_depth=by_depth)
     ar_ms = _interp(target_ms, 1)
     grid = sorted(set(range(2, min(16, max_budget) + 1)) | set(range(16, max_budget + 1, 8))
                   | {n for n in target_ms if 2 <= n <= max_budget})
@@ -88,7 +92,7 @@ def plan_from_curves(acceptance: list[float], target_ms: dict, draft_ms: dict, m
                 table.append(row)
     row, parents = best
     choice = {**row, "parents": parents, "tree_depth": TreeShape.from_parents(parents).depth}
-    return {"acceptance": list(acceptance), "target_ms": {str(k): round(v, 3) for k, v in target_ms.items()},
+    return {"acceptance": list(acceptance), "acceptance_by_depth": by_depth, "target_ms": {str(k): round(v, 3) for k, v in target_ms.items()},
             "draft_ms": {str(k): round(v, 3) for k, v in draft_ms.items()}, "ar_ms_per_token": round(ar_ms, 3),
             "table": table, "choice": choice,
             "speculation_pays": row["predicted_speedup"] > 1.0}
@@ -104,10 +108,11 @@ def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | No
     kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"   # curves belong to the forwards timed
     key = f"{pair.key}|{kinds}|T{sampling.temperature:g}|p{sampling.top_p:g}|N{max_budget}|D{max_depth}"
     cached = None if refresh else load_cached("sequoia-plan", key)
-    if cached and cached.get("acceptance") == list(acc["acceptance"]):
+    if cached and cached.get("acceptance") == list(acc["acceptance"]) and \
+            cached.get("acceptance_by_depth") == acc.get("by_depth"):
         return cached
     target_ms, draft_ms = measured_curves(pair, refresh=refresh)
-    plan = plan_from_curves(acc["acceptance"], target_ms, draft_ms, max_budget, max_depth)
+    plan = plan_from_curves(acc["acceptance"], target_ms, draft_ms, max_budget, max_depth, acc.get("by_depth"))
     plan.update(key=pair.key, device=str(pair.device), dtype=dtype_name(pair.dtype),
                 acceptance_source=acc["source"], temperature=sampling.temperature, top_p=sampling.top_p)
     save_cached("sequoia-plan", key, plan)
@@ -146,6 +151,13 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents) -> tuple
         raise InvalidInput(f"tree budget {budget} is too large (at most {MAX_TREE_BUDGET})")
     depth = min(depth, budget - 1)
     acc = acceptance_for(pair, sampling)
-    result = optimal_tree(acc["acceptance"], budget, depth)
-    return result.parents, {"tree": "manual", "acceptance": acc["acceptance"],
-                            "acceptance_source": acc["source"], "predicted_tokens_per_step": result.value}
+    if acc.get("by_depth"):
+        tables = build_tables(acc["acceptance"], budget, depth, by_depth=acc["by_depth"])
+        if not np.isfinite(tables.best[depth, budget]):
+            optimal_tree(acc["acceptance"], budget, depth)   # raises the explanatory error
+        parents, value = tables.parents(budget, depth), float(tables.best[depth, budget])
+    else:
+        result = optimal_tree(acc["acceptance"], budget, depth)
+        parents, value = result.parents, result.value
+    return parents, {"tree": "manual", "acceptance": acc["acceptance"], "acceptance_by_depth": acc.get("by_depth"),
+                     "acceptance_source": acc["source"], "predicted_tokens_per_step": value}

@@ -76,11 +76,32 @@ def max_nodes(width: int, depth: int) -> int:
     return sum(width ** k for k in range(depth + 1))
 
 
-class _Tables:
-    """best[d, m] plus the back-pointers needed to rebuild any (m, d) tree."""
+def check_acceptance_by_depth(rows) -> np.ndarray:
+    """Per-depth vectors: row k = p at the nodes of level k + 1 (deeper levels reuse the last row)."""
+    try:
+        arr = [check_acceptance(r) for r in rows]
+    except TypeError:
+        raise InvalidInput(f"per-depth acceptance must be a list of vectors, got {rows!r}") from None
+    if not arr:
+        raise InvalidInput("the per-depth acceptance list is empty")
+    width = max(len(r) for r in arr)
+    return np.stack([np.pad(r, (0, width - len(r))) for r in arr])
 
-    def __init__(self, p: np.ndarray, budget: int, depth: int):
-        n_max, width = budget, min(len(p), budget - 1)
+
+class _Tables:
+    """best[d, m] plus the back-pointers needed to rebuild any (m, d) tree.
+
+    With per-depth vectors (`p` 2-D, row k for level k + 1) the value of a subtree
+    depends on where it hangs, so the table is built for one total depth
+    `total`: a subtree with d levels left hangs at level total - d, and its
+    children use row total - d.
+    """
+
+    def __init__(self, p: np.ndarray, budget: int, depth: int, total: int | None = None):
+        rows = p if p.ndim == 2 else p[None, :]
+        total = depth if total is None else total
+        p = rows[0]
+        n_max, width = budget, min(rows.shape[1], budget - 1)
         self.p, self.n_max, self.depth = p, n_max, depth
         best = np.full((depth + 1, n_max + 1), NEG)
         best[:, 1] = 1.0
@@ -93,6 +114,7 @@ class _Tables:
         valid = (sub >= 1) & (m_idx[None, :] >= 1)
         sub_clipped = np.where(valid, sub, 0)
         for d in range(1, depth + 1):
+            p = rows[min(max(total - d, 0), len(rows) - 1)]
             prev = best[d - 1]
             feasible = np.isfinite(prev)[sub_clipped]   # p = 0 times an infeasible -inf must stay -inf
             t_prev = np.full(n_max + 1, NEG)
@@ -135,8 +157,23 @@ class _Tables:
         return parents
 
 
-def build_tables(acceptance, budget: int, depth: int) -> _Tables:
+class _DepthTables:
+    """`_Tables`' interface over per-depth vectors: one table per total depth D."""
+
+    def __init__(self, rows: np.ndarray, budget: int, depth: int):
+        self.p, self.n_max, self.depth = rows, budget, depth
+        self.by_total = [_Tables(rows, budget, d, total=d) for d in range(depth + 1)]
+        self.best = np.stack([self.by_total[d].best[d] for d in range(depth + 1)])
+
+    def parents(self, m: int, d: int) -> list[int]:
+        return self.by_total[d].parents(m, d)
+
+
+def build_tables(acceptance, budget: int, depth: int, by_depth=None):
+    """best(n, d) tables from one vector, or from per-depth vectors (`by_depth`, row k = level k + 1)."""
     budget, depth = _check_size(budget, depth)
+    if by_depth is not None and len(by_depth) > 1:
+        return _DepthTables(check_acceptance_by_depth(by_depth), budget, depth)
     return _Tables(check_acceptance(acceptance), budget, depth)
 
 
@@ -156,17 +193,23 @@ def optimal_tree(acceptance, budget: int, depth: int) -> TreeDPResult:
     return TreeDPResult(float(value), tables.parents(budget, depth), table, p.tolist(), budget, depth)
 
 
-def tree_value(parents: list[int], acceptance) -> float:
-    """F(T) of any tree given as a parent list (parents before children)."""
-    p = check_acceptance(acceptance)
+def tree_value(parents: list[int], acceptance, by_depth=None) -> float:
+    """F(T) of any tree given as a parent list (parents before children).
+
+    by_depth: per-depth vectors (row k for the nodes of level k + 1, the last row for deeper ones).
+    """
+    rows = check_acceptance_by_depth(by_depth) if by_depth is not None else check_acceptance(acceptance)[None, :]
     reach = [1.0] * len(parents)
     rank = [0] * len(parents)
+    level = [0] * len(parents)
     seen_children = [0] * len(parents)
     for i, par in enumerate(parents):
         if par < 0:
             continue
         seen_children[par] += 1
         rank[i] = seen_children[par]
+        level[i] = level[par] + 1
+        p = rows[min(level[i], len(rows)) - 1]
         reach[i] = reach[par] * (p[rank[i] - 1] if rank[i] <= len(p) else 0.0)
     return float(sum(reach))
 
