@@ -78,7 +78,8 @@ def register(subparsers) -> None:
                    help="JSONL files of {\"prompt\", \"id\"?, \"suite\"?} (with or instead of --suite)")
     p.add_argument("--methods", default="ar,hf-generate",
                    help="ar, sequoia, lookahead, hf-generate, hf-assisted, hf-prompt-lookup; fixed sizes "
-                        "as sequoia@BUDGETxDEPTH, lookahead@WxNxG")
+                        "as sequoia@BUDGETxDEPTH, lookahead@WxNxG; another of the offline default's drafts "
+                        "as sequoia+independent / sequoia+feature")
     p.add_argument("--limit", type=int, default=0, help="only the first N prompts")
     p.add_argument("--per-suite", type=int, default=0, help="only the first N prompts of each suite")
     p.add_argument("--json", default=None, help="write every record and the summary here")

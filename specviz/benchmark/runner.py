@@ -10,6 +10,13 @@ forward hook on the target.
 A method name may carry fixed sizes: `sequoia@32x6` (tree budget x depth) and
 `lookahead@5x4x5` (window x n-gram x guesses); `--sweep` adds a few of each, for
 the tokens/s-against-size figure of the report.
+
+It may also name another draft for the same target after a `+`:
+`sequoia+independent` runs Sequoia with the offline default's independent
+(layer-pruned, distilled) draft while plain `sequoia` uses the pair's draft (the
+feature draft on the offline default), so one run compares both drafts; the
+second draft shares the loaded target. `hf-assisted` needs a transformers model
+as its assistant, so with a feature draft it uses the independent draft.
 """
 
 from __future__ import annotations
@@ -87,8 +94,46 @@ class BenchRecord:
         return data
 
 
+DRAFT_VARIANTS = ("independent", "feature")
+
+
+def split_draft(spec: str) -> tuple[str, str | None]:
+    """`sequoia+independent@32x6` -> ("sequoia@32x6", "independent")."""
+    head, at, sizes = spec.partition("@")
+    base, plus, draft = head.partition("+")
+    if plus and draft not in DRAFT_VARIANTS:
+        raise InvalidInput(f"unknown draft '{draft}' in '{spec}' (choose from {', '.join(DRAFT_VARIANTS)})")
+    return base + at + sizes, (draft or None)
+
+
+def pair_with_draft(pair: ModelPair, draft: str | None) -> ModelPair:
+    """The pair with another of the offline default's drafts (same target object), cached on the pair."""
+    if draft is None:
+        return pair
+    cache = pair.__dict__.setdefault("_bench_pairs", {})
+    if draft not in cache:
+        from ..draft.feature import feature_draft_display_name, load_feature_draft
+        from ..draft.pruned import draft_display_name, load_offline_draft
+        from ..engine.models import offline_default_draft_dir, offline_feature_draft_dir
+
+        if draft == "independent":
+            where = offline_default_draft_dir()
+            if where is None:
+                raise InvalidInput("no independent draft is shipped (assets/draft-smollm2-135m)")
+            model, name = load_offline_draft(pair.target, where), draft_display_name(where)
+        else:
+            where = offline_feature_draft_dir()
+            if where is None:
+                raise InvalidInput("no feature draft is shipped (assets/draft-feature-smollm2-135m)")
+            model, name = load_feature_draft(pair.target, where), feature_draft_display_name(where)
+        cache[draft] = ModelPair(pair.target, model, pair.tokenizer, pair.target_name, name, pair.device,
+                                 pair.dtype)
+    return cache[draft]
+
+
 def parse_method(spec: str) -> tuple[str, dict]:
     """`sequoia@32x6` -> ("sequoia", {tree_budget: 32, tree_depth: 6}); plain names -> ({})."""
+    spec, _ = split_draft(spec)
     base, _, sizes = spec.partition("@")
     if base not in ALL_METHODS:
         raise InvalidInput(f"unknown method '{base}' (choose from {', '.join(ALL_METHODS)})")
@@ -147,6 +192,8 @@ def _assistant(pair: ModelPair):
     With the target as its own draft, the forward hook on the target would count the
     draft's forwards too, so the draft becomes a second module sharing the same weights.
     """
+    if getattr(pair.draft, "is_feature_draft", False):
+        return pair_with_draft(pair, "independent").draft   # assisted generation needs a transformers model
     if not pair.draft_is_target:
         return pair.draft
     clone = getattr(pair, "_bench_assistant", None)
@@ -213,6 +260,9 @@ def run_hf(method: str, pair: ModelPair, prompt_ids: list[int], sampling: Sampli
     finally:
         counter.close()
     settings = {**{k: v for k, v in kwargs.items() if k != "assistant_model"}, **settings}
+    if "assistant_model" in kwargs:
+        settings["assistant"] = ("independent distilled draft" if kwargs["assistant_model"] is not pair.target
+                                 and not pair.draft_is_target else "the target itself")
     return out[0, len(prompt_ids):].tolist(), counter.sizes, wall, settings
 
 
@@ -222,6 +272,7 @@ def run_hf(method: str, pair: ModelPair, prompt_ids: list[int], sampling: Sampli
 def run_one(method: str, pair: ModelPair, item: dict, prompt_ids: list[int], sampling: SamplingConfig,
             max_new_tokens: int, options: dict) -> BenchRecord:
     base, sizes = parse_method(method)
+    pair = pair_with_draft(pair, split_draft(method)[1])
     if base in HF_METHODS:
         tokens, forward_sizes, wall, settings = run_hf(base, pair, prompt_ids, sampling, max_new_tokens,
                                                        options.get(base, {}))
