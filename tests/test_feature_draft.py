@@ -1,0 +1,193 @@
+"""The feature-conditioned (EAGLE-style) draft: exactness in Sequoia, train/decode agreement, per-depth DP.
+
+Exactness runs on the real offline target in fp32 with the shipped feature draft
+(and with a freshly built, untrained one, which is rejected often); the sampling
+test uses tiny random models, as the other statistical tests do.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from helpers import chi_square_pvalue, exact_distribution, tiny_pair
+
+from specviz.draft.feature import FeatureDraft, FeatureDraftForward, is_feature_draft_dir
+from specviz.draft.featuretrain import unroll_mask, unrolled
+from specviz.engine.methods import make_decoder
+from specviz.engine.models import OFFLINE_FEATURE_DRAFT_DIR, ModelPair, load_pair
+from specviz.engine.sampling import SamplingConfig
+from specviz.sequoia.measure import comb_tree, profile_acceptance_by_depth
+from specviz.sequoia.tree import TreeShape
+from specviz.sequoia.tree_dp import build_tables, tree_value
+
+PROMPTS = ["Write a haiku about trees", "Write a Python function that reverses a string.",
+           "Explain why the sky is blue in two sentences."]
+MAX_NEW = 48
+TREES = {"chain": {"tree_parents": [-1, 0, 1, 2, 3]}, "star": {"tree_parents": [-1, 0, 0, 0, 0]},
+         "dp16": {"tree_budget": 16, "tree_depth": 5}, "dp32": {"tree_budget": 32, "tree_depth": 6}}
+
+
+@pytest.fixture(scope="module")
+def feature_pair():
+    """The offline default in fp32 with its shipped feature draft."""
+    if not is_feature_draft_dir(OFFLINE_FEATURE_DRAFT_DIR):
+        pytest.fail("the feature draft is not shipped in assets/draft-feature-smollm2-135m")
+    torch.manual_seed(0)
+    pair = load_pair("default", "feature", device="cpu", dtype="fp32")
+    assert getattr(pair.draft, "is_feature_draft", False)
+    return pair
+
+
+@pytest.fixture(scope="module")
+def untrained_pair(feature_pair):
+    """The same target with an untrained feature draft (its last layer, fc = [I | I]): mostly rejected."""
+    draft = FeatureDraft(feature_pair.target, feature_pair.draft.vocab_ids, torch.float32)
+    draft.init_from_target(feature_pair.target)
+    draft.eval().requires_grad_(False)
+    return ModelPair(feature_pair.target, draft, feature_pair.tokenizer, feature_pair.target_name, "untrained",
+                     feature_pair.device, feature_pair.dtype)
+
+
+@pytest.fixture(scope="module")
+def ar_tokens(feature_pair):
+    return {p: make_decoder("ar", feature_pair, p, max_new_tokens=MAX_NEW).run().token_ids for p in PROMPTS}
+
+
+@pytest.mark.parametrize("tree", list(TREES))
+def test_greedy_with_the_feature_draft_equals_autoregressive(feature_pair, ar_tokens, tree):
+    accepted = rejected = 0
+    for prompt in PROMPTS:
+        trace = make_decoder("sequoia", feature_pair, prompt, max_new_tokens=MAX_NEW, **TREES[tree]).run()
+        assert trace.token_ids == ar_tokens[prompt], (tree, prompt)
+        assert trace.settings["draft_kind"] == "feature"
+        for step in trace.steps[1:]:
+            accepted += len(step.payload.accepted_path)
+            rejected += sum(n.status == "rejected" for n in step.payload.nodes)
+            depth1 = [n for n in step.payload.nodes if n.depth == 1]
+            assert all(n.draft_input.startswith("target") for n in depth1)
+            assert all(n.draft_input.startswith("draft") for n in step.payload.nodes if n.depth >= 2)
+    assert accepted > 0
+    if tree != "chain":
+        assert rejected > 0
+
+
+@pytest.mark.parametrize("tree", ["chain", "dp16"])
+def test_greedy_with_an_untrained_feature_draft_equals_autoregressive(untrained_pair, ar_tokens, tree):
+    for prompt in PROMPTS[:2]:
+        trace = make_decoder("sequoia", untrained_pair, prompt, max_new_tokens=MAX_NEW, **TREES[tree]).run()
+        assert trace.token_ids == ar_tokens[prompt], (tree, prompt)
+
+
+def test_max_new_tokens_and_short_prompts(feature_pair):
+    prompt_ids = [feature_pair.tokenizer.encode("The")[0]]
+    ar = make_decoder("ar", feature_pair, "The", prompt_ids=prompt_ids, max_new_tokens=20).run()
+    for max_new in (1, 2, 5, 20):
+        trace = make_decoder("sequoia", feature_pair, "The", prompt_ids=prompt_ids, max_new_tokens=max_new,
+                             **TREES["dp16"]).run()
+        assert trace.token_ids == ar.token_ids[:max_new]
+
+
+@torch.inference_mode()
+def test_decoding_forward_matches_the_unrolled_training_forward(feature_pair):
+    """What the decoder computes for a tree chain is what training unrolled: slot by slot, depth by depth."""
+    draft, target = feature_pair.draft, feature_pair.target
+    ids = torch.tensor([feature_pair.tokenizer.encode("def reverse(s):\n    return s[::-1]\n\nprint(reverse")])
+    feats = target.model(input_ids=ids).last_hidden_state[0]
+    L = ids.shape[1]
+    outs = unrolled(draft, ids[:, 1:], feats[None, :-1], 3)
+    full = draft(ids[:, 1:], feats[None, :-1])[0]
+    assert torch.allclose(full, outs[0][0], atol=1e-5)
+    r = L - 5                                   # the root pair (f_r, x_{r+1}) sits at slot r
+    fwd = FeatureDraftForward(draft, L + 4)
+    first = fwd(ids[0, 1:r - 3], feats[:r - 4], 0)               # committed pairs in two chunks
+    second = fwd(ids[0, r - 3:r + 2], feats[r - 4:r + 1], r - 4)
+    assert torch.allclose(torch.cat([first, second]), full[:r + 1], atol=1e-5)
+    parent = second[-1]
+    for depth in (1, 2):                        # a chain node at slot r + depth reads its parent's prediction
+        slot = r + depth
+        mask = torch.zeros(1, 1, 1, slot + 1)
+        out = fwd(ids[0, slot + 1:slot + 2], parent[None], slot, mask=mask)
+        assert torch.allclose(out[0], outs[depth][0, slot], atol=1e-4), depth
+        parent = out[0]
+
+
+def test_unroll_mask_is_a_tree_chain():
+    m = unroll_mask(6, 2, "cpu")
+    j = 4   # a depth-3 query at slot 4: true keys up to slot 2, predicted keys of slot 3 (step 1) and 4 (step 2)
+    assert m[j, :6].tolist() == [True, True, True, False, False, False]
+    assert m[j, 6:12].tolist() == [False, False, False, True, False, False]
+    assert m[j, 12:].tolist() == [False, False, False, False, True, False]
+
+
+def _tiny_feature_pair():
+    pair = tiny_pair(draft_seed=None)
+    torch.manual_seed(3)
+    draft = FeatureDraft(pair.target, torch.arange(pair.target.config.vocab_size), torch.float32)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    draft.eval().requires_grad_(False)
+    return ModelPair(pair.target, draft, pair.tokenizer, pair.target_name, "tiny-feature", pair.device, pair.dtype)
+
+
+SAMPLING_TREE = [-1, 0, 0, 0, 1, 1, 2, 4, 4, 7]
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.6, 0.9)])
+def test_sampling_with_a_feature_draft_is_exact(one_thread, temperature, top_p):
+    pair = _tiny_feature_pair()
+    prompt_ids = [1, 2, 3]
+    exact = exact_distribution(pair.target, prompt_ids, SamplingConfig(temperature, top_p))
+    samples, depths = [], []
+    for seed in range(3000):
+        trace = make_decoder("sequoia", pair, "", prompt_ids=prompt_ids, max_new_tokens=6,
+                             sampling=SamplingConfig(temperature, top_p, seed=seed),
+                             tree_parents=SAMPLING_TREE).run()
+        samples.append(tuple(trace.token_ids[:3]))
+        depths.append(len(trace.steps[1].payload.accepted_path))
+    assert chi_square_pvalue(samples, exact) > 1e-3
+    assert min(depths) == 0 and max(depths) >= 2
+
+
+def test_comb_tree_and_acceptance_by_depth(one_thread):
+    parents = comb_tree(3, 3)
+    shape = TreeShape.from_parents(parents)
+    assert shape.depth == 3 and shape.size == 10 and shape.children[1] == [4, 5, 6] and shape.children[4] == [7, 8, 9]
+    pair = _tiny_feature_pair()
+    result = profile_acceptance_by_depth(pair, ["x"], 3, 3, SamplingConfig(0.0), steps=20, max_new_tokens=12,
+                                         show_progress=False, save=False)
+    assert len(result["acceptance_by_depth"]) == 3 and result["acceptance"] == result["acceptance_by_depth"][0]
+    assert all(sum(row) <= 1 + 1e-9 for row in result["acceptance_by_depth"])
+    assert result["reached_by_depth"][0] == 20 >= result["reached_by_depth"][1] >= result["reached_by_depth"][2]
+
+
+def _all_trees(n: int):
+    def rec(par):
+        if len(par) == n:
+            yield list(par)
+            return
+        for p in range(par[-1] if len(par) > 1 else 0, len(par)):
+            yield from rec(par + [p])
+    yield from rec([-1])
+
+
+def test_per_depth_dp_equals_exhaustive_search():
+    rows = [[0.6, 0.15, 0.05], [0.45, 0.15, 0.05], [0.3, 0.12, 0.05]]
+    tables = build_tables(None, 8, 4, by_depth=rows)
+    for n, d in itertools.product(range(2, 8), range(1, 5)):
+        best = -1.0
+        for parents in _all_trees(n):
+            shape = TreeShape.from_parents(parents)
+            if shape.depth <= d and max(len(c) for c in shape.children) <= 3:
+                best = max(best, tree_value(parents, None, by_depth=rows))
+        value = tables.best[d, n]
+        if best < 0:
+            assert not np.isfinite(value)
+            continue
+        assert value == pytest.approx(best, abs=1e-9), (n, d)
+        assert tree_value(tables.parents(n, d), None, by_depth=rows) == pytest.approx(value, abs=1e-9)
+    flat = build_tables(rows[0], 12, 5)
+    same = build_tables(rows[0], 12, 5, by_depth=[rows[0], rows[0]])
+    assert np.array_equal(np.isfinite(flat.best), np.isfinite(same.best))
+    assert np.allclose(flat.best[np.isfinite(flat.best)], same.best[np.isfinite(same.best)])
