@@ -52,7 +52,7 @@ def _outputs(result):
     # Output order of the run event (the gr.State is not part of the API).
     names = ["stats_ar", "stats_sequoia", "stats_lookahead", "text_ar", "text_sequoia", "text_lookahead", "tree",
              "window", "pool", "pool_size", "latency", "cumulative", "summary", "slider", "caption", "file",
-             "hw_html", "hw_plot", "status"]
+             "hw_html", "hw_plot", "status", "live_tree", "live_window", "live_latency"]
     assert len(result) == len(names), result
     return dict(zip(names, result))
 

@@ -219,7 +219,9 @@ from helpers import served  # noqa: E402
 def app_client():
     from specviz.ui import build_demo
 
-    demo = build_demo()
+    # In-process decoding: these tests slow the decoders' steps and watch Race.close by
+    # patching this process (the worker's behaviour has its own tests in test_worker.py).
+    demo = build_demo(worker=False)
     with served(demo) as url:
         yield gradio_client.Client(url, verbose=False), url, demo
 
@@ -241,7 +243,7 @@ def run_args(prompt=PROMPT, methods=("ar", "sequoia", "lookahead"), max_new=8, *
 
 NAMES = ["stats_ar", "stats_sequoia", "stats_lookahead", "text_ar", "text_sequoia", "text_lookahead", "tree",
          "window", "pool", "pool_size", "latency", "cumulative", "summary", "slider", "caption", "file",
-         "hw_html", "hw_plot", "status"]
+         "hw_html", "hw_plot", "status", "live_tree", "live_window", "live_latency"]
 
 
 def outputs(result) -> dict:

@@ -207,3 +207,120 @@ def start_race(pair, prompt: str, methods: list[str], *, sampling=None, max_new_
         except Exception as exc:
             decoders[method] = exc
     return Race(decoders, prompt, prompt_ids, sampling=sampling.to_dict(), options=options, pair=pair)
+
+
+class PairCache:
+    """Loaded model pairs, one load per (target, draft, dtype), shared read-only by all races.
+
+    The decoders keep all per-run state (caches, traces) themselves, so sharing the
+    weights leaks nothing between visitors. One lock serialises loading.
+    """
+
+    def __init__(self, max_pairs: int = 2):
+        self.max_pairs = max_pairs
+        self.pairs: dict[tuple, object] = {}
+        self.lock = threading.Lock()
+
+    def get(self, target: str, draft: str | None, dtype: str):
+        from .models import load_pair
+
+        key = (target, draft, dtype)
+        with self.lock:
+            if key not in self.pairs:
+                while len(self.pairs) >= self.max_pairs:   # evict the oldest to bound memory
+                    self.pairs.pop(next(iter(self.pairs)))
+                self.pairs[key] = load_pair(target, draft, dtype=dtype)
+            return self.pairs[key]
+
+    def clear(self) -> None:
+        with self.lock:
+            self.pairs.clear()
+
+
+def race_events(pairs, request: dict, should_stop: Callable[[], bool] = lambda: False,
+                on_start: Callable[[Race], None] | None = None):
+    """One race as a stream of plain, picklable events, wherever it runs (worker or app).
+
+    ("status", text), ("start", RaceTrace), ("step", method, record, finish_reason,
+    error) per target forward, and a final ("end", RaceTrace) once every cache is
+    freed. `request` holds validated values: target, draft, dtype, prompt, methods,
+    sampling (SamplingConfig), max_new_tokens, options, max_run_seconds, label.
+    Errors raise (the worker turns them into an ("error", ...) event).
+    """
+    import time
+
+    yield ("status", f"Loading {request.get('label') or request['target']}…")
+    pair = pairs.get(request["target"], request.get("draft"), request.get("dtype") or "auto")
+    options = request.get("options") or {}
+    methods = list(request["methods"])
+    auto = [m for m in methods if m in ("sequoia", "lookahead") and
+            all(v is None for k, v in options.get(m, {}).items() if k != "pool_from_prompt")]
+    note = " ('auto' sizes: the first run on this machine measures forward times first)" if auto else ""
+    yield ("status", f"Preparing the decoders{note}…")
+    race = start_race(pair, request["prompt"], methods, sampling=request.get("sampling"),
+                      max_new_tokens=request["max_new_tokens"], options={m: options.get(m, {}) for m in methods})
+    if on_start is not None:
+        on_start(race)
+    try:
+        yield ("status", "Racing…")
+        yield ("start", race.trace)
+        limit = request.get("max_run_seconds")
+        deadline = None if limit is None else time.monotonic() + float(limit)
+        while not race.done and not should_stop():
+            if deadline is not None and time.monotonic() > deadline:
+                yield ("status", f"Stopped at this server's time limit of {float(limit):g} s per run.")
+                break
+            stepped = race.step()
+            if stepped is None:
+                break
+            method, record = stepped
+            run = race.runs[method]
+            yield ("step", method, record, run.finish_reason, run.error)
+    finally:
+        race.close()   # frees every decoder's cache, also on Stop or a closed tab
+    yield ("end", race.trace)
+
+
+CONTENDED_RATIO = 2.0   # a target forward this many times its profiled cost: the CPU was shared
+
+
+def expected_forward_ms(curve: dict, n: int) -> float | None:
+    """t(n) from a profiled curve {n: ms}, interpolated linearly between measured sizes."""
+    points = sorted((int(k), float(v)) for k, v in curve.items())
+    if not points or n > points[-1][0]:
+        return None
+    if n <= points[0][0]:
+        return points[0][1]
+    for (n0, t0), (n1, t1) in zip(points, points[1:]):
+        if n0 <= n <= n1:
+            return t0 + (t1 - t0) * (n - n0) / (n1 - n0)
+    return None
+
+
+def forward_slowdown(runs, curve: dict | None = None) -> float | None:
+    """Median of (measured target forward / its uncontended cost) over the race's decoding steps.
+
+    The uncontended cost of a forward over n tokens is the lower of the profiled
+    t(n) (`curve`, which may be stale or itself measured on a busy machine) and
+    the race's own fast steps of that size (their 10th percentile). About 1 when
+    the decoders had the machine to themselves; far above 1 when something else
+    (a browser tab rendering, another program) took their cores, and then the
+    speeds the race shows are distorted. The prefill step is left out.
+    """
+    import statistics
+
+    groups: dict[tuple, list[float]] = {}
+    for run in runs:
+        for rec in run.steps[1:]:
+            measured = rec.time_ms.get("target")
+            if measured:
+                groups.setdefault((run.method, rec.tokens_processed), []).append(measured)
+    ratios = []
+    for (_, n), times in groups.items():
+        candidates = [expected_forward_ms(curve, n)] if curve else []
+        if len(times) >= 5:
+            candidates.append(statistics.quantiles(times, n=10)[0])
+        base = min((c for c in candidates if c), default=None)
+        if base:
+            ratios += [t / base for t in times]
+    return statistics.median(ratios) if len(ratios) >= 5 else None

@@ -7,10 +7,10 @@
 from __future__ import annotations
 
 
-def build_demo(gpu=None, defaults: dict | None = None):
+def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = None):
     from .layout import build_demo as _build
 
-    return _build(gpu, defaults)
+    return _build(gpu, defaults, worker)
 
 
 def launch_kwargs() -> dict:

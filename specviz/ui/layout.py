@@ -8,6 +8,8 @@ second. Per-visitor state is only the finished/streaming `RaceTrace` in a
 
 from __future__ import annotations
 
+import atexit
+import os
 import shutil
 import tempfile
 import threading
@@ -17,7 +19,8 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..engine.race import free_accelerator_memory, is_out_of_memory, release_freed_memory
+from ..engine.race import PairCache, free_accelerator_memory, is_out_of_memory, release_freed_memory
+from ..engine.worker import WorkerSlot, WorkerUnavailable
 from ..errors import InvalidInput, SpecVizError
 from ..trace import RaceTrace
 from . import hardware, html, views
@@ -42,7 +45,12 @@ EXAMPLES = {
 # The API takes the names the page shows; the engine speaks ids.
 METHOD_NAMES = {"ar": "Autoregressive", "sequoia": "Sequoia", "lookahead": "Lookahead"}
 METHOD_IDS = {name: mid for mid, name in METHOD_NAMES.items()}
-FIGURE_INTERVAL_S = 0.25   # at most ~4 figure updates per second while streaming
+# Streaming rates, chosen so a browser on the same machine stays nearly idle (issue 12):
+# texts at most ~12 times a second (each update carries every step since the last),
+# the tree, window and latency as light HTML twice a second (plotly redraws were what the
+# renderer spent its time on: the plotly figures return when the race ends).
+TEXT_INTERVAL_S = float(os.environ.get("SPECVIZ_TEXT_INTERVAL", "0.08"))
+LIVE_VIEW_INTERVAL_S = float(os.environ.get("SPECVIZ_LIVE_VIEW_INTERVAL", "0.5"))
 
 CSS = """
 .sv-col { min-width: 300px; }
@@ -58,43 +66,18 @@ def hosting_limits():
     return HostingLimits.from_env()
 
 
-class PairCache:
-    """Loaded model pairs, one load per (target, draft, dtype), shared read-only by all sessions.
-
-    The decoders keep all per-run state (caches, traces) themselves, so sharing the
-    weights leaks nothing between visitors. One lock serialises loading.
-    """
-
-    def __init__(self, max_pairs: int = 2):
-        self.max_pairs = max_pairs
-        self.pairs: dict[tuple, object] = {}
-        self.lock = threading.Lock()
-
-    def get(self, target: str, draft: str | None, dtype: str):
-        from ..engine.models import load_pair
-
-        key = (target, draft, dtype)
-        with self.lock:
-            if key not in self.pairs:
-                while len(self.pairs) >= self.max_pairs:   # evict the oldest to bound memory
-                    self.pairs.pop(next(iter(self.pairs)))
-                self.pairs[key] = load_pair(target, draft, dtype=dtype)
-            return self.pairs[key]
-
-    def clear(self) -> None:
-        with self.lock:
-            self.pairs.clear()
-
-
 class RaceControl:
     """Lets the Stop button end this session's race at once (between two steps)."""
 
     def __init__(self):
         self.stop = threading.Event()
-        self.race = None
+        self.race = None     # the in-process race, when the race runs here
+        self.worker = None   # the worker running it, when it runs there
 
     def close(self) -> None:
         self.stop.set()
+        if self.worker is not None:
+            self.worker.stop()
         if self.race is not None:
             self.race.close()
 
@@ -183,45 +166,91 @@ def sampling_config(temperature, top_p, seed):
         raise InvalidInput(str(exc)) from None
 
 
-def race_events(pairs: PairCache, limits, control: RaceControl | None, prompt, methods, preset, custom_target,
-                custom_draft, dtype, max_new_tokens, temperature, top_p, seed, tree_mode, budget, depth,
-                look_mode, window, ngram, guesses, pool_from_prompt):
-    """The compute side, as a generator of plain data: ("status", str) and ("trace", RaceTrace, done).
-
-    It is the function ZeroGPU runs on the GPU, so it yields picklable values only.
-    """
-    from ..engine.race import start_race
+def race_request(limits, prompt, methods, preset, custom_target, custom_draft, dtype, max_new_tokens,
+                 temperature, top_p, seed, tree_mode, budget, depth, look_mode, window, ngram, guesses,
+                 pool_from_prompt) -> dict:
+    """The controls' values, checked, as the plain request a race runs from (here or in the worker)."""
     from ..engine.text import validate_prompt
 
     validate_prompt(prompt, limits.max_prompt_chars)
-    methods = method_ids(methods)
+    ids = method_ids(methods)
     max_new = _int(max_new_tokens, "max new tokens", 1, limits.max_new_tokens)
     sampling = sampling_config(temperature, top_p, seed)
     options = method_options(tree_mode, budget, depth, look_mode, window, ngram, guesses, pool_from_prompt)
     target, draft = resolve_models(preset, custom_target, custom_draft, limits)
-    yield ("status", f"Loading {target if target != 'default' else DEFAULT_PRESET}…")
-    pair = pairs.get(target, draft, dtype or "auto")
-    auto = [m for m in methods if m in ("sequoia", "lookahead") and
-            all(v is None for k, v in options[m].items() if k != "pool_from_prompt")]
-    note = " ('auto' sizes: the first run on this machine measures forward times first)" if auto else ""
-    yield ("status", f"Preparing the decoders{note}…")
-    race = start_race(pair, prompt, list(methods), sampling=sampling, max_new_tokens=max_new,
-                      options={m: options.get(m, {}) for m in methods})
+    return {"target": target, "draft": draft, "dtype": dtype or "auto", "prompt": prompt, "methods": ids,
+            "sampling": sampling, "max_new_tokens": max_new, "options": {m: options.get(m, {}) for m in ids},
+            "max_run_seconds": limits.max_run_seconds,
+            "label": DEFAULT_PRESET if target == "default" else target}
+
+
+def race_events(pairs, limits, control: RaceControl | None, *control_values):
+    """The race run in this process, as ("status", str) and ("trace", RaceTrace, done) events.
+
+    It is the function ZeroGPU runs on the GPU (and the fallback when the worker
+    cannot start), so it yields picklable values only.
+    """
+    from ..engine import race as engine
+
+    request = race_request(limits, *control_values)
+
+    def attach(race):
+        if control is not None:
+            control.race = race
+
+    should_stop = (lambda: control.stop.is_set()) if control is not None else (lambda: False)
+    trace = None
+    for event in engine.race_events(pairs, request, should_stop, on_start=attach):
+        if event[0] == "status":
+            yield event
+        elif event[0] == "start":
+            trace = event[1]   # the live trace: the race appends to it as it steps
+            yield ("trace", trace, False)
+        elif event[0] == "step":
+            yield ("trace", trace, False)
+        elif event[0] == "end":
+            yield ("trace", event[1], True)
+
+
+def worker_race_events(worker, limits, control: RaceControl | None, *control_values):
+    """The same events, from a race the worker process runs; the trace here is a mirror it streams."""
+    request = race_request(limits, *control_values)
     if control is not None:
-        control.race = race
-    try:
-        yield ("status", "Racing…")
-        yield ("trace", race.trace, False)
-        deadline = time.monotonic() + limits.max_run_seconds
-        while not race.done and not (control is not None and control.stop.is_set()):
-            if time.monotonic() > deadline:
-                yield ("status", f"Stopped at this server's time limit of {limits.max_run_seconds:g} s per run.")
-                break
-            race.step()
-            yield ("trace", race.trace, False)
-    finally:
-        race.close()   # frees every decoder's cache, also on Stop or a closed tab
-    yield ("trace", race.trace, True)
+        control.worker = worker
+    trace = None
+    for event in worker.race(request):
+        kind = event[0]
+        if kind == "status":
+            yield event
+        elif kind == "start":
+            trace = event[1]
+            yield ("trace", trace, False)
+        elif kind == "step":
+            _, method, record, finish_reason, error = event
+            run = trace.runs[method]
+            if record is not None:
+                run.steps.append(record)
+                trace.order.append([method, record.step])
+            run.finish_reason, run.error = finish_reason, error
+            if not worker.pending():   # several steps waiting: show them as one update
+                yield ("trace", trace, False)
+        elif kind == "end":
+            yield ("trace", event[1], True)
+        elif kind == "error":
+            _, what, message = event
+            if what == "input":
+                raise InvalidInput(message)
+            if what == "oom":
+                raise WorkerOutOfMemory(message)
+            raise WorkerRunFailed(message)
+
+
+class WorkerOutOfMemory(RuntimeError):
+    """The worker ran out of memory loading or preparing models (it freed them)."""
+
+
+class WorkerRunFailed(RuntimeError):
+    """The worker's race failed with an unexpected error (its message says which)."""
 
 
 class TraceFiles:
@@ -282,9 +311,16 @@ DEFAULTS = {"prompt": EXAMPLES["code"], "max_new_tokens": 96, "tree_mode": "auto
             "window": 4, "ngram": 3, "guesses": 4}
 
 
-def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
+def use_worker(env=None) -> bool:
+    """Decode in a worker process unless SPECVIZ_WORKER=0 (see specviz.engine.worker)."""
+    env = os.environ if env is None else env
+    return env.get("SPECVIZ_WORKER", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = None) -> gr.Blocks:
     """The app. `gpu` wraps the compute generator (ZeroGPU's `spaces.GPU`) when given;
-    `defaults` overrides the controls' initial values (tests pin small explicit sizes)."""
+    `defaults` overrides the controls' initial values (tests pin small explicit sizes);
+    `worker` decodes in a worker process (default: yes, except under ZeroGPU or SPECVIZ_WORKER=0)."""
     init = {**DEFAULTS, **(defaults or {})}
     pairs = PairCache()
     limits = hosting_limits()
@@ -297,6 +333,12 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
 
     if gpu is not None:
         compute = gpu(compute)
+    if worker is None:
+        worker = gpu is None and use_worker()
+    # ZeroGPU hands the race a GPU inside the process `spaces.GPU` runs it in: no worker there.
+    slot = WorkerSlot() if worker else None
+    if slot is not None:
+        atexit.register(slot.close)
     # Custom ids are offered when switched on, or when an explicit allow-list names what they may be.
     allow_custom = limits.allow_custom_models or limits.allowed_models_explicit
 
@@ -311,7 +353,7 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
                     "speed.", elem_classes=["sv-title"])
         with gr.Row():
             with gr.Column(scale=3):
-                prompt = gr.Textbox(label="Prompt", value=init["prompt"], lines=3, max_lines=8)
+                prompt = gr.Textbox(label="Prompt", value=init["prompt"], lines=3, max_lines=8, elem_id="sv-prompt")
                 with gr.Row():
                     example_buttons = [gr.Button(name, size="sm", variant="secondary") for name in EXAMPLES]
             with gr.Column(scale=2):
@@ -326,8 +368,9 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
                                            value=[METHOD_NAMES.get(m, m) for m in init["methods"]], label="Methods")
         with gr.Row():
             max_new = gr.Slider(1, limits.max_new_tokens, value=min(init["max_new_tokens"], limits.max_new_tokens), step=1,
-                                label="Max new tokens")
-            temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+                                label="Max new tokens", elem_id="sv-max-new")
+            temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)",
+                                    elem_id="sv-temperature")
             top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
             seed = gr.Number(value=0, precision=0, label="Seed")
         with gr.Accordion("Method settings", open=False):
@@ -360,13 +403,17 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
         summary = gr.HTML("", elem_id="sv-summary")
         with gr.Row():
             with gr.Column(scale=3):
+                live_tree = gr.HTML(visible=False, elem_id="sv-live-tree")
                 tree_plot = gr.Plot(label="Sequoia tree", elem_id="sv-tree")
             with gr.Column(scale=2):
+                live_window = gr.HTML(visible=False, elem_id="sv-live-window")
                 window_plot = gr.Plot(label="Jacobi window", elem_id="sv-window")
                 pool_html = gr.HTML("", elem_id="sv-pool")
         with gr.Row():
             cumulative_plot = gr.Plot(label="Tokens over time", elem_id="sv-cumulative")
-            latency_plot = gr.Plot(label="Per-step latency", elem_id="sv-latency")
+            with gr.Column():
+                live_latency = gr.HTML(visible=False, elem_id="sv-live-latency")
+                latency_plot = gr.Plot(label="Per-step latency", elem_id="sv-latency")
         pool_size_plot = gr.Plot(label="Pool size", elem_id="sv-pool-size")
         with gr.Accordion("Replay and step through", open=True):
             with gr.Row():
@@ -385,8 +432,30 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
         text_outputs = [stats["ar"], stats["sequoia"], stats["lookahead"], texts["ar"], texts["sequoia"],
                         texts["lookahead"]]
         plot_outputs = [tree_plot, window_plot, pool_html, pool_size_plot, latency_plot, cumulative_plot]
+        # Live views stand in for the tree, window and latency plots while a race streams.
+        live_outputs = [live_tree, live_window, live_latency]
         full_outputs = text_outputs + plot_outputs + [summary, trace_state, step_slider, step_text, trace_file,
-                                                      hw_html, hw_plot, status]
+                                                      hw_html, hw_plot, status] + live_outputs
+        STATUS = full_outputs.index(status)
+        LIVE = full_outputs.index(live_tree)
+        # (output index, live twin index) of the plots hidden while live views stream.
+        SWAPS = [(full_outputs.index(tree_plot), LIVE), (full_outputs.index(window_plot), LIVE + 1),
+                 (full_outputs.index(latency_plot), LIVE + 2)]
+
+        def status_only(text):
+            out = [gr.skip()] * len(full_outputs)
+            out[STATUS] = text
+            return out
+
+        def live_views(trace: RaceTrace, out: list, first: bool) -> None:
+            """The light live views into `out`; on the first update also swap the plots out."""
+            lv = views.live_views(trace)
+            out[LIVE:LIVE + 3] = [gr.HTML(lv[k], visible=True) if first else lv[k]
+                                  for k in ("tree", "window", "latency")]
+            out[full_outputs.index(pool_html)] = lv["pool"]
+            if first:
+                for plot_index, _ in SWAPS:
+                    out[plot_index] = gr.Plot(visible=False)
 
         def full_view(trace: RaceTrace | None, upto: int | None = None, running=False, status_text=None,
                       with_file=True):
@@ -395,13 +464,17 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
             tv = views.text_views(trace, upto, running)
             pv = views.plot_views(trace, upto)
             curve, hw = hardware.panel(trace, pairs)
-            return ([tv[f"{k}_{m}"] for k in ("stats", "text") for m in ("ar", "sequoia", "lookahead")]
+            out = ([tv[f"{k}_{m}"] for k in ("stats", "text") for m in ("ar", "sequoia", "lookahead")]
                     + [pv[k] for k in ("tree", "window", "pool", "pool_size", "latency", "cumulative")]
                     + [html.summary_html(trace, trace.steps_done(upto)) if trace else "", trace,
                        gr.Slider(minimum=0, maximum=max(total, 1), value=upto, step=1),
                        views.step_caption(trace, upto),
                        trace_files.write(trace) if (trace and with_file) else None,
-                       hw, curve, status_text if status_text is not None else gr.skip()])
+                       hw, curve, status_text if status_text is not None else gr.skip()]
+                    + [gr.HTML(visible=False)] * 3)
+            for plot_index, _ in SWAPS:
+                out[plot_index] = gr.Plot(out[plot_index], visible=True)
+            return out
 
         # The parameter names are the HTTP API's (`/race`): keep them plain and documented in the README.
         def race(prompt, methods, model, custom_target, custom_draft, dtype, max_new_tokens, temperature, top_p,
@@ -413,37 +486,51 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
             if control is not None:
                 controls[session] = control
             skip = [gr.skip()] * len(full_outputs)
-            last_plot = 0.0
+            last_text = last_plot = 0.0
             trace = events = None
+            values = (prompt, methods, model, custom_target, custom_draft, dtype, max_new_tokens, temperature,
+                      top_p, seed, tree, tree_budget, tree_depth, lookahead, window, ngram, guesses,
+                      pool_from_prompt)
+            runner = slot.get() if slot is not None else None
             try:
-                events = compute(control, prompt, methods, model, custom_target, custom_draft, dtype,
-                                 max_new_tokens, temperature, top_p, seed, tree, tree_budget, tree_depth,
-                                 lookahead, window, ngram, guesses, pool_from_prompt)
+                if runner is not None:
+                    events = worker_race_events(runner, limits, control, *values)
+                else:
+                    events = compute(control, *values)
+                    if slot is not None and slot.failed:
+                        yield status_only(f"Decoding in the app's own process: the worker could not start "
+                                          f"({slot.failed}). Speeds may be lower than standalone.")
                 for event in events:
                     if control is not None and control.stop.is_set():
                         return   # Stop has rendered the final view; a late yield must not overwrite it
                     if event[0] == "status":
-                        out = list(skip)
-                        out[-1] = event[1]
-                        yield out
+                        yield status_only(event[1])
                         continue
                     _, trace, done = event
                     if done:
                         break
                     now = time.monotonic()
+                    if now - last_text < TEXT_INTERVAL_S:
+                        continue   # the next update carries these tokens too
+                    last_text = now
                     out = list(skip)
                     tv = views.text_views(trace, None, running=True)
                     out[:6] = [tv[f"{k}_{m}"] for k in ("stats", "text") for m in ("ar", "sequoia", "lookahead")]
-                    if now - last_plot >= FIGURE_INTERVAL_S:
+                    if now - last_plot >= LIVE_VIEW_INTERVAL_S:
+                        live_views(trace, out, first=last_plot == 0.0)
                         last_plot = now
-                        pv = views.plot_views(trace)
-                        out[6:12] = [pv[k] for k in ("tree", "window", "pool", "pool_size", "latency", "cumulative")]
                     out[13] = trace   # kept server-side: Stop and replay see the run so far
                     yield out
             except SpecVizError as exc:
                 raise gr.Error(str(exc), print_exception=False) from None
+            except WorkerUnavailable as exc:
+                slot.discard()   # the next run starts a fresh worker
+                raise gr.Error(f"the decoding worker stopped unexpectedly ({exc}); the next run starts a new "
+                               "one", print_exception=False) from None
+            except WorkerRunFailed as exc:
+                raise gr.Error(f"the run failed: {exc}", print_exception=False) from None
             except Exception as exc:   # e.g. out of memory while loading: report it, keep the app up
-                if is_out_of_memory(exc):
+                if isinstance(exc, WorkerOutOfMemory) or is_out_of_memory(exc):
                     pairs.clear()   # drop loaded weights too: the next run reloads what it needs
                     free_accelerator_memory()
                     raise gr.Error("out of memory while loading or preparing the models; the server freed "
@@ -460,7 +547,7 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
             if trace is not None:
                 message = ("Stopped early (this server's time limit per run)." if trace.cancelled else
                            "Done. Scrub the replay below or download the trace.")
-                yield full_view(trace, status_text=message)
+                yield full_view(trace, status_text=message + contention_note(trace))
 
         def stop(trace, request: gr.Request = None):
             session = getattr(request, "session_hash", None) or "local"
@@ -468,7 +555,7 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
             if control is not None:
                 control.close()
             if trace is None:
-                return [gr.skip()] * (len(full_outputs) - 1) + ["Stopped."]
+                return status_only("Stopped.")
             return full_view(trace, status_text="Stopped. The run so far is kept for replay.")
 
         def show_step(trace, upto):
@@ -501,8 +588,11 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
 
         inputs = [prompt, methods, preset, custom_target, custom_draft, dtype, max_new, temperature, top_p, seed,
                   tree_mode, budget, depth, look_mode, window, ngram, guesses, pool_from_prompt]
+        # No progress overlay: Gradio animates a spinner and a timer on every output for the
+        # whole race, which alone kept a same-machine browser's renderer busy; the status
+        # line and the streaming columns show progress instead.
         run_event = run_btn.click(race, inputs, full_outputs, api_name="race", concurrency_limit=1,
-                                  concurrency_id="race")
+                                  concurrency_id="race", show_progress=os.environ.get("SPECVIZ_PROGRESS", "hidden"))
         stop_btn.click(stop, [trace_state], full_outputs, cancels=[run_event], api_name="stop", queue=False)
         step_slider.release(show_step, [trace_state, step_slider], full_outputs, api_name="show_step",
                             show_progress="hidden")
@@ -517,6 +607,15 @@ def build_demo(gpu=None, defaults: dict | None = None) -> gr.Blocks:
                       queue=False)
 
     demo.queue(max_size=limits.queue_size, default_concurrency_limit=1)
+    demo.specviz_worker_slot = slot   # for the tests and for whoever embeds the app: None = in-process
+    if slot is not None:
+        close_server = demo.close
+
+        def close(*args, **kwargs):   # the worker ends with the app, not only at interpreter exit
+            slot.close()
+            return close_server(*args, **kwargs)
+
+        demo.close = close
     return demo
 
 
@@ -526,3 +625,16 @@ def launch_kwargs() -> dict:
     sans = ["Inter", "ui-sans-serif", "system-ui", "Segoe UI", "Arial", "sans-serif"]
     mono = ["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"]
     return {"css": CSS, "theme": gr.themes.Soft(font=sans, font_mono=mono)}
+
+
+def contention_note(trace: RaceTrace) -> str:
+    """A warning when the race's forwards ran far slower than this machine's profiled t(n)."""
+    from ..engine.race import CONTENDED_RATIO, forward_slowdown
+
+    curve = hardware.target_curve(hardware.plans_for(trace))
+    slowdown = forward_slowdown(trace.runs.values(), curve)
+    if slowdown is None or slowdown < CONTENDED_RATIO:
+        return ""
+    return (f" ⚠ The target's forwards ran {slowdown:.1f}x slower than this machine runs them undisturbed: "
+            "something else was using the processor (another program, or a busy browser tab on the same "
+            "machine), so the speeds above are lower than the decoders' own and their ratios may be off.")

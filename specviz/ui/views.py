@@ -7,7 +7,7 @@ replay (upto = the slider), so the replay shows exactly what the live run showed
 from __future__ import annotations
 
 from ..trace import LookaheadPayload, RaceTrace, TreePayload
-from . import figures, html
+from . import figures, html, live
 
 COLUMNS = ("ar", "sequoia", "lookahead")
 
@@ -63,6 +63,20 @@ def plot_views(trace: RaceTrace | None, upto: int | None = None) -> dict:
         "pool_size": figures.pool_size_figure(lookahead, counts.get("lookahead", 0)),
         "latency": figures.latency_figure(runs, counts),
         "cumulative": figures.cumulative_figure(runs, counts),
+    }
+
+
+def live_views(trace: RaceTrace) -> dict:
+    """The light views a streaming race shows (see live.py): tree, window, latency, pool entry."""
+    counts = trace.steps_done(len(trace.order))
+    sequoia, lookahead = trace.runs.get("sequoia"), trace.runs.get("lookahead")
+    tree, tree_step = latest_payload(sequoia, counts.get("sequoia", 0), TreePayload)
+    look, look_step = latest_payload(lookahead, counts.get("lookahead", 0), LookaheadPayload)
+    return {
+        "tree": live.tree_svg(tree, tree_step),
+        "window": live.window_html(look, look_step),
+        "latency": live.latency_svg(trace.runs, counts),
+        "pool": html.pool_entry_html(look, key_text(lookahead, counts.get("lookahead", 0), look) if look else None),
     }
 
 

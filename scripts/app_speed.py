@@ -1,0 +1,273 @@
+"""How fast does the race look in a real browser, against the decoders' own speed?
+
+Launches the app as `make run` does (`python app.py`, its own process), drives
+Debian's Chromium through Playwright over several prompts and settings (greedy
+and sampled), then runs the same decoders standalone (one process, like
+`python -m specviz bench`), and prints in one run, per method:
+
+- tokens/s the app's columns show, tokens/s standalone, and their ratio;
+- Sequoia's and Lookahead's speedup over autoregressive, shown vs standalone;
+- each race's wall time (first token on the page to "Done") against the sum
+  of the three methods' compute;
+- the Chromium renderer's CPU share during the races and its resident memory
+  after the first and after the last race.
+
+    .venv/bin/python scripts/app_speed.py --races 10 --max-new-tokens 96
+
+Run it on an otherwise idle machine: anything else on the cores is what it
+measures. Output: a table on stdout and JSON with --json PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+METHODS = ("ar", "sequoia", "lookahead")
+# (example button, temperature): the app's own examples, greedy and sampled.
+SETTINGS = [("code", 0.0), ("chat", 0.0), ("story", 0.6), ("math", 0.0), ("repeats itself", 0.6)]
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_app(port: int, log) -> subprocess.Popen:
+    env = dict(os.environ, GRADIO_SERVER_PORT=str(port), GRADIO_ANALYTICS_ENABLED="False")
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    import urllib.request
+
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the app exited with code {proc.returncode}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+            return proc
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise SystemExit("the app did not come up in 180 s")
+
+
+def renderer_pids() -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()   # Chromium rewrites its argv into one string
+            except OSError:
+                continue
+            if b"chromium" in cmd[:64] and b"--type=renderer" in cmd:
+                pids.append(int(d.name))
+    return pids
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / CLK
+        except (OSError, IndexError):
+            pass
+    return total
+
+
+def rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            m = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+            total += int(m.group(1)) if m else 0
+        except OSError:
+            pass
+    return total / 1024
+
+
+def shown_stats(page) -> dict:
+    """The numbers each column header shows (tokens/s, tokens, time)."""
+    out = {}
+    for m in METHODS:
+        lines = [x.strip() for x in page.locator(f"#sv-stats-{m} .sv-stats").inner_text(timeout=5000).split("\n")]
+        lines = [x for x in lines if x]
+        values = {key: lines[i - 1] for i, key in enumerate(lines) if i and key in ("tokens/s", "tokens", "time")}
+        try:
+            out[m] = {"tokens_per_second": float(values["tokens/s"]), "tokens": int(values["tokens"]),
+                      "seconds": float(values["time"].split()[0])}
+        except (KeyError, ValueError):
+            out[m] = None
+    return out
+
+
+def app_pids(app: subprocess.Popen) -> dict[str, list[int]]:
+    """The app's server process and its decoding worker (a child running specviz.engine.worker)."""
+    worker = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = Path(d, "stat").read_text().rsplit(")", 1)[1].split()
+                if int(stat[1]) == app.pid and b"specviz.engine.worker" in (d / "cmdline").read_bytes():
+                    worker.append(int(d.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return {"server": [app.pid], "worker": worker}
+
+
+def race_in_browser(page, app, example: str, temperature: float, max_new: int, seed: int) -> dict:
+    page.get_by_role("button", name=example, exact=True).click()
+    page.locator("#sv-max-new input[type=number]").fill(str(max_new))
+    page.locator("#sv-max-new input[type=number]").press("Enter")
+    page.locator("#sv-temperature input[type=number]").fill(str(temperature))
+    page.locator("#sv-temperature input[type=number]").press("Enter")
+    pids = renderer_pids()
+    procs = app_pids(app)
+    cpu0, t0 = cpu_seconds(pids), time.monotonic()
+    proc0 = {k: cpu_seconds(v) for k, v in procs.items()}
+    page.locator("#sv-run").click()
+    # The previous race's "Done" and tokens stay until this one starts: wait for them to go.
+    page.wait_for_function("!/Done|Stopped/.test((document.querySelector('#sv-status') || {}).innerText || '')",
+                           timeout=120_000, polling=20)
+    page.wait_for_function("document.querySelectorAll('#sv-text-ar .sv-tok').length > 0", timeout=600_000,
+                           polling=20)
+    first = time.monotonic()
+    page.wait_for_function("document.querySelector('#sv-status') && "
+                           "/Done|Stopped/.test(document.querySelector('#sv-status').innerText)",
+                           timeout=600_000, polling=50)
+    done = time.monotonic()
+    cpu1 = cpu_seconds(pids)
+    procs = app_pids(app)   # the worker starts with the first race
+    proc_share = {k: (cpu_seconds(v) - proc0.get(k, 0.0)) / max(done - t0, 1e-9) for k, v in procs.items()}
+    shown = shown_stats(page)
+    status = page.locator("#sv-status").inner_text()
+    return {"example": example, "temperature": temperature, "shown": shown, "wall_s": done - first,
+            "click_to_done_s": done - t0, "compute_s": sum(v["seconds"] for v in shown.values() if v),
+            "renderer_cpu_share": (cpu1 - cpu0) / max(done - t0, 1e-9), "renderer_rss_mb": rss_mb(renderer_pids()),
+            "contention_warning": "slower than this machine runs them" in status,
+            "server_cpu_share": proc_share["server"], "worker_cpu_share": proc_share["worker"]}
+
+
+def standalone(settings: list[tuple[str, float]], max_new: int) -> dict:
+    """The same decoders, same prompts and options, run alone in this process (as `bench` runs them)."""
+    from specviz.engine.methods import make_decoder
+    from specviz.engine.models import load_pair
+    from specviz.engine.sampling import SamplingConfig
+    from specviz.ui.layout import EXAMPLES
+
+    import torch
+
+    from specviz.engine.worker import thread_policy
+
+    torch.set_num_threads(thread_policy().threads)   # the worker's policy: same process layout
+    pair = load_pair("default", None, dtype="auto")
+    results = []
+    for example, temperature in settings:
+        sampling = SamplingConfig(temperature=temperature, top_p=1.0, seed=0)
+        row = {}
+        for m in METHODS:
+            dec = make_decoder(m, pair, EXAMPLES[example], sampling=sampling, max_new_tokens=max_new)
+            trace = dec.run()
+            row[m] = {"tokens_per_second": trace.tokens_per_second, "tokens": len(trace.token_ids),
+                      "seconds": trace.wall_seconds}
+        results.append(row)
+    return results
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--races", type=int, default=10)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    port = args.port or free_port()
+    log = open(ROOT / "test-artifacts" / "app_speed_server.log", "w")
+    app = launch_app(port, log)
+    plan = [SETTINGS[i % len(SETTINGS)] for i in range(args.races)]
+    races = []
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.goto(f"http://127.0.0.1:{port}/", wait_until="load", timeout=120_000)
+            page.wait_for_selector("#sv-run", timeout=120_000)
+            for i, (example, temperature) in enumerate(plan):
+                r = race_in_browser(page, app, example, temperature, args.max_new_tokens, seed=0)
+                races.append(r)
+                print(f"race {i + 1}: {example} T={temperature}: "
+                      + ", ".join(f"{m} {v['tokens_per_second']:.1f} tok/s" for m, v in r["shown"].items() if v)
+                      + f"; wall {r['wall_s']:.1f} s vs compute {r['compute_s']:.1f} s; renderer "
+                        f"{100 * r['renderer_cpu_share']:.0f}% CPU, {r['renderer_rss_mb']:.0f} MB; server "
+                        f"{100 * r['server_cpu_share']:.0f}%, worker {100 * r['worker_cpu_share']:.0f}%"
+                      + (" [contention warned]" if r["contention_warning"] else ""), flush=True)
+            browser.close()
+    finally:
+        app.terminate()
+        try:
+            app.wait(20)
+        except subprocess.TimeoutExpired:
+            app.kill()
+    alone = standalone(plan[:len(SETTINGS)], args.max_new_tokens)
+    report = summarise(races, alone)
+    print_report(report)
+    if args.json:
+        args.json.write_text(json.dumps({"races": races, "standalone": alone, "summary": report}, indent=1))
+    return 0
+
+
+def summarise(races: list[dict], alone: list[dict]) -> dict:
+    n = len(alone)
+    out = {"methods": {}}
+    for m in METHODS:
+        app = [r["shown"][m]["tokens_per_second"] for r in races[:n] if r["shown"].get(m)]
+        solo = [a[m]["tokens_per_second"] for a in alone]
+        out["methods"][m] = {"app_tps": statistics.mean(app), "standalone_tps": statistics.mean(solo),
+                             "ratio": statistics.mean(app) / statistics.mean(solo)}
+    for m in ("sequoia", "lookahead"):
+        shown = statistics.mean(r["shown"][m]["tokens_per_second"] / r["shown"]["ar"]["tokens_per_second"]
+                                for r in races[:n])
+        solo = statistics.mean(a[m]["tokens_per_second"] / a["ar"]["tokens_per_second"] for a in alone)
+        out["methods"][m].update(speedup_app=shown, speedup_standalone=solo, speedup_error=shown / solo - 1)
+    out["wall_over_compute"] = statistics.mean(r["wall_s"] / r["compute_s"] for r in races)
+    out["renderer_cpu_share"] = statistics.mean(r["renderer_cpu_share"] for r in races)
+    out["renderer_rss_mb_first"] = races[0]["renderer_rss_mb"]
+    out["renderer_rss_mb_last"] = races[-1]["renderer_rss_mb"]
+    out["contention_warnings"] = sum(r["contention_warning"] for r in races)
+    return out
+
+
+def print_report(rep: dict) -> None:
+    print("\n| method | app tok/s | standalone tok/s | app / standalone | speedup shown | speedup standalone |")
+    print("|---|---|---|---|---|---|")
+    for m, v in rep["methods"].items():
+        sp = (f"{v['speedup_app']:.2f}x | {v['speedup_standalone']:.2f}x" if "speedup_app" in v else "— | —")
+        print(f"| {m} | {v['app_tps']:.1f} | {v['standalone_tps']:.1f} | {v['ratio']:.2f} | {sp} |")
+    print(f"\nrace wall / sum of compute: {rep['wall_over_compute']:.2f}")
+    print(f"renderer CPU share during races: {100 * rep['renderer_cpu_share']:.0f}% of one core")
+    print(f"renderer RSS: {rep['renderer_rss_mb_first']:.0f} MB after race 1, "
+          f"{rep['renderer_rss_mb_last']:.0f} MB after the last")
+    print(f"contention warnings shown: {rep['contention_warnings']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""Decode races in a worker process, so the UI never competes with torch.
+
+Measured on a 2-core machine (issue 12): with Gradio's server and a browser on
+the same cores, a race run inside the server showed a tenth of the decoders'
+speed. The server's serialisation held the GIL between steps, and torch's
+OpenMP threads stall at every barrier while another process holds one of their
+cores. Here the race runs in its own interpreter (no shared GIL) with a thread
+count chosen for where the app is served (`thread_policy`), and streams its
+events back over a socket pair: ("status", text), ("start", RaceTrace),
+("step", method, record, finish_reason, error), ("end", RaceTrace) or
+("error", kind, message). (OMP_WAIT_POLICY=PASSIVE was tried and dropped: it
+halved the one-token forward's speed on an idle machine, 29 -> 18 tokens/s.)
+
+`RaceWorker` is the app's end; `python -m specviz.engine.worker --fd N` the
+worker's. The worker exits when the app's end closes, so it can never outlive
+the app (no orphans), and it holds no shared memory (records travel pickled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Iterator
+
+START_TIMEOUT_S = 120.0   # imports plus torch's start on a cold, busy laptop
+POLL_S = 0.5              # how often a waiting app checks that the worker is alive
+
+
+class WorkerUnavailable(RuntimeError):
+    """The worker could not start or died: the app falls back to decoding in-process."""
+
+
+@dataclass(frozen=True)
+class ThreadPolicy:
+    threads: int
+    reason: str
+
+
+def thread_policy(env=None, cores: int | None = None) -> ThreadPolicy:
+    """How many torch threads the worker uses.
+
+    Hosted (SPECVIZ_HOSTED or a Space's SPACE_ID): the browser is on the visitor's
+    machine, so every core decodes. Locally the browser and the server share the
+    machine: one core is left to them. Measured with scripts/app_speed.py on 2
+    cores: 2 threads beside the page ran at 0.41x standalone (OpenMP threads stall
+    at every barrier whenever the renderer or the server takes one core), 1 thread
+    at 0.98x of its own standalone speed, and faster than 2 contended threads in
+    absolute terms. SPECVIZ_THREADS overrides either.
+    """
+    env = os.environ if env is None else env
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    explicit = env.get("SPECVIZ_THREADS", "").strip()
+    if explicit:
+        try:
+            return ThreadPolicy(max(1, int(explicit)), "SPECVIZ_THREADS")
+        except ValueError:
+            pass
+    hosted = env.get("SPECVIZ_HOSTED", "").strip().lower() in ("1", "true", "yes") or bool(env.get("SPACE_ID"))
+    if hosted:
+        return ThreadPolicy(max(1, cores), "hosted: the browser is elsewhere, every core decodes")
+    return ThreadPolicy(max(1, cores - 1), "local: one core left to the browser and the server")
+
+
+def worker_env(policy: ThreadPolicy, base=None) -> dict:
+    env = dict(os.environ if base is None else base)
+    env["OMP_NUM_THREADS"] = str(policy.threads)
+    env["SPECVIZ_WORKER_THREADS"] = str(policy.threads)
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # The worker imports this very package, wherever the app was started from.
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+class RaceWorker:
+    """The app's handle on one worker process. One race at a time (the app queues races)."""
+
+    def __init__(self, policy: ThreadPolicy | None = None, start_timeout: float = START_TIMEOUT_S,
+                 command: list[str] | None = None):
+        self.policy = policy or thread_policy()
+        ours, theirs = socket.socketpair()
+        # SPECVIZ_WORKER_PYTHON: another interpreter for the worker (e.g. a venv with CUDA torch).
+        python = os.environ.get("SPECVIZ_WORKER_PYTHON") or sys.executable
+        cmd = command or [python, "-m", "specviz.engine.worker"]
+        try:
+            self.proc = subprocess.Popen(cmd + ["--fd", str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+                                         env=worker_env(self.policy), stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            ours.close()
+            raise WorkerUnavailable(f"could not start the decoding worker: {exc}") from exc
+        finally:
+            theirs.close()
+        self.conn = Connection(ours.detach())
+        self._send_lock = threading.Lock()
+        self.busy = False   # a race is under way (the app's end of it)
+        self.info: dict = {}
+        try:
+            kind, *rest = self._recv(start_timeout)
+            if kind != "ready":
+                raise WorkerUnavailable(f"the decoding worker said {kind!r} instead of ready")
+            self.info = rest[0]
+        except WorkerUnavailable:
+            self.close()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None and not self.conn.closed
+
+    def _send(self, message) -> None:
+        with self._send_lock:
+            try:
+                self.conn.send(message)
+            except (OSError, ValueError) as exc:
+                raise WorkerUnavailable(f"the decoding worker is gone: {exc}") from exc
+
+    def _recv(self, timeout: float | None = None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
+            try:
+                if self.conn.poll(wait):
+                    return self.conn.recv()
+            except (EOFError, OSError) as exc:
+                raise WorkerUnavailable(f"the decoding worker exited (code {self.proc.poll()})") from exc
+            if self.proc.poll() is not None:
+                raise WorkerUnavailable(f"the decoding worker exited (code {self.proc.returncode})")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WorkerUnavailable("the decoding worker did not answer in time")
+
+    def pending(self) -> bool:
+        """A message is waiting (never blocks)."""
+        try:
+            return self.conn.poll(0)
+        except (EOFError, OSError):
+            return True   # the next recv reports the exit
+
+    def race(self, request: dict) -> Iterator[tuple]:
+        """Send one race and yield its events up to and including "end" or "error".
+
+        Closing the generator early (Stop, a closed tab) tells the worker to stop
+        and drains what it still sends, so the next race starts clean.
+        """
+        self._send(("race", request))
+        self.busy = True
+        finished = False
+        try:
+            while True:
+                event = self._recv()
+                if event[0] in ("end", "error"):
+                    finished = True
+                yield event
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self.stop()
+                self._drain()
+            self.busy = False
+
+    def stop(self) -> None:
+        """Ask the running race to end after its current step (safe from any thread)."""
+        try:
+            self._send(("stop",))
+        except WorkerUnavailable:
+            pass
+
+    def _drain(self, timeout: float = 30.0) -> None:
+        try:
+            while self._recv(timeout)[0] not in ("end", "error"):
+                pass
+        except WorkerUnavailable:
+            self.close()   # a worker that cannot finish cleanly is replaced on the next race
+
+    def close(self, timeout: float = 5.0) -> None:
+        """End the worker (idempotent): ask, then terminate, then kill."""
+        if not self.conn.closed:
+            try:
+                with self._send_lock:
+                    self.conn.send(("exit",))
+            except (OSError, ValueError):
+                pass
+            self.conn.close()
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+
+
+# ----------------------------------------------------------------------------- the worker's side
+
+
+def _serve(conn: Connection) -> None:
+    import torch
+
+    from .race import PairCache, race_events
+
+    threads = int(os.environ.get("SPECVIZ_WORKER_THREADS", "0") or 0)
+    if threads > 0:
+        torch.set_num_threads(threads)
+    pairs = PairCache()
+    conn.send(("ready", {"pid": os.getpid(), "threads": torch.get_num_threads(),
+                         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return   # the app is gone: so is the worker
+        if message[0] == "exit":
+            return
+        if message[0] == "race":
+            stop = _StopWatch(conn)
+            for event in _guarded(race_events(pairs, message[1], stop), pairs):
+                conn.send(event)
+            if stop.app_gone:
+                return
+
+
+def _guarded(events, pairs) -> Iterator[tuple]:
+    """The race's events, with any exception turned into a final ("error", kind, message)."""
+    from ..errors import SpecVizError
+    from .race import free_accelerator_memory, is_out_of_memory, release_freed_memory
+
+    try:
+        yield from events
+    except SpecVizError as exc:
+        yield ("error", "input", str(exc))
+    except Exception as exc:
+        if is_out_of_memory(exc):
+            pairs.clear()   # drop loaded weights too: the next run reloads what it needs
+            free_accelerator_memory()
+            yield ("error", "oom", str(exc))
+        else:
+            yield ("error", "failed", f"{type(exc).__name__}: {exc}")
+    finally:
+        release_freed_memory()
+
+
+class _StopWatch:
+    """Between two steps: has the app asked to stop (or gone away)? One poll, no blocking."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.app_gone = False
+        self.stopped = False
+
+    def __call__(self) -> bool:
+        try:
+            while not self.stopped and self.conn.poll(0):
+                kind = self.conn.recv()[0]
+                self.stopped = kind in ("stop", "exit")
+                self.app_gone = kind == "exit"
+        except (EOFError, OSError):
+            self.stopped = self.app_gone = True
+        return self.stopped
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="SpecViz decoding worker (started by the app)")
+    parser.add_argument("--fd", type=int, required=True, help="the socket inherited from the app")
+    args = parser.parse_args(argv)
+    conn = Connection(args.fd)
+    try:
+        _serve(conn)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        pass   # the app closed its end mid-race
+    finally:
+        conn.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+class WorkerSlot:
+    """The app's one worker: started on first use, replaced when it died, and given up
+    for good (the app then decodes in its own process) when it cannot start at all."""
+
+    def __init__(self, factory=RaceWorker):
+        self.factory = factory
+        self.worker: RaceWorker | None = None
+        self.failed: str | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> RaceWorker | None:
+        with self._lock:
+            if self.failed is not None:
+                return None
+            if self.worker is None or not self.worker.alive:
+                if self.worker is not None:
+                    self.worker.close()
+                try:
+                    self.worker = self.factory()
+                except WorkerUnavailable as exc:
+                    self.worker, self.failed = None, str(exc)
+                    return None
+            return self.worker
+
+    def discard(self) -> None:
+        """Drop a worker that misbehaved; the next race starts a fresh one."""
+        with self._lock:
+            if self.worker is not None:
+                self.worker.close()
+            self.worker = None
+
+    close = discard

@@ -1,0 +1,219 @@
+"""The app decodes in a worker process (issue 12): used, cleaned up, replaced, and optional.
+
+Real parts throughout: the app launched on 127.0.0.1 and driven by gradio_client,
+the offline SmolLM2 in a real worker process. Checks that the race runs in a
+child process and gives the same greedy text, that Stop and a closed tab end the
+worker's race (it goes idle and serves the next one), that a killed worker is
+reported clearly and replaced, that the app still works when the worker cannot
+start, that the worker never outlives the app, and that no shared memory leaks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+gradio_client = pytest.importorskip("gradio_client")
+gr = pytest.importorskip("gradio")
+
+from helpers import served  # noqa: E402
+
+PROMPT = "Write a Python function that reverses a string."
+
+
+def run_args(max_new=16, methods=("Autoregressive", "Sequoia", "Lookahead")):
+    from specviz.ui.layout import DEFAULT_PRESET
+
+    return dict(prompt=PROMPT, methods=list(methods), model=DEFAULT_PRESET, custom_target="", custom_draft="",
+                dtype="fp32", max_new_tokens=max_new, temperature=0.0, top_p=1.0, seed=0, tree="manual",
+                tree_budget=6, tree_depth=3, lookahead="manual", window=3, ngram=3, guesses=3,
+                pool_from_prompt=True)
+
+
+def texts(result) -> list[str]:
+    import html
+    import re
+
+    return [html.unescape(re.sub(r"<[^>]+>", "", frag)) for frag in result[3:6]]
+
+
+def worker_children() -> list[int]:
+    """Live processes running the decoding worker whose parent is this test process."""
+    me, found = os.getpid(), []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(stat[1]) == me and stat[0] != "Z" and b"specviz.engine.worker" in (d / "cmdline").read_bytes():
+                found.append(int(d.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def wait_for(predicate, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def shm_entries() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+@pytest.fixture(scope="module")
+def app():
+    from specviz.ui import build_demo
+
+    shm_before = shm_entries()
+    demo = build_demo(worker=True)
+    with served(demo) as url:
+        yield gradio_client.Client(url, verbose=False), demo
+    assert not worker_children(), "the worker outlived the app"
+    assert shm_entries() <= shm_before, "shared memory left behind"
+
+
+def test_race_runs_in_the_worker_and_gives_identical_greedy_texts(app):
+    client, demo = app
+    out = client.predict(**run_args(), api_name="/race")
+    ar, sequoia, lookahead = texts(out)
+    assert ar and ar == sequoia == lookahead
+    slot = demo.specviz_worker_slot
+    assert slot is not None and slot.worker is not None and slot.worker.alive
+    assert worker_children() == [slot.worker.pid]
+    assert slot.worker.info["threads"] >= 1
+
+
+def _start_long_race(client, demo):
+    job = client.submit(**run_args(max_new=400, methods=("Autoregressive",)), api_name="/race")
+    wait_for(lambda: demo.specviz_worker_slot.worker is not None and demo.specviz_worker_slot.worker.busy,
+             timeout=120, what="the worker to start racing")
+    time.sleep(1.0)   # some steps under way
+    return job
+
+
+def test_stop_ends_the_workers_race_and_it_serves_the_next(app):
+    client, demo = app
+    job = _start_long_race(client, demo)
+    worker = demo.specviz_worker_slot.worker
+    stopped = client.predict(api_name="/stop")
+    assert "Stopped" in stopped[18]   # the status (the gr.State is not part of the API)
+    wait_for(lambda: not worker.busy, timeout=30, what="the worker's race to end after Stop")
+    job.cancel()
+    assert worker_children() == [worker.pid]   # the same worker, idle, no second process
+    ar, sequoia, lookahead = texts(client.predict(**run_args(), api_name="/race"))
+    assert ar == sequoia == lookahead
+
+
+def test_closed_tab_ends_the_workers_race(app):
+    client, demo = app
+    job = _start_long_race(client, demo)
+    worker = demo.specviz_worker_slot.worker
+    job.cancel()   # what a closed tab does: the event's generator is closed
+    wait_for(lambda: not worker.busy, timeout=30, what="the worker's race to end after the tab closed")
+    assert worker.alive and worker_children() == [worker.pid]
+
+
+def test_killed_worker_is_reported_and_replaced(app):
+    client, demo = app
+    job = _start_long_race(client, demo)
+    old = demo.specviz_worker_slot.worker.pid
+    os.kill(old, signal.SIGKILL)
+    with pytest.raises(Exception, match="worker stopped unexpectedly") as info:
+        job.result(timeout=60)
+    assert "Traceback" not in str(info.value)
+    ar, sequoia, lookahead = texts(client.predict(**run_args(), api_name="/race"))
+    assert ar == sequoia == lookahead
+    new = demo.specviz_worker_slot.worker.pid
+    assert new != old and worker_children() == [new]
+
+
+def test_app_decodes_in_process_when_the_worker_cannot_start(monkeypatch):
+    from specviz.ui import build_demo
+
+    monkeypatch.setenv("SPECVIZ_WORKER_PYTHON", "/nonexistent/python")   # a broken environment
+    others = set(worker_children())   # the module's app keeps its own worker
+    demo = build_demo(worker=True)
+    with served(demo) as url:
+        client = gradio_client.Client(url, verbose=False)
+        ar, sequoia, lookahead = texts(client.predict(**run_args(), api_name="/race"))
+        assert ar and ar == sequoia == lookahead
+        slot = demo.specviz_worker_slot
+        assert slot.failed and "could not start" in slot.failed and slot.worker is None
+    assert set(worker_children()) == others
+
+
+def test_worker_exits_when_the_app_dies(tmp_path):
+    """No orphans even when the app is killed outright (SIGKILL runs no cleanup)."""
+    pid_file = tmp_path / "worker.pid"
+    code = ("import sys, time\nsys.path.insert(0, %r)\nfrom specviz.engine.worker import RaceWorker\n"
+            "w = RaceWorker()\nopen(%r, 'w').write(str(w.pid))\ntime.sleep(600)\n"
+            % (str(Path(__file__).resolve().parents[1]), str(pid_file)))
+    app = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        wait_for(pid_file.exists, timeout=120, what="the worker to start")
+        worker_pid = int(pid_file.read_text())
+        app.kill()
+        app.wait()
+
+        def gone():
+            try:
+                state = Path(f"/proc/{worker_pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                return state == "Z"
+            except OSError:
+                return True
+        wait_for(gone, timeout=30, what="the orphaned worker to exit")
+    finally:
+        if app.poll() is None:
+            app.kill()
+
+
+def test_thread_policy_leaves_a_core_locally_and_uses_all_when_hosted():
+    from specviz.engine.worker import thread_policy, worker_env
+
+    assert thread_policy({}, cores=2).threads == 1
+    assert thread_policy({}, cores=8).threads == 7
+    assert thread_policy({}, cores=1).threads == 1
+    assert thread_policy({"SPACE_ID": "me/specviz"}, cores=8).threads == 8
+    assert thread_policy({"SPECVIZ_HOSTED": "1"}, cores=2).threads == 2
+    assert thread_policy({"SPECVIZ_THREADS": "3", "SPACE_ID": "x"}, cores=8).threads == 3
+    env = worker_env(thread_policy({}, cores=4), base={})
+    assert env["OMP_NUM_THREADS"] == "3" and "specviz" not in env["PYTHONPATH"].split(os.pathsep)[0][-1:]
+
+
+def test_contention_is_detected_from_profiled_forward_times():
+    from specviz.engine.race import expected_forward_ms, forward_slowdown
+    from specviz.trace import RunTrace, StepRecord
+
+    curve = {"1": 30.0, "8": 40.0, "16": 60.0}
+    assert expected_forward_ms(curve, 4) == pytest.approx(30 + 10 * 3 / 7)
+    assert expected_forward_ms(curve, 32) is None
+
+    def run(target_ms, n=1):
+        steps = [StepRecord(step=i, new_token_ids=[1], new_token_texts=["a"], token_sources=["ar"],
+                            tokens_processed=n if i else 50, cumulative_tokens=i + 1, time_ms={"target": target_ms})
+                 for i in range(12)]
+        return RunTrace(method="ar", prompt="p", prompt_token_ids=[1], settings={}, steps=steps)
+
+    assert forward_slowdown([run(31.0)], curve) == pytest.approx(31 / 30)
+    assert forward_slowdown([run(150.0, n=8)], curve) == pytest.approx(150 / 40)
+    # A stale profile taken on a busy machine: the race's own fast steps set the bar.
+    calm_then_busy = run(30.0)
+    for rec in calm_then_busy.steps[6:]:
+        rec.time_ms = {"target": 120.0}
+    assert forward_slowdown([calm_then_busy], {"1": 80.0}) >= 2.0
+    assert forward_slowdown([run(31.0)], {}) == pytest.approx(1.0)
+    assert forward_slowdown([run(31.0)], None) == pytest.approx(1.0)
