@@ -261,8 +261,8 @@ def run_hf(method: str, pair: ModelPair, prompt_ids: list[int], sampling: Sampli
         counter.close()
     settings = {**{k: v for k, v in kwargs.items() if k != "assistant_model"}, **settings}
     if "assistant_model" in kwargs:
-        settings["assistant"] = ("independent distilled draft" if kwargs["assistant_model"] is not pair.target
-                                 and not pair.draft_is_target else "the target itself")
+        settings["assistant"] = (pair_with_draft(pair, "independent").draft_name
+                                 if getattr(pair.draft, "is_feature_draft", False) else pair.draft_name)
     return out[0, len(prompt_ids):].tolist(), counter.sizes, wall, settings
 
 

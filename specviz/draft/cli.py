@@ -82,10 +82,10 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer) -> int:
                 "gen_batch": args.gen_batch, "gen_tokens": args.gen_tokens, "heldout_tokens": args.heldout_tokens,
                 "feature_batches": args.feature_batches, "feature_shards": args.feature_shards,
                 "unroll": args.unroll, "unroll_weights": [1.0, 0.8, 0.64, 0.5][:args.unroll],
-                "noise": args.noise, "ce_weight": 0.1,
+                "noise": args.noise, "ce_weight": args.ce_weight,
                 "vocab_from": str(args.vocab_from or OFFLINE_DRAFT_DIR),
-                "loss": "per unrolled step: SmoothL1(f_hat, f) + 0.1 x soft CE vs softmax(head(f)) over the head's "
-                        "vocabulary subset; uniform input-feature noise (+-noise x feature RMS)",
+                "loss": "per unrolled step: SmoothL1(f_hat, f) + ce_weight x soft CE vs softmax(head(f)) over the "
+                        "head's vocabulary subset; uniform input-feature noise (+-noise x feature RMS)",
                 "device": str(target.device), "threads": torch.get_num_threads(), "work_dir": str(work_dir),
                 "prompts": str(PROMPTS_FILE.relative_to(PROMPTS_FILE.parent.parent.parent))}
     log(f"feature draft for {settings['target']} on {target.device}; work dir {work_dir}")
@@ -210,6 +210,9 @@ def register(subparsers) -> None:
     p.add_argument("--answer-temperatures", default="0,0.7",
                    help="--kind feature: the target answers each train prompt once per temperature")
     p.add_argument("--unroll", type=int, default=3, help="--kind feature: unrolled steps on the draft's own features")
+    p.add_argument("--ce-weight", type=float, default=1.0,
+                   help="--kind feature: weight of the soft cross-entropy against the target's distribution "
+                        "(EAGLE uses 0.1 on 7B targets; on this 135M target 0.1 left KL at 5.4 nats after 50 steps)")
     p.add_argument("--noise", type=float, default=0.1, help="--kind feature: input-feature noise, x feature RMS")
     p.add_argument("--vocab-from", default=None, help="--kind feature: draft dir whose vocab.json the head uses")
     p.add_argument("--layers", default=DEFAULT_LAYERS, help="target layers the draft starts from, e.g. 0,10,20,29")

@@ -49,11 +49,27 @@ def target_features(target, ids: torch.Tensor) -> torch.Tensor:
     return target.model(input_ids=ids.to(target.device)).last_hidden_state
 
 
+def suite_prompts() -> set[str]:
+    """Every prompt of the benchmark suites (assets/suites/*.jsonl): never trained on."""
+    from ..paths import assets_dir
+
+    found = set()
+    for path in sorted((assets_dir() / "suites").glob("*.jsonl")):
+        found |= {r["prompt"] for r in read_jsonl(path) if "prompt" in r}
+    return found
+
+
 def precompute(target, tokenizer, work_dir: Path, settings: dict) -> list[Path]:
-    """Shards feat-XXXX.pt of SHARD_BATCHES batches each; skips shards already written."""
+    """Shards feat-XXXX.pt of SHARD_BATCHES batches each; skips shards already written.
+
+    Answers to train prompts that also appear in a benchmark suite are left out, so the
+    benchmark measures the draft on prompts it has never seen.
+    """
     feat_dir = work_dir / "features"
     feat_dir.mkdir(parents=True, exist_ok=True)
-    answers = read_jsonl(work_dir / "answers.jsonl")
+    bench = suite_prompts()
+    answers = [a for a in read_jsonl(work_dir / "answers.jsonl") if a["prompt"] not in bench]
+    settings["answers_used"] = len(answers)
     data = DistillData(tokenizer, answers, settings["seed"], settings["seq_len"], settings["batch"],
                        settings["answer_rows"], settings["chat_wrap"])
     n_shards = math.ceil(settings["feature_batches"] / SHARD_BATCHES)
