@@ -20,6 +20,22 @@ PRESET_MODEL_IDS = (
     "meta-llama/Llama-2-7b-chat-hf", "JackFram/llama-68m",
     "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct",
 )
+# Preset models whose Hub repositories are gated (a licence to accept, then a token to download):
+# served only when the server has a Hugging Face token, never preloaded by a public Space.
+GATED_MODEL_IDS = ("meta-llama/Llama-2-7b-chat-hf",)
+
+
+def hub_token_available(env: Mapping[str, str] | None = None) -> bool:
+    """A Hugging Face token is set: HF_TOKEN (a Space secret arrives as one), or, for the real
+    environment, the token `hf auth login` stored (which transformers uses as well)."""
+    if env is not None:
+        return bool((env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN") or "").strip())
+    try:
+        from huggingface_hub import get_token
+
+        return bool(get_token())
+    except Exception:  # an old or missing huggingface_hub: only the variables count
+        return hub_token_available(os.environ)
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -53,6 +69,7 @@ class HostingLimits:
     queue_size: int = 16
     max_trace_bytes: int = 64 * 1024 * 1024
     allowed_models_explicit: bool = False   # SPECVIZ_ALLOWED_MODELS was set: it binds custom ids too
+    hub_token: bool = False                  # HF_TOKEN is set: gated models (GATED_MODEL_IDS) may load
     extra: dict = field(default_factory=dict)
 
     @staticmethod
@@ -65,6 +82,7 @@ class HostingLimits:
             allow_custom_models=_flag(env, "SPECVIZ_ALLOW_CUSTOM_MODELS", not hosted),
             allowed_models=allowed or PRESET_MODEL_IDS,
             allowed_models_explicit=bool(allowed),
+            hub_token=hub_token_available(None if env is os.environ else env),
             max_new_tokens=_number(env, "SPECVIZ_MAX_NEW_TOKENS", 256 if hosted else 1024),
             max_prompt_chars=_number(env, "SPECVIZ_MAX_PROMPT_CHARS", 4000 if hosted else 20_000),
             max_run_seconds=_number(env, "SPECVIZ_MAX_RUN_SECONDS", 120.0 if hosted else 900.0, float),
@@ -78,12 +96,27 @@ class HostingLimits:
         Any id is fine when custom ids are on and no explicit allow-list was given
         (the local default); otherwise the id must be on the list, presets included.
         """
+        if model_id is not None and model_id.strip() in GATED_MODEL_IDS and not self.hub_token:
+            raise InvalidInput(
+                f"model '{model_id.strip()}' is gated on the Hugging Face Hub: this server offers it only "
+                "with an HF_TOKEN whose account has accepted its licence (on a Space: a secret named HF_TOKEN)")
         if model_id is None or (self.allow_custom_models and not self.allowed_models_explicit):
             return
         if model_id.strip() not in self.allowed_models:
             raise InvalidInput(
                 f"model '{model_id}' is not available here; this deployment serves: "
                 f"{', '.join(self.allowed_models)}")
+
+    def gated_notice(self) -> str:
+        """One line for the page when gated models this server would otherwise offer are held back."""
+        if self.hub_token:
+            return ""
+        held = [m for m in GATED_MODEL_IDS if m in self.allowed_models
+                or (self.allow_custom_models and not self.allowed_models_explicit)]
+        if not held:
+            return ""
+        return (f"{', '.join(held)} (gated on the Hugging Face Hub) is not offered: this server has no "
+                "`HF_TOKEN`. Set one whose account accepted the model's licence (on a Space, as a secret) to add it.")
 
     def check_max_new_tokens(self, max_new_tokens: int) -> None:
         if isinstance(max_new_tokens, (int, float)) and max_new_tokens > self.max_new_tokens:

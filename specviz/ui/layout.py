@@ -361,6 +361,8 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                 preset = gr.Dropdown(presets + ([CUSTOM] if allow_custom else []),
                                      value=presets[0] if presets else (CUSTOM if allow_custom else None),
                                      label="Model pair (target + draft)")
+                gated_note = limits.gated_notice()   # gated presets need an HF_TOKEN: say so when held back
+                gr.Markdown(gated_note, visible=bool(gated_note), elem_id="sv-gated-note")
                 with gr.Row(visible=False) as custom_row:
                     custom_target = gr.Textbox(label="Target model id", placeholder="org/model")
                     custom_draft = gr.Textbox(label="Draft model id (same tokenizer)", placeholder="org/small-model")
