@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Create or reuse the local virtual environment, install the pinned packages
-# (skipped when the requirement files have not changed), and fetch the offline
-# default model. `setup.sh dev` adds the test tools and Debian's Chromium.
+# Create or reuse the local virtual environment, install the pinned packages and
+# SpecViz itself in editable mode (skipped when the requirement files and
+# pyproject.toml have not changed), and fetch the offline default model.
+# `setup.sh dev` adds the test tools and Debian's Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-run}"
@@ -24,13 +25,16 @@ fi
 
 req=requirements.txt
 [ "$mode" = dev ] && req=requirements-dev.txt
-stamp=".venv/.installed-$mode-$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)"
+stamp=".venv/.installed-$mode-$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "setup: installing $req into .venv"
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-  # torch is pinned to 2.13.0, whose CPU wheel is what our machines have; an
-  # unpinned torch would pull several GB of CUDA packages.
+  # torch is pinned to 2.13.0: our machines' pip configuration offers its CPU
+  # wheel; elsewhere PyPI's Linux build bundles CUDA (several GB, what a GPU wants).
   .venv/bin/python -m pip install --disable-pip-version-check -r "$req"
+  # The package itself, editable (the checkout stays the code that runs): adds the
+  # `specviz` command to .venv/bin. Its dependencies are the ones just installed.
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
   touch "$stamp"
 fi
 

@@ -1,7 +1,9 @@
 """Where SpecViz finds its shipped files and keeps its caches.
 
-- `assets_dir()`: prompt suites, the offline draft, measured acceptance vectors.
-  In a checkout they are the repository's `assets/` folder.
+- `assets_dir()`: prompt suites, the offline drafts, measured acceptance vectors.
+  In a checkout they are the repository's `assets/` folder, which `specviz/assets`
+  links to; a built wheel carries them as package data in `specviz/assets/`, so an
+  installed package (not only a checkout) finds them. `$SPECVIZ_ASSETS` overrides both.
 - `cache_dir()`: converted models, measured forward-time profiles and plans,
   distillation work (`$SPECVIZ_CACHE`, else `~/.cache/specviz`).
 """
@@ -11,10 +13,24 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parent
 
 
 def assets_dir() -> Path:
+    """The folder holding `suites/`, `prompts/`, `acceptance/` and the `draft-*/` folders.
+
+    In order: `$SPECVIZ_ASSETS`; the package's own `assets/` (a wheel's package data, or
+    in a checkout the link to the repository's folder, resolved so paths read as
+    `<repo>/assets/...`); the repository's `assets/` (a checkout where the link did not
+    survive, e.g. git with `core.symlinks=false`).
+    """
+    override = os.environ.get("SPECVIZ_ASSETS")
+    if override:
+        return Path(override)
+    packaged = PACKAGE_DIR / "assets"
+    if packaged.is_dir():
+        return packaged.resolve()
     return REPO_ROOT / "assets"
 
 
