@@ -89,9 +89,9 @@ def test_page_runs_a_race_and_draws_the_tree(app_url):
                 text = page.locator(f"#sv-text-{m}").inner_text()
                 assert text.strip() and "waiting" not in text, (m, text)
             if HAVE_SEQUOIA:
-                points = page.locator("#sv-tree .scatterlayer .point")
+                points = page.locator("#sv-tree svg circle")
                 page.wait_for_function(
-                    "document.querySelectorAll('#sv-tree .scatterlayer .point').length > 1", timeout=30_000)
+                    "document.querySelectorAll('#sv-tree svg circle').length > 1", timeout=30_000)
                 assert points.count() > 1
                 assert "identical to autoregressive" in page.locator("#sv-summary").inner_text()
             ARTIFACTS.mkdir(exist_ok=True)

@@ -243,7 +243,7 @@ def run_args(prompt=PROMPT, methods=("ar", "sequoia", "lookahead"), max_new=8, *
 
 NAMES = ["stats_ar", "stats_sequoia", "stats_lookahead", "text_ar", "text_sequoia", "text_lookahead", "tree",
          "window", "pool", "pool_size", "latency", "cumulative", "summary", "slider", "caption", "file",
-         "hw_html", "hw_plot", "status", "live_tree", "live_window", "live_latency"]
+         "hw_html", "hw_plot", "status"]
 
 
 def outputs(result) -> dict:

@@ -8,7 +8,7 @@ import re
 import plotly.graph_objects as go
 
 from specviz.trace import LookaheadPayload, NgramCandidate, RaceTrace, RunTrace, StepRecord, TreeNode, TreePayload
-from specviz.ui import figures, hardware, html, views
+from specviz.ui import figures, hardware, html, svg, views
 
 
 def tree_payload() -> TreePayload:
@@ -165,9 +165,9 @@ def test_replay_views_at_a_step():
     assert strip(tv["text_ar"]) == " cat sat"
     assert strip(tv["text_sequoia"]) == " cat"
     pv = views.plot_views(trace, upto=4)
-    assert "tree appears here" in pv["tree"].layout.annotations[0].text   # Sequoia's tree step not reached yet
+    assert "tree appears here" in pv["tree"]   # Sequoia's tree step not reached yet
     pv = views.plot_views(trace, upto=5)
-    assert len(node_trace(pv["tree"]).x) == 5
+    assert pv["tree"].count('<g class="sv-node') == 5
     assert "Step 5 of 7" in views.step_caption(trace, 5) and "Sequoia ran its step 1" in views.step_caption(trace, 5)
 
 
@@ -206,8 +206,48 @@ def test_hardware_panel_from_recorded_plan():
         "table": [{"window": 3, "ngram": 3, "guesses": 2, "predicted_speedup": 1.3},
                   {"window": 5, "ngram": 4, "guesses": 5, "predicted_speedup": 1.1}],
         "choice": {"window": 3, "ngram": 3, "guesses": 2, "predicted_speedup": 1.3}}
-    fig, text = hardware.panel(trace)
-    assert list(fig.data[0].x) == [1, 2, 8]
+    chart, text = hardware.panel(trace)
+    assert "<polyline" in chart and all(f">{n}</text>" in chart for n in (1, 2, 8))   # log-n ticks
     assert "Lookahead chose" in text and "background:#dcfce7" in text
     empty_fig, empty_text = hardware.panel(None)
     assert "No measured plan" in empty_text
+
+
+def test_tree_svg_draws_every_node_coloured_with_hover_and_the_accepted_path():
+    payload = tree_payload()
+    drawn = svg.tree_svg(payload, step=1)
+    assert drawn.count('<g class="sv-node') == len(payload.nodes)
+    for node in payload.nodes:
+        assert f'sv-node sv-{node.status}"' in drawn
+    assert drawn.count(f'fill="{figures.NODE_COLORS["accepted"]}"') == 2
+    # Hover (SVG <title>) carries both probabilities; the accepted path's edges are drawn thick.
+    assert "draft q = 0.600, target P = 0.700" in drawn
+    assert drawn.count('stroke-width="5"') == len(payload.accepted_path)
+    assert 'class="sv-bonus"' in drawn and "·on" in drawn
+    assert "accepted + 1 bonus = 3 tokens" in drawn
+
+
+def test_svg_views_from_a_race_and_in_replay():
+    trace = race_trace()
+    pool = svg.pool_size_svg(trace.runs["lookahead"])
+    assert "<polyline" in pool and "n-grams" in pool
+    lat = svg.latency_svg(trace.runs)
+    assert lat.count("<g><title>step") == 7   # one bar per step, 3 + 2 + 2
+    assert "draft 3.0 ms" in lat
+    live = svg.latency_svg(trace.runs, live=True)
+    assert "the latest steps" in live
+    cum = svg.cumulative_svg(trace.runs)
+    assert cum.count("<polyline") == 3 and "Autoregressive: 3 at 0.033" in cum
+    # Replay: only the steps done so far are drawn.
+    assert "Autoregressive: 2 at" in svg.cumulative_svg(trace.runs, trace.steps_done(4))
+    for empty in (svg.tree_svg(None), svg.window_html(None), svg.latency_svg({}), svg.cumulative_svg({}),
+                  svg.pool_size_svg(None), svg.forward_curve_svg({})):
+        assert "appear here" in empty or "appears here" in empty or "no forward-time profile" in empty
+
+
+def test_window_html_is_levels_by_w():
+    trace = race_trace()
+    payload = next(s.payload for s in trace.runs["lookahead"].steps if s.payload)
+    grid, levels, width = figures.window_grid(payload)
+    drawn = svg.window_html(payload, step=0)
+    assert drawn.count("<tr><th style") == levels and drawn.count("<td title=") == levels * width

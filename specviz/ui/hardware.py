@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from . import figures, html
+from . import figures, html, svg
 
 
 def _device_type(device: str) -> str:
@@ -116,6 +116,6 @@ def target_curve(plans: dict | None) -> dict:
 
 
 def panel(trace, pairs=None):
-    """(t_target(n) figure, panel HTML) for the trace's pair; nothing is measured here."""
+    """(t_target(n) chart as SVG, panel HTML) for the trace's pair; nothing is measured here."""
     plans = plans_for(trace)
-    return figures.forward_curve_figure(target_curve(plans)), panel_html(plans)
+    return svg.forward_curve_svg(target_curve(plans)), panel_html(plans)

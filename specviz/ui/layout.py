@@ -23,7 +23,7 @@ from ..engine.race import PairCache, free_accelerator_memory, is_out_of_memory, 
 from ..engine.worker import WorkerSlot, WorkerUnavailable
 from ..errors import InvalidInput, SpecVizError
 from ..trace import RaceTrace
-from . import hardware, html, views
+from . import hardware, html, svg, views
 
 DEFAULT_PRESET = "SmolLM2-135M-Instruct (offline default)"
 # label -> (target, draft); draft None = the package's default choice for that target.
@@ -47,8 +47,7 @@ METHOD_NAMES = {"ar": "Autoregressive", "sequoia": "Sequoia", "lookahead": "Look
 METHOD_IDS = {name: mid for mid, name in METHOD_NAMES.items()}
 # Streaming rates, chosen so a browser on the same machine stays nearly idle (issue 12):
 # texts at most ~12 times a second (each update carries every step since the last),
-# the tree, window and latency as light HTML twice a second (plotly redraws were what the
-# renderer spent its time on: the plotly figures return when the race ends).
+# the views (inline SVG/HTML, see svg.py) twice a second.
 TEXT_INTERVAL_S = float(os.environ.get("SPECVIZ_TEXT_INTERVAL", "0.08"))
 LIVE_VIEW_INTERVAL_S = float(os.environ.get("SPECVIZ_LIVE_VIEW_INTERVAL", "0.5"))
 
@@ -405,18 +404,14 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
         summary = gr.HTML("", elem_id="sv-summary")
         with gr.Row():
             with gr.Column(scale=3):
-                live_tree = gr.HTML(visible=False, elem_id="sv-live-tree")
-                tree_plot = gr.Plot(label="Sequoia tree", elem_id="sv-tree")
+                tree_plot = gr.HTML(svg.tree_svg(None), elem_id="sv-tree")
             with gr.Column(scale=2):
-                live_window = gr.HTML(visible=False, elem_id="sv-live-window")
-                window_plot = gr.Plot(label="Jacobi window", elem_id="sv-window")
+                window_plot = gr.HTML(svg.window_html(None), elem_id="sv-window")
                 pool_html = gr.HTML("", elem_id="sv-pool")
         with gr.Row():
-            cumulative_plot = gr.Plot(label="Tokens over time", elem_id="sv-cumulative")
-            with gr.Column():
-                live_latency = gr.HTML(visible=False, elem_id="sv-live-latency")
-                latency_plot = gr.Plot(label="Per-step latency", elem_id="sv-latency")
-        pool_size_plot = gr.Plot(label="Pool size", elem_id="sv-pool-size")
+            cumulative_plot = gr.HTML(svg.cumulative_svg({}), elem_id="sv-cumulative")
+            latency_plot = gr.HTML(svg.latency_svg({}), elem_id="sv-latency")
+        pool_size_plot = gr.HTML(svg.pool_size_svg(None), elem_id="sv-pool-size")
         with gr.Accordion("Replay and step through", open=True):
             with gr.Row():
                 prev_btn = gr.Button("◀ Prev", size="sm", scale=1)
@@ -429,35 +424,19 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                                  type="filepath")
         with gr.Accordion("Hardware: why 'auto' chose these sizes", open=False):
             hw_html = gr.HTML(hardware.panel_html(None))
-            hw_plot = gr.Plot(label="t_target(n)")
+            hw_plot = gr.HTML(svg.forward_curve_svg({}), elem_id="sv-hw-curve")
 
         text_outputs = [stats["ar"], stats["sequoia"], stats["lookahead"], texts["ar"], texts["sequoia"],
                         texts["lookahead"]]
         plot_outputs = [tree_plot, window_plot, pool_html, pool_size_plot, latency_plot, cumulative_plot]
-        # Live views stand in for the tree, window and latency plots while a race streams.
-        live_outputs = [live_tree, live_window, live_latency]
         full_outputs = text_outputs + plot_outputs + [summary, trace_state, step_slider, step_text, trace_file,
-                                                      hw_html, hw_plot, status] + live_outputs
+                                                      hw_html, hw_plot, status]
         STATUS = full_outputs.index(status)
-        LIVE = full_outputs.index(live_tree)
-        # (output index, live twin index) of the plots hidden while live views stream.
-        SWAPS = [(full_outputs.index(tree_plot), LIVE), (full_outputs.index(window_plot), LIVE + 1),
-                 (full_outputs.index(latency_plot), LIVE + 2)]
 
         def status_only(text):
             out = [gr.skip()] * len(full_outputs)
             out[STATUS] = text
             return out
-
-        def live_views(trace: RaceTrace, out: list, first: bool) -> None:
-            """The light live views into `out`; on the first update also swap the plots out."""
-            lv = views.live_views(trace)
-            out[LIVE:LIVE + 3] = [gr.HTML(lv[k], visible=True) if first else lv[k]
-                                  for k in ("tree", "window", "latency")]
-            out[full_outputs.index(pool_html)] = lv["pool"]
-            if first:
-                for plot_index, _ in SWAPS:
-                    out[plot_index] = gr.Plot(visible=False)
 
         def full_view(trace: RaceTrace | None, upto: int | None = None, running=False, status_text=None,
                       with_file=True):
@@ -472,10 +451,7 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                        gr.Slider(minimum=0, maximum=max(total, 1), value=upto, step=1),
                        views.step_caption(trace, upto),
                        trace_files.write(trace) if (trace and with_file) else None,
-                       hw, curve, status_text if status_text is not None else gr.skip()]
-                    + [gr.HTML(visible=False)] * 3)
-            for plot_index, _ in SWAPS:
-                out[plot_index] = gr.Plot(out[plot_index], visible=True)
+                       hw, curve, status_text if status_text is not None else gr.skip()])
             return out
 
         # The parameter names are the HTTP API's (`/race`): keep them plain and documented in the README.
@@ -519,8 +495,9 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                     tv = views.text_views(trace, None, running=True)
                     out[:6] = [tv[f"{k}_{m}"] for k in ("stats", "text") for m in ("ar", "sequoia", "lookahead")]
                     if now - last_plot >= LIVE_VIEW_INTERVAL_S:
-                        live_views(trace, out, first=last_plot == 0.0)
                         last_plot = now
+                        pv = views.plot_views(trace, live=True)
+                        out[6:12] = [pv[k] for k in ("tree", "window", "pool", "pool_size", "latency", "cumulative")]
                     out[13] = trace   # kept server-side: Stop and replay see the run so far
                     yield out
             except SpecVizError as exc:

@@ -7,7 +7,7 @@ replay (upto = the slider), so the replay shows exactly what the live run showed
 from __future__ import annotations
 
 from ..trace import LookaheadPayload, RaceTrace, TreePayload
-from . import figures, html, live
+from . import figures, html, svg
 
 COLUMNS = ("ar", "sequoia", "lookahead")
 
@@ -46,8 +46,11 @@ def text_views(trace: RaceTrace | None, upto: int | None = None, running: bool =
     return out
 
 
-def plot_views(trace: RaceTrace | None, upto: int | None = None) -> dict:
-    """Tree, window, pool, latency and race figures (throttled when live)."""
+def plot_views(trace: RaceTrace | None, upto: int | None = None, live: bool = False) -> dict:
+    """Tree, window, pool, latency and race views as inline SVG/HTML (see svg.py for why not plotly).
+
+    `live`: a race is streaming, so the latency strip shows only the latest steps.
+    """
     total = len(trace.order) if trace else 0
     upto = total if upto is None else upto
     counts = trace.steps_done(upto) if trace else {}
@@ -57,26 +60,12 @@ def plot_views(trace: RaceTrace | None, upto: int | None = None) -> dict:
     look, look_step = latest_payload(lookahead, counts.get("lookahead", 0), LookaheadPayload)
     runs = trace.runs if trace else {}
     return {
-        "tree": figures.tree_figure(tree, tree_step),
-        "window": figures.window_figure(look, look_step),
+        "tree": svg.tree_svg(tree, tree_step),
+        "window": svg.window_html(look, look_step),
         "pool": html.pool_entry_html(look, key_text(lookahead, counts.get("lookahead", 0), look) if look else None),
-        "pool_size": figures.pool_size_figure(lookahead, counts.get("lookahead", 0)),
-        "latency": figures.latency_figure(runs, counts),
-        "cumulative": figures.cumulative_figure(runs, counts),
-    }
-
-
-def live_views(trace: RaceTrace) -> dict:
-    """The light views a streaming race shows (see live.py): tree, window, latency, pool entry."""
-    counts = trace.steps_done(len(trace.order))
-    sequoia, lookahead = trace.runs.get("sequoia"), trace.runs.get("lookahead")
-    tree, tree_step = latest_payload(sequoia, counts.get("sequoia", 0), TreePayload)
-    look, look_step = latest_payload(lookahead, counts.get("lookahead", 0), LookaheadPayload)
-    return {
-        "tree": live.tree_svg(tree, tree_step),
-        "window": live.window_html(look, look_step),
-        "latency": live.latency_svg(trace.runs, counts),
-        "pool": html.pool_entry_html(look, key_text(lookahead, counts.get("lookahead", 0), look) if look else None),
+        "pool_size": svg.pool_size_svg(lookahead, counts.get("lookahead", 0)),
+        "latency": svg.latency_svg(runs, counts, live=live),
+        "cumulative": svg.cumulative_svg(runs, counts),
     }
 
 

@@ -1,0 +1,240 @@
+"""The app's race views as inline SVG/HTML: tree, Jacobi window, latency, tokens over time, pool size, t(n).
+
+Why not plotly in the app: measured in Chromium (issue 12), every `gr.Plot`
+update leaves about 65 event listeners behind that garbage collection never
+frees, and redrawing six figures a second kept a same-machine renderer at half
+a core, taking those cycles from the decoders. These views are a few kilobytes
+of static markup each (no scripts; hover details come from SVG `<title>`
+tooltips), cheap to redraw live and in replay. `figures.py` keeps the plotly
+versions for notebooks and exports. Pure functions of trace data.
+"""
+
+from __future__ import annotations
+
+from ..trace import PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, LookaheadPayload, RunTrace, TreePayload
+from .figures import (BONUS_COLOR, METHOD_COLORS, METHOD_LABELS, NODE_COLORS, PHASE_COLORS, PHASE_LABELS, _show,
+                      tree_positions, window_grid)
+from .html import esc
+
+LIVE_LATENCY_STEPS = 48   # while a race streams, the latency strip shows the latest steps only
+FONT = "font:14px Inter,Segoe UI,Arial,sans-serif"
+
+
+def _box(title: str, body: str, note: str = "") -> str:
+    sub = f'<div style="font-size:13px;color:#4b5563;margin:2px 0 6px">{esc(note)}</div>' if note else ""
+    return (f'<div class="sv-view" style="border:1px solid #e5e7eb;border-radius:8px;padding:8px 10px;{FONT}">'
+            f'<div style="font-size:17px;font-weight:600">{esc(title)}</div>{sub}{body}</div>')
+
+
+def _empty(title: str, message: str) -> str:
+    return _box(title, f'<div style="color:#9ca3af;padding:36px 0;text-align:center">{esc(message)}</div>')
+
+
+def _legend(items: list[tuple[str, str]]) -> str:
+    return "".join(f'<span style="display:inline-flex;align-items:center;margin-right:14px;font-size:13px">'
+                   f'<span style="background:{c};width:12px;height:12px;border-radius:6px;display:inline-block;'
+                   f'margin-right:5px"></span>{esc(label)}</span>' for label, c in items)
+
+
+# ----------------------------------------------------------------------------- Sequoia's tree
+
+
+def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
+    """The speculated tree of one Sequoia step: nodes coloured by outcome, the accepted path thick,
+    the bonus token a star; hovering a node shows its token, q and P."""
+    title = "Sequoia token tree" + (f" — step {step}" if step is not None else "")
+    if payload is None or not payload.nodes:
+        return _empty(title, "the tree appears here when Sequoia runs")
+    pos = tree_positions(payload)
+    levels = max(int(round(x)) for x, _ in pos.values()) + 2
+    widest = max(sum(1 for p in pos.values() if p[0] == x) for x in {p[0] for p in pos.values()})
+    width, height = 150 * levels + 60, max(240, 24 * widest + 40)
+
+    def xy(node_id):
+        x, y = pos[node_id]
+        return 24 + 150 * x, height / 2 - y * (height / 2 - 20)
+
+    on_path = set(payload.accepted_path)
+    edges, marks = [], []
+    for n in payload.nodes:
+        if n.parent >= 0 and n.parent in pos:
+            (x0, y0), (x1, y1) = xy(n.parent), xy(n.id)
+            accepted = n.id in on_path
+            edges.append(f'<line x1="{x0:.0f}" y1="{y0:.0f}" x2="{x1:.0f}" y2="{y1:.0f}" '
+                         f'stroke="{NODE_COLORS["accepted"] if accepted else "#cbd5e1"}" '
+                         f'stroke-width="{5 if accepted else 1.5}"/>')
+        x, y = xy(n.id)
+        color = NODE_COLORS.get(n.status, NODE_COLORS["not_reached"])
+        label = ("▶ " if n.parent < 0 else "") + _show(n.text)
+        tip = (f"{_show(n.text)} (id {n.token_id}) — {n.status}, depth {n.depth}\n"
+               f"draft q = {n.draft_prob:.3f}, target P = {n.target_prob:.3f}")
+        marks.append(f'<g class="sv-node sv-{n.status}"><title>{esc(tip)}</title>'
+                     f'<circle cx="{x:.0f}" cy="{y:.0f}" r="{9 if n.id in on_path or n.parent < 0 else 7}" '
+                     f'fill="{color}" stroke="#fff" stroke-width="1.5"/>'
+                     f'<text x="{x + 12:.0f}" y="{y + 5:.0f}">{esc(label[:16])}</text></g>')
+    if payload.bonus_token_id is not None:
+        last = payload.accepted_path[-1] if payload.accepted_path else payload.nodes[0].id
+        x0, y0 = xy(last)
+        x1 = x0 + 150
+        bonus = _show(payload.bonus_text or "")
+        edges.append(f'<line x1="{x0:.0f}" y1="{y0:.0f}" x2="{x1:.0f}" y2="{y0:.0f}" stroke="{BONUS_COLOR}" '
+                     f'stroke-width="4" stroke-dasharray="7 5"/>')
+        marks.append(f'<g class="sv-bonus"><title>{esc(f"bonus / corrected token: {bonus} (id {payload.bonus_token_id}), sampled by the target after the accepted path")}</title>'
+                     f'<text x="{x1 - 10:.0f}" y="{y0 + 8:.0f}" fill="{BONUS_COLOR}" font-size="24">★</text>'
+                     f'<text x="{x1 + 16:.0f}" y="{y0 + 5:.0f}" fill="#92400e">{esc(bonus[:16])}</text></g>')
+    accepted = len(payload.accepted_path)
+    note = (f"{len(payload.nodes)} nodes (budget {payload.budget}, depth {payload.depth}); {accepted} accepted "
+            f"+ 1 bonus = {accepted + (payload.bonus_token_id is not None)} tokens from one target forward")
+    legend = _legend([("accepted", NODE_COLORS["accepted"]), ("rejected", NODE_COLORS["rejected"]),
+                      ("not reached", NODE_COLORS["not_reached"]), ("bonus", BONUS_COLOR)])
+    svg = (f'<svg viewBox="0 0 {width} {height}" width="100%" style="max-height:560px">'
+           + "".join(edges) + "".join(marks) + "</svg>")
+    return _box(title, legend + svg, note)
+
+
+# ----------------------------------------------------------------------------- Lookahead's window and pool
+
+
+def window_html(payload: LookaheadPayload | None, step: int | None = None) -> str:
+    """The Jacobi window as a table: one column per future position, newest guesses at the bottom."""
+    title = "Lookahead Jacobi window" + (f" — step {step}" if step is not None else "")
+    if payload is None or not payload.window:
+        return _empty(title, "the window appears here when Lookahead runs")
+    grid, levels, width = window_grid(payload)
+    rows = []
+    for level, row in enumerate(grid):
+        shade = 0.15 + 0.6 * (level + 1) / max(levels, 1)
+        cells = "".join(f'<td title="level {level}, column {col}: {esc(cell)}" style="background:'
+                        f'rgba(245,158,11,{shade if cell else 0:.2f});padding:3px 7px;border-radius:4px;'
+                        f'font-family:ui-monospace,monospace">{esc(cell[:14])}</td>' for col, cell in enumerate(row))
+        rows.append(f'<tr><th style="font-weight:400;color:#6b7280;padding-right:6px;text-align:right">'
+                    f'level {level}</th>{cells}</tr>')
+    head = "".join(f'<th style="font-weight:400;color:#6b7280">{i}</th>' for i in range(width))
+    warm = " (warm-up)" if payload.warmup else ""
+    return _box(title + warm, f'<table style="border-spacing:3px;font-size:14px"><tr><th></th>{head}</tr>'
+                              f'{"".join(rows)}</table>',
+                f"{levels} levels × W={width}; each column is one Jacobi trajectory (column = future position)")
+
+
+def _line_chart(series: list[tuple[str, str, list[tuple[float, float]]]], x_label: str, y_label: str,
+                step: bool = False, log_x: bool = False, height: int = 240) -> str:
+    """A small line chart: [(label, colour, [(x, y), ...])], axes from 0 (or log x)."""
+    import math
+
+    points = [p for _, _, pts in series for p in pts]
+    fx = (lambda v: math.log2(max(v, 1e-9))) if log_x else (lambda v: v)
+    x_lo = min(fx(x) for x, _ in points) if log_x else 0.0
+    x_hi = max(fx(x) for x, _ in points) or 1.0
+    y_hi = max(y for _, y in points) or 1.0
+    w, h, left, bottom = 560, height, 48, 34
+
+    def sx(v):
+        return left + (fx(v) - x_lo) / ((x_hi - x_lo) or 1.0) * (w - left - 12)
+
+    def sy(v):
+        return h - bottom - v / y_hi * (h - bottom - 12)
+
+    parts = [f'<line x1="{left}" y1="{h - bottom}" x2="{w - 8}" y2="{h - bottom}" stroke="#9ca3af"/>',
+             f'<line x1="{left}" y1="10" x2="{left}" y2="{h - bottom}" stroke="#9ca3af"/>',
+             f'<text x="{left - 6}" y="16" text-anchor="end" font-size="12">{y_hi:.4g}</text>',
+             f'<text x="{left - 6}" y="{h - bottom}" text-anchor="end" font-size="12">0</text>',
+             f'<text x="{w - 8}" y="{h - 6}" text-anchor="end" font-size="12">{esc(x_label)}</text>',
+             f'<text x="{left + 4}" y="{h - bottom + 14}" font-size="12">{esc(y_label)} ↑</text>']
+    for label, color, pts in series:
+        coords = []
+        for i, (x, y) in enumerate(pts):
+            if step and i:
+                coords.append(f"{sx(x):.1f},{sy(pts[i - 1][1]):.1f}")
+            coords.append(f"{sx(x):.1f},{sy(y):.1f}")
+        last_x, last_y = pts[-1]
+        parts.append(f'<polyline points="{" ".join(coords)}" fill="none" stroke="{color}" stroke-width="3">'
+                     f'<title>{esc(label)}</title></polyline>'
+                     f'<circle cx="{sx(last_x):.1f}" cy="{sy(last_y):.1f}" r="4" fill="{color}">'
+                     f'<title>{esc(f"{label}: {last_y:.4g} at {last_x:.4g}")}</title></circle>')
+    if log_x:
+        for x, _ in series[0][2]:
+            parts.append(f'<text x="{sx(x):.1f}" y="{h - bottom + 28}" text-anchor="middle" font-size="11">{x:g}</text>')
+    else:
+        parts.append(f'<text x="{w - 8}" y="{h - bottom + 14}" text-anchor="end" font-size="12">'
+                     f'{max(x for x, _ in points):.3g}</text>')
+    return f'<svg viewBox="0 0 {w} {h}" width="100%" style="max-height:{h + 40}px">{"".join(parts)}</svg>'
+
+
+def pool_size_svg(run: RunTrace | None, upto: int | None = None) -> str:
+    title = "n-gram pool size"
+    steps = [] if run is None else run.steps[:upto]
+    points = [(float(s.step), float(s.payload.pool_size)) for s in steps if isinstance(s.payload, LookaheadPayload)]
+    if not points:
+        return _empty(title, "pool size over time appears here")
+    return _box(title, _line_chart([("pool size", METHOD_COLORS["lookahead"], points)], "Lookahead step",
+                                   "n-grams", height=200))
+
+
+# ----------------------------------------------------------------------------- latency and the race
+
+
+def latency_svg(runs: dict[str, RunTrace], upto: dict[str, int] | None = None, live: bool = False) -> str:
+    """Per-step latency per method, stacked draft / target / verify; hover a bar for its numbers."""
+    title = "Per-step latency (ms, stacked by phase)"
+    strips = []
+    for method, run in runs.items():
+        steps = run.steps[:(upto or {}).get(method, len(run.steps))]
+        if live:
+            steps = steps[-LIVE_LATENCY_STEPS:]
+        if not steps:
+            continue
+        top = max(s.total_ms for s in steps) or 1.0
+        bar = max(2.0, min(10.0, 480 / len(steps)))
+        bars = []
+        for i, s in enumerate(steps):
+            y = 64.0
+            tip = f"step {s.step}: " + ", ".join(f"{PHASE_LABELS[p]} {s.time_ms.get(p, 0.0):.1f} ms"
+                                                 for p in (PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY) if p in s.time_ms)
+            rects = []
+            for phase in (PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY):
+                hgt = 60 * s.time_ms.get(phase, 0.0) / top
+                if hgt > 0.2:
+                    y -= hgt
+                    rects.append(f'<rect x="{i * bar:.1f}" y="{y:.1f}" width="{bar * 0.85:.1f}" height="{hgt:.1f}" '
+                                 f'fill="{PHASE_COLORS[phase]}"/>')
+            bars.append(f'<g><title>{esc(tip)}</title>{"".join(rects)}</g>')
+        med = sorted(s.total_ms for s in steps)[len(steps) // 2]
+        strips.append(f'<div style="display:flex;align-items:center;gap:8px;margin:4px 0"><span style="width:118px;'
+                      f'color:{METHOD_COLORS.get(method, "#111")};font-weight:600">'
+                      f'{esc(METHOD_LABELS.get(method, method))}</span>'
+                      f'<svg viewBox="0 0 {max(bar * len(steps), 1):.0f} 64" preserveAspectRatio="none" width="72%" '
+                      f'height="64">{"".join(bars)}</svg><span style="font-size:12px;color:#4b5563">median '
+                      f'{med:.0f} ms<br>max {top:.0f} ms</span></div>')
+    if not strips:
+        return _empty(title, "latency per step appears here")
+    legend = _legend([(PHASE_LABELS[p], PHASE_COLORS[p]) for p in (PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY)])
+    note = "the latest steps" if live else "one bar per step (one target forward)"
+    return _box(title, legend + "".join(strips), note)
+
+
+def cumulative_svg(runs: dict[str, RunTrace], upto: dict[str, int] | None = None) -> str:
+    """Tokens generated against each method's own compute time (steeper = faster)."""
+    title = "Tokens over time (steeper = faster)"
+    series = []
+    for method, run in runs.items():
+        steps = run.steps[:(upto or {}).get(method, len(run.steps))]
+        if not steps:
+            continue
+        pts, elapsed = [(0.0, 0.0)], 0.0
+        for s in steps:
+            elapsed += s.total_ms / 1000
+            pts.append((elapsed, float(s.cumulative_tokens)))
+        series.append((METHOD_LABELS.get(method, method), METHOD_COLORS.get(method, "#111"), pts))
+    if not series:
+        return _empty(title, "cumulative tokens appear here")
+    legend = _legend([(label, color) for label, color, _ in series])
+    return _box(title, legend + _line_chart(series, "seconds of the method's own compute", "tokens", step=True))
+
+
+def forward_curve_svg(curve: dict, title: str = "Measured target forward time t(n)") -> str:
+    """The measured cost of one target forward over n new tokens (log n)."""
+    if not curve:
+        return _empty(title, "no forward-time profile measured yet for this model pair (run once with 'auto' sizes)")
+    points = sorted((float(n), float(ms)) for n, ms in curve.items())
+    return _box(title, _line_chart([("t(n)", "#1e3a8a", points)], "new tokens in one forward (n)", "ms",
+                                   log_x=True))
