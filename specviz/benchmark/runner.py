@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import statistics
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -294,6 +295,38 @@ def run_one(method: str, pair: ModelPair, item: dict, prompt_ids: list[int], sam
                        forward_sizes=[s.tokens_processed for s in trace.steps[1:]])
 
 
+class PauseWatch:
+    """Notices when this process was stopped or starved (a watchdog thread that wakes every 10 ms sees a gap).
+
+    On a shared machine another job may SIGSTOP niced processes or take the cores for a
+    while; a run that overlapped such a gap has a wall time that says nothing about the
+    method, so `run_bench` runs it again.
+    """
+
+    GAP_S = 0.25
+
+    def __init__(self):
+        self.paused_s = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        last = time.perf_counter()
+        while not self._stop.wait(0.01):
+            now = time.perf_counter()
+            if now - last > self.GAP_S:
+                self.paused_s += now - last
+            last = now
+
+    def take(self) -> float:
+        value, self.paused_s = self.paused_s, 0.0
+        return value
+
+    def close(self) -> None:
+        self._stop.set()
+
+
 def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling: SamplingConfig,
               max_new_tokens: int, options: dict | None = None,
               progress: Callable[[str], None] = print, warmup_tokens: int | None = None) -> list[BenchRecord]:
@@ -307,12 +340,21 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
     for method in methods:
         run_one(method, pair, prompts[0], encoded[0], sampling, warm, options)
     records: list[BenchRecord] = []
+    watch = PauseWatch()
     for i, (item, ids) in enumerate(zip(prompts, encoded)):
         by_method = {}
         # Rotate the order per prompt so no method always runs first (or last) after a pause.
         order = methods[i % len(methods):] + methods[:i % len(methods)]
         for method in order:
-            by_method[method] = run_one(method, pair, item, ids, sampling, max_new_tokens, options)
+            for attempt in range(4):   # a run the process was stopped or starved during is run again
+                watch.take()
+                rec = run_one(method, pair, item, ids, sampling, max_new_tokens, options)
+                paused = watch.take()
+                if paused == 0.0:
+                    break
+                progress(f"  {item['id']} {method}: the process stalled {paused:.1f} s during the run; again")
+            rec.settings = {**rec.settings, "stalled_reruns": attempt, "stalled_s_last": round(paused, 3)}
+            by_method[method] = rec
         if "ar" in by_method and sampling.greedy:
             for rec in by_method.values():
                 rec.same_as_ar = rec.token_ids == by_method["ar"].token_ids
@@ -320,6 +362,7 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
             records.append(by_method[method])
         progress(f"[{i + 1}/{len(prompts)}] {item['id']}: " + "  ".join(
             f"{m} {by_method[m].tokens_per_second:.1f}" for m in methods) + " tok/s")
+    watch.close()
     return records
 
 
