@@ -28,7 +28,7 @@ SAMPLE = ["What are three simple ways to reduce stress?",
 @pytest.fixture(scope="module")
 def pair():
     torch.manual_seed(0)
-    return load_pair("default", device="cpu", dtype="bf16")
+    return load_pair("default", "independent", device="cpu", dtype="bf16")
 
 
 def test_shipped_checkpoint_is_small_and_has_no_embeddings():

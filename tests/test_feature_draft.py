@@ -6,6 +6,7 @@ test uses tiny random models, as the other statistical tests do.
 """
 
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -31,10 +32,11 @@ TREES = {"chain": {"tree_parents": [-1, 0, 1, 2, 3]}, "star": {"tree_parents": [
 @pytest.fixture(scope="module")
 def feature_pair():
     """The offline default in fp32 with its shipped feature draft."""
-    if not is_feature_draft_dir(OFFLINE_FEATURE_DRAFT_DIR):
-        pytest.fail("the feature draft is not shipped in assets/draft-feature-smollm2-135m")
+    where = os.environ.get("SPECVIZ_TEST_FEATURE_DRAFT") or OFFLINE_FEATURE_DRAFT_DIR   # a checkpoint in training
+    if not is_feature_draft_dir(where):
+        pytest.fail(f"no feature draft in {where} (shipped in assets/draft-feature-smollm2-135m)")
     torch.manual_seed(0)
-    pair = load_pair("default", "feature", device="cpu", dtype="fp32")
+    pair = load_pair("default", str(where), device="cpu", dtype="fp32")
     assert getattr(pair.draft, "is_feature_draft", False)
     return pair
 

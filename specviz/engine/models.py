@@ -147,6 +147,26 @@ def offline_feature_draft_dir() -> Path | None:
     return OFFLINE_FEATURE_DRAFT_DIR if is_feature_draft_dir(OFFLINE_FEATURE_DRAFT_DIR) else None
 
 
+def _heldout_agreement(metrics_file: Path, depth1: bool) -> float:
+    try:
+        value = json.loads(metrics_file.read_text())["heldout_agreement"]
+        return float(value["depth1"] if depth1 else value)
+    except (OSError, ValueError, KeyError, TypeError):
+        return -1.0
+
+
+def offline_default_drafts_dir() -> Path | None:
+    """The offline default's draft when none is named: of the shipped drafts, the one whose held-out
+    top-1 agreement (first draft token, `metrics.json`) is higher, so a feature draft takes over
+    once it is trained past the independent one; None while neither is shipped."""
+    feature, independent = offline_feature_draft_dir(), offline_default_draft_dir()
+    if feature is None or independent is None:
+        return feature or independent
+    if _heldout_agreement(feature / "metrics.json", True) >= _heldout_agreement(independent / "metrics.json", False):
+        return feature
+    return independent
+
+
 # ---------------------------------------------------------------------------
 # Device and dtype
 # ---------------------------------------------------------------------------
@@ -316,12 +336,13 @@ def load_pair(target: str | None = DEFAULT_NAME, draft: str | None = None, *,
     target_model = load_model(target, dev, dt, progress)
 
     alias = draft.strip().lower() if isinstance(draft, str) else None
-    if is_default(target) and (draft is None or alias in FEATURE_DRAFT_ALIASES):
-        # The offline default's own drafts: the feature draft first, else the independent one.
-        found = offline_feature_draft_dir() or offline_default_draft_dir()
-        if found is None and alias in FEATURE_DRAFT_ALIASES:
-            raise ModelLoadError("no feature draft is shipped in assets/ (train one: distill --kind feature)")
+    if is_default(target) and draft is None:
+        found = offline_default_drafts_dir()
         draft = str(found) if found is not None else None
+    elif is_default(target) and alias in FEATURE_DRAFT_ALIASES:
+        if offline_feature_draft_dir() is None:
+            raise ModelLoadError("no feature draft is shipped in assets/ (train one: distill --kind feature)")
+        draft = str(offline_feature_draft_dir())
     elif is_default(target) and alias in INDEPENDENT_DRAFT_ALIASES:
         if offline_default_draft_dir() is None:
             raise ModelLoadError("no independent draft is shipped in assets/draft-smollm2-135m")
