@@ -7,7 +7,7 @@ and sampled), then runs the same decoders standalone (one process, like
 
 - tokens/s the app's columns show, tokens/s standalone, and their ratio;
 - Sequoia's and Lookahead's speedup over autoregressive, shown vs standalone;
-- each race's wall time (first token on the page to "Done") against the sum
+- each race's wall time (from "Racing" to "Done", timestamped by the page) against the sum
   of the three methods' compute;
 - the Chromium renderer's CPU share during the races and its resident memory
   after the first and after the last race.
@@ -133,6 +133,18 @@ def app_pids(app: subprocess.Popen) -> dict[str, list[int]]:
     return {"server": [app.pid], "worker": worker}
 
 
+WATCH_JS = """() => {
+  const s = window.__sv = {racing: null, done: null};
+  const status = () => (document.querySelector('#sv-status') || {}).innerText || '';
+  const obs = new MutationObserver(() => {
+    const text = status();
+    if (s.racing === null && /Racing/.test(text)) s.racing = performance.now();
+    if (s.racing !== null && /Done|Stopped/.test(text)) { s.done = performance.now(); obs.disconnect(); }
+  });
+  obs.observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
 def race_in_browser(page, app, example: str, temperature: float, max_new: int, seed: int) -> dict:
     page.get_by_role("button", name=example, exact=True).click()
     page.locator("#sv-max-new input[type=number]").fill(str(max_new))
@@ -143,53 +155,52 @@ def race_in_browser(page, app, example: str, temperature: float, max_new: int, s
     procs = app_pids(app)
     cpu0, t0 = cpu_seconds(pids), time.monotonic()
     proc0 = {k: cpu_seconds(v) for k, v in procs.items()}
+    # The page timestamps the race itself (a MutationObserver: no polling load on the renderer we
+    # measure): when the status says "Racing" (decoders built, first step next) and when it says "Done".
+    page.evaluate(WATCH_JS)
     page.locator("#sv-run").click()
-    # The previous race's "Done" and tokens stay until this one starts: wait for them to go.
-    page.wait_for_function("!/Done|Stopped/.test((document.querySelector('#sv-status') || {}).innerText || '')",
-                           timeout=120_000, polling=20)
-    page.wait_for_function("document.querySelectorAll('#sv-text-ar .sv-tok').length > 0", timeout=600_000,
-                           polling=20)
-    first = time.monotonic()
-    page.wait_for_function("document.querySelector('#sv-status') && "
-                           "/Done|Stopped/.test(document.querySelector('#sv-status').innerText)",
-                           timeout=600_000, polling=50)
+    page.wait_for_function("window.__sv && window.__sv.done !== null", timeout=600_000, polling=500)
+    marks = page.evaluate("window.__sv")
     done = time.monotonic()
     cpu1 = cpu_seconds(pids)
     procs = app_pids(app)   # the worker starts with the first race
     proc_share = {k: (cpu_seconds(v) - proc0.get(k, 0.0)) / max(done - t0, 1e-9) for k, v in procs.items()}
     shown = shown_stats(page)
     status = page.locator("#sv-status").inner_text()
-    return {"example": example, "temperature": temperature, "shown": shown, "wall_s": done - first,
+    return {"example": example, "temperature": temperature, "shown": shown,
+            "wall_s": (marks["done"] - marks["racing"]) / 1000,
             "click_to_done_s": done - t0, "compute_s": sum(v["seconds"] for v in shown.values() if v),
             "renderer_cpu_share": (cpu1 - cpu0) / max(done - t0, 1e-9), "renderer_rss_mb": rss_mb(renderer_pids()),
             "contention_warning": "slower than this machine runs them" in status,
             "server_cpu_share": proc_share["server"], "worker_cpu_share": proc_share["worker"]}
 
 
-def standalone(settings: list[tuple[str, float]], max_new: int) -> dict:
-    """The same decoders, same prompts and options, run alone in this process (as `bench` runs them)."""
-    from specviz.engine.methods import make_decoder
-    from specviz.engine.models import load_pair
-    from specviz.engine.sampling import SamplingConfig
-    from specviz.ui.layout import EXAMPLES
+class Standalone:
+    """The same decoders, prompts and options run alone in this process (as `bench` runs them), with
+    the worker's thread count. Each app race is followed by its standalone twin, so both see the same
+    machine (a shared machine's speed drifts by 20% over minutes)."""
 
-    import torch
+    def __init__(self):
+        import torch
 
-    from specviz.engine.worker import thread_policy
+        from specviz.engine.models import load_pair
+        from specviz.engine.worker import thread_policy
 
-    torch.set_num_threads(thread_policy().threads)   # the worker's policy: same process layout
-    pair = load_pair("default", None, dtype="auto")
-    results = []
-    for example, temperature in settings:
+        torch.set_num_threads(thread_policy().threads)
+        self.pair = load_pair("default", None, dtype="auto")
+
+    def run(self, example: str, temperature: float, max_new: int) -> dict:
+        from specviz.engine.methods import make_decoder
+        from specviz.engine.sampling import SamplingConfig
+        from specviz.ui.layout import EXAMPLES
+
         sampling = SamplingConfig(temperature=temperature, top_p=1.0, seed=0)
         row = {}
         for m in METHODS:
-            dec = make_decoder(m, pair, EXAMPLES[example], sampling=sampling, max_new_tokens=max_new)
-            trace = dec.run()
+            trace = make_decoder(m, self.pair, EXAMPLES[example], sampling=sampling, max_new_tokens=max_new).run()
             row[m] = {"tokens_per_second": trace.tokens_per_second, "tokens": len(trace.token_ids),
                       "seconds": trace.wall_seconds}
-        results.append(row)
-    return results
+        return row
 
 
 def main() -> int:
@@ -205,7 +216,8 @@ def main() -> int:
     log = open(ROOT / "test-artifacts" / "app_speed_server.log", "w")
     app = launch_app(port, log)
     plan = [SETTINGS[i % len(SETTINGS)] for i in range(args.races)]
-    races = []
+    races, alone = [], []
+    solo = Standalone()
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
@@ -217,12 +229,15 @@ def main() -> int:
             for i, (example, temperature) in enumerate(plan):
                 r = race_in_browser(page, app, example, temperature, args.max_new_tokens, seed=0)
                 races.append(r)
+                alone.append(solo.run(example, temperature, args.max_new_tokens))
                 print(f"race {i + 1}: {example} T={temperature}: "
                       + ", ".join(f"{m} {v['tokens_per_second']:.1f} tok/s" for m, v in r["shown"].items() if v)
                       + f"; wall {r['wall_s']:.1f} s vs compute {r['compute_s']:.1f} s; renderer "
                         f"{100 * r['renderer_cpu_share']:.0f}% CPU, {r['renderer_rss_mb']:.0f} MB; server "
                         f"{100 * r['server_cpu_share']:.0f}%, worker {100 * r['worker_cpu_share']:.0f}%"
-                      + (" [contention warned]" if r["contention_warning"] else ""), flush=True)
+                      + (" [contention warned]" if r["contention_warning"] else "")
+                      + "; standalone " + ", ".join(f"{m} {v['tokens_per_second']:.1f}" for m, v in alone[-1].items()),
+                      flush=True)
             browser.close()
     finally:
         app.terminate()
@@ -230,7 +245,6 @@ def main() -> int:
             app.wait(20)
         except subprocess.TimeoutExpired:
             app.kill()
-    alone = standalone(plan[:len(SETTINGS)], args.max_new_tokens)
     report = summarise(races, alone)
     report["renderer_rss_mb_loaded"] = loaded_rss
     print_report(report)
@@ -240,7 +254,7 @@ def main() -> int:
 
 
 def summarise(races: list[dict], alone: list[dict]) -> dict:
-    n = len(alone)
+    n = len(races)
     out = {"methods": {}}
     for m in METHODS:
         app = [r["shown"][m]["tokens_per_second"] for r in races[:n] if r["shown"].get(m)]

@@ -46,10 +46,12 @@ EXAMPLES = {
 METHOD_NAMES = {"ar": "Autoregressive", "sequoia": "Sequoia", "lookahead": "Lookahead"}
 METHOD_IDS = {name: mid for mid, name in METHOD_NAMES.items()}
 # Streaming rates, chosen so a browser on the same machine stays nearly idle (issue 12):
-# texts at most ~12 times a second (each update carries every step since the last),
-# the views (inline SVG/HTML, see svg.py) twice a second.
-TEXT_INTERVAL_S = float(os.environ.get("SPECVIZ_TEXT_INTERVAL", "0.08"))
-LIVE_VIEW_INTERVAL_S = float(os.environ.get("SPECVIZ_LIVE_VIEW_INTERVAL", "0.5"))
+# texts about 7 times a second (each update carries every step since the last), the
+# views (inline SVG/HTML, see svg.py) once a second. Measured with scripts/app_speed.py
+# on 2 cores: at 12/s and 2/s the renderer took 38% of a core and Lookahead showed
+# 0.84x its standalone speed; at these rates 31% and 0.98x.
+TEXT_INTERVAL_S = float(os.environ.get("SPECVIZ_TEXT_INTERVAL", "0.15"))
+LIVE_VIEW_INTERVAL_S = float(os.environ.get("SPECVIZ_LIVE_VIEW_INTERVAL", "1.0"))
 
 CSS = """
 .sv-col { min-width: 300px; }
