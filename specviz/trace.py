@@ -130,6 +130,10 @@ class StepRecord:
     payload: TreePayload | LookaheadPayload | None = None
     finished: bool = False
     finish_reason: str | None = None  # "eos" | "length" | "cancelled" | "error"
+    # The target's top alternatives at this step (autoregressive only, issue 14): up to 3 of
+    # {"id", "text", "p"}, p at the sampling temperature (1 when greedy), before top-p. Optional:
+    # older traces have none.
+    alternatives: list[dict] | None = None
 
     @property
     def total_ms(self) -> float:
@@ -388,6 +392,11 @@ def _validate(race: RaceTrace, vocab_size: int | None) -> None:
                     isinstance(v, (int, float)) and v >= 0 for v in rec.time_ms.values()):
                 raise InvalidInput(f"the trace's {where} has malformed timings")
             _check_ids(rec.new_token_ids, vocab, where)
+            if rec.alternatives is not None:
+                if not isinstance(rec.alternatives, list) or not all(
+                        isinstance(a, dict) and isinstance(a.get("p", 0.0), (int, float)) for a in rec.alternatives):
+                    raise InvalidInput(f"the trace's {where} has malformed alternatives")
+                _check_ids([a.get("id", 0) for a in rec.alternatives], vocab, where + " (alternatives)")
             payload = rec.payload
             if payload is None:
                 continue

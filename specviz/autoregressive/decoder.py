@@ -45,7 +45,23 @@ class AutoregressiveDecoder(Decoder):
         token = next_token(logits, self.sampling, self.generator)
         self.pending = token.view(1, 1)
         token_id = int(token)
-        return self._emit([token_id], [SOURCE_AR], n_in, timer.stop())
+        record = self._emit([token_id], [SOURCE_AR], n_in, timer.stop())
+        record.alternatives = self._alternatives(logits)   # after the timer: not charged to the race
+        return record
+
+    def _alternatives(self, logits: torch.Tensor, k: int = 3) -> list[dict]:
+        """The target's top-k next tokens with their probabilities, for the narrated step-through.
+
+        One topk and one logsumexp over the logits already computed (the step has already
+        synchronised on the token), p at the sampling temperature (1 when greedy), before top-p.
+        """
+        row = logits.reshape(-1, logits.shape[-1])[-1].float()
+        if not self.sampling.greedy:
+            row = row / self.sampling.temperature
+        top = torch.topk(row, k)
+        probs = torch.exp(top.values - torch.logsumexp(row, 0)).tolist()
+        return [{"id": int(i), "text": self._text(int(i)), "p": round(float(p), 5)}
+                for i, p in zip(top.indices.tolist(), probs)]
 
     def close(self) -> None:
         self.forward = None
