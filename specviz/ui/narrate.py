@@ -296,7 +296,7 @@ def caption_html(trace: RaceTrace | None, upto: int) -> str:
     except (IndexError, KeyError, AttributeError, TypeError, ValueError) as exc:   # a malformed upload
         story = f"(this step cannot be narrated: {esc(str(exc))})"
     return (f'<div class="sv-caption"><div class="sv-caption-head"><b>Step {upto} of {total}</b>: '
-            f'<span style="color:{color};font-weight:700">{label}</span> ran its step {step} ({mode}). '
+            f'<span style="color:{color};font-weight:700">{label} ran its step {step}</span> ({mode}). '
             f'<span style="color:#6b7280">Steps so far — {done}.</span></div>'
             f'<div class="sv-caption-body" style="border-left:4px solid {color}">{story}</div></div>')
 

@@ -1,0 +1,367 @@
+"""The "what if" panel: the hardware-aware optimiser's prediction for any size, next to what a run reached.
+
+Sequoia: predicted tokens per step = best(n, d) from the acceptance vector (the tree
+DP), predicted step time = d draft forwards + t_target(n), predicted speedup =
+tokens per step x t(1) / step time (`specviz.sequoia.sizing`). Lookahead: expected
+tokens E(W, N, G) and one forward over (N-1)(W+G) tokens (`specviz.lookahead.sizing`).
+
+Inputs, best first: the plans `auto` cached for the trace's pair (`hardware.plans_for`),
+else what the trace itself holds (the acceptance vector the decoder used; t(n) as the
+median target-forward time per input size the run actually took). A saved profile
+(a GPU's t(n), e.g. a `forward-*.json` / `sequoia-plan-*.json` from another machine's
+~/.cache/specviz/profiles) replaces the target curve, so a learner sees what changes
+there. Pure functions: no model, no gradio.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+
+from ..trace import PHASE_DRAFT, PHASE_TARGET, RaceTrace, TreePayload
+from . import hardware
+from .figures import METHOD_COLORS
+from .html import esc
+
+# The "illustrative" sizes (issue 14): shapes that teach (several tree levels, several window
+# levels) rather than the fastest on a CPU. Their predicted cost is shown in the panel.
+ILLUSTRATIVE_TREE = {"tree_budget": 20, "tree_depth": 5}
+ILLUSTRATIVE_LOOKAHEAD = {"window": 5, "ngram": 4, "guesses": 4}
+
+
+def _curve(data) -> dict[int, float]:
+    if not isinstance(data, dict):
+        return {}
+    out = {}
+    for k, v in data.items():
+        try:
+            n, ms = int(k), float(v)
+        except (TypeError, ValueError):
+            continue
+        if n >= 1 and ms > 0:
+            out[n] = ms
+    return dict(sorted(out.items()))
+
+
+def interpolate(curve: dict[int, float], n: float) -> float:
+    """t(n), linear between measured sizes and past the last one (as `lookahead.sizing.interpolate`)."""
+    from ..lookahead.sizing import interpolate as _interp
+
+    return float(_interp(curve, n))
+
+
+def load_profile(path: str) -> dict:
+    """A saved t(n) profile -> {"target_ms": {...}, "draft_ms": {...}?, "name": str}.
+
+    Accepts the profiler's `forward-*.json` ({"ms": ...}), a `sequoia-plan-*.json`
+    ({"target_ms", "draft_ms"}), a `lookahead-auto-*.json` ({"curve"}) or a plain {n: ms}.
+    """
+    from ..errors import InvalidInput
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"could not read the profile: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput("a profile is a JSON object of t(n) timings")
+    target = _curve(data.get("target_ms") or data.get("ms") or data.get("curve") or data)
+    if len(target) < 2:
+        raise InvalidInput("the profile has no t(n) curve (expected 'ms', 'target_ms' or 'curve': {n: ms})")
+    return {"target_ms": target, "draft_ms": _curve(data.get("draft_ms")),
+            "name": str(data.get("key") or data.get("device") or "uploaded profile")}
+
+
+def trace_curve(trace: RaceTrace | None) -> dict[int, float]:
+    """t(n) as this run measured it: the median target-forward time for each input size seen (prefills excluded)."""
+    if trace is None:
+        return {}
+    by_n: dict[int, list[float]] = {}
+    for run in trace.runs.values():
+        for rec in run.steps[1:]:   # step 0 is the prompt's prefill
+            ms = rec.time_ms.get(PHASE_TARGET)
+            if ms:
+                by_n.setdefault(int(rec.tokens_processed), []).append(float(ms))
+    return {n: sorted(v)[len(v) // 2] for n, v in sorted(by_n.items())}
+
+
+def _trace_draft_ms(trace: RaceTrace | None) -> float | None:
+    run = trace.runs.get("sequoia") if trace else None
+    per_level = []
+    for rec in (run.steps if run else []):
+        p = rec.payload
+        if isinstance(p, TreePayload) and p.depth and rec.time_ms.get(PHASE_DRAFT):
+            per_level.append(rec.time_ms[PHASE_DRAFT] / p.depth)
+    return sorted(per_level)[len(per_level) // 2] if per_level else None
+
+
+def _trace_acceptance(trace: RaceTrace | None) -> list[float] | None:
+    """The vector the run used (its settings), else the root's accepted rank counted over its trees."""
+    run = trace.runs.get("sequoia") if trace else None
+    if run is None:
+        return None
+    acc = run.settings.get("acceptance") if isinstance(run.settings, dict) else None
+    if isinstance(acc, list) and acc:
+        return [float(a) for a in acc]
+    counts, steps = {}, 0
+    for rec in run.steps:
+        p = rec.payload
+        if not isinstance(p, TreePayload) or not p.nodes:
+            continue
+        steps += 1
+        kids = sorted((n for n in p.nodes if n.parent == p.nodes[0].id), key=lambda n: n.id)
+        for rank, n in enumerate(kids, 1):
+            if n.status == "accepted":
+                counts[rank] = counts.get(rank, 0) + 1
+    if not steps or not counts:
+        return None
+    return [counts.get(k, 0) / steps for k in range(1, max(counts) + 1)]
+
+
+def inputs(trace: RaceTrace | None, profile: dict | None = None) -> dict:
+    """Everything the predictions need, and where each part came from."""
+    plans = hardware.plans_for(trace) if trace is not None else {"sequoia": None, "lookahead": None}
+    sq, la = plans.get("sequoia") or {}, plans.get("lookahead") or {}
+    target = _curve(sq.get("target_ms")) or _curve(la.get("curve"))
+    source = "this machine's measured t(n) (the plan 'auto' cached)" if target else ""
+    if not target:
+        target = trace_curve(trace)
+        source = "t(n) measured during this run (median target forward per input size)" if target else ""
+    draft = _curve(sq.get("draft_ms"))
+    if not draft:
+        per_level = _trace_draft_ms(trace)
+        draft = {1: per_level, 64: per_level} if per_level else {}
+    acceptance = sq.get("acceptance") or _trace_acceptance(trace)
+    by_depth = sq.get("acceptance_by_depth")
+    if profile:
+        target = profile["target_ms"]
+        source = f"the uploaded profile ({profile.get('name', 'profile')})"
+        if profile.get("draft_ms"):
+            draft = profile["draft_ms"]
+    if target and len(target) == 1:   # one size only: assume flat (a guess, said below)
+        (n, ms), = target.items()
+        target = {1: ms, max(2, n): ms}
+    return {"target_ms": target, "draft_ms": draft, "acceptance": acceptance, "by_depth": by_depth,
+            "curve_source": source, "sequoia_plan": sq or None, "lookahead_plan": la or None,
+            "lookahead_rate": la.get("accept_rate")}
+
+
+@lru_cache(maxsize=8)
+def _tables(acceptance: tuple, by_depth: tuple | None, budget: int, depth: int):
+    from ..sequoia.tree_dp import build_tables
+
+    return build_tables(list(acceptance), budget, depth, by_depth=[list(r) for r in by_depth] if by_depth else None)
+
+
+def _freeze(by_depth):
+    return tuple(tuple(float(x) for x in row) for row in by_depth) if by_depth else None
+
+
+def sequoia_point(inp: dict, budget: int, depth: int, max_budget: int = 128, max_depth: int = 12) -> dict | None:
+    """Predicted tokens per step, step ms and speedup for the best tree of `budget` nodes and `depth` levels."""
+    from ..sequoia.tree import TreeShape
+
+    acc, target, draft = inp.get("acceptance"), inp.get("target_ms"), inp.get("draft_ms")
+    if not acc or not target or len(target) < 2:
+        return None
+    budget, depth = int(budget), int(min(depth, budget - 1))
+    tables = _tables(tuple(float(a) for a in acc), _freeze(inp.get("by_depth")), max(max_budget, budget),
+                     max(max_depth, depth))
+    value = float(tables.best[depth, budget])
+    if not math.isfinite(value):
+        return None
+    shape = TreeShape.from_parents(tables.parents(budget, depth))
+    draft_ms = 0.0
+    for level in range(shape.depth):
+        start, end = shape.level_ranges[level]
+        if draft:
+            draft_ms += interpolate(draft, 1 if level == 0 else end - start) if len(draft) > 1 else next(iter(draft.values()))
+    step_ms = draft_ms + interpolate(target, shape.size)
+    t1 = interpolate(target, 1)
+    return {"budget": budget, "depth": shape.depth, "tokens_per_step": value, "step_ms": step_ms,
+            "speedup": value * t1 / step_ms if step_ms > 0 else 0.0}
+
+
+def lookahead_point(inp: dict, window: int, ngram: int, guesses: int) -> dict | None:
+    from ..lookahead.sizing import ACCEPT_RATE, expected_tokens, step_tokens
+
+    target = inp.get("target_ms")
+    if not target or len(target) < 2:
+        return None
+    rate = inp.get("lookahead_rate") or ACCEPT_RATE
+    n = step_tokens(int(window), int(ngram), int(guesses))
+    e = expected_tokens(int(window), int(ngram), int(guesses), rate)
+    ms = interpolate(target, max(n, 1))
+    t1 = interpolate(target, 1)
+    return {"window": window, "ngram": ngram, "guesses": guesses, "step_tokens": n, "tokens_per_step": e,
+            "step_ms": ms, "speedup": e * t1 / ms if ms > 0 else 0.0}
+
+
+def actual(trace: RaceTrace | None) -> dict:
+    """What the last run reached: tokens per target forward and speedup over autoregressive (tokens/s)."""
+    out = {}
+    if trace is None:
+        return out
+    ar = trace.runs.get("ar")
+    ar_speed = ar.tokens_per_second if ar and ar.steps else 0.0
+    for m in ("sequoia", "lookahead"):
+        run = trace.runs.get(m)
+        if run is None or not run.steps:
+            continue
+        steps = run.steps[1:] or run.steps   # without the prefill step
+        tokens = sum(len(s.new_token_ids) for s in steps)
+        out[m] = {"tokens_per_step": tokens / len(steps),
+                  "speedup": run.tokens_per_second / ar_speed if ar_speed > 0 else None,
+                  "settings": run.settings if isinstance(run.settings, dict) else {}}
+    return out
+
+
+# ----------------------------------------------------------------------------- drawing
+
+
+def _chart(title: str, x_label: str, series: list[tuple[str, str, list[tuple[float, float]], bool]],
+           marks: list[tuple[str, str, float, float, str]], w: int = 520, h: int = 230) -> str:
+    """Speedup against a size: lines [(label, colour, points, dashed)] and marks [(label, colour, x, y, shape)]."""
+    pts = [p for _, _, s, _ in series for p in s] + [(x, y) for _, _, x, y, _ in marks]
+    if not pts:
+        return ""
+    x_hi = max(x for x, _ in pts) or 1.0
+    y_hi = max(1.2, max(y for _, y in pts) * 1.1)
+    left, bottom = 44, 32
+
+    def sx(v):
+        return left + v / x_hi * (w - left - 14)
+
+    def sy(v):
+        return h - bottom - v / y_hi * (h - bottom - 14)
+
+    parts = [f'<line x1="{left}" y1="{h - bottom}" x2="{w - 8}" y2="{h - bottom}" stroke="#9ca3af"/>',
+             f'<line x1="{left}" y1="8" x2="{left}" y2="{h - bottom}" stroke="#9ca3af"/>',
+             f'<line x1="{left}" y1="{sy(1):.1f}" x2="{w - 8}" y2="{sy(1):.1f}" stroke="#9ca3af" '
+             f'stroke-dasharray="3 4"><title>1x = as fast as autoregressive</title></line>',
+             f'<text x="{left - 4}" y="{sy(1) + 4:.1f}" text-anchor="end" font-size="12">1x</text>',
+             f'<text x="{left - 4}" y="16" text-anchor="end" font-size="12">{y_hi:.2g}x</text>',
+             f'<text x="{w - 8}" y="{h - 6}" text-anchor="end" font-size="12">{esc(x_label)} (to {x_hi:g})</text>',
+             f'<text x="{left + 4}" y="{h - bottom + 14}" font-size="12">predicted speedup ↑</text>']
+    for label, color, s, dashed in series:
+        if not s:
+            continue
+        coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
+        dash = ' stroke-dasharray="6 4"' if dashed else ""
+        parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2.5"{dash}>'
+                     f'<title>{esc(label)}</title></polyline>')
+    for label, color, x, y, shape in marks:
+        cx, cy = sx(x), sy(y)
+        tip = f"<title>{esc(label)}</title>"
+        if shape == "diamond":
+            parts.append(f'<g class="sv-whatif-actual">{tip}<rect x="{cx - 6:.1f}" y="{cy - 6:.1f}" width="12" '
+                         f'height="12" transform="rotate(45 {cx:.1f} {cy:.1f})" fill="#111827"/></g>')
+        elif shape == "star":
+            parts.append(f'<g>{tip}<text x="{cx:.1f}" y="{cy + 7:.1f}" text-anchor="middle" font-size="20" '
+                         f'fill="{color}">★</text></g>')
+        else:
+            parts.append(f'<g class="sv-whatif-pick">{tip}<circle cx="{cx:.1f}" cy="{cy:.1f}" r="7" fill="none" '
+                         f'stroke="{color}" stroke-width="3"/></g>')
+    return (f'<div style="font-weight:600;margin-top:6px">{esc(title)}</div>'
+            f'<svg viewBox="0 0 {w} {h}" width="100%" style="max-width:{w}px">{"".join(parts)}</svg>')
+
+
+def _fmt_point(p: dict | None, what: str) -> str:
+    if not p:
+        return "—"
+    return (f"{p['tokens_per_step']:.2f} tokens per step, {p['step_ms']:.0f} ms per step → "
+            f"<b>{p['speedup']:.2f}x</b> {what}")
+
+
+def panel_html(trace: RaceTrace | None, budget: int, depth: int, window: int, ngram: int, guesses: int,
+               profile: dict | None = None) -> str:
+    """The what-if panel: predictions at the sliders' sizes, curves, the auto choice and the last run marked."""
+    inp = inputs(trace, profile)
+    if not inp["target_ms"]:
+        return ('<div class="sv-whatif" style="color:#6b7280">Nothing measured yet: run a race (or upload a trace '
+                'or a saved profile) and the predictions appear here.</div>')
+    done = actual(trace)
+    legend = ('<div style="font-size:13px;color:#4b5563">○ your sliders · ★ what <b>auto</b> (fastest) chose · '
+              '◆ what the last run actually reached · dashed line: 1x = autoregressive speed</div>')
+    parts = [f'<div class="sv-whatif" style="font-size:15px"><div>Costs from {esc(inp["curve_source"])}.</div>',
+             legend]
+    cols = []
+    # Sequoia
+    sq = sequoia_point(inp, budget, depth)
+    if sq is None:
+        cols.append('<div><b style="color:%s">Sequoia</b>: no acceptance vector for this pair yet (run Sequoia '
+                    'once).</div>' % METHOD_COLORS["sequoia"])
+    else:
+        line = [(float(n), p["speedup"]) for n in range(2, 129, 2)
+                if (p := sequoia_point(inp, n, min(depth, n - 1))) is not None]
+        marks = [(f"your tree: {budget} nodes, depth {sq['depth']}: {sq['speedup']:.2f}x", METHOD_COLORS["sequoia"],
+                  float(budget), sq["speedup"], "circle")]
+        auto = (inp.get("sequoia_plan") or {}).get("choice")
+        auto_txt = ""
+        if auto:
+            ap = sequoia_point(inp, int(auto["budget"]), int(auto.get("tree_depth", auto["depth"])))
+            if ap:
+                marks.append((f"auto: {ap['budget']} nodes, depth {ap['depth']}: {ap['speedup']:.2f}x",
+                              "#16a34a", float(ap["budget"]), ap["speedup"], "star"))
+                auto_txt = (f"<li>fastest (auto): {ap['budget']} nodes, depth {ap['depth']}: "
+                            f"{_fmt_point(ap, 'predicted')}</li>")
+        ill = sequoia_point(inp, ILLUSTRATIVE_TREE["tree_budget"], ILLUSTRATIVE_TREE["tree_depth"])
+        got = done.get("sequoia")
+        got_txt = ""
+        if got:
+            n_run = int(got["settings"].get("tree_budget") or budget)
+            if got["speedup"] is not None:
+                marks.append((f"last run: {n_run} nodes, {got['tokens_per_step']:.2f} tokens per step, "
+                              f"{got['speedup']:.2f}x measured", "#111827", float(n_run), got["speedup"], "diamond"))
+            got_txt = (f"<li>last run ({n_run} nodes): {got['tokens_per_step']:.2f} tokens per step"
+                       + (f", <b>{got['speedup']:.2f}x</b> measured" if got["speedup"] is not None else "") + "</li>")
+        cols.append(f'<div><b style="color:{METHOD_COLORS["sequoia"]}">Sequoia</b><ul style="margin:2px 0 0 18px;'
+                    f'padding:0"><li>your tree ({budget} nodes, depth {sq["depth"]}): {_fmt_point(sq, "predicted")}'
+                    f'</li>{auto_txt}<li>illustrative ({ILLUSTRATIVE_TREE["tree_budget"]} nodes, depth '
+                    f'{ILLUSTRATIVE_TREE["tree_depth"]}): {_fmt_point(ill, "predicted")}</li>{got_txt}</ul>'
+                    + _chart(f"Sequoia: predicted speedup against tree budget (depth {depth})", "tree budget n",
+                             [("predicted speedup", METHOD_COLORS["sequoia"], line, False)], marks) + "</div>")
+    # Lookahead
+    la = lookahead_point(inp, window, ngram, guesses)
+    if la is not None:
+        line = [(float(wv), p["speedup"]) for wv in range(1, 33) if (p := lookahead_point(inp, wv, ngram, guesses))]
+        marks = [(f"your W={window}, N={ngram}, G={guesses}: {la['speedup']:.2f}x", METHOD_COLORS["lookahead"],
+                  float(window), la["speedup"], "circle")]
+        auto = (inp.get("lookahead_plan") or {}).get("choice")
+        auto_txt = ""
+        if auto:
+            ap = lookahead_point(inp, auto["window"], auto["ngram"], auto["guesses"])
+            if ap:
+                marks.append((f"auto: W={ap['window']}, N={ap['ngram']}, G={ap['guesses']}: {ap['speedup']:.2f}x "
+                              f"(at its own N and G)", "#16a34a", float(ap["window"]), ap["speedup"], "star"))
+                auto_txt = (f"<li>fastest (auto): W={ap['window']}, N={ap['ngram']}, G={ap['guesses']}: "
+                            f"{_fmt_point(ap, 'predicted')}</li>")
+        ill = lookahead_point(inp, **ILLUSTRATIVE_LOOKAHEAD)
+        got = done.get("lookahead")
+        got_txt = ""
+        if got:
+            w_run = int(got["settings"].get("window") or window)
+            if got["speedup"] is not None:
+                marks.append((f"last run: W={w_run}, {got['tokens_per_step']:.2f} tokens per step, "
+                              f"{got['speedup']:.2f}x measured", "#111827", float(w_run), got["speedup"], "diamond"))
+            got_txt = (f"<li>last run (W={w_run}): {got['tokens_per_step']:.2f} tokens per step"
+                       + (f", <b>{got['speedup']:.2f}x</b> measured" if got["speedup"] is not None else "") + "</li>")
+        ill_txt = (f"<li>illustrative (W={ILLUSTRATIVE_LOOKAHEAD['window']}, N={ILLUSTRATIVE_LOOKAHEAD['ngram']}, "
+                   f"G={ILLUSTRATIVE_LOOKAHEAD['guesses']}): {_fmt_point(ill, 'predicted')}</li>")
+        cols.append(f'<div><b style="color:{METHOD_COLORS["lookahead"]}">Lookahead</b><ul style="margin:2px 0 0 18px;'
+                    f'padding:0"><li>your W={window}, N={ngram}, G={guesses} (one forward over {la["step_tokens"]} '
+                    f'tokens): {_fmt_point(la, "predicted")}</li>{auto_txt}{ill_txt}{got_txt}</ul>'
+                    + _chart(f"Lookahead: predicted speedup against W (N={ngram}, G={guesses})", "window W",
+                             [("predicted speedup", METHOD_COLORS["lookahead"], line, False)], marks) + "</div>")
+    parts.append('<div class="sv-whatif-cols">' + "".join(cols) + "</div>")
+    parts.append('<div style="font-size:13px;color:#4b5563;margin-top:4px">Lookahead\'s tokens per step are a '
+                 'model (a prior calibrated on the offline default, see <code>lookahead/sizing.py</code>); '
+                 'text that repeats itself or quotes the prompt does better. On a GPU, t(n) stays nearly flat to '
+                 'n = 64 or more, so the best sizes grow: upload a profile measured there to see it.</div></div>')
+    return "".join(parts)
+
+
+WHATIF_CSS = """
+.sv-whatif-cols { display: grid; grid-template-columns: repeat(auto-fit, minmax(340px, 1fr)); gap: 14px; }
+"""

@@ -1,0 +1,245 @@
+"""Workshop mode (issue 14): narrated captions from traces alone, the what-if predictions, sizing modes.
+
+Hand-built traces pin exact wording (accepted tokens, the rejected token with its q and P,
+the residual at T > 0, matched n-gram lengths); recorded races on the real offline model
+(fp32) check the captions agree with what the decoders did, and that the autoregressive
+step records the target's top alternatives while old traces still load.
+"""
+
+from __future__ import annotations
+
+import html as htmllib
+import json
+import re
+
+import pytest
+
+from specviz.trace import LookaheadPayload, NgramCandidate, RaceTrace, RunTrace, StepRecord, TreeNode, TreePayload
+from specviz.ui import narrate, whatif
+
+
+def plain(fragment: str) -> str:
+    """Caption HTML as the reader sees it (tags dropped, entities decoded)."""
+    return htmllib.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def tree() -> TreePayload:
+    # root "The" -> " cat" (accepted) -> " sat" (rejected), " lay" (not reached); root -> " dog" (not reached)
+    nodes = [TreeNode(0, -1, 0, 10, "The", 1.0, 1.0, "root"),
+             TreeNode(1, 0, 1, 11, " cat", 0.6, 0.7, "accepted"),
+             TreeNode(2, 0, 1, 12, " dog", 0.3, 0.1, "not_reached"),
+             TreeNode(3, 1, 2, 13, " sat", 0.5, 0.2, "rejected"),
+             TreeNode(4, 1, 2, 14, " lay", 0.2, 0.05, "not_reached")]
+    return TreePayload(nodes=nodes, accepted_path=[1], bonus_token_id=15, bonus_text=" ran", budget=5, depth=2,
+                       draft_ms=1.0, verify_ms=1.0)
+
+
+def look(warmup=False) -> LookaheadPayload:
+    return LookaheadPayload(
+        window=[[21, 22], [23, 24, 25]], window_text=[[" a", " b"], [" c", " d", " e"]],
+        harvested=[[15, 23, 26]], pool_size=9, key_token_id=15,
+        candidates=[NgramCandidate([30, 31], [" x", " y"], 0), NgramCandidate([16, 17], [" on", " the"], 2)],
+        accepted_candidate=None if warmup else 1, pool_entry=[[30, 31], [16, 17]], step_ms=1.0, warmup=warmup,
+        window_size=3, ngram_size=3, guesses=2)
+
+
+def rec(i, ids, texts, sources, payload=None, tokens_in=1, alternatives=None, finished=False):
+    return StepRecord(step=i, new_token_ids=ids, new_token_texts=texts, token_sources=sources,
+                      tokens_processed=tokens_in, cumulative_tokens=0, time_ms={"target": 10.0}, payload=payload,
+                      finished=finished, finish_reason="length" if finished else None, alternatives=alternatives)
+
+
+def race(temperature=0.0) -> RaceTrace:
+    alts = [{"id": 11, "text": " cat", "p": 0.52}, {"id": 12, "text": " dog", "p": 0.31},
+            {"id": 19, "text": " owl", "p": 0.05}]
+    runs = {
+        "ar": RunTrace("ar", "p", [1, 2], {}, steps=[rec(0, [11], [" cat"], ["ar"], tokens_in=2, alternatives=alts)]),
+        "sequoia": RunTrace("sequoia", "p", [1, 2], {"acceptance": [0.6, 0.2]}, steps=[
+            rec(0, [10], ["The"], ["ar"], tokens_in=2),
+            rec(1, [11, 15], [" cat", " ran"], ["draft", "bonus"], tree(), tokens_in=5)]),
+        "lookahead": RunTrace("lookahead", "p", [1, 2], {}, steps=[
+            rec(0, [15], [" ran"], ["ar"], look(True), tokens_in=2),
+            rec(1, [16, 17, 18], [" on", " the", " mat"], ["ngram", "ngram", "bonus"], look(), tokens_in=10)]),
+    }
+    order = [["ar", 0], ["sequoia", 0], ["sequoia", 1], ["lookahead", 0], ["lookahead", 1]]
+    return RaceTrace(prompt="p", prompt_token_ids=[1, 2], methods=list(runs), runs=runs, order=order,
+                     sampling={"temperature": temperature}, vocab_size=100)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_sequoia_caption_names_the_levels_the_accepted_path_and_the_rejection(temperature):
+    text = plain(narrate.caption_html(race(temperature), 3))
+    assert "Step 3 of 5" in text and "Sequoia ran its step 1" in text
+    assert "level 1: ·cat q 0.600, ·dog q 0.300" in text and "level 2: ·sat q 0.500, ·lay q 0.200" in text
+    assert "Accepted 1: ·cat (q 0.600, P 0.700)" in text
+    assert "Rejected: ·sat after ·cat, with draft probability q = 0.500 and target probability P = 0.200" in text
+    assert "Bonus token ·ran" in text
+    if temperature == 0.0:
+        assert "target's top choice there was a different token (·ran)" in text
+        assert "residual" not in text
+    else:
+        assert "min(1, P/q) = 0.400" in text
+        assert "residual distribution normalise(max(P − q, 0))" in text
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_lookahead_caption_names_candidates_match_lengths_window_and_pool(temperature):
+    trace = race(temperature)
+    warm = plain(narrate.caption_html(trace, 4))
+    assert "Warm-up" in warm and "no n-gram is verified yet" in warm
+    text = plain(narrate.caption_html(trace, 5))
+    assert "2 n-gram candidates after ·ran" in text
+    assert "·x·y matched 0" in text and "·on·the matched 2" in text
+    assert "Accepted candidate 1: its first 2 tokens (·on, ·the)" in text
+    assert "level 0: ·a, ·b" in text and "level 1: ·c, ·d, ·e" in text
+    assert "·ran → ·c #26" in text and "it now holds 9" in text
+    assert "3 tokens (·on, ·the, ·mat)" in text
+    assert ("accepted with probability P(x)" in text) == (temperature > 0)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_autoregressive_caption_lists_the_targets_top_alternatives(temperature):
+    text = plain(narrate.caption_html(race(temperature), 1))
+    assert "prefill" in text and "produced ·cat" in text
+    assert "·cat p = 0.520 ✔, ·dog p = 0.310, ·owl p = 0.050" in text
+    assert ("greedy decoding takes the most likely one" in text) == (temperature == 0.0)
+
+
+def test_a_trace_without_alternatives_loads_and_says_so():
+    data = race().to_dict()
+    for run in data["runs"].values():
+        for step in run["steps"]:
+            step.pop("alternatives")   # as an older trace was written
+    old = RaceTrace.from_json(json.dumps(data))
+    assert old.runs["ar"].steps[0].alternatives is None
+    assert "does not record the target's alternatives" in plain(narrate.caption_html(old, 1))
+
+
+def test_caption_shortens_long_tokens_with_the_full_text_on_hover():
+    shown = narrate.tok("supercalifragilisticexpialidocious")
+    assert 'title="supercalifragilisticexpialidocious"' in shown and "…" in shown
+
+
+def test_illustrative_sizes_map_onto_the_api_values():
+    from specviz.ui.layout import method_options
+
+    opts = method_options("illustrative", 0, 0, "illustrative", 0, 0, 0, True)
+    assert opts["sequoia"] == whatif.ILLUSTRATIVE_TREE
+    assert {k: opts["lookahead"][k] for k in ("window", "ngram", "guesses")} == whatif.ILLUSTRATIVE_LOOKAHEAD
+    assert whatif.ILLUSTRATIVE_TREE["tree_depth"] >= 3 and whatif.ILLUSTRATIVE_LOOKAHEAD["ngram"] >= 4
+    auto = method_options("auto", 8, 3, "auto", 3, 3, 3, True)
+    assert auto["sequoia"] == {"tree_budget": None, "tree_depth": None} and auto["lookahead"]["window"] is None
+
+
+def test_what_if_predicts_from_the_acceptance_vector_and_curve_and_marks_the_run(tmp_path):
+    trace = race()
+    inp = whatif.inputs(trace)
+    assert inp["acceptance"] == [0.6, 0.2]
+    flat = {**inp, "target_ms": {1: 10.0, 64: 10.0}, "draft_ms": {}}
+    star = whatif.sequoia_point(flat, 3, 1)   # root + 2 children: 1 + 0.6 + 0.2 tokens, free forwards
+    assert star["tokens_per_step"] == pytest.approx(1.8) and star["speedup"] == pytest.approx(1.8)
+    chain = whatif.sequoia_point(flat, 3, 2)  # root -> a -> b: 1 + 0.6 + 0.36
+    assert chain["tokens_per_step"] == pytest.approx(1.96)
+    # A curve that grows with n makes a big tree cost more than it gains.
+    steep = {**flat, "target_ms": {1: 10.0, 8: 20.0, 64: 160.0}}
+    assert whatif.sequoia_point(steep, 64, 6)["speedup"] < whatif.sequoia_point(steep, 4, 2)["speedup"]
+    la = whatif.lookahead_point(flat, 3, 3, 0)
+    assert la["tokens_per_step"] == 1.0 and la["step_tokens"] == 6
+    # A saved profile (the profiler's format) replaces the curve.
+    path = tmp_path / "forward-gpu.json"
+    path.write_text(json.dumps({"key": "A100", "ms": {"1": 8.0, "64": 8.5, "256": 11.0}}))
+    prof = whatif.load_profile(str(path))
+    assert prof["target_ms"] == {1: 8.0, 64: 8.5, 256: 11.0}
+    page = whatif.panel_html(trace, 16, 4, 3, 3, 2, prof)
+    assert "uploaded profile (A100)" in page and "Sequoia" in page and "Lookahead" in page
+    assert "last run" in page   # what the run reached is marked
+
+
+# ----------------------------------------------------------------------------- recorded races, real model
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    """Greedy and sampled races with the shipped draft (not the target drafting for itself, whose q = P
+    would never reject at T > 0), replayed from their JSON as an upload would be."""
+    from specviz.engine.models import load_pair
+    from specviz.engine.race import start_race
+
+    pair = load_pair("default", dtype="fp32")
+    from specviz.engine.sampling import SamplingConfig
+
+    options = {"sequoia": {"tree_budget": 10, "tree_depth": 3},
+               "lookahead": {"window": 4, "ngram": 3, "guesses": 4, "pool_from_prompt": True}}
+    out = {}
+    for name, temperature in (("greedy", 0.0), ("sampled", 1.0)):
+        race_ = start_race(pair, "Repeat exactly: one two three four, one two three four,",
+                           ["ar", "sequoia", "lookahead"], sampling=SamplingConfig(temperature=temperature, seed=1),
+                           max_new_tokens=20, options=options)
+        trace = race_.run()
+        out[name] = RaceTrace.from_json(trace.to_json())   # replayed from JSON, as an upload would be
+    return out
+
+
+def test_recorded_captions_say_what_each_step_did(recorded):
+    seen = set()
+    for name, trace in recorded.items():
+        _check_captions(name, trace, seen)
+    # Both traces together show every kind of step (one run may end early at EOS).
+    assert {"ar", "sequoia", "lookahead", "rejection", "residual"} <= seen, seen
+
+
+def _check_captions(name, trace, seen):
+    for upto, (method, step) in enumerate(trace.order, 1):
+        rec_ = trace.runs[method].steps[step]
+        text = plain(narrate.caption_html(trace, upto))
+        assert f"Step {upto} of {len(trace.order)}" in text
+        emitted = [narrate.plain_token(t) for t in rec_.new_token_texts]
+        assert all(t in text for t in emitted), (text, emitted)
+        if method == "ar":
+            assert rec_.alternatives and len(rec_.alternatives) == 3
+            assert abs(sum(a["p"] for a in rec_.alternatives)) <= 1.0 + 1e-6
+            if name == "greedy":
+                assert rec_.alternatives[0]["id"] == rec_.new_token_ids[0]
+            assert "top alternatives" in text
+            seen.add("ar")
+        elif method == "sequoia" and isinstance(rec_.payload, TreePayload) and len(rec_.payload.nodes) > 1:
+            walk = narrate.sequoia_walk(rec_.payload)
+            for node in walk["path"]:
+                assert f"{narrate.plain_token(node.text)} (q {narrate._p(node.draft_prob)}, P" in text
+            if walk["first_rejected"] is not None:
+                _, bad = walk["first_rejected"]
+                assert (f"Rejected: {narrate.plain_token(bad.text)}" in text
+                        and f"q = {narrate._p(bad.draft_prob)} and target probability P = "
+                            f"{narrate._p(bad.target_prob)}" in text)
+                if name == "sampled" and walk["rejected_at_last"]:
+                    assert "residual" in text
+                    seen.add("residual")
+                seen.add("rejection")
+            seen.add("sequoia")
+        elif method == "lookahead" and isinstance(rec_.payload, LookaheadPayload) and not rec_.payload.warmup:
+            for cand in rec_.payload.candidates[:narrate.MAX_LIST]:
+                assert f"matched {cand.match_length}" in text
+            seen.add("lookahead")
+
+
+def test_long_tokens_are_shortened_on_the_tree_and_window_with_the_full_text_on_hover():
+    from specviz.ui import svg
+
+    payload = tree()
+    payload.nodes[1].text = " extraordinarily_long_identifier"
+    drawn = svg.tree_svg(payload, 1)
+    assert "·extraord…<" in drawn and "·extraordinarily_long_identifier (id 11)" in drawn   # label, tooltip
+    window = look()
+    window.window_text[1][0] = " another_very_long_token"
+    cells = svg.window_html(window, 1)
+    assert "·another…<" in cells and 'title="level 1, column 0: ·another_very_long_token"' in cells
+
+
+def test_pool_view_lists_the_most_used_ngrams():
+    from specviz.ui import html, views
+
+    trace = race()
+    run = trace.runs["lookahead"]
+    assert html.most_used_ngrams(run) == [(" on the", 1, 2)]
+    pool = views.plot_views(trace)["pool"]
+    assert "Most used n-grams so far" in pool and "accepted 1×, 2 tokens" in pool and "match" in pool
