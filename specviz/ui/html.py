@@ -115,8 +115,41 @@ def stats_html(method: str, run: RunTrace | None, upto: int | None = None, runni
             f'<div style="display:flex;justify-content:space-between;margin-top:4px">{stat_cells}</div></div>')
 
 
-def pool_entry_html(payload: LookaheadPayload | None, key_text: str | None = None) -> str:
-    """The candidates verified this step for the current key, matched prefix highlighted."""
+def most_used_ngrams(run: RunTrace | None, upto: int | None = None, top: int = 5) -> list[tuple[str, int, int]]:
+    """The pool's n-grams that paid off most so far: (text, times accepted, tokens they gave), best first."""
+    used: dict[str, list[int]] = {}
+    for rec in ([] if run is None else run.steps[:upto]):
+        p = rec.payload
+        if not isinstance(p, LookaheadPayload) or p.accepted_candidate is None:
+            continue
+        cand = p.candidates[p.accepted_candidate]
+        if cand.match_length <= 0:
+            continue
+        text = "".join(cand.texts)
+        entry = used.setdefault(text, [0, 0])
+        entry[0] += 1
+        entry[1] += cand.match_length
+    ranked = sorted(used.items(), key=lambda kv: (-kv[1][1], -kv[1][0], kv[0]))
+    return [(text, n, tokens) for text, (n, tokens) in ranked[:top]]
+
+
+def _most_used_html(used: list[tuple[str, int, int]] | None) -> str:
+    if used is None:
+        return ""
+    if not used:
+        return ('<div style="font-size:14px;color:#6b7280;margin-top:6px">Most used n-grams: none has matched '
+                'yet.</div>')
+    items = "".join(f'<li><code style="background:#fef3c7;padding:0 4px;border-radius:4px;white-space:pre">'
+                    f'{esc(text.replace(chr(10), "⏎"))}</code> — accepted {n}×, {tokens} token'
+                    f'{"s" if tokens != 1 else ""}</li>' for text, n, tokens in used)
+    return (f'<div style="font-size:14px;margin-top:6px"><b>Most used n-grams so far</b> (tokens they gave)'
+            f'<ol style="margin:2px 0 0 20px;padding:0">{items}</ol></div>')
+
+
+def pool_entry_html(payload: LookaheadPayload | None, key_text: str | None = None,
+                    used: list[tuple[str, int, int]] | None = None) -> str:
+    """The candidates verified this step for the current key, matched prefix highlighted, and the
+    pool's most used n-grams so far (`most_used_ngrams`)."""
     if payload is None:
         return '<div style="color:#9ca3af;padding:8px">the n-gram pool entry appears here when Lookahead runs</div>'
     key = key_text if key_text is not None else str(payload.key_token_id)
@@ -125,7 +158,7 @@ def pool_entry_html(payload: LookaheadPayload | None, key_text: str | None = Non
             f'— pool holds {payload.pool_size} n-grams'
             f'{" (warm-up: no candidates yet)" if payload.warmup else ""}</div>')
     if not payload.candidates:
-        return head + '<div style="color:#6b7280">no candidates for this key this step</div>'
+        return head + '<div style="color:#6b7280">no candidates for this key this step</div>' + _most_used_html(used)
     rows = []
     for i, cand in enumerate(payload.candidates):
         chosen = payload.accepted_candidate == i
@@ -144,7 +177,7 @@ def pool_entry_html(payload: LookaheadPayload | None, key_text: str | None = Non
     table = ('<table style="border-collapse:collapse;font-size:15px"><tr style="color:#6b7280">'
              '<th>#</th><th style="text-align:left">candidate n-gram</th><th>match</th><th></th></tr>'
              + "".join(rows) + "</table>")
-    return head + table
+    return head + '<div style="overflow-x:auto">' + table + "</div>" + _most_used_html(used)
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:

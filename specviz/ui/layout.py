@@ -23,7 +23,7 @@ from ..engine.race import PairCache, free_accelerator_memory, is_out_of_memory, 
 from ..engine.worker import WorkerSlot, WorkerUnavailable
 from ..errors import InvalidInput, SpecVizError
 from ..trace import RaceTrace
-from . import hardware, html, svg, views
+from . import hardware, html, narrate, svg, views, whatif
 
 DEFAULT_PRESET = "SmolLM2-135M-Instruct (offline default)"
 # label -> (target, draft); draft None = the package's default choice for that target.
@@ -53,10 +53,70 @@ METHOD_IDS = {name: mid for mid, name in METHOD_NAMES.items()}
 TEXT_INTERVAL_S = float(os.environ.get("SPECVIZ_TEXT_INTERVAL", "0.15"))
 LIVE_VIEW_INTERVAL_S = float(os.environ.get("SPECVIZ_LIVE_VIEW_INTERVAL", "1.0"))
 
+# Sizing modes (the API's `tree` / `lookahead` values): 'auto' = fastest on this hardware,
+# 'illustrative' = shapes that teach (several levels; their cost is shown), 'manual' = the numbers given.
+SIZING_CHOICES = [("fastest (auto)", "auto"), ("illustrative", "illustrative"), ("manual", "manual")]
+SIZING_NOTE = (
+    "**fastest (auto)** measures this machine's forward cost and picks the size with the lowest predicted time per "
+    "token — on a CPU often a shallow tree and a small window, which draw poor pictures. **illustrative** uses a "
+    f"tree of {whatif.ILLUSTRATIVE_TREE['tree_budget']} nodes over {whatif.ILLUSTRATIVE_TREE['tree_depth']} levels "
+    f"and a window of W = {whatif.ILLUSTRATIVE_LOOKAHEAD['window']}, N = {whatif.ILLUSTRATIVE_LOOKAHEAD['ngram']} "
+    f"(3 levels), G = {whatif.ILLUSTRATIVE_LOOKAHEAD['guesses']}: one target forward over 20 and 27 tokens per "
+    "step instead of a handful, so on a CPU it is usually slower than *fastest* — the *What if* panel below "
+    "shows by how much on this machine.")
+# Workshop presets: prompt + sizes + temperature together, with one guiding question each.
+WORKSHOP = {
+    "Repetitive text: where Lookahead's pool wins": dict(
+        prompt=("Repeat this list exactly three times, one item per line: apple, banana, cherry, date, "
+                "elderberry, fig, grape."),
+        temperature=0.0, max_new_tokens=64, tree="illustrative", lookahead="illustrative",
+        question="After the first round of the list, how many tokens does one Lookahead step write? Step to such "
+                 "a step: did those tokens come from the window or from the pool, and who put them there?"),
+    "Code: what does a small draft get right?": dict(
+        prompt="Write a Python function that checks whether a string is a palindrome.",
+        temperature=0.0, max_new_tokens=64, tree="illustrative", lookahead="illustrative",
+        question="Step through Sequoia: which tokens does the draft get accepted — keywords, punctuation and "
+                 "indentation, or names? Why would that be?"),
+    "Open chat, greedy (T = 0)": dict(
+        prompt="What are three tips for giving a good talk?", temperature=0.0, max_new_tokens=48,
+        tree="illustrative", lookahead="illustrative",
+        question="Note Sequoia's tokens per forward. Are the three texts identical? Then run the T = 1.0 preset "
+                 "and compare."),
+    "Open chat, sampled (T = 1.0)": dict(
+        prompt="What are three tips for giving a good talk?", temperature=1.0, max_new_tokens=48,
+        tree="illustrative", lookahead="illustrative",
+        question="The texts now differ from autoregressive, yet the method is exact. Step to a Sequoia rejection: "
+                 "read its q and P — where did the bonus token come from, and why does that keep the output exact?"),
+    "A tree too big for this hardware": dict(
+        prompt="Tell a short story about a robot who learns to paint.", temperature=0.0, max_new_tokens=48,
+        tree="manual", tree_budget=96, tree_depth=8, lookahead="auto",
+        question="Tokens per forward go up with a huge tree — do tokens per second? Open *What if*: where does "
+                 "the predicted speedup peak on this machine, and where would it peak on a GPU?"),
+}
+
 CSS = """
-.sv-col { min-width: 300px; }
+.sv-col { min-width: 0; }
 .sv-title h1 { margin-bottom: 0; }
 #sv-run { font-size: 18px; }
+html, body { overflow-x: hidden; }
+.gradio-container { max-width: 100% !important; }
+.sv-view, .sv-caption, .sv-whatif { max-width: 100%; overflow-x: auto; }
+#sv-question { background: #eff6ff; border-left: 4px solid #2563eb; padding: 4px 10px; border-radius: 4px; }
+""" + narrate.CAPTION_CSS + whatif.WHATIF_CSS
+
+# Prev / Next from the keyboard (ArrowLeft / ArrowRight), unless the focus is in a text field or slider.
+KEYS_JS = """
+<script>
+document.addEventListener('keydown', function (e) {
+  if (e.altKey || e.ctrlKey || e.metaKey) return;
+  if (e.key !== 'ArrowLeft' && e.key !== 'ArrowRight') return;
+  var t = e.target, tag = (t && t.tagName || '').toLowerCase();
+  if (tag === 'textarea' || tag === 'select' || (t && t.isContentEditable)) return;
+  if (tag === 'input' && !['checkbox', 'radio', 'button'].includes((t.type || '').toLowerCase())) return;
+  var b = document.getElementById(e.key === 'ArrowLeft' ? 'sv-prev' : 'sv-next');
+  if (b) { e.preventDefault(); b.click(); }
+});
+</script>
 """
 
 
@@ -98,12 +158,16 @@ def _int(value, name: str, lo: int, hi: int) -> int:
 def method_options(tree_mode, budget, depth, look_mode, window, ngram, guesses, pool_from_prompt) -> dict:
     """Decoder keyword arguments from the controls ('auto' = None, sizes checked here)."""
     sequoia = {"tree_budget": None, "tree_depth": None}
-    if tree_mode == "manual":
+    if tree_mode == "illustrative":
+        sequoia = dict(whatif.ILLUSTRATIVE_TREE)
+    elif tree_mode == "manual":
         sequoia = {"tree_budget": _int(budget, "tree budget", 2, 512), "tree_depth": _int(depth, "tree depth", 1, 32)}
         if sequoia["tree_depth"] >= sequoia["tree_budget"]:
             raise InvalidInput("the tree depth must be smaller than the tree budget (the root counts as a node)")
     lookahead = {"window": None, "ngram": None, "guesses": None, "pool_from_prompt": bool(pool_from_prompt)}
-    if look_mode == "manual":
+    if look_mode == "illustrative":
+        lookahead.update(whatif.ILLUSTRATIVE_LOOKAHEAD)
+    elif look_mode == "manual":
         lookahead.update(window=_int(window, "W (window)", 1, 64), ngram=_int(ngram, "N (n-gram size)", 2, 16),
                          guesses=_int(guesses, "G (guesses)", 0, 64))
     return {"sequoia": sequoia, "lookahead": lookahead}
@@ -352,6 +416,11 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                     "guesses with a small model and verifies it in one forward; **Lookahead** guesses n-grams "
                     "by Jacobi iteration with the target itself. Same model, same output (greedy) — different "
                     "speed.", elem_classes=["sv-title"])
+        with gr.Row(equal_height=False):
+            workshop = gr.Dropdown(["(none)"] + list(WORKSHOP), value="(none)", scale=2, elem_id="sv-workshop",
+                                   label="Workshop preset (sets prompt, sizes and temperature; then ▶ Start race)")
+            with gr.Column(scale=3):
+                question = gr.Markdown("", elem_id="sv-question", visible=False)
         with gr.Row():
             with gr.Column(scale=3):
                 prompt = gr.Textbox(label="Prompt", value=init["prompt"], lines=3, max_lines=8, elem_id="sv-prompt")
@@ -379,12 +448,14 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
         with gr.Accordion("Method settings", open=False):
             with gr.Row():
                 with gr.Column():
-                    tree_mode = gr.Radio(["auto", "manual"], value=init["tree_mode"], label="Sequoia tree")
+                    tree_mode = gr.Radio(SIZING_CHOICES, value=init["tree_mode"], label="Sequoia tree",
+                                         elem_id="sv-tree-mode")
                     with gr.Row():
                         budget = gr.Number(value=init["tree_budget"], precision=0, label="Tree budget (nodes incl. root)")
                         depth = gr.Number(value=init["tree_depth"], precision=0, label="Tree depth")
                 with gr.Column():
-                    look_mode = gr.Radio(["auto", "manual"], value=init["look_mode"], label="Lookahead sizes")
+                    look_mode = gr.Radio(SIZING_CHOICES, value=init["look_mode"], label="Lookahead sizes",
+                                         elem_id="sv-look-mode")
                     with gr.Row():
                         window = gr.Number(value=init["window"], precision=0, label="W (window)")
                         ngram = gr.Number(value=init["ngram"], precision=0, label="N (n-gram)")
@@ -392,6 +463,7 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                     pool_from_prompt = gr.Checkbox(value=True, label="Seed the n-gram pool from the prompt")
                 dtype = gr.Dropdown(["auto", "fp32", "bf16"], value=init["dtype"],
                                     label="Precision (fp32 = exact greedy equality)")
+            gr.Markdown(SIZING_NOTE, elem_id="sv-sizing-note")
         with gr.Row():
             run_btn = gr.Button("▶ Start race", variant="primary", elem_id="sv-run", scale=3)
             stop_btn = gr.Button("■ Stop", variant="stop", elem_id="sv-stop", scale=1)
@@ -404,26 +476,43 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                     stats[m] = gr.HTML(html.stats_html(m, None), elem_id=f"sv-stats-{m}")
                     texts[m] = gr.HTML(html.tokens_html(None), elem_id=f"sv-text-{m}")
         summary = gr.HTML("", elem_id="sv-summary")
-        with gr.Row():
-            with gr.Column(scale=3):
+        # The step-through sits right above the views it drives; the caption explains the step beside them.
+        with gr.Row(elem_id="sv-stepper", equal_height=True):
+            prev_btn = gr.Button("◀ Prev", size="sm", scale=1, min_width=70, elem_id="sv-prev")
+            step_slider = gr.Slider(0, 1, value=0, step=1, label="Global step (the ← / → keys step it too)",
+                                    scale=6, elem_id="sv-slider")
+            next_btn = gr.Button("Next ▶", size="sm", scale=1, min_width=70, elem_id="sv-next")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3, min_width=320):
                 tree_plot = gr.HTML(svg.tree_svg(None), elem_id="sv-tree")
-            with gr.Column(scale=2):
+            with gr.Column(scale=2, min_width=300):
+                step_text = gr.HTML(narrate.caption_html(None, 0), elem_id="sv-caption")
                 window_plot = gr.HTML(svg.window_html(None), elem_id="sv-window")
                 pool_html = gr.HTML("", elem_id="sv-pool")
         with gr.Row():
             cumulative_plot = gr.HTML(svg.cumulative_svg({}), elem_id="sv-cumulative")
             latency_plot = gr.HTML(svg.latency_svg({}), elem_id="sv-latency")
         pool_size_plot = gr.HTML(svg.pool_size_svg(None), elem_id="sv-pool-size")
-        with gr.Accordion("Replay and step through", open=True):
-            with gr.Row():
-                prev_btn = gr.Button("◀ Prev", size="sm", scale=1)
-                step_slider = gr.Slider(0, 1, value=0, step=1, label="Global step", scale=6)
-                next_btn = gr.Button("Next ▶", size="sm", scale=1)
-            step_text = gr.Markdown(views.step_caption(None, 0))
+        with gr.Accordion("Replay: download this run's trace, or upload one", open=False, elem_id="sv-replay"):
             with gr.Row():
                 trace_file = gr.File(label="Download this run's trace (JSON)", interactive=False)
                 upload = gr.File(label="Upload a trace to replay (no model needed)", file_types=[".json"],
-                                 type="filepath")
+                                 type="filepath", elem_id="sv-upload")
+        with gr.Accordion("What if: predicted speed for any size, on this machine's measured costs", open=False,
+                          elem_id="sv-whatif-box"):
+            with gr.Row():
+                wi_budget = gr.Slider(2, 128, value=init["tree_budget"], step=1, label="Tree budget n")
+                wi_depth = gr.Slider(1, 12, value=init["tree_depth"], step=1, label="Tree depth d")
+                wi_window = gr.Slider(1, 32, value=init["window"], step=1, label="W (window)")
+                wi_ngram = gr.Slider(2, 8, value=init["ngram"], step=1, label="N (n-gram)")
+                wi_guesses = gr.Slider(0, 32, value=init["guesses"], step=1, label="G (guesses)")
+            with gr.Row():
+                wi_profile = gr.File(label="Load a saved t(n) profile (e.g. measured on a GPU: a forward-*.json or "
+                                           "sequoia-plan-*.json from ~/.cache/specviz/profiles)",
+                                     file_types=[".json"], type="filepath", scale=2, height=110)
+                wi_note = gr.Markdown("Costs: this machine's (or this run's) measured t(n).", elem_id="sv-whatif-src")
+            whatif_html = gr.HTML(whatif.panel_html(None, 16, 4, 4, 3, 4), elem_id="sv-whatif")
+            profile_state = gr.State(None)
         with gr.Accordion("Hardware: why 'auto' chose these sizes", open=False):
             hw_html = gr.HTML(hardware.panel_html(None))
             hw_plot = gr.HTML(svg.forward_curve_svg({}), elem_id="sv-hw-curve")
@@ -577,11 +666,72 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
         stop_btn.click(stop, [trace_state], full_outputs, cancels=[run_event], api_name="stop", queue=False)
         step_slider.release(show_step, [trace_state, step_slider], full_outputs, api_name="show_step",
                             show_progress="hidden")
+        # Not queued: stepping (also by the arrow keys) answers at once, even while another race runs.
         prev_btn.click(lambda t, s: shift(t, s, -1), [trace_state, step_slider], full_outputs, api_name="prev",
-                       show_progress="hidden")
+                       show_progress="hidden", queue=False)
         next_btn.click(lambda t, s: shift(t, s, 1), [trace_state, step_slider], full_outputs, api_name="next",
-                       show_progress="hidden")
-        upload.upload(load_trace, [upload], full_outputs, api_name="load_trace")
+                       show_progress="hidden", queue=False)
+        load_event = upload.upload(load_trace, [upload], full_outputs, api_name="load_trace")
+
+        # Workshop mode: the what-if panel follows the sliders, an uploaded profile and each new trace.
+        wi_inputs = [trace_state, wi_budget, wi_depth, wi_window, wi_ngram, wi_guesses, profile_state]
+
+        def what_if(trace, n, d, w, ngram, g, profile):
+            try:
+                return whatif.panel_html(trace, int(n), int(d), int(w), int(ngram), int(g), profile)
+            except Exception as exc:   # a prediction must never break the page
+                return f'<div style="color:#b91c1c">the prediction failed: {html.esc(str(exc))}</div>'
+
+        def load_profile(path):
+            if not path:
+                return None, "Costs: this machine's (or this run's) measured t(n)."
+            try:
+                profile = whatif.load_profile(path)
+            except SpecVizError as exc:
+                raise gr.Error(str(exc), print_exception=False) from None
+            return profile, f"Costs: the uploaded profile ({profile['name']}), {len(profile['target_ms'])} sizes."
+
+        def sync_sliders(trace):
+            """Start the what-if sliders at the sizes the run actually used."""
+            out = [gr.skip()] * 5
+            for m, names in (("sequoia", ("tree_budget", "tree_depth")), ("lookahead", ("window", "ngram", "guesses"))):
+                run = trace.runs.get(m) if trace else None
+                settings = run.settings if run is not None and isinstance(run.settings, dict) else {}
+                for name in names:
+                    value = settings.get(name)
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        i = ("tree_budget", "tree_depth", "window", "ngram", "guesses").index(name)
+                        out[i] = int(value)
+            return out
+
+        wi_sliders = [wi_budget, wi_depth, wi_window, wi_ngram, wi_guesses]
+        for event in (run_event, load_event):
+            event.then(sync_sliders, [trace_state], wi_sliders, api_visibility="private", queue=False).then(
+                what_if, wi_inputs, whatif_html, api_visibility="private", queue=False)
+        for slider in wi_sliders:
+            slider.release(what_if, wi_inputs, whatif_html, api_visibility="private", queue=False,
+                           show_progress="hidden")
+        wi_profile.upload(load_profile, [wi_profile], [profile_state, wi_note], api_visibility="private").then(
+            what_if, wi_inputs, whatif_html, api_visibility="private", queue=False)
+        wi_profile.clear(load_profile, [wi_profile], [profile_state, wi_note], api_visibility="private").then(
+            what_if, wi_inputs, whatif_html, api_visibility="private", queue=False)
+
+        def apply_workshop(name):
+            preset_values = WORKSHOP.get(name)
+            if preset_values is None:
+                return [gr.skip()] * 10 + [gr.Markdown("", visible=False)]
+            tree = preset_values.get("tree", "illustrative")
+            look = preset_values.get("lookahead", "illustrative")
+            sizes = {**whatif.ILLUSTRATIVE_TREE, **whatif.ILLUSTRATIVE_LOOKAHEAD}
+            sizes.update({k: preset_values[k] for k in sizes if k in preset_values})
+            return [preset_values["prompt"], preset_values["temperature"], preset_values["max_new_tokens"], tree,
+                    sizes["tree_budget"], sizes["tree_depth"], look, sizes["window"], sizes["ngram"],
+                    sizes["guesses"],
+                    gr.Markdown(f"**Question.** {preset_values['question']}", visible=True)]
+
+        workshop.change(apply_workshop, workshop, [prompt, temperature, max_new, tree_mode, budget, depth, look_mode,
+                                                  window, ngram, guesses, question],
+                        api_visibility="private", queue=False)
         for button, text in zip(example_buttons, EXAMPLES.values()):
             button.click(lambda t=text: t, None, prompt, api_visibility="private", queue=False)
         preset.change(lambda p: gr.Row(visible=p == CUSTOM), preset, custom_row, api_visibility="private",
@@ -605,7 +755,7 @@ def launch_kwargs() -> dict:
     # System fonts only: no font download (workshop laptops and CI are often offline).
     sans = ["Inter", "ui-sans-serif", "system-ui", "Segoe UI", "Arial", "sans-serif"]
     mono = ["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"]
-    return {"css": CSS, "theme": gr.themes.Soft(font=sans, font_mono=mono)}
+    return {"css": CSS, "theme": gr.themes.Soft(font=sans, font_mono=mono), "head": KEYS_JS}
 
 
 def contention_note(trace: RaceTrace) -> str:

@@ -30,6 +30,15 @@ def _empty(title: str, message: str) -> str:
     return _box(title, f'<div style="color:#9ca3af;padding:36px 0;text-align:center">{esc(message)}</div>')
 
 
+TREE_LABEL_CHARS = 10    # longer tokens are shortened on the tree (full text on hover), so labels never overlap
+WINDOW_CELL_CHARS = 9
+
+
+def short(text: str, limit: int) -> str:
+    """A label cut to `limit` characters with an ellipsis (the full text goes in a tooltip)."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _legend(items: list[tuple[str, str]]) -> str:
     return "".join(f'<span style="display:inline-flex;align-items:center;margin-right:14px;font-size:13px">'
                    f'<span style="background:{c};width:12px;height:12px;border-radius:6px;display:inline-block;'
@@ -48,7 +57,8 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
     pos = tree_positions(payload)
     levels = max(int(round(x)) for x, _ in pos.values()) + 2
     widest = max(sum(1 for p in pos.values() if p[0] == x) for x in {p[0] for p in pos.values()})
-    width, height = 150 * levels + 60, max(240, 24 * widest + 40)
+    # 150 px per level holds a 10-character label at 14 px; 26 px per sibling keeps rows apart.
+    width, height = 150 * levels + 60, max(240, 26 * widest + 40)
 
     def xy(node_id):
         x, y = pos[node_id]
@@ -71,17 +81,19 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         marks.append(f'<g class="sv-node sv-{n.status}"><title>{esc(tip)}</title>'
                      f'<circle cx="{x:.0f}" cy="{y:.0f}" r="{9 if n.id in on_path or n.parent < 0 else 7}" '
                      f'fill="{color}" stroke="#fff" stroke-width="1.5"/>'
-                     f'<text x="{x + 12:.0f}" y="{y + 5:.0f}">{esc(label[:16])}</text></g>')
+                     f'<text x="{x + 12:.0f}" y="{y + 5:.0f}">{esc(short(label, TREE_LABEL_CHARS))}</text></g>')
     if payload.bonus_token_id is not None:
         last = payload.accepted_path[-1] if payload.accepted_path else payload.nodes[0].id
         x0, y0 = xy(last)
-        x1 = x0 + 150
+        # Halfway to the next level and its label above the star: never on top of a node's label.
+        x1 = x0 + 75
         bonus = _show(payload.bonus_text or "")
         edges.append(f'<line x1="{x0:.0f}" y1="{y0:.0f}" x2="{x1:.0f}" y2="{y0:.0f}" stroke="{BONUS_COLOR}" '
                      f'stroke-width="4" stroke-dasharray="7 5"/>')
         marks.append(f'<g class="sv-bonus"><title>{esc(f"bonus / corrected token: {bonus} (id {payload.bonus_token_id}), sampled by the target after the accepted path")}</title>'
                      f'<text x="{x1 - 10:.0f}" y="{y0 + 8:.0f}" fill="{BONUS_COLOR}" font-size="24">★</text>'
-                     f'<text x="{x1 + 16:.0f}" y="{y0 + 5:.0f}" fill="#92400e">{esc(bonus[:16])}</text></g>')
+                     f'<text x="{x1 - 4:.0f}" y="{y0 - 14:.0f}" fill="#92400e" font-weight="600" '
+                     f'paint-order="stroke" stroke="#fff" stroke-width="4">{esc(short(bonus, TREE_LABEL_CHARS))}</text></g>')
     accepted = len(payload.accepted_path)
     note = (f"{len(payload.nodes)} nodes (budget {payload.budget}, depth {payload.depth}); {accepted} accepted "
             f"+ 1 bonus = {accepted + (payload.bonus_token_id is not None)} tokens from one target forward")
@@ -106,12 +118,13 @@ def window_html(payload: LookaheadPayload | None, step: int | None = None) -> st
         shade = 0.15 + 0.6 * (level + 1) / max(levels, 1)
         cells = "".join(f'<td title="level {level}, column {col}: {esc(cell)}" style="background:'
                         f'rgba(245,158,11,{shade if cell else 0:.2f});padding:3px 7px;border-radius:4px;'
-                        f'font-family:ui-monospace,monospace">{esc(cell[:14])}</td>' for col, cell in enumerate(row))
+                        f'font-family:ui-monospace,monospace;white-space:pre">{esc(short(cell, WINDOW_CELL_CHARS))}</td>'
+                        for col, cell in enumerate(row))
         rows.append(f'<tr><th style="font-weight:400;color:#6b7280;padding-right:6px;text-align:right">'
                     f'level {level}</th>{cells}</tr>')
     head = "".join(f'<th style="font-weight:400;color:#6b7280">{i}</th>' for i in range(width))
     warm = " (warm-up)" if payload.warmup else ""
-    return _box(title + warm, f'<table style="border-spacing:3px;font-size:14px"><tr><th></th>{head}</tr>'
+    return _box(title + warm, f'<table style="border-spacing:3px;font-size:14px;table-layout:fixed"><tr><th></th>{head}</tr>'
                               f'{"".join(rows)}</table>',
                 f"{levels} levels × W={width}; each column is one Jacobi trajectory (column = future position)")
 

@@ -7,7 +7,7 @@ replay (upto = the slider), so the replay shows exactly what the live run showed
 from __future__ import annotations
 
 from ..trace import LookaheadPayload, RaceTrace, TreePayload
-from . import figures, html, svg
+from . import html, narrate, svg
 
 COLUMNS = ("ar", "sequoia", "lookahead")
 
@@ -62,7 +62,8 @@ def plot_views(trace: RaceTrace | None, upto: int | None = None, live: bool = Fa
     return {
         "tree": svg.tree_svg(tree, tree_step),
         "window": svg.window_html(look, look_step),
-        "pool": html.pool_entry_html(look, key_text(lookahead, counts.get("lookahead", 0), look) if look else None),
+        "pool": html.pool_entry_html(look, key_text(lookahead, counts.get("lookahead", 0), look) if look else None,
+                                     html.most_used_ngrams(lookahead, counts.get("lookahead", 0)) if look else None),
         "pool_size": svg.pool_size_svg(lookahead, counts.get("lookahead", 0)),
         "latency": svg.latency_svg(runs, counts, live=live),
         "cumulative": svg.cumulative_svg(runs, counts),
@@ -70,13 +71,5 @@ def plot_views(trace: RaceTrace | None, upto: int | None = None, live: bool = Fa
 
 
 def step_caption(trace: RaceTrace | None, upto: int) -> str:
-    if trace is None or not trace.order:
-        return "No run yet: start a race or upload a trace."
-    total = len(trace.order)
-    if upto <= 0:
-        return f"Step 0 of {total}: before the first target forward."
-    method, step = trace.order[upto - 1]
-    counts = trace.steps_done(upto)
-    done = ", ".join(f"{figures.METHOD_LABELS.get(m, m)} {counts.get(m, 0)}" for m in trace.methods)
-    return (f"**Step {upto} of {total}**: {figures.METHOD_LABELS.get(method, method)} ran its step {step}. "
-            f"Steps so far — {done}.")
+    """The step-through caption (HTML): which method ran this global step and what it did (narrate.py)."""
+    return narrate.caption_html(trace, upto)
