@@ -128,3 +128,105 @@ def test_stop_ends_the_run_and_keeps_it_for_replay(long_app_url):
         finally:
             browser.close()
     assert not errors, errors
+
+
+# ----------------------------------------------------------------------------- workshop mode (issue 14)
+
+SIZES = ((1280, 720), (1920, 1080))
+
+
+@pytest.fixture(scope="module")
+def replay_trace(tmp_path_factory, pair_fp32):
+    """A recorded greedy race of all three methods (real model, fp32), saved as the app downloads it."""
+    from specviz.engine.race import start_race
+
+    race = start_race(pair_fp32, "Repeat exactly: red, green, blue, red, green, blue,", ["ar", "sequoia", "lookahead"],
+                      max_new_tokens=16, options={"sequoia": {"tree_budget": 20, "tree_depth": 5},
+                                                  "lookahead": {"window": 5, "ngram": 4, "guesses": 4,
+                                                                "pool_from_prompt": True}})
+    path = tmp_path_factory.mktemp("replay") / "specviz-trace.json"
+    path.write_text(race.run().to_json())
+    return path
+
+
+@pytest.fixture(scope="module")
+def replay_app_url():
+    _need_browser()
+    from specviz.ui import build_demo, launch_kwargs
+
+    demo = build_demo(worker=False)   # replay only: no model is loaded by the page
+    port = _free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_kwargs())
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+def _caption(page) -> str:
+    return page.locator("#sv-caption").inner_text()
+
+
+def _wait_caption(page, needle: str):
+    page.wait_for_function("(s) => (document.querySelector('#sv-caption') || {innerText: ''}).innerText.includes(s)",
+                           arg=needle, timeout=30_000)
+
+
+def test_keyboard_steps_a_replay_and_the_page_fits_projector_and_full_hd(replay_app_url, replay_trace):
+    """Upload a recorded trace, step it with ArrowLeft / ArrowRight, read the captions, open the what-if
+    panel; screenshots at 1280x720 and 1920x1080 in test-artifacts/; no horizontal scrolling at either."""
+    import json
+
+    from playwright.sync_api import sync_playwright
+
+    total = len(json.loads(replay_trace.read_text())["order"])
+    errors: list[str] = []
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        try:
+            for width, height in SIZES:
+                page = browser.new_page(viewport={"width": width, "height": height})
+                page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+                page.goto(replay_app_url, wait_until="load", timeout=60_000)
+                page.wait_for_selector("#sv-run", timeout=60_000)
+                page.locator("#sv-replay").get_by_text("Replay:").first.click()
+                page.locator("#sv-upload input[type=file]").set_input_files(str(replay_trace))
+                page.wait_for_function("document.querySelector('#sv-status').innerText.includes('Replaying')",
+                                       timeout=60_000)
+                _wait_caption(page, f"Step {total} of {total}")
+                page.locator("#sv-caption").click()   # focus off the file input: the arrow keys step
+                page.keyboard.press("ArrowLeft")
+                _wait_caption(page, f"Step {total - 1} of {total}")
+                page.keyboard.press("ArrowRight")
+                _wait_caption(page, f"Step {total} of {total}")
+                # Walk back to a Sequoia step whose tree the caption explains.
+                for upto in range(total - 1, 0, -1):
+                    page.keyboard.press("ArrowLeft")
+                    _wait_caption(page, f"Step {upto} of {total}")
+                    text = _caption(page)
+                    if "Sequoia ran" in text and "The draft grew a tree" in text:
+                        break
+                text = _caption(page)
+                assert "Sequoia ran" in text and "level 1:" in text and "Bonus" in text, text
+                assert page.locator("#sv-tree svg circle").count() > 3
+                page.locator("#sv-stepper").scroll_into_view_if_needed()
+                page.wait_for_timeout(300)
+                scroll = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+                assert scroll[0] <= scroll[1], (width, height, scroll)
+                page.screenshot(path=str(ARTIFACTS / f"workshop-{width}x{height}.png"))
+                # The what-if panel: predictions and the last run marked.
+                page.locator("#sv-whatif-box").get_by_text("What if").first.click()
+                page.wait_for_function("document.querySelector('#sv-whatif').innerText.includes('predicted')",
+                                       timeout=30_000)
+                assert "last run" in page.locator("#sv-whatif").inner_text()
+                page.locator("#sv-whatif").scroll_into_view_if_needed()
+                page.wait_for_timeout(300)
+                scroll = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+                assert scroll[0] <= scroll[1], (width, height, scroll)
+                page.screenshot(path=str(ARTIFACTS / f"whatif-{width}x{height}.png"))
+                page.screenshot(path=str(ARTIFACTS / f"workshop-{width}x{height}-full.png"), full_page=True)
+                page.close()
+        finally:
+            browser.close()
+    assert not errors, errors
