@@ -58,7 +58,9 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
     levels = max(int(round(x)) for x, _ in pos.values()) + 2
     widest = max(sum(1 for p in pos.values() if p[0] == x) for x in {p[0] for p in pos.values()})
     # 150 px per level holds a 10-character label at 14 px; 26 px per sibling keeps rows apart.
-    width, height = 150 * levels + 60, max(240, 26 * widest + 40)
+    # The deepest level's labels and the bonus star need ~190 px after the last column (not a whole level):
+    # a narrower drawing is scaled down less in a laptop-wide column.
+    width, height = 150 * (levels - 2) + 24 + 200, max(240, 26 * widest + 40)
 
     def xy(node_id):
         x, y = pos[node_id]
@@ -78,15 +80,15 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         label = ("▶ " if n.parent < 0 else "") + _show(n.text)
         tip = (f"{_show(n.text)} (id {n.token_id}) — {n.status}, depth {n.depth}\n"
                f"draft q = {n.draft_prob:.3f}, target P = {n.target_prob:.3f}")
-        marks.append(f'<g class="sv-node sv-{n.status}"><title>{esc(tip)}</title>'
+        marks.append(f'<g class="sv-node sv-{n.status}" font-size="15"><title>{esc(tip)}</title>'
                      f'<circle cx="{x:.0f}" cy="{y:.0f}" r="{9 if n.id in on_path or n.parent < 0 else 7}" '
                      f'fill="{color}" stroke="#fff" stroke-width="1.5"/>'
                      f'<text x="{x + 12:.0f}" y="{y + 5:.0f}">{esc(short(label, TREE_LABEL_CHARS))}</text></g>')
     if payload.bonus_token_id is not None:
         last = payload.accepted_path[-1] if payload.accepted_path else payload.nodes[0].id
         x0, y0 = xy(last)
-        # Halfway to the next level and its label above the star: never on top of a node's label.
-        x1 = x0 + 75
+        # Past the last node's label (10 characters) and its own label above the star: never on a node's label.
+        x1 = x0 + 105
         bonus = _show(payload.bonus_text or "")
         edges.append(f'<line x1="{x0:.0f}" y1="{y0:.0f}" x2="{x1:.0f}" y2="{y0:.0f}" stroke="{BONUS_COLOR}" '
                      f'stroke-width="4" stroke-dasharray="7 5"/>')
