@@ -227,7 +227,10 @@ def _chart(title: str, x_label: str, series: list[tuple[str, str, list[tuple[flo
     if not pts:
         return ""
     x_hi = max(x for x, _ in pts) or 1.0
-    y_hi = max(1.2, max(y for _, y in pts) * 1.1)
+    line_top = max([y for _, _, s, _ in series for _, y in s] or [1.0])
+    # A measured point far above the predictions (e.g. a slowed-down baseline) must not flatten the
+    # curves: the axis stops at 1.6x the curves' top and such a point is drawn at the edge with its value.
+    y_hi = max(1.2, min(max(y for _, y in pts), line_top * 1.6) * 1.1)
     left, bottom = 44, 32
 
     def sx(v):
@@ -252,7 +255,9 @@ def _chart(title: str, x_label: str, series: list[tuple[str, str, list[tuple[flo
         parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2.5"{dash}>'
                      f'<title>{esc(label)}</title></polyline>')
     for label, color, x, y, shape in marks:
-        cx, cy = sx(x), sy(y)
+        cx, cy = sx(x), sy(min(y, y_hi))
+        if y > y_hi:
+            parts.append(f'<text x="{cx + 10:.1f}" y="{cy + 14:.1f}" font-size="12">↑ {y:.2f}x</text>')
         tip = f"<title>{esc(label)}</title>"
         if shape == "diamond":
             parts.append(f'<g class="sv-whatif-actual">{tip}<rect x="{cx - 6:.1f}" y="{cy - 6:.1f}" width="12" '
