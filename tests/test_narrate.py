@@ -243,3 +243,19 @@ def test_pool_view_lists_the_most_used_ngrams():
     assert html.most_used_ngrams(run) == [(" on the", 1, 2)]
     pool = views.plot_views(trace)["pool"]
     assert "Most used n-grams so far" in pool and "accepted 1×, 2 tokens" in pool and "match" in pool
+
+
+def test_workshop_presets_set_valid_controls_and_ask_one_question():
+    from specviz.ui.layout import SIZING_CHOICES, WORKSHOP, method_options
+
+    modes = {value for _, value in SIZING_CHOICES}
+    assert {"auto", "illustrative", "manual"} == modes
+    assert len(WORKSHOP) >= 4
+    for name, preset in WORKSHOP.items():
+        assert preset["prompt"].strip() and preset["question"].rstrip().endswith("?"), name
+        assert preset["tree"] in modes and preset["lookahead"] in modes
+        method_options(preset["tree"], preset.get("tree_budget", 16), preset.get("tree_depth", 4), preset["lookahead"],
+                       4, 3, 4, True)   # raises on sizes the app would refuse
+    temps = {p["temperature"] for p in WORKSHOP.values()}
+    assert 0.0 in temps and 1.0 in temps   # greedy against sampled
+    assert any(p.get("tree_budget", 0) >= 64 for p in WORKSHOP.values())   # a tree too big for a CPU

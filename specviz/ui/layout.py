@@ -80,8 +80,8 @@ WORKSHOP = {
     "Open chat, greedy (T = 0)": dict(
         prompt="What are three tips for giving a good talk?", temperature=0.0, max_new_tokens=48,
         tree="illustrative", lookahead="illustrative",
-        question="Note Sequoia's tokens per forward. Are the three texts identical? Then run the T = 1.0 preset "
-                 "and compare."),
+        question="Note Sequoia's tokens per forward and check the three texts are identical. Will the "
+                 "T = 1.0 preset keep them identical — and will its tree accept as much?"),
     "Open chat, sampled (T = 1.0)": dict(
         prompt="What are three tips for giving a good talk?", temperature=1.0, max_new_tokens=48,
         tree="illustrative", lookahead="illustrative",
