@@ -196,3 +196,24 @@ def test_session_state_stays_bounded_across_streamed_runs():
             sessions = list(demo.state_holder.session_data.values())
             sizes.append(sum(len(s.config_values) + len(s.blocks_config.blocks) for s in sessions))
         assert sizes[1] == sizes[2] == sizes[3], sizes
+
+
+def test_illustrative_sizes_over_the_api(client):
+    """`tree` / `lookahead` = "illustrative" (workshop mode): several tree levels and window levels."""
+    from specviz.ui.whatif import ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE
+
+    args = run_args(max_new=6)
+    args.update(tree="illustrative", lookahead="illustrative")
+    out = _outputs(client.predict(**args, api_name="/race"))
+    with open(out["file"], encoding="utf-8") as fh:
+        runs = json.load(fh)["runs"]
+    if "sequoia" in runs:
+        settings = runs["sequoia"]["settings"]
+        assert settings["tree"] == "manual" and 3 <= settings["tree_depth"] <= ILLUSTRATIVE_TREE["tree_depth"]
+        assert settings["tree_budget"] == ILLUSTRATIVE_TREE["tree_budget"]
+    if "lookahead" in runs:
+        settings = runs["lookahead"]["settings"]
+        assert {k: settings[k] for k in ILLUSTRATIVE_LOOKAHEAD} == ILLUSTRATIVE_LOOKAHEAD
+    ar_steps = runs["ar"]["steps"]
+    assert ar_steps and all(len(s["alternatives"]) == 3 for s in ar_steps)   # the narrated AR step's data
+    assert "Step" in out["caption"] and "ran its step" in out["caption"]   # the narrated caption
