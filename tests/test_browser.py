@@ -169,7 +169,7 @@ def _caption(page) -> str:
 
 def _wait_caption(page, needle: str):
     page.wait_for_function("(s) => (document.querySelector('#sv-caption') || {innerText: ''}).innerText.includes(s)",
-                           arg=needle, timeout=30_000)
+                           arg=needle, timeout=90_000)
 
 
 def test_keyboard_steps_a_replay_and_the_page_fits_projector_and_full_hd(replay_app_url, replay_trace):
@@ -218,7 +218,7 @@ def test_keyboard_steps_a_replay_and_the_page_fits_projector_and_full_hd(replay_
                 # The what-if panel: predictions and the last run marked.
                 page.locator("#sv-whatif-box").get_by_text("What if").first.click()
                 page.wait_for_function("document.querySelector('#sv-whatif').innerText.includes('predicted')",
-                                       timeout=30_000)
+                                       timeout=90_000)
                 assert "last run" in page.locator("#sv-whatif").inner_text()
                 page.locator("#sv-whatif").scroll_into_view_if_needed()
                 page.wait_for_timeout(300)

@@ -507,10 +507,11 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                 wi_ngram = gr.Slider(2, 8, value=init["ngram"], step=1, label="N (n-gram)")
                 wi_guesses = gr.Slider(0, 32, value=init["guesses"], step=1, label="G (guesses)")
             with gr.Row():
-                wi_profile = gr.File(label="Load a saved t(n) profile (e.g. measured on a GPU: a forward-*.json or "
-                                           "sequoia-plan-*.json from ~/.cache/specviz/profiles)",
-                                     file_types=[".json"], type="filepath", scale=2, height=110)
-                wi_note = gr.Markdown("Costs: this machine's (or this run's) measured t(n).", elem_id="sv-whatif-src")
+                wi_profile = gr.File(label="Load a saved t(n) profile (.json, e.g. measured on a GPU)",
+                                     file_types=[".json"], type="filepath", scale=2, height=120)
+                wi_note = gr.Markdown("Costs: this machine's (or this run's) measured t(n). A profile is a "
+                                      "`forward-*.json` or `sequoia-plan-*.json` from another machine's "
+                                      "`~/.cache/specviz/profiles`.", elem_id="sv-whatif-src")
             whatif_html = gr.HTML(whatif.panel_html(None, 16, 4, 4, 3, 4), elem_id="sv-whatif")
             profile_state = gr.State(None)
         with gr.Accordion("Hardware: why 'auto' chose these sizes", open=False):
