@@ -83,7 +83,8 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         marks.append(f'<g class="sv-node sv-{n.status}" font-size="15"><title>{esc(tip)}</title>'
                      f'<circle cx="{x:.0f}" cy="{y:.0f}" r="{9 if n.id in on_path or n.parent < 0 else 7}" '
                      f'fill="{color}" stroke="#fff" stroke-width="1.5"/>'
-                     f'<text x="{x + 12:.0f}" y="{y + 5:.0f}">{esc(short(label, TREE_LABEL_CHARS))}</text></g>')
+                     f'<text x="{x + 12:.0f}" y="{y + 5:.0f}" paint-order="stroke" stroke="#fff" stroke-width="4" '
+                     f'stroke-linejoin="round">{esc(short(label, TREE_LABEL_CHARS))}</text></g>')
     if payload.bonus_token_id is not None:
         last = payload.accepted_path[-1] if payload.accepted_path else payload.nodes[0].id
         x0, y0 = xy(last)
