@@ -217,7 +217,8 @@ def test_keyboard_steps_a_replay_and_the_page_fits_projector_and_full_hd(replay_
                 page.screenshot(path=str(ARTIFACTS / f"workshop-{width}x{height}.png"))
                 # The what-if panel: predictions and the last run marked.
                 page.locator("#sv-whatif-box").get_by_text("What if").first.click()
-                page.wait_for_function("document.querySelector('#sv-whatif').innerText.includes('predicted')",
+                page.wait_for_function("(document.querySelector('#sv-whatif') || {innerText: ''})"
+                                       ".innerText.includes('predicted')",
                                        timeout=90_000)
                 assert "last run" in page.locator("#sv-whatif").inner_text()
                 page.locator("#sv-whatif").scroll_into_view_if_needed()
