@@ -12,9 +12,14 @@ try:  # ZeroGPU: `spaces` must be imported before anything initialises CUDA.
 except ImportError:
     spaces = None
 
+from specviz.hosting import zerogpu_duration
 from specviz.ui import build_demo, launch_kwargs
 
-demo = build_demo(gpu=spaces.GPU if spaces is not None else None)
+if spaces is not None:   # each race asks ZeroGPU for the time a hosted race may take, not its 60 s default
+    duration = zerogpu_duration()
+    demo = build_demo(gpu=spaces.GPU(duration=duration), gpu_duration=duration)
+else:
+    demo = build_demo()
 
 if __name__ == "__main__":
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),

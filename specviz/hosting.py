@@ -8,7 +8,7 @@ runs, a bounded queue. Every knob can be set explicitly; the README lists them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from .errors import InvalidInput
@@ -23,6 +23,18 @@ PRESET_MODEL_IDS = (
 # Preset models whose Hub repositories are gated (a licence to accept, then a token to download):
 # served only when the server has a Hugging Face token, never preloaded by a public Space.
 GATED_MODEL_IDS = ("meta-llama/Llama-2-7b-chat-hf",)
+# ZeroGPU: what each race asks `spaces.GPU` for. Its own default (60 s) would cut a hosted
+# race (120 s) in half; 120 s is what ZeroGPU grants without special quota.
+ZEROGPU_DURATION_S = 120
+# Seconds of a ZeroGPU call spent before the race's clock starts (moving a preset pair onto
+# the GPU): the race stops itself this much before ZeroGPU would end the call.
+ZEROGPU_SETUP_S = 20
+
+
+def zerogpu_duration(env: Mapping[str, str] | None = None) -> int:
+    """Seconds per race to ask ZeroGPU for: SPECVIZ_ZEROGPU_DURATION, else ZEROGPU_DURATION_S."""
+    env = os.environ if env is None else env
+    return _number(env, "SPECVIZ_ZEROGPU_DURATION", ZEROGPU_DURATION_S)
 
 
 def hub_token_available(env: Mapping[str, str] | None = None) -> bool:
@@ -89,6 +101,12 @@ class HostingLimits:
             queue_size=_number(env, "SPECVIZ_QUEUE_SIZE", 8 if hosted else 16),
             max_trace_bytes=_number(env, "SPECVIZ_MAX_TRACE_MB", 16 if hosted else 64) * 1024 * 1024,
         )
+
+    def within_gpu_call(self, duration_s: float) -> "HostingLimits":
+        """These limits for races that run inside a ZeroGPU call of `duration_s` seconds: a race
+        ends on its own clean time-limit message, keeping its tokens, before ZeroGPU cuts it."""
+        budget = max(duration_s - ZEROGPU_SETUP_S, duration_s / 2)
+        return replace(self, max_run_seconds=min(self.max_run_seconds, float(budget)))
 
     def check_model(self, model_id: str | None) -> None:
         """Refuse a model id this deployment does not serve.

@@ -36,3 +36,41 @@ def test_explicit_settings_win():
 def test_bad_environment_value_is_named():
     with pytest.raises(InvalidInput, match="SPECVIZ_MAX_NEW_TOKENS"):
         HostingLimits.from_env({"SPECVIZ_MAX_NEW_TOKENS": "lots"})
+
+
+def test_zerogpu_call_outlasts_the_race_it_runs():
+    # ZeroGPU's own default (60 s) would cut a hosted race (120 s) mid-way without its tokens.
+    from specviz.hosting import ZEROGPU_SETUP_S, zerogpu_duration
+
+    assert zerogpu_duration({}) == 120
+    assert zerogpu_duration({"SPECVIZ_ZEROGPU_DURATION": "90"}) == 90
+    with pytest.raises(InvalidInput, match="SPECVIZ_ZEROGPU_DURATION"):
+        zerogpu_duration({"SPECVIZ_ZEROGPU_DURATION": "a while"})
+    hosted = HostingLimits.from_env({"SPACE_ID": "org/specviz"})
+    assert hosted.within_gpu_call(120).max_run_seconds == 120 - ZEROGPU_SETUP_S
+    assert hosted.within_gpu_call(600).max_run_seconds == hosted.max_run_seconds   # never loosens
+    assert hosted.within_gpu_call(30).max_run_seconds == 15                        # half, never <= 0
+
+
+def test_app_asks_zerogpu_for_the_hosted_duration(monkeypatch):
+    # app.py as a ZeroGPU Space runs it: `spaces` importable, `spaces.GPU(duration=...)` a decorator.
+    import runpy
+    import sys
+    import types
+    from pathlib import Path
+
+    asked, wrapped = [], []
+
+    def GPU(fn=None, *, duration=60):
+        asked.append(duration)
+        return lambda f: wrapped.append(f) or f
+
+    monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=GPU))
+    monkeypatch.setenv("SPECVIZ_ZEROGPU_DURATION", "110")
+    app = Path(__file__).resolve().parent.parent / "app.py"
+    namespace = runpy.run_path(str(app), run_name="app_under_zerogpu")
+    try:
+        assert asked == [110] and len(wrapped) == 1
+        assert getattr(namespace["demo"], "specviz_worker_slot", None) is None   # no worker under ZeroGPU
+    finally:
+        namespace["demo"].close()

@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 
-def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = None):
+def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = None,
+               gpu_duration: float | None = None):
     from .layout import build_demo as _build
 
-    return _build(gpu, defaults, worker)
+    return _build(gpu, defaults, worker, gpu_duration)
 
 
 def launch_kwargs() -> dict:

@@ -382,13 +382,17 @@ def use_worker(env=None) -> bool:
     return env.get("SPECVIZ_WORKER", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = None) -> gr.Blocks:
-    """The app. `gpu` wraps the compute generator (ZeroGPU's `spaces.GPU`) when given;
+def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = None,
+               gpu_duration: float | None = None) -> gr.Blocks:
+    """The app. `gpu` wraps the compute generator (ZeroGPU's `spaces.GPU`) when given, and
+    `gpu_duration` is the seconds that wrapper grants one race (the run limit fits inside it);
     `defaults` overrides the controls' initial values (tests pin small explicit sizes);
     `worker` decodes in a worker process (default: yes, except under ZeroGPU or SPECVIZ_WORKER=0)."""
     init = {**DEFAULTS, **(defaults or {})}
     pairs = PairCache()
     limits = hosting_limits()
+    if gpu_duration is not None:
+        limits = limits.within_gpu_call(gpu_duration)
     controls: dict[str, RaceControl] = {}   # session hash -> its running race's control
     trace_files = TraceFiles()
 
