@@ -82,6 +82,14 @@ def test_sequoia_caption_names_the_levels_the_accepted_path_and_the_rejection(te
         assert "residual distribution normalise(max(P − q, 0))" in text
 
 
+def test_sequoia_caption_says_when_the_draft_read_the_targets_hidden_states():
+    trace = race()
+    assert "hidden state" not in plain(narrate.caption_html(trace, 3))
+    for node in trace.runs["sequoia"].steps[1].payload.nodes[1:]:
+        node.draft_input = "target's hidden state at the root"
+    assert "level 1 came from the target's state at the root" in plain(narrate.caption_html(trace, 3))
+
+
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_lookahead_caption_names_candidates_match_lengths_window_and_pool(temperature):
     trace = race(temperature)

@@ -227,6 +227,21 @@ def test_tree_svg_draws_every_node_coloured_with_hover_and_the_accepted_path():
     assert "accepted + 1 bonus = 3 tokens" in drawn
 
 
+def test_tree_hover_says_what_a_feature_draft_saw():
+    # A feature draft reads (parent token, hidden state): the target's own at depth 1,
+    # its own prediction deeper. An independent draft's nodes carry no such line.
+    payload = tree_payload()
+    assert "draft saw" not in svg.tree_svg(payload, step=1)
+    for node in payload.nodes[1:]:
+        node.draft_input = ("target's hidden state at the root" if node.depth == 1
+                            else "draft's predicted hidden state (1 step from the target's)")
+    drawn = htmllib.unescape(svg.tree_svg(payload, step=1))
+    assert "draft saw: 'The' + target's hidden state at the root" in drawn
+    assert "draft saw: '·cat' + draft's predicted hidden state (1 step from the target's)" in drawn
+    hover = " ".join(node_trace(figures.tree_figure(payload)).hovertext)
+    assert "draft saw: '·cat' + draft's predicted" in hover
+
+
 def test_svg_views_from_a_race_and_in_replay():
     trace = race_trace()
     pool = svg.pool_size_svg(trace.runs["lookahead"])

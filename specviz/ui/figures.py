@@ -51,6 +51,16 @@ def _show(text: str) -> str:
 # ---------------------------------------------------------------------------
 
 
+def draft_saw(payload, node, sep: str) -> str:
+    """A feature draft's input for `node`: its parent's token with the hidden state it read
+    (the target's own at depth 1, the draft's prediction deeper); "" for an independent draft."""
+    if not getattr(node, "draft_input", ""):
+        return ""
+    parent = next((m for m in payload.nodes if m.id == node.parent), None)
+    token = f"'{_show(parent.text)}'" if parent is not None else "the last token"
+    return f"{sep}draft saw: {token} + {node.draft_input}"
+
+
 def tree_positions(payload: TreePayload) -> dict[int, tuple[float, float]]:
     """Node id -> (x, y): depth left to right, siblings top to bottom (networkx BFS layers)."""
     graph = nx.DiGraph()
@@ -110,7 +120,7 @@ def tree_figure(payload: TreePayload | None, step: int | None = None, height: in
     sizes = [30 if n.id in on_path or n.parent < 0 else 22 for n in nodes]
     hover = [
         (f"<b>{_show(n.text)}</b> (id {n.token_id})<br>status: {n.status}<br>depth {n.depth}"
-         f"<br>draft q = {n.draft_prob:.3f}<br>target P = {n.target_prob:.3f}")
+         f"<br>draft q = {n.draft_prob:.3f}<br>target P = {n.target_prob:.3f}{draft_saw(payload, n, '<br>')}")
         for n in nodes]
     fig.add_trace(go.Scatter(
         x=[pos[n.id][0] for n in nodes], y=[pos[n.id][1] for n in nodes], mode="markers+text",

@@ -157,6 +157,10 @@ def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0) -> 
         shown = [f"{tok(n.text)} q {_p(n.draft_prob)}" for n in row[:MAX_LIST]]
         items.append(f"<li>level {depth}: {_list(shown, len(row) - MAX_LIST)}</li>")
     out.append(f'<ul class="sv-levels">{"".join(items)}</ul>')
+    if any(n.draft_input for n in p.nodes):
+        out.append("This draft reads the target's own hidden state: level 1 came from the target's state at the "
+                   "root, deeper levels from the draft's predictions of it (hover a node), which is why they "
+                   "drift.")
     walk = sequoia_walk(p)
     path = walk["path"]
     out.append(f"One target forward checked all {len(p.nodes)} at once (tree attention).")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..trace import PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, LookaheadPayload, RunTrace, TreePayload
 from .figures import (BONUS_COLOR, METHOD_COLORS, METHOD_LABELS, NODE_COLORS, PHASE_COLORS, PHASE_LABELS, _show,
-                      tree_positions, window_grid)
+                      draft_saw, tree_positions, window_grid)
 from .html import esc
 
 LIVE_LATENCY_STEPS = 48   # while a race streams, the latency strip shows the latest steps only
@@ -79,7 +79,7 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         color = NODE_COLORS.get(n.status, NODE_COLORS["not_reached"])
         label = ("▶ " if n.parent < 0 else "") + _show(n.text)
         tip = (f"{_show(n.text)} (id {n.token_id}) — {n.status}, depth {n.depth}\n"
-               f"draft q = {n.draft_prob:.3f}, target P = {n.target_prob:.3f}")
+               f"draft q = {n.draft_prob:.3f}, target P = {n.target_prob:.3f}{draft_saw(payload, n, chr(10))}")
         marks.append(f'<g class="sv-node sv-{n.status}" font-size="15"><title>{esc(tip)}</title>'
                      f'<circle cx="{x:.0f}" cy="{y:.0f}" r="{9 if n.id in on_path or n.parent < 0 else 7}" '
                      f'fill="{color}" stroke="#fff" stroke-width="1.5"/>'
