@@ -134,13 +134,7 @@ def cmd_draft_eval(args: argparse.Namespace) -> int:
         raise InvalidInput(f"no SpecViz draft in {args.draft or 'assets/draft-smollm2-135m'}")
     target, tokenizer = _load_target(args.target, args.device)
     draft = load_offline_draft(target, draft_dir)
-    prompts = load_prompts("heldout")[:args.limit or None]
-    rows = []
-    for start in range(0, len(prompts), 32):
-        chunk = prompts[start:start + 32]
-        ids = [chat_ids(tokenizer, p["prompt"]) for p in chunk]
-        answers = generate_batch(target, tokenizer, ids, args.tokens, 0.0, torch.Generator())
-        rows += [{"prompt_ids": p, "answer_ids": a} for p, a in zip(ids, answers)]
+    rows = heldout_answers(target, tokenizer, args.limit, args.tokens)
     seqs = heldout_sequences(target, rows)
     agree = agreement(draft, seqs)
     times = {"target": measure_forward_times(target, [1], context_len=200, repeats=args.repeats)[1],
@@ -156,6 +150,17 @@ def cmd_draft_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def heldout_answers(target, tokenizer, limit: int | None, tokens: int) -> list[dict]:
+    """The target's greedy answers to the held-out prompts (never trained on), 32 at a time."""
+    prompts = load_prompts("heldout")[:limit or None]
+    rows = []
+    for start in range(0, len(prompts), 32):
+        ids = [chat_ids(tokenizer, p["prompt"]) for p in prompts[start:start + 32]]
+        answers = generate_batch(target, tokenizer, ids, tokens, 0.0, torch.Generator())
+        rows += [{"prompt_ids": p, "answer_ids": a} for p, a in zip(ids, answers)]
+    return rows
+
+
 def _eval_feature(args: argparse.Namespace, feature_dir: Path) -> int:
     """Held-out top-1 agreement per depth and the cost of one draft level against one target forward."""
     from ..engine.profiler import measure_forward_times
@@ -166,13 +171,7 @@ def _eval_feature(args: argparse.Namespace, feature_dir: Path) -> int:
         torch.set_num_threads(args.threads)
     target, tokenizer = _load_target(args.target, args.device)
     draft = load_feature_draft(target, feature_dir)
-    prompts = load_prompts("heldout")[:args.limit or None]
-    rows = []
-    for start in range(0, len(prompts), 32):
-        chunk = prompts[start:start + 32]
-        ids = [chat_ids(tokenizer, p["prompt"]) for p in chunk]
-        answers = generate_batch(target, tokenizer, ids, args.tokens, 0.0, torch.Generator())
-        rows += [{"prompt_ids": p, "answer_ids": a} for p, a in zip(ids, answers)]
+    rows = heldout_answers(target, tokenizer, args.limit, args.tokens)
     agree = evaluate_depths(draft, heldout_features(target, None, rows), 3)
     sizes = [1, 4, 8, 16]
     t_target = measure_forward_times(target, [1, 16], context_len=200, repeats=args.repeats)

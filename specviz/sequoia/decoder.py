@@ -210,27 +210,35 @@ class SequoiaDecoder(Decoder):
                                         mask=tt.draft_mask(level, root_slot), rows=end - start)
             if vocab_ids is None:
                 logits = logits[:, :self.vocab]
-            width = tt.level_width[level]
-            if self.sampling.greedy:
-                draws = logits.topk(width, dim=-1).indices
-                q = None
-            else:
-                q = probs_from_logits(logits, self.sampling)
-                # Gumbel-top-k: the top-c of q / Exp(1) is a draw of c tokens without replacement.
-                noise = torch.empty_like(q).exponential_(generator=self.generator)
-                draws = (q / noise).topk(width, dim=-1).indices
-                for i in range(start, end):
-                    if shape.children[i]:
-                        draft_probs[i] = self._full_vocab(q[i - start], vocab_ids)
-            child_start, child_end = shape.level_ranges[level + 1]
-            rows, ranks = tt.draw_row[level], tt.draw_rank[level]
-            picked = draws[rows, ranks]
-            if q is None:   # greedy: each drawn token's draft probability, only shown in the app
-                child_q[child_start:child_end] = _probs_at(logits, rows, picked)
-            else:
-                child_q[child_start:child_end] = q[rows, picked]
-            tokens[child_start:child_end] = picked if vocab_ids is None else vocab_ids[picked]
+            self._draw_children(tt, level, logits, vocab_ids, tokens, draft_probs, child_q)
         return tokens, draft_probs, child_q
+
+    def _draw_children(self, tt: TreeTensors, level: int, logits: torch.Tensor, vocab_ids: torch.Tensor | None,
+                       tokens: torch.Tensor, draft_probs: dict, child_q: torch.Tensor) -> None:
+        """From the draft's logits at one level's nodes, draw their children (without replacement)
+        into `tokens`, with q per parent (sampling) and each child's draft probability."""
+        shape = tt.shape
+        start, end = shape.level_ranges[level]
+        width = tt.level_width[level]
+        if self.sampling.greedy:
+            draws = logits.topk(width, dim=-1).indices
+            q = None
+        else:
+            q = probs_from_logits(logits, self.sampling)
+            # Gumbel-top-k: the top-c of q / Exp(1) is a draw of c tokens without replacement.
+            noise = torch.empty_like(q).exponential_(generator=self.generator)
+            draws = (q / noise).topk(width, dim=-1).indices
+            for i in range(start, end):
+                if shape.children[i]:
+                    draft_probs[i] = self._full_vocab(q[i - start], vocab_ids)
+        child_start, child_end = shape.level_ranges[level + 1]
+        rows, ranks = tt.draw_row[level], tt.draw_rank[level]
+        picked = draws[rows, ranks]
+        if q is None:   # greedy: each drawn token's draft probability, only shown in the app
+            child_q[child_start:child_end] = _probs_at(logits, rows, picked)
+        else:
+            child_q[child_start:child_end] = q[rows, picked]
+        tokens[child_start:child_end] = picked if vocab_ids is None else vocab_ids[picked]
 
     def _draft_tree_feature(self, tt: TreeTensors, committed: int, tokens: torch.Tensor, draft_probs: dict,
                             child_q: torch.Tensor) -> tuple[torch.Tensor, dict, torch.Tensor]:
@@ -260,26 +268,7 @@ class SequoiaDecoder(Decoder):
                                      root_slot + start, positions=tt.depth_offsets[start:end] + root_slot,
                                      mask=tt.draft_mask(level, root_slot))
             feats[start:end] = out
-            logits = self.draft_fwd.logits(out)
-            width = tt.level_width[level]
-            if self.sampling.greedy:
-                draws = logits.topk(width, dim=-1).indices
-                q = None
-            else:
-                q = probs_from_logits(logits, self.sampling)
-                noise = torch.empty_like(q).exponential_(generator=self.generator)
-                draws = (q / noise).topk(width, dim=-1).indices
-                for i in range(start, end):
-                    if shape.children[i]:
-                        draft_probs[i] = self._full_vocab(q[i - start], vocab_ids)
-            child_start, child_end = shape.level_ranges[level + 1]
-            rows, ranks = tt.draw_row[level], tt.draw_rank[level]
-            picked = draws[rows, ranks]
-            if q is None:
-                child_q[child_start:child_end] = _probs_at(logits, rows, picked)
-            else:
-                child_q[child_start:child_end] = q[rows, picked]
-            tokens[child_start:child_end] = vocab_ids[picked]
+            self._draw_children(tt, level, self.draft_fwd.logits(out), vocab_ids, tokens, draft_probs, child_q)
         return tokens, draft_probs, child_q
 
     def _compact(self, accepted: list[int], shape: TreeShape, depth: int, root_slot: int) -> None:

@@ -94,7 +94,6 @@ def tree_figure(payload: TreePayload | None, step: int | None = None, height: in
     # Tall enough that the widest level's labels do not overlap (about 24 px per node).
     widest = max((sum(1 for p in pos.values() if p[0] == x) for x in {p[0] for p in pos.values()}), default=1)
     height = height or max(460, 24 * widest + 120)
-    by_id = {n.id: n for n in payload.nodes}
     on_path = set(payload.accepted_path)
     root_id = next((n.id for n in payload.nodes if n.parent < 0), payload.nodes[0].id)
 

@@ -305,13 +305,13 @@ def caption_html(trace: RaceTrace | None, upto: int) -> str:
             f'<div class="sv-caption-body" style="border-left:4px solid {color}">{story}</div></div>')
 
 
-CAPTION_CSS = f"""
-.sv-caption {{ font-size: 16px; line-height: 1.55; }}
-.sv-caption-body {{ padding: 4px 0 4px 12px; margin-top: 4px; overflow-wrap: anywhere; }}
-.sv-caption ul.sv-levels {{ margin: 2px 0 4px 18px; padding: 0; }}
-code.sv-ctok {{ background: #f3f4f6; border: 1px solid #e5e7eb; border-radius: 4px; padding: 0 4px;
-  font-family: ui-monospace, monospace; white-space: pre; }}
-.sv-caption b {{ color: #111827; }}
+CAPTION_CSS = """
+.sv-caption { font-size: 16px; line-height: 1.55; }
+.sv-caption-body { padding: 4px 0 4px 12px; margin-top: 4px; overflow-wrap: anywhere; }
+.sv-caption ul.sv-levels { margin: 2px 0 4px 18px; padding: 0; }
+code.sv-ctok { background: #f3f4f6; border: 1px solid #e5e7eb; border-radius: 4px; padding: 0 4px;
+  font-family: ui-monospace, monospace; white-space: pre; }
+.sv-caption b { color: #111827; }
 """
 __all__ = ["caption_html", "narrate_step", "narrate_ar", "narrate_sequoia", "narrate_lookahead", "token_texts",
            "sequoia_walk"]
