@@ -68,7 +68,8 @@ def launch_app(port: int, log) -> subprocess.Popen:
     raise SystemExit("the app did not come up in 180 s")
 
 
-def renderer_pids() -> list[int]:
+def chromium_pids(kind: bytes | None = b"--type=renderer") -> list[int]:
+    """Chromium's processes of one --type (None: all of them: browser, GPU/compositor, utilities)."""
     pids = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -76,9 +77,31 @@ def renderer_pids() -> list[int]:
                 cmd = (d / "cmdline").read_bytes()   # Chromium rewrites its argv into one string
             except OSError:
                 continue
-            if b"chromium" in cmd[:64] and b"--type=renderer" in cmd:
+            if b"chromium" in cmd[:64] and (kind is None or kind in cmd):
                 pids.append(int(d.name))
     return pids
+
+
+def renderer_pids() -> list[int]:
+    return chromium_pids()
+
+
+def preemptions(pids: list[int]) -> int:
+    """Involuntary context switches of these processes' threads: how often the scheduler took the CPU
+    from them while they wanted it (the worker's count says how much the page and server cut into it)."""
+    total = 0
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                m = re.search(r"nonvoluntary_ctxt_switches:\s+(\d+)", (task / "status").read_text())
+                total += int(m.group(1)) if m else 0
+            except OSError:
+                pass
+    return total
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -151,9 +174,10 @@ def race_in_browser(page, app, example: str, temperature: float, max_new: int, s
     page.locator("#sv-max-new input[type=number]").press("Enter")
     page.locator("#sv-temperature input[type=number]").fill(str(temperature))
     page.locator("#sv-temperature input[type=number]").press("Enter")
-    pids = renderer_pids()
+    pids, all_chromium = renderer_pids(), chromium_pids(None)
     procs = app_pids(app)
     cpu0, t0 = cpu_seconds(pids), time.monotonic()
+    chromium0, preempt0 = cpu_seconds(all_chromium), preemptions(procs["worker"])
     proc0 = {k: cpu_seconds(v) for k, v in procs.items()}
     # The page timestamps the race itself (a MutationObserver: no polling load on the renderer we
     # measure): when the status says "Racing" (decoders built, first step next) and when it says "Done".
@@ -162,8 +186,9 @@ def race_in_browser(page, app, example: str, temperature: float, max_new: int, s
     page.wait_for_function("window.__sv && window.__sv.done !== null", timeout=600_000, polling=500)
     marks = page.evaluate("window.__sv")
     done = time.monotonic()
-    cpu1 = cpu_seconds(pids)
+    cpu1, chromium1 = cpu_seconds(pids), cpu_seconds(all_chromium)
     procs = app_pids(app)   # the worker starts with the first race
+    preempt = preemptions(procs["worker"]) - (preempt0 if procs["worker"] else 0)
     proc_share = {k: (cpu_seconds(v) - proc0.get(k, 0.0)) / max(done - t0, 1e-9) for k, v in procs.items()}
     shown = shown_stats(page)
     status = page.locator("#sv-status").inner_text()
@@ -172,7 +197,9 @@ def race_in_browser(page, app, example: str, temperature: float, max_new: int, s
             "click_to_done_s": done - t0, "compute_s": sum(v["seconds"] for v in shown.values() if v),
             "renderer_cpu_share": (cpu1 - cpu0) / max(done - t0, 1e-9), "renderer_rss_mb": rss_mb(renderer_pids()),
             "contention_warning": "slower than this machine runs them" in status,
-            "server_cpu_share": proc_share["server"], "worker_cpu_share": proc_share["worker"]}
+            "server_cpu_share": proc_share["server"], "worker_cpu_share": proc_share["worker"],
+            "chromium_cpu_share": (chromium1 - chromium0) / max(done - t0, 1e-9),
+            "worker_preemptions_per_s": preempt / max(done - t0, 1e-9)}
 
 
 class Standalone:
@@ -234,7 +261,9 @@ def main() -> int:
                       + ", ".join(f"{m} {v['tokens_per_second']:.1f} tok/s" for m, v in r["shown"].items() if v)
                       + f"; wall {r['wall_s']:.1f} s vs compute {r['compute_s']:.1f} s; renderer "
                         f"{100 * r['renderer_cpu_share']:.0f}% CPU, {r['renderer_rss_mb']:.0f} MB; server "
-                        f"{100 * r['server_cpu_share']:.0f}%, worker {100 * r['worker_cpu_share']:.0f}%"
+                        f"{100 * r['server_cpu_share']:.0f}%, worker {100 * r['worker_cpu_share']:.0f}% "
+                        f"({r['worker_preemptions_per_s']:.0f} preemptions/s), all Chromium "
+                        f"{100 * r['chromium_cpu_share']:.0f}%"
                       + (" [contention warned]" if r["contention_warning"] else "")
                       + "; standalone " + ", ".join(f"{m} {v['tokens_per_second']:.1f}" for m, v in alone[-1].items()),
                       flush=True)
@@ -267,7 +296,9 @@ def summarise(races: list[dict], alone: list[dict]) -> dict:
         solo = statistics.mean(a[m]["tokens_per_second"] / a["ar"]["tokens_per_second"] for a in alone)
         out["methods"][m].update(speedup_app=shown, speedup_standalone=solo, speedup_error=shown / solo - 1)
     out["wall_over_compute"] = statistics.mean(r["wall_s"] / r["compute_s"] for r in races)
-    out["renderer_cpu_share"] = statistics.mean(r["renderer_cpu_share"] for r in races)
+    for key in ("renderer_cpu_share", "chromium_cpu_share", "server_cpu_share", "worker_cpu_share",
+                "worker_preemptions_per_s"):
+        out[key] = statistics.mean(r[key] for r in races)
     out["renderer_rss_mb_first"] = races[0]["renderer_rss_mb"]
     out["renderer_rss_mb_last"] = races[-1]["renderer_rss_mb"]
     out["contention_warnings"] = sum(r["contention_warning"] for r in races)
@@ -281,7 +312,9 @@ def print_report(rep: dict) -> None:
         sp = (f"{v['speedup_app']:.2f}x | {v['speedup_standalone']:.2f}x" if "speedup_app" in v else "— | —")
         print(f"| {m} | {v['app_tps']:.1f} | {v['standalone_tps']:.1f} | {v['ratio']:.2f} | {sp} |")
     print(f"\nrace wall / sum of compute: {rep['wall_over_compute']:.2f}")
-    print(f"renderer CPU share during races: {100 * rep['renderer_cpu_share']:.0f}% of one core")
+    print(f"renderer CPU share during races: {100 * rep['renderer_cpu_share']:.0f}% of one core "
+          f"(all Chromium {100 * rep['chromium_cpu_share']:.0f}%, server {100 * rep['server_cpu_share']:.0f}%, "
+          f"worker {100 * rep['worker_cpu_share']:.0f}% with {rep['worker_preemptions_per_s']:.0f} preemptions/s)")
     print(f"renderer RSS: {rep['renderer_rss_mb_loaded']:.0f} MB with the page loaded, "
           f"{rep['renderer_rss_mb_first']:.0f} MB after race 1, "
           f"{rep['renderer_rss_mb_last']:.0f} MB after the last")

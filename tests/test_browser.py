@@ -94,6 +94,12 @@ def test_page_runs_a_race_and_draws_the_tree(app_url):
                     "document.querySelectorAll('#sv-tree svg circle').length > 1", timeout=30_000)
                 assert points.count() > 1
                 assert "identical to autoregressive" in page.locator("#sv-summary").inner_text()
+            # Views below the fold are paused while off screen (content-visibility: auto, no layout or
+            # paint) and, scrolled into view, show the race's final state.
+            latency = page.locator("#sv-latency")
+            assert latency.evaluate("e => getComputedStyle(e).contentVisibility") == "auto"
+            latency.scroll_into_view_if_needed()
+            assert latency.locator("svg rect").count() > 0 and latency.bounding_box()["height"] > 100
             ARTIFACTS.mkdir(exist_ok=True)
             page.wait_for_timeout(500)
             page.screenshot(path=str(ARTIFACTS / "app.png"), full_page=True)

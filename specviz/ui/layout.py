@@ -102,6 +102,11 @@ html, body { overflow-x: hidden; }
 .gradio-container { max-width: 100% !important; }
 .sv-view, .sv-caption, .sv-whatif { max-width: 100%; overflow-x: auto; }
 #sv-question { background: #eff6ff; border-left: 4px solid #2563eb; padding: 4px 10px; border-radius: 4px; }
+/* Pause what is off screen: Chromium neither lays out nor paints a content-visibility:auto view
+   outside the viewport while the race streams into it; scrolled into view, it shows its latest state.
+   contain-intrinsic-size keeps the page's height steady (the last rendered size, else 420 px). */
+#sv-tree, #sv-caption, #sv-window, #sv-pool, #sv-cumulative, #sv-latency, #sv-pool-size, #sv-hw-curve {
+  content-visibility: auto; contain-intrinsic-size: auto 420px; }
 """ + narrate.CAPTION_CSS + whatif.WHATIF_CSS
 
 # Prev / Next from the keyboard (ArrowLeft / ArrowRight), unless the focus is in a text field or slider.
