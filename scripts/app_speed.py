@@ -240,6 +240,7 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     port = args.port or free_port()
+    (ROOT / "test-artifacts").mkdir(exist_ok=True)   # a fresh clone has none yet
     log = open(ROOT / "test-artifacts" / "app_speed_server.log", "w")
     app = launch_app(port, log)
     plan = [SETTINGS[i % len(SETTINGS)] for i in range(args.races)]

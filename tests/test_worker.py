@@ -95,6 +95,8 @@ def test_race_runs_in_the_worker_and_gives_identical_greedy_texts(app):
     assert slot is not None and slot.worker is not None and slot.worker.alive
     assert worker_children() == [slot.worker.pid]
     assert slot.worker.info["threads"] >= 1
+    # Its own session (own scheduler autogroup), apart from the server's.
+    assert os.getsid(slot.worker.pid) == slot.worker.pid != os.getsid(os.getpid())
 
 
 def _start_long_race(client, demo):

@@ -92,8 +92,12 @@ class RaceWorker:
         python = os.environ.get("SPECVIZ_WORKER_PYTHON") or sys.executable
         cmd = command or [python, "-m", "specviz.engine.worker"]
         try:
+            # Its own session: Linux's scheduler (autogroup) then shares the CPU between the worker and
+            # the app's server as two groups, so the server's serialisation bursts no longer come out of
+            # the decoder's core, and Ctrl-C on the app's terminal reaches the app, which ends the worker.
             self.proc = subprocess.Popen(cmd + ["--fd", str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                                         env=worker_env(self.policy), stdin=subprocess.DEVNULL)
+                                         env=worker_env(self.policy), stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
         except OSError as exc:
             ours.close()
             raise WorkerUnavailable(f"could not start the decoding worker: {exc}") from exc
