@@ -193,3 +193,30 @@ def test_per_depth_dp_equals_exhaustive_search():
     same = build_tables(rows[0], 12, 5, by_depth=[rows[0], rows[0]])
     assert np.array_equal(np.isfinite(flat.best), np.isfinite(same.best))
     assert np.allclose(flat.best[np.isfinite(flat.best)], same.best[np.isfinite(same.best)])
+
+
+def test_shipped_feature_acceptance_vectors_are_found_per_depth_at_both_temperatures():
+    # What `--tree auto` uses on a machine that has measured nothing: one vector per tree level,
+    # at T=0 and T=0.6, for exactly this pair's names.
+    import json
+
+    from specviz.paths import assets_dir
+    from specviz.sequoia.acceptance import _by_depth, _shipped
+    from specviz.sequoia.cli import acceptance_prompts
+
+    meta = json.loads((OFFLINE_FEATURE_DRAFT_DIR / "feature.json").read_text())
+    files = sorted((assets_dir() / "acceptance").glob("*feature-draft*.json"))
+    assert len(files) == 2
+    names = json.loads(files[0].read_text())
+    found = _shipped(names["target"], names["draft"])
+    assert sorted(v["temperature"] for v in found) == [0.0, 0.6]
+    for v in found:
+        rows = _by_depth(v)
+        assert rows is not None and len(rows) == 4 and all(0 < sum(r) <= 1 for r in rows)
+        assert v["steps"] >= 400 and "heldout" in v["prompts"]
+    assert meta["kind"] == "specviz-feature-draft"
+    # Measured on the held-out prompts, which the drafts never trained on.
+    heldout = acceptance_prompts(None)
+    rows = [json.loads(line) for line in (assets_dir() / "prompts" / "distill.jsonl").read_text().splitlines()]
+    train = {r["prompt"] for r in rows if r.get("split", "train") == "train"}
+    assert len(heldout) == 22 and not set(heldout) & train

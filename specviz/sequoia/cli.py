@@ -50,12 +50,24 @@ def cmd_tree_dp(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_profile_acceptance(args: argparse.Namespace) -> int:
+def acceptance_prompts(path: str | None) -> list[str]:
+    """The prompts an acceptance vector is measured on: the file given, else the draft recipes'
+    held-out prompts (no draft was trained on them, and they are not the bench suites)."""
     from ..engine.prompts import read_prompts
+
+    if path:
+        return [p["prompt"] for p in read_prompts(path)]
+    from ..paths import assets_dir
+
+    rows = read_prompts(assets_dir() / "prompts" / "distill.jsonl")
+    return [p["prompt"] for p in rows if p.get("split") == "heldout"]
+
+
+def cmd_profile_acceptance(args: argparse.Namespace) -> int:
     from ..engine.sampling import SamplingConfig
     from .measure import profile_acceptance, profile_acceptance_by_depth
 
-    prompts = [p["prompt"] for p in read_prompts(args.prompts)]
+    prompts = acceptance_prompts(args.prompts)
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed).validated()
     pair = load_pair_for(args, ["sequoia"])
     if args.depths > 1:
@@ -109,7 +121,9 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_tree_dp)
 
     p = sub.add_parser("profile-acceptance", help="measure the acceptance vector of a target/draft pair")
-    p.add_argument("--prompts", required=True, help="JSONL file of {\"prompt\": ...}")
+    p.add_argument("--prompts", default=None,
+                   help="JSONL file of {\"prompt\": ...} (default: the held-out prompts of "
+                        "assets/prompts/distill.jsonl, which no draft was trained on)")
     p.add_argument("--width", type=int, default=8, help="W: children of the star tree")
     p.add_argument("--depths", type=int, default=1,
                    help="> 1: one vector per tree level, measured on a comb tree (a chain of rank-1 nodes, "
