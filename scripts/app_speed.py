@@ -127,6 +127,18 @@ def rss_mb(pids: list[int]) -> float:
     return max(sizes) / 1024
 
 
+def rss_after_gc(page) -> float:
+    """The renderer's resident memory once V8 has collected its garbage (DevTools protocol), which
+    Chromium would do on its own sooner or later: what the page really keeps, run over run."""
+    cdp = page.context.new_cdp_session(page)
+    try:
+        cdp.send("HeapProfiler.collectGarbage")
+    finally:
+        cdp.detach()
+    time.sleep(0.5)
+    return rss_mb(renderer_pids())
+
+
 def shown_stats(page) -> dict:
     """The numbers each column header shows (tokens/s, tokens, time)."""
     out = {}
@@ -196,6 +208,7 @@ def race_in_browser(page, app, example: str, temperature: float, max_new: int, s
             "wall_s": (marks["done"] - marks["racing"]) / 1000,
             "click_to_done_s": done - t0, "compute_s": sum(v["seconds"] for v in shown.values() if v),
             "renderer_cpu_share": (cpu1 - cpu0) / max(done - t0, 1e-9), "renderer_rss_mb": rss_mb(renderer_pids()),
+            "renderer_rss_mb_after_gc": rss_after_gc(page),
             "contention_warning": "slower than this machine runs them" in status,
             "server_cpu_share": proc_share["server"], "worker_cpu_share": proc_share["worker"],
             "chromium_cpu_share": (chromium1 - chromium0) / max(done - t0, 1e-9),
@@ -261,7 +274,8 @@ def main() -> int:
                 print(f"race {i + 1}: {example} T={temperature}: "
                       + ", ".join(f"{m} {v['tokens_per_second']:.1f} tok/s" for m, v in r["shown"].items() if v)
                       + f"; wall {r['wall_s']:.1f} s vs compute {r['compute_s']:.1f} s; renderer "
-                        f"{100 * r['renderer_cpu_share']:.0f}% CPU, {r['renderer_rss_mb']:.0f} MB; server "
+                        f"{100 * r['renderer_cpu_share']:.0f}% CPU, {r['renderer_rss_mb']:.0f} MB "
+                        f"({r['renderer_rss_mb_after_gc']:.0f} after GC); server "
                         f"{100 * r['server_cpu_share']:.0f}%, worker {100 * r['worker_cpu_share']:.0f}% "
                         f"({r['worker_preemptions_per_s']:.0f} preemptions/s), all Chromium "
                         f"{100 * r['chromium_cpu_share']:.0f}%"
@@ -302,6 +316,7 @@ def summarise(races: list[dict], alone: list[dict]) -> dict:
         out[key] = statistics.mean(r[key] for r in races)
     out["renderer_rss_mb_first"] = races[0]["renderer_rss_mb"]
     out["renderer_rss_mb_last"] = races[-1]["renderer_rss_mb"]
+    out["renderer_rss_mb_after_gc"] = [round(r["renderer_rss_mb_after_gc"]) for r in races]
     out["contention_warnings"] = sum(r["contention_warning"] for r in races)
     return out
 
@@ -318,7 +333,8 @@ def print_report(rep: dict) -> None:
           f"worker {100 * rep['worker_cpu_share']:.0f}% with {rep['worker_preemptions_per_s']:.0f} preemptions/s)")
     print(f"renderer RSS: {rep['renderer_rss_mb_loaded']:.0f} MB with the page loaded, "
           f"{rep['renderer_rss_mb_first']:.0f} MB after race 1, "
-          f"{rep['renderer_rss_mb_last']:.0f} MB after the last")
+          f"{rep['renderer_rss_mb_last']:.0f} MB after the last; after a garbage collection, race by race: "
+          f"{rep['renderer_rss_mb_after_gc']} MB")
     print(f"contention warnings shown: {rep['contention_warnings']}")
 
 
