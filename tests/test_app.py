@@ -217,3 +217,27 @@ def test_illustrative_sizes_over_the_api(client):
     ar_steps = runs["ar"]["steps"]
     assert ar_steps and all(len(s["alternatives"]) == 3 for s in ar_steps)   # the narrated AR step's data
     assert "Step" in out["caption"] and "ran its step" in out["caption"]   # the narrated caption
+
+
+def test_feature_draft_preset_races_exactly_and_its_tree_says_what_the_draft_saw(client):
+    """The offline default with its feature draft: greedy fp32 Sequoia equals autoregressive, and
+    every tree node records what the draft read (the tree hover shows it)."""
+    from specviz.ui.layout import FEATURE_PRESET
+
+    args = run_args(methods=("ar", "sequoia"), max_new=16)
+    args.update(model=FEATURE_PRESET)
+    out = _outputs(client.predict(**args, api_name="/race"))
+    with open(out["file"], encoding="utf-8") as fh:
+        trace = json.load(fh)
+    runs = trace["runs"]
+    assert "feature draft" in trace["draft_name"]
+    assert runs["sequoia"]["token_ids"] == runs["ar"]["token_ids"]
+    nodes = [n for s in runs["sequoia"]["steps"] if s.get("payload") for n in s["payload"]["nodes"]
+             if n["parent"] >= 0]
+    assert nodes and all(n["draft_input"] for n in nodes)
+    # Stepped to a Sequoia step with a tree (the last ones may be cut to the root near the end).
+    steps = runs["sequoia"]["steps"]
+    upto = next(i + 1 for i, (method, k) in enumerate(trace["order"])
+                if method == "sequoia" and len((steps[k].get("payload") or {}).get("nodes") or []) > 1)
+    view = _outputs(client.predict(upto, api_name="/show_step"))
+    assert "draft saw:" in html.unescape(view["tree"])
