@@ -178,6 +178,29 @@ def _wait_caption(page, needle: str):
                            arg=needle, timeout=90_000)
 
 
+def test_a_workshop_preset_sets_the_model_pair_prompt_and_question(replay_app_url):
+    from playwright.sync_api import sync_playwright
+
+    from specviz.ui.layout import FEATURE_PRESET, WORKSHOP
+
+    name = next(n for n, p in WORKSHOP.items() if p.get("model") == FEATURE_PRESET)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 720})
+            page.goto(replay_app_url, wait_until="load", timeout=60_000)
+            page.wait_for_selector("#sv-run", timeout=60_000)
+            page.locator("#sv-workshop input").click()
+            page.get_by_role("option", name=name).click()
+            page.wait_for_function("(document.querySelector('#sv-question') || {innerText: ''}).innerText"
+                                   ".includes('Question')", timeout=30_000)
+            assert page.locator("#sv-model input").input_value() == FEATURE_PRESET
+            assert page.locator("#sv-prompt textarea").input_value() == WORKSHOP[name]["prompt"]
+            assert "Hover a level-1 node" in page.locator("#sv-question").inner_text()
+        finally:
+            browser.close()
+
+
 def test_keyboard_steps_a_replay_and_the_page_fits_projector_and_full_hd(replay_app_url, replay_trace):
     """Upload a recorded trace, step it with ArrowLeft / ArrowRight, read the captions, open the what-if
     panel; screenshots at 1280x720 and 1920x1080 in test-artifacts/; no horizontal scrolling at either."""

@@ -267,3 +267,7 @@ def test_workshop_presets_set_valid_controls_and_ask_one_question():
     temps = {p["temperature"] for p in WORKSHOP.values()}
     assert 0.0 in temps and 1.0 in temps   # greedy against sampled
     assert any(p.get("tree_budget", 0) >= 64 for p in WORKSHOP.values())   # a tree too big for a CPU
+    from specviz.ui.layout import FEATURE_PRESET, PRESETS
+
+    assert all(p.get("model", FEATURE_PRESET) in PRESETS for p in WORKSHOP.values())
+    assert any(p.get("model") == FEATURE_PRESET for p in WORKSHOP.values())   # the feature draft, hovered

@@ -91,6 +91,13 @@ WORKSHOP = {
         tree="illustrative", lookahead="illustrative",
         question="The texts now differ from autoregressive, yet the method is exact. Step to a Sequoia rejection: "
                  "read its q and P — where did the bonus token come from, and why does that keep the output exact?"),
+    "A draft that reads the target's hidden states": dict(
+        model=FEATURE_PRESET,
+        prompt="Write a Python function that checks whether a string is a palindrome.",
+        temperature=0.0, max_new_tokens=48, tree="illustrative", lookahead="auto",
+        question="Hover a level-1 node, then a level-3 node: what did the draft read for each? Does its "
+                 "acceptance fall with depth as it feeds on its own predictions, and is it faster than the "
+                 "default's independent draft (race the first preset again to compare)?"),
     "A tree too big for this hardware": dict(
         prompt="Tell a short story about a robot who learns to paint.", temperature=0.0, max_new_tokens=48,
         tree="manual", tree_budget=96, tree_depth=8, lookahead="auto",
@@ -443,7 +450,7 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                 presets = allowed_presets(limits)
                 preset = gr.Dropdown(presets + ([CUSTOM] if allow_custom else []),
                                      value=presets[0] if presets else (CUSTOM if allow_custom else None),
-                                     label="Model pair (target + draft)")
+                                     label="Model pair (target + draft)", elem_id="sv-model")
                 gated_note = limits.gated_notice()   # gated presets need an HF_TOKEN: say so when held back
                 gr.Markdown(gated_note, visible=bool(gated_note), elem_id="sv-gated-note")
                 with gr.Row(visible=False) as custom_row:
@@ -733,18 +740,21 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
         def apply_workshop(name):
             preset_values = WORKSHOP.get(name)
             if preset_values is None:
-                return [gr.skip()] * 10 + [gr.Markdown("", visible=False)]
+                return [gr.skip()] * 11 + [gr.Markdown("", visible=False)]
+            # A preset may pick the model pair too, when this server offers it; otherwise the pair stays.
+            model = preset_values.get("model")
+            model = model if model in presets else gr.skip()
             tree = preset_values.get("tree", "illustrative")
             look = preset_values.get("lookahead", "illustrative")
             sizes = {**whatif.ILLUSTRATIVE_TREE, **whatif.ILLUSTRATIVE_LOOKAHEAD}
             sizes.update({k: preset_values[k] for k in sizes if k in preset_values})
-            return [preset_values["prompt"], preset_values["temperature"], preset_values["max_new_tokens"], tree,
+            return [model, preset_values["prompt"], preset_values["temperature"], preset_values["max_new_tokens"], tree,
                     sizes["tree_budget"], sizes["tree_depth"], look, sizes["window"], sizes["ngram"],
                     sizes["guesses"],
                     gr.Markdown(f"**Question.** {preset_values['question']}", visible=True)]
 
-        workshop.change(apply_workshop, workshop, [prompt, temperature, max_new, tree_mode, budget, depth, look_mode,
-                                                  window, ngram, guesses, question],
+        workshop.change(apply_workshop, workshop, [preset, prompt, temperature, max_new, tree_mode, budget, depth,
+                                                  look_mode, window, ngram, guesses, question],
                         api_visibility="private", queue=False)
         for button, text in zip(example_buttons, EXAMPLES.values()):
             button.click(lambda t=text: t, None, prompt, api_visibility="private", queue=False)
