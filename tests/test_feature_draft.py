@@ -216,7 +216,8 @@ def test_shipped_feature_acceptance_vectors_are_found_per_depth_at_both_temperat
         assert v["steps"] >= 400 and "heldout" in v["prompts"]
     assert meta["kind"] == "specviz-feature-draft"
     # Measured on the held-out prompts, which the drafts never trained on.
+    from specviz.draft.data import load_prompts
+
     heldout = acceptance_prompts(None)
-    rows = [json.loads(line) for line in (assets_dir() / "prompts" / "distill.jsonl").read_text().splitlines()]
-    train = {r["prompt"] for r in rows if r.get("split", "train") == "train"}
+    train = {r["prompt"] for r in load_prompts("train")}
     assert len(heldout) == 22 and not set(heldout) & train

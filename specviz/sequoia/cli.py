@@ -57,10 +57,9 @@ def acceptance_prompts(path: str | None) -> list[str]:
 
     if path:
         return [p["prompt"] for p in read_prompts(path)]
-    from ..paths import assets_dir
+    from ..draft.data import load_prompts
 
-    rows = read_prompts(assets_dir() / "prompts" / "distill.jsonl")
-    return [p["prompt"] for p in rows if p.get("split") == "heldout"]
+    return [p["prompt"] for p in load_prompts("heldout")]
 
 
 def cmd_profile_acceptance(args: argparse.Namespace) -> int:

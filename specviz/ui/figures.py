@@ -51,12 +51,11 @@ def _show(text: str) -> str:
 # ---------------------------------------------------------------------------
 
 
-def draft_saw(payload, node, sep: str) -> str:
-    """A feature draft's input for `node`: its parent's token with the hidden state it read
+def draft_saw(node, parent, sep: str) -> str:
+    """A feature draft's input for `node`: its `parent` node's token with the hidden state it read
     (the target's own at depth 1, the draft's prediction deeper); "" for an independent draft."""
     if not getattr(node, "draft_input", ""):
         return ""
-    parent = next((m for m in payload.nodes if m.id == node.parent), None)
     token = f"'{_show(parent.text)}'" if parent is not None else "the last token"
     return f"{sep}draft saw: {token} + {node.draft_input}"
 
@@ -95,6 +94,7 @@ def tree_figure(payload: TreePayload | None, step: int | None = None, height: in
     widest = max((sum(1 for p in pos.values() if p[0] == x) for x in {p[0] for p in pos.values()}), default=1)
     height = height or max(460, 24 * widest + 120)
     on_path = set(payload.accepted_path)
+    by_id = {n.id: n for n in payload.nodes}
     root_id = next((n.id for n in payload.nodes if n.parent < 0), payload.nodes[0].id)
 
     fig = go.Figure()
@@ -119,7 +119,7 @@ def tree_figure(payload: TreePayload | None, step: int | None = None, height: in
     sizes = [30 if n.id in on_path or n.parent < 0 else 22 for n in nodes]
     hover = [
         (f"<b>{_show(n.text)}</b> (id {n.token_id})<br>status: {n.status}<br>depth {n.depth}"
-         f"<br>draft q = {n.draft_prob:.3f}<br>target P = {n.target_prob:.3f}{draft_saw(payload, n, '<br>')}")
+         f"<br>draft q = {n.draft_prob:.3f}<br>target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), '<br>')}")
         for n in nodes]
     fig.add_trace(go.Scatter(
         x=[pos[n.id][0] for n in nodes], y=[pos[n.id][1] for n in nodes], mode="markers+text",

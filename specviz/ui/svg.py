@@ -67,6 +67,7 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         return 24 + 150 * x, height / 2 - y * (height / 2 - 20)
 
     on_path = set(payload.accepted_path)
+    by_id = {n.id: n for n in payload.nodes}
     edges, marks = [], []
     for n in payload.nodes:
         if n.parent >= 0 and n.parent in pos:
@@ -79,7 +80,7 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         color = NODE_COLORS.get(n.status, NODE_COLORS["not_reached"])
         label = ("▶ " if n.parent < 0 else "") + _show(n.text)
         tip = (f"{_show(n.text)} (id {n.token_id}) — {n.status}, depth {n.depth}\n"
-               f"draft q = {n.draft_prob:.3f}, target P = {n.target_prob:.3f}{draft_saw(payload, n, chr(10))}")
+               f"draft q = {n.draft_prob:.3f}, target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), chr(10))}")
         marks.append(f'<g class="sv-node sv-{n.status}" font-size="15"><title>{esc(tip)}</title>'
                      f'<circle cx="{x:.0f}" cy="{y:.0f}" r="{9 if n.id in on_path or n.parent < 0 else 7}" '
                      f'fill="{color}" stroke="#fff" stroke-width="1.5"/>'
