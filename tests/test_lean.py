@@ -7,10 +7,12 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import chi_square_pvalue, exact_distribution, tiny_pair
 
 from specviz.engine.kvcache import keep_positions, new_cache
-from specviz.engine.lean import LeanLlama, ModelForward, VocabSubsetHead, lean_llama_supported
+from specviz.engine.lean import (LeanLlama, ModelForward, VocabSubsetHead, attention_backends, attention_kernels,
+                                 lean_llama_supported)
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import ModelPair
 from specviz.engine.sampling import SamplingConfig
@@ -137,3 +139,19 @@ def test_both_forward_paths_are_exact(method, options, lean, one_thread, monkeyp
         dec = make_decoder(method, pair, "", prompt_ids=prompt_ids, max_new_tokens=20, **options)
         assert isinstance(dec.target_fwd if method == "sequoia" else dec.forward, LeanLlama if lean else ModelForward)
         assert dec.run().token_ids == ar
+
+
+def test_cuda_attention_stays_off_cudnn_unless_asked(monkeypatch):
+    """cuDNN's per-shape plans made every decoding step on an H100 4-7x slower: CUDA keeps to
+    flash / memory-efficient / math attention; the CPU is left alone; SPECVIZ_SDPA_CUDNN=1 lifts it."""
+    from torch.nn.attention import SDPBackend
+
+    monkeypatch.delenv("SPECVIZ_SDPA_CUDNN", raising=False)
+    cuda = attention_backends(torch.device("cuda"))
+    assert cuda and SDPBackend.CUDNN_ATTENTION not in cuda and SDPBackend.MATH in cuda
+    assert attention_backends(torch.device("cpu")) is None
+    monkeypatch.setenv("SPECVIZ_SDPA_CUDNN", "1")
+    assert attention_backends(torch.device("cuda")) is None
+    with attention_kernels(torch.device("cpu")):   # a no-op context on the CPU
+        q = torch.randn(1, 2, 3, 4)
+        assert F.scaled_dot_product_attention(q, q, q).shape == q.shape

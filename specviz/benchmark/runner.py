@@ -32,6 +32,7 @@ from typing import Callable
 
 import torch
 
+from ..engine.lean import attention_kernels
 from ..engine.methods import METHODS, decoder_class, make_decoder
 from ..engine.models import ModelPair
 from ..engine.profiler import load_cached, save_cached
@@ -249,7 +250,9 @@ def run_hf(method: str, pair: ModelPair, prompt_ids: list[int], sampling: Sampli
         torch.manual_seed(sampling.seed)
     counter = _ForwardCounter(pair.target)
     try:
-        with torch.inference_mode():
+        # The peers run under the same attention kernels as our decoders, so a comparison on CUDA
+        # is not skewed by cuDNN's per-shape plans (engine.lean.attention_backends).
+        with torch.inference_mode(), attention_kernels(pair.device):
             if pair.device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()

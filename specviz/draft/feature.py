@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..engine.lean import attention_kernels
 from ..errors import ModelLoadError
 from .vocab import load_vocab
 
@@ -146,8 +147,9 @@ class FeatureDraft(torch.nn.Module):
                mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
         """Attention of q over keys/values, then o_proj, MLP and the final norm: the predicted feature."""
         B, _, n, _ = q.shape
-        attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal,
-                                              scale=self.scale, enable_gqa=self.n_heads != self.n_kv)
+        with attention_kernels(q.device):   # no cuDNN plan per key length (see engine.lean)
+            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal,
+                                                  scale=self.scale, enable_gqa=self.n_heads != self.n_kv)
         x = x + self.o_proj(attn.transpose(1, 2).reshape(B, n, -1))
         h = rms_norm(x, self.post_norm, self.eps)
         x = x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))

@@ -19,12 +19,32 @@ It also honours a draft head restricted to part of the vocabulary
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .kvcache import cache_length, crop, keep_positions, new_cache
+
+
+# On CUDA, scaled_dot_product_attention may pick cuDNN's kernel, which builds and caches an execution
+# plan per input shape. Decoding changes the key length at every step, so every step paid for a new
+# plan: on an H100 (torch 2.11), AR on the offline default ran 9.5-15 tok/s with cuDNN allowed and
+# 50-62 tok/s without it, Sequoia 5-7 against 39-49. Flash and memory-efficient attention need no plan.
+# SPECVIZ_SDPA_CUDNN=1 allows cuDNN again (for A/B measurements).
+def attention_backends(device: torch.device) -> list | None:
+    if device.type != "cuda" or os.environ.get("SPECVIZ_SDPA_CUDNN") == "1":
+        return None
+    return [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def attention_kernels(device: torch.device):
+    """A context that keeps scaled_dot_product_attention off cuDNN on CUDA (nothing elsewhere)."""
+    backends = attention_backends(device)
+    return sdpa_kernel(backends) if backends else contextlib.nullcontext()
 
 
 def lean_llama_supported(model) -> bool:
@@ -75,6 +95,7 @@ class LeanLlama:
         head = model.lm_head
         device, self.dtype = inner.embed_tokens.weight.device, inner.embed_tokens.weight.dtype
         self.device, self.max_len = device, max_len
+        self.attention_backends = attention_backends(device)
         self.eps = cfg.rms_norm_eps
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
@@ -138,6 +159,20 @@ class LeanLlama:
                 ~allowed, torch.finfo(self.dtype).min)
         causal = mask is None and n > 1   # a prefill from slot 0: plainly causal
         x = F.embedding(input_ids, self.embed)
+        with sdpa_kernel(self.attention_backends) if self.attention_backends else contextlib.nullcontext():
+            x = self._layers(x, start, end, cos, sin, mask, causal)
+        if hidden:
+            normed = self._rms_norm(x[0], self.final_norm)
+            picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
+            return F.linear(picked, self.lm_head), normed
+        x = x[0, -rows:] if isinstance(rows, int) else x[0].index_select(0, rows)
+        # A 2-D input keeps F.linear on a plain matmul (see VocabSubsetHead.forward).
+        return F.linear(self._rms_norm(x, self.final_norm), self.lm_head)
+
+    __call__ = forward
+
+    def _layers(self, x: torch.Tensor, start: int, end: int, cos, sin, mask, causal: bool) -> torch.Tensor:
+        n = end - start
         for i, (w_in, wq, wk, wv, wo, w_post, w_gate, w_up, w_down) in enumerate(self.layers):
             h = self._rms_norm(x, w_in)
             q = F.linear(h, wq).view(1, n, self.n_heads, self.head_dim).transpose(1, 2)
@@ -153,15 +188,7 @@ class LeanLlama:
             x = x + F.linear(attn.transpose(1, 2).reshape(1, n, -1), wo)
             h = self._rms_norm(x, w_post)
             x = x + F.linear(F.silu(F.linear(h, w_gate)) * F.linear(h, w_up), w_down)
-        if hidden:
-            normed = self._rms_norm(x[0], self.final_norm)
-            picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
-            return F.linear(picked, self.lm_head), normed
-        x = x[0, -rows:] if isinstance(rows, int) else x[0].index_select(0, rows)
-        # A 2-D input keeps F.linear on a plain matmul (see VocabSubsetHead.forward).
-        return F.linear(self._rms_norm(x, self.final_norm), self.lm_head)
-
-    __call__ = forward
+        return x
 
     def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
         """Move the K/V of `slots` (ascending, all >= prefix_len) to prefix_len, prefix_len + 1, ..."""
@@ -195,6 +222,10 @@ class ModelForward:
                 mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1, hidden: bool = False):
         if cache_length(self.cache) > start:
             crop(self.cache, start)
+        with attention_kernels(input_ids.device):
+            return self._forward(input_ids, positions, mask, rows, hidden)
+
+    def _forward(self, input_ids, positions, mask, rows, hidden):
         if hidden:   # the final-normed hidden states of every new token, and the logits of `rows`
             normed = self.model.model(input_ids=input_ids, attention_mask=mask,
                                       position_ids=None if positions is None else positions.unsqueeze(0),
