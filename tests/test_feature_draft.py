@@ -221,3 +221,50 @@ def test_shipped_feature_acceptance_vectors_are_found_per_depth_at_both_temperat
     heldout = acceptance_prompts(None)
     train = {r["prompt"] for r in load_prompts("train")}
     assert len(heldout) == 22 and not set(heldout) & train
+
+
+def test_online_features_equal_the_stored_recipe_and_a_deadline_ends_the_run(feature_pair, tmp_path):
+    """`distill --kind feature --online-features --minutes M`, as a lent GPU runs it: the parallel
+    tokenising gives exactly the batches of the stored-feature recipe, the target's features are computed
+    in the loop, and the schedule is cut so the run, checkpoints included, ends by its deadline."""
+    import json
+    import time
+
+    from specviz.draft.data import DistillData, chat_ids
+    from specviz.draft.featuretrain import fit_steps, online_features, train_feature
+    from specviz.engine.models import OFFLINE_DRAFT_DIR
+
+    tok, target = feature_pair.tokenizer, feature_pair.target
+    work = tmp_path / "work"
+    work.mkdir()
+    rows = []
+    for prompt, answer in [("Name a colour.", "Blue is a colour of the sky."), ("Say hi.", "Hi! How are you today?")]:
+        rows.append({"prompt": prompt, "temperature": 0.0, "prompt_ids": chat_ids(tok, prompt),
+                     "answer_ids": tok(answer, add_special_tokens=False)["input_ids"]})
+    (work / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (work / "heldout.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    settings = {"target": "default", "seed": 3, "seq_len": 32, "batch": 2, "answer_rows": 1, "chat_wrap": 0.4,
+                "feature_batches": 12, "vocab_from": str(OFFLINE_DRAFT_DIR), "unroll": 2,
+                "unroll_weights": [1.0, 0.8], "noise": 0.1, "ce_weight": 1.0, "lr": 5e-4, "warmup": 25,
+                "steps": 100_000, "save_every": 40, "log_every": 1000}
+    stream = online_features(target, tok, work, settings, workers=2)
+    sequential = DistillData(tok, rows, 3, 32, 2, 1, 0.4)
+    assert stream.ids.shape == (12, 2, 32)
+    for k in (0, 5, 11):
+        assert torch.equal(stream.ids[k], sequential.batch_at(k))
+    ids, feats = stream.batch_at(13)   # wraps around: batch 13 reuses batch 1's ids
+    assert torch.equal(ids, stream.ids[1]) and feats.shape == (2, 32, target.config.hidden_size)
+
+    budget = 40.0
+    t0 = time.perf_counter()
+    metrics = train_feature(target, tok, settings, tmp_path / "out", work, resume=False, stream=stream,
+                            deadline=t0 + budget)
+    elapsed = time.perf_counter() - t0
+    assert 20 <= settings["steps"] < 100_000   # fitted to the deadline once 20 steps were timed
+    assert len(metrics["loss"]) == settings["steps"]
+    assert metrics["agreement"][-1][0] == settings["steps"]   # the last checkpoint is the run's end
+    assert elapsed < budget + 8, f"the run took {elapsed:.0f} s for a {budget:.0f} s deadline"
+    saved = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert saved["steps_done"] == settings["steps"]
+    assert fit_steps(1000, 30, 0.5, 10.0) == 50 and fit_steps(40, 30, 0.5, 100.0) == 40
+    assert fit_steps(1000, 30, 0.5, -5.0) == 30   # past the deadline: stop where it is

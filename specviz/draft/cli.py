@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import time
 from pathlib import Path
 
 import torch
@@ -35,6 +37,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     from ..paths import cache_dir
     from .pruned import parse_layers
 
+    started = time.perf_counter()   # --minutes counts from here: loading and answering are part of the lease
     if args.threads:
         torch.set_num_threads(args.threads)
     for name in ("steps", "batch", "seq_len", "save_every"):
@@ -42,7 +45,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
             raise InvalidInput(f"--{name.replace('_', '-')} must be positive")
     target, tokenizer = _load_target(args.target, args.device)
     if args.kind == "feature":
-        return _distill_feature(args, target, tokenizer)
+        return _distill_feature(args, target, tokenizer, started)
     layers = parse_layers(args.layers, target.config.num_hidden_layers)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -65,10 +68,10 @@ def cmd_distill(args: argparse.Namespace) -> int:
     return 0
 
 
-def _distill_feature(args: argparse.Namespace, target, tokenizer) -> int:
+def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float) -> int:
     from ..engine.models import OFFLINE_DRAFT_DIR, is_default
     from ..paths import cache_dir
-    from .featuretrain import precompute, train_feature
+    from .featuretrain import online_features, precompute, train_feature
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -81,6 +84,7 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer) -> int:
                 "chat_wrap": args.chat_wrap, "save_every": args.save_every, "log_every": args.log_every,
                 "gen_batch": args.gen_batch, "gen_tokens": args.gen_tokens, "heldout_tokens": args.heldout_tokens,
                 "feature_batches": args.feature_batches, "feature_shards": args.feature_shards,
+                "online_features": args.online_features, "minutes": args.minutes,
                 "unroll": args.unroll, "unroll_weights": [1.0, 0.8, 0.64, 0.5][:args.unroll],
                 "noise": args.noise, "ce_weight": args.ce_weight,
                 "vocab_from": str(args.vocab_from or OFFLINE_DRAFT_DIR),
@@ -93,9 +97,13 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer) -> int:
     settings["answer_temperatures"] = list(temps)
     generate_answers(target, tokenizer, work_dir, args.seed, args.gen_batch, args.gen_tokens, args.heldout_tokens,
                      temps)
-    precompute(target, tokenizer, work_dir, settings)
-    if args.steps:
-        train_feature(target, tokenizer, settings, out_dir, work_dir, resume=args.resume)
+    if args.online_features:
+        stream = online_features(target, tokenizer, work_dir, settings, args.workers or os.cpu_count() or 1)
+    else:
+        precompute(target, tokenizer, work_dir, settings)
+        stream = None
+    train_feature(target, tokenizer, settings, out_dir, work_dir, resume=args.resume, stream=stream,
+                  deadline=started + 60 * args.minutes if args.minutes > 0 else None)
     return 0
 
 
@@ -208,6 +216,15 @@ def register(subparsers) -> None:
     p.add_argument("--feature-shards", type=int, default=0, help="--kind feature: train on the first N shards only")
     p.add_argument("--answer-temperatures", default="0,0.7",
                    help="--kind feature: the target answers each train prompt once per temperature")
+    p.add_argument("--online-features", action="store_true",
+                   help="--kind feature: run the target inside the training loop instead of storing its features "
+                        "(pays off on a GPU); --feature-batches then counts the distinct batches of token ids")
+    p.add_argument("--workers", type=int, default=0,
+                   help="--online-features: processes that tokenise the batches (0 = one per core)")
+    p.add_argument("--minutes", type=float, default=0,
+                   help="--kind feature: end the whole command (answers, features, training, checkpoints) within "
+                        "this many minutes: the step count is set from the first steps' pace, --steps stays the "
+                        "upper bound (for a machine lent for a fixed time)")
     p.add_argument("--unroll", type=int, default=3, help="--kind feature: unrolled steps on the draft's own features")
     p.add_argument("--ce-weight", type=float, default=1.0,
                    help="--kind feature: weight of the soft cross-entropy against the target's distribution "

@@ -13,14 +13,17 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 import sysconfig
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from ..engine.lean import attention_kernels
 from ..errors import InvalidInput
 from ..paths import assets_dir
 
@@ -118,7 +121,8 @@ def generate_answers(target, tokenizer, out_dir: Path, seed: int, batch: int, ma
             rows = todo[start:start + batch]
             prompt_ids = [chat_ids(tokenizer, r["prompt"]) for r in rows]
             t0 = time.perf_counter()
-            answers = generate_batch(target, tokenizer, prompt_ids, n_new, temperature, generator)
+            with attention_kernels(target.device):   # the key length grows every step: no cuDNN plans
+                answers = generate_batch(target, tokenizer, prompt_ids, n_new, temperature, generator)
             n_tok = sum(len(a) for a in answers)
             with open(path, "a") as fh:
                 for r, p, a in zip(rows, prompt_ids, answers):
@@ -208,3 +212,25 @@ class DistillData:
         rows = [self._answer_row(rng) for _ in range(n_answer)]
         rows += [self._text_row(rng) for _ in range(self.batch - n_answer)]
         return torch.tensor(rows, dtype=torch.long)
+
+    def batches(self, start: int, stop: int) -> np.ndarray:
+        """Batches start..stop-1 as one int32 array (stop-start, batch, seq_len): cheap to send between processes."""
+        return np.stack([self.batch_at(k).numpy().astype(np.int32) for k in range(start, stop)])
+
+
+def batches_in_parallel(data: DistillData, n_batches: int, workers: int) -> torch.Tensor:
+    """Batches 0..n_batches-1 of `data` (n_batches, batch, seq_len), tokenised by `workers` processes.
+
+    Each batch is a pure function of (seed, k), so the result equals the sequential one; only the
+    tokenising (the slow part on a machine whose GPU waits for it) is spread over processes.
+    """
+    if workers <= 1 or n_batches < 2 * workers:
+        return torch.from_numpy(data.batches(0, n_batches)).long()
+    import multiprocessing
+
+    chunk = max(1, math.ceil(n_batches / (4 * workers)))
+    ranges = [(k, min(k + chunk, n_batches)) for k in range(0, n_batches, chunk)]
+    # fork: the workers inherit `data` (its file list and tokenizer) instead of each rebuilding it.
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        parts = pool.starmap(data.batches, ranges)
+    return torch.from_numpy(np.concatenate(parts)).long()

@@ -30,12 +30,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..engine.lean import attention_kernels
 from ..errors import InvalidInput
 from .data import DistillData, log, read_jsonl
 from .feature import FeatureDraft, save_feature_draft
 from .vocab import VOCAB_FILE, load_vocab
 
 SHARD_BATCHES = 10
+FIT_AFTER = 20   # steps timed before a deadline fixes the schedule's length
 
 
 # ---------------------------------------------------------------------------
@@ -46,7 +48,8 @@ SHARD_BATCHES = 10
 @torch.inference_mode()
 def target_features(target, ids: torch.Tensor) -> torch.Tensor:
     """The target's final-normed hidden states (B, n, H) for token rows (B, n)."""
-    return target.model(input_ids=ids.to(target.device)).last_hidden_state
+    with attention_kernels(target.device):
+        return target.model(input_ids=ids.to(target.device)).last_hidden_state
 
 
 def suite_prompts() -> set[str]:
@@ -228,7 +231,49 @@ class ShardStream:
         return shard["ids"][rows].long(), shard["feats"][rows]
 
 
-def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Path, resume: bool) -> dict:
+class OnlineFeatures:
+    """Batches of (ids, feats) whose features the target computes when asked.
+
+    On a GPU the teacher's forward over a batch costs less than reading its stored
+    features back (1.2 KB per token), so `--online-features` keeps only token ids
+    (prepared once, in parallel) and runs the frozen target inside the loop.
+    Batch k is the same pure function of (seed, k) as in the stored shards.
+    """
+
+    def __init__(self, target, ids: torch.Tensor):
+        self.target, self.ids = target, ids   # ids (n_batches, batch, seq_len)
+
+    def batch_at(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = self.ids[k % len(self.ids)].to(self.target.device)
+        # clone: an inference-mode tensor cannot be saved for the draft's backward pass.
+        return ids, target_features(self.target, ids).clone()
+
+
+def online_features(target, tokenizer, work_dir: Path, settings: dict, workers: int) -> OnlineFeatures:
+    from .data import batches_in_parallel
+
+    bench = suite_prompts()
+    answers = [a for a in read_jsonl(work_dir / "answers.jsonl") if a["prompt"] not in bench]
+    settings["answers_used"] = len(answers)
+    data = DistillData(tokenizer, answers, settings["seed"], settings["seq_len"], settings["batch"],
+                       settings["answer_rows"], settings["chat_wrap"])
+    t0 = time.perf_counter()
+    ids = batches_in_parallel(data, settings["feature_batches"], workers)
+    log(f"online features: {ids.numel() / 1e6:.1f}M token ids in {len(ids)} batches "
+        f"({time.perf_counter() - t0:.0f} s, {workers} processes)")
+    return OnlineFeatures(target, ids)
+
+
+def fit_steps(steps: int, step_now: int, per_step: float, seconds_left: float) -> int:
+    """Total steps for a run at `step_now` that must end within `seconds_left`, at `per_step` seconds a step;
+    `steps` stays the upper bound, and a run never ends before the step it is at."""
+    return max(step_now, min(steps, step_now + int(max(seconds_left, 0.0) / max(per_step, 1e-9))))
+
+
+def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Path, resume: bool,
+                  stream=None, deadline: float | None = None) -> dict:
+    """Train (or resume) the feature draft; with `deadline` (a time.perf_counter() value) the schedule's
+    length is set from the first steps' pace so that the run, its checkpoints included, ends by then."""
     device = target.device
     torch.manual_seed(settings["seed"])
     vocab_ids = load_vocab(Path(settings["vocab_from"]), target.config.vocab_size)
@@ -252,11 +297,12 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         settings["history"] = state["settings"].get("history", []) + [{**previous, "until_step": start}]
         log(f"resumed at step {start}")
 
-    shards = [p for p in sorted((work_dir / "features").glob("feat-*.pt"))][:settings["feature_shards"] or None]
-    if not shards:
-        raise InvalidInput(f"no feature shards in {work_dir / 'features'}")
-    stream = ShardStream(shards, settings["batch"], settings["seed"])
-    log(f"training on {len(shards)} shards ({len(shards) * stream.rows_per_shard} rows of {settings['seq_len']})")
+    if stream is None:
+        shards = [p for p in sorted((work_dir / "features").glob("feat-*.pt"))][:settings["feature_shards"] or None]
+        if not shards:
+            raise InvalidInput(f"no feature shards in {work_dir / 'features'}")
+        stream = ShardStream(shards, settings["batch"], settings["seed"])
+        log(f"training on {len(shards)} shards ({len(shards) * stream.rows_per_shard} rows of {settings['seq_len']})")
     heldout = heldout_features(target, work_dir)
     head = draft.head.float()
     unroll, weights = settings["unroll"], settings["unroll_weights"]
@@ -265,7 +311,10 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     sample = stream.batch_at(0)[1].float()
     feat_rms = float(sample.pow(2).mean().sqrt())
 
+    checkpoint_seconds = [0.0]   # the last checkpoint's duration, for fitting the run to a deadline
+
     def checkpoint(step: int) -> None:
+        t0 = time.perf_counter()
         draft.eval()
         agree = evaluate_depths(draft, heldout, 3)
         metrics["agreement"].append([step, agree])
@@ -281,12 +330,15 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
             shutil.copyfile(src, out_dir / VOCAB_FILE)
         _write_json(out_dir / "metrics.json", {**final, **metrics})
         _write_json(out_dir / "settings.json", settings)
+        checkpoint_seconds[0] = time.perf_counter() - t0
         log(f"step {step}: held-out agreement {agree}; checkpoint in {out_dir}")
 
     if start == 0:
         checkpoint(0)
     steps, t_start = settings["steps"], time.perf_counter()
-    for step in range(start, steps):
+    for step in range(start, settings["steps"]):
+        if step >= steps:   # --minutes shortened the run
+            break
         draft.train()
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, steps, settings["lr"], settings["warmup"])
@@ -319,6 +371,15 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         metrics["tokens_seen"] += ids.numel()
         done = step + 1 - start
         per_step = (time.perf_counter() - t_start) / done
+        if done == FIT_AFTER and deadline is not None:
+            # The schedule's length is fixed once the pace is known (inside the warmup, whose learning
+            # rates do not depend on it), so the run ends on its cosine tail before the deadline; the
+            # time left is shared with the checkpoints still to come.
+            left = deadline - time.perf_counter()
+            n_ckpt = 1 + (steps - step - 1) // settings["save_every"]
+            steps = fit_steps(steps, step + 1, per_step, left - (n_ckpt + 1) * checkpoint_seconds[0])
+            settings["steps"] = steps
+            log(f"{left / 60:.1f} min left at {per_step * 1000:.0f} ms/step: the run ends at step {steps}")
         if done == 1 or (step + 1) % settings["log_every"] == 0:
             log(f"step {step + 1}/{steps} loss/step {parts} lr {optimizer.param_groups[0]['lr']:.1e} "
                 f"{ids.numel() / per_step:.0f} tok/s, eta {per_step * (steps - step - 1) / 60:.1f} min")

