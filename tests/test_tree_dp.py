@@ -230,3 +230,27 @@ def test_zero_entries_in_the_acceptance_vector():
             expected = exhaustive_best(m, depth, p)
             assert tables.best[depth, m] == pytest.approx(expected) if np.isfinite(expected) \
                 else np.isinf(tables.best[depth, m])
+
+
+def test_a_forward_curve_measured_on_busy_cores_is_used_but_not_cached(tmp_path, monkeypatch, capsys):
+    """A t(n) curve taken while other programs held the cores once made `auto` pick a 32-node tree for
+    good; now such a curve serves its own run only. The waiting share comes from Linux's schedstat."""
+    from helpers import tiny_pair
+
+    from specviz.engine import profiler
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    model = tiny_pair().target
+    waited = iter([10.0, 10.0 + 1e6])   # a million seconds of waiting: far past any share
+    monkeypatch.setattr(profiler, "runqueue_wait_seconds", lambda: next(waited))
+    busy = profiler.forward_curve(model, "tiny-busy", sizes=[1, 2], context_len=8)
+    assert set(busy) == {1, 2} and all(v > 0 for v in busy.values())
+    assert "not cached" in capsys.readouterr().err
+    assert profiler.load_cached("forward", f"tiny-busy-{profiler.forward_kind(model)}-ctx8") is None
+
+    monkeypatch.setattr(profiler, "runqueue_wait_seconds", lambda: 5.0)   # no waiting at all
+    profiler.forward_curve(model, "tiny-busy", sizes=[1, 2], context_len=8)
+    cached = profiler.load_cached("forward", f"tiny-busy-{profiler.forward_kind(model)}-ctx8")
+    assert cached is not None and cached["waiting_share"] == 0.0
+    real = profiler.runqueue_wait_seconds()   # Linux: a number of seconds; elsewhere None
+    assert real is None or real >= 0

@@ -8,7 +8,9 @@ and cached as JSON under the SpecViz cache directory.
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -30,6 +32,25 @@ def default_sizes(device: torch.device) -> list[int]:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+# A curve measured while other programs held the cores is slower than this machine really is, and a
+# cached one misleads `auto` for good (it once chose a 32-node tree from curves taken on a saturated
+# machine: t(1) 66-77 ms against the real 25-39 ms). Linux counts each thread's time spent runnable but
+# waiting for a core; above this share of the measuring threads' time, the curve is not cached.
+CONTENDED_SHARE = 0.15
+
+
+def runqueue_wait_seconds() -> float | None:
+    """Seconds this process's threads have waited for a core so far (Linux /proc schedstat), else None."""
+    total = 0
+    try:
+        for task in os.scandir("/proc/self/task"):
+            with open(f"{task.path}/schedstat") as f:
+                total += int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e9
 
 
 @torch.inference_mode()
@@ -108,7 +129,26 @@ def forward_curve(model, key: str, sizes: list[int] | None = None, context_len: 
     cached = None if refresh else load_cached("forward", cache_key)
     if cached and all(str(n) in cached["ms"] for n in sizes):
         return {n: float(cached["ms"][str(n)]) for n in sizes}
-    curve = measure_forward_times(model, sizes, context_len)
-    save_cached("forward", cache_key, {"key": key, "context_len": context_len,
-                                       "ms": {str(n): v for n, v in curve.items()}})
+    curve, contention = measured_with_contention(model, sizes, context_len, device)
+    if contention is None or contention <= CONTENDED_SHARE:
+        save_cached("forward", cache_key, {"key": key, "context_len": context_len,
+                                           "ms": {str(n): v for n, v in curve.items()}, "waiting_share": contention})
+        return curve
+    print(f"specviz: the forward-time curve of {key} was measured while other programs held the cores "
+          f"({100 * contention:.0f}% of its time waiting for one): used for this run only, not cached",
+          file=sys.stderr)
     return curve
+
+
+def measured_with_contention(model, sizes: list[int], context_len: int,
+                             device: torch.device) -> tuple[dict[int, float], float | None]:
+    """t(n), and the share of the measuring threads' time spent waiting for a core (None off Linux).
+
+    On a GPU the host thread mostly waits for the device, not for a core, so only CPU curves are judged.
+    """
+    wait0, t0 = runqueue_wait_seconds(), time.perf_counter()
+    curve = measure_forward_times(model, sizes, context_len)
+    wait1, wall = runqueue_wait_seconds(), time.perf_counter() - t0
+    if device.type != "cpu" or wait0 is None or wait1 is None:
+        return curve, None
+    return curve, (wait1 - wait0) / (wall * max(1, torch.get_num_threads()))
