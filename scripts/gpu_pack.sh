@@ -103,5 +103,8 @@ echo "Device calls (each right after the previous, while the machine is warm; se
 for i in $(seq 1 $((n - 1))); do
   echo "  run(carry=[\"$dir/b$i\"], command=\"ls $dir\")"
 done
-echo "  run(carry=[\"$dir/b$n\"], command=\"bash scripts/gpu_check.sh --only env,exactness,sampling\", timeout_s=600)"
+echo "  run(carry=[\"$dir/b$n\"], command=\"bash scripts/gpu_check.sh --only env,exactness\", timeout_s=600)"
+echo "  run(command=\"bash scripts/gpu_check.sh --only sampling\", timeout_s=600)"
 echo "  run(command=\"bash scripts/gpu_check.sh --only bench,profile,race\", timeout_s=600)"
+echo "and, to train the feature draft there (README 'Training the feature draft on a GPU'):"
+echo "  run(command=\"bash scripts/gpu_train_feature.sh \$OUT/fd 9\", timeout_s=600)"
