@@ -127,3 +127,38 @@ def test_draft_vocabulary_recipe(pair):
     assert ids == sorted(set(range(100)) | {5000, 30000, 40000} | set(pair.tokenizer.all_special_ids))
     heldout = [{"prompt_ids": [45000], "answer_ids": [3, 40000, 45000, 46000]}]
     assert vocab_coverage(ids, heldout) == {"heldout_tokens": 4, "coverage": 0.5, "coverage_with_prompt": 0.75}
+
+
+def test_the_offline_default_takes_the_draft_that_pays_more(tmp_path, monkeypatch):
+    """With a recorded draft-eval on both shipped drafts, the default is the one whose one-level speedup
+    (1 + agreement) / (1 + level cost) is higher, so a cheap draft with lower agreement can win; without
+    records it is the higher held-out agreement; a damaged metrics.json never picks a draft blindly."""
+    import json
+
+    from specviz.engine import models
+
+    feature, independent = tmp_path / "feature", tmp_path / "independent"
+    feature.mkdir()
+    independent.mkdir()
+    monkeypatch.setattr(models, "offline_feature_draft_dir", lambda: feature)
+    monkeypatch.setattr(models, "offline_default_draft_dir", lambda: independent)
+
+    def write(folder, agreement, record=None):
+        data = {"heldout_agreement": {"depth1": agreement} if folder == feature else agreement}
+        if record:
+            data["draft_eval"] = {"agreement": record[0], "level_cost": record[1]}
+        (folder / "metrics.json").write_text(json.dumps(data))
+
+    write(feature, 0.32)
+    write(independent, 0.364)
+    assert models.offline_default_drafts_dir() == independent          # agreement alone
+    write(feature, 0.32, (0.32, 0.041))                                 # 1.32 / 1.041 = 1.268
+    assert models.offline_default_drafts_dir() == independent          # one side unrecorded: agreement
+    write(independent, 0.364, (0.367, 0.147))                          # 1.367 / 1.147 = 1.192
+    assert models.offline_default_drafts_dir() == feature
+    write(independent, 0.364, (0.60, 0.147))                           # 1.6 / 1.147 = 1.395
+    assert models.offline_default_drafts_dir() == independent
+    (feature / "metrics.json").write_text("{not json")
+    assert models.offline_default_drafts_dir() == independent
+    monkeypatch.setattr(models, "offline_default_draft_dir", lambda: None)
+    assert models.offline_default_drafts_dir() == feature               # the only one shipped

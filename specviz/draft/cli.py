@@ -155,7 +155,22 @@ def cmd_draft_eval(args: argparse.Namespace) -> int:
               else len(tokenizer),
               "device": str(target.device), "threads": torch.get_num_threads()}
     print(json.dumps(result, indent=1))
+    if args.record:
+        record_eval(draft_dir, result["agreement"], result["draft_over_target"], result)
     return 0
+
+
+def record_eval(draft_dir: Path, agreement: float, level_cost: float, result: dict) -> None:
+    """Keep a draft-eval in the draft's metrics.json: the offline default picks its draft from these
+    (`engine.models.offline_default_drafts_dir`). Retraining rewrites metrics.json, dropping a stale one."""
+    path = Path(draft_dir) / "metrics.json"
+    metrics = json.loads(path.read_text()) if path.exists() else {}
+    metrics["draft_eval"] = {"agreement": agreement, "level_cost": level_cost, "device": result["device"],
+                             "threads": result["threads"], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(metrics, indent=1))
+    tmp.replace(path)
+    print(f"recorded in {path}")
 
 
 def heldout_answers(target, tokenizer, limit: int | None, tokens: int) -> list[dict]:
@@ -193,6 +208,8 @@ def _eval_feature(args: argparse.Namespace, feature_dir: Path) -> int:
               "draft_head_rows": int(draft.vocab_ids.numel()), "dtype": str(target.dtype).replace("torch.", ""),
               "device": str(target.device), "threads": torch.get_num_threads()}
     print(json.dumps(result, indent=1))
+    if args.record:
+        record_eval(feature_dir, agree["depth1"], result["draft_level_over_target"], result)
     return 0
 
 
@@ -265,6 +282,8 @@ def register(subparsers) -> None:
     p.add_argument("--tokens", type=int, default=128, help="greedy tokens per held-out prompt")
     p.add_argument("--limit", type=int, default=0, help="only the first N held-out prompts")
     p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--record", action="store_true",
+                   help="keep the result in the draft's metrics.json (the offline default chooses its draft by it)")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0)
     p.set_defaults(func=cmd_draft_eval)

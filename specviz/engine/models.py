@@ -155,13 +155,28 @@ def _heldout_agreement(metrics_file: Path, depth1: bool) -> float:
         return -1.0
 
 
+def one_level_speedup(metrics_file: Path) -> float | None:
+    """(1 + a) / (1 + c) from a recorded `draft-eval --record`: a = held-out first-token agreement,
+    c = one draft level over one target forward. A one-token speculation per step: the tokens a step
+    yields over what it costs, a ranking of drafts for the same target that weighs a cheap draft's
+    lower agreement against its cost (None when no evaluation is recorded)."""
+    try:
+        rec = json.loads(metrics_file.read_text())["draft_eval"]
+        return (1 + float(rec["agreement"])) / (1 + float(rec["level_cost"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def offline_default_drafts_dir() -> Path | None:
-    """The offline default's draft when none is named: of the shipped drafts, the one whose held-out
-    top-1 agreement (first draft token, `metrics.json`) is higher, so a feature draft takes over
-    once it is trained past the independent one; None while neither is shipped."""
+    """The offline default's draft when none is named: of the shipped drafts, the one with the higher
+    one-level speedup when both have a recorded draft-eval, else the higher held-out first-token
+    agreement (`metrics.json`); None while neither is shipped."""
     feature, independent = offline_feature_draft_dir(), offline_default_draft_dir()
     if feature is None or independent is None:
         return feature or independent
+    f_speed, i_speed = one_level_speedup(feature / "metrics.json"), one_level_speedup(independent / "metrics.json")
+    if f_speed is not None and i_speed is not None:
+        return feature if f_speed >= i_speed else independent
     if _heldout_agreement(feature / "metrics.json", True) >= _heldout_agreement(independent / "metrics.json", False):
         return feature
     return independent
