@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -75,6 +76,10 @@ def cmd_profile_acceptance(args: argparse.Namespace) -> int:
     else:
         result = profile_acceptance(pair, prompts, args.width, sampling, steps=args.steps,
                                     max_new_tokens=args.max_new_tokens)
+    # Where the vector came from travels with it: the prompts, the draft and the command that remeasures it.
+    result |= {"prompts": args.prompts or "assets/prompts/distill.jsonl split heldout", "draft": pair.draft_name,
+               "command": "python -m specviz " + shlex.join(sys.argv[1:]),
+               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     text = json.dumps(result, indent=1)
     if args.json:
         Path(args.json).write_text(text + "\n")
