@@ -15,7 +15,7 @@ from .errors import InvalidInput
 
 # Model ids a hosted app may load when SPECVIZ_ALLOWED_MODELS is not set: the presets.
 PRESET_MODEL_IDS = (
-    "default", "feature",   # the offline default and its shipped feature draft (a draft selector, not a Hub id)
+    "default", "feature", "independent",   # the offline default and its shipped drafts (selectors, not Hub ids)
     "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct",
     "meta-llama/Llama-2-7b-chat-hf", "JackFram/llama-68m",
     "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct",

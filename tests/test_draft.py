@@ -162,3 +162,15 @@ def test_the_offline_default_takes_the_draft_that_pays_more(tmp_path, monkeypatc
     assert models.offline_default_drafts_dir() == independent
     monkeypatch.setattr(models, "offline_default_draft_dir", lambda: None)
     assert models.offline_default_drafts_dir() == feature               # the only one shipped
+
+
+def test_the_shipped_records_make_the_feature_draft_the_default():
+    """Both shipped drafts carry a draft-eval record, and by them the feature draft pays more per step
+    (1.266 against 1.206 when recorded); a retrained draft must be re-evaluated (`draft-eval --record`)."""
+    from specviz.engine import models
+
+    feature, independent = models.offline_feature_draft_dir(), models.offline_default_draft_dir()
+    speeds = [models.one_level_speedup(d / "metrics.json") for d in (feature, independent)]
+    assert None not in speeds, "run `python -m specviz draft-eval --draft feature|independent --record`"
+    assert speeds[0] > speeds[1]
+    assert models.offline_default_drafts_dir() == feature

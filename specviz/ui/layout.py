@@ -26,13 +26,16 @@ from ..trace import RaceTrace
 from . import hardware, html, narrate, svg, views, whatif
 
 DEFAULT_PRESET = "SmolLM2-135M-Instruct (offline default)"
-# The same target with its EAGLE-style draft, which reads the target's hidden states (the tree's
-# hover says what each node's draft saw): offered to teach it beside the default's independent draft.
+# The same target with each shipped draft by name, so a workshop can race one against the other
+# whichever the default takes: the EAGLE-style draft reads the target's hidden states (the tree's
+# hover says what each node's draft saw); the independent one is a 4-layer model of its own.
 FEATURE_PRESET = "SmolLM2-135M-Instruct (offline default) + feature draft"
+INDEPENDENT_PRESET = "SmolLM2-135M-Instruct (offline default) + independent draft"
 # label -> (target, draft); draft None = the package's default choice for that target.
 PRESETS = {
     DEFAULT_PRESET: ("default", None),
     FEATURE_PRESET: ("default", "feature"),
+    INDEPENDENT_PRESET: ("default", "independent"),
     "SmolLM2-1.7B-Instruct + SmolLM2-135M-Instruct": ("HuggingFaceTB/SmolLM2-1.7B-Instruct",
                                                      "HuggingFaceTB/SmolLM2-135M-Instruct"),
     "Llama-2-7b-chat + JackFram/llama-68m": ("meta-llama/Llama-2-7b-chat-hf", "JackFram/llama-68m"),
