@@ -263,7 +263,10 @@ def test_online_features_equal_the_stored_recipe_and_a_deadline_ends_the_run(fea
     assert 20 <= settings["steps"] < 100_000   # fitted to the deadline once 20 steps were timed
     assert len(metrics["loss"]) == settings["steps"]
     assert metrics["agreement"][-1][0] == settings["steps"]   # the last checkpoint is the run's end
-    assert elapsed < budget + 8, f"the run took {elapsed:.0f} s for a {budget:.0f} s deadline"
+    # It uses its time, and ends by the deadline unless the 20 timed steps alone overran it (a loaded
+    # machine), in which case it stops right there.
+    assert elapsed > 0.6 * budget, f"the run stopped after {elapsed:.0f} s of a {budget:.0f} s budget"
+    assert settings["steps"] == 20 or elapsed < budget + 8, f"{elapsed:.0f} s for a {budget:.0f} s deadline"
     saved = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert saved["steps_done"] == settings["steps"]
     assert fit_steps(1000, 30, 0.5, 10.0) == 50 and fit_steps(40, 30, 0.5, 100.0) == 40

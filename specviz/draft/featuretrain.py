@@ -376,8 +376,9 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
             # rates do not depend on it), so the run ends on its cosine tail before the deadline; the
             # time left is shared with the checkpoints still to come.
             left = deadline - time.perf_counter()
-            n_ckpt = 1 + (steps - step - 1) // settings["save_every"]
-            steps = fit_steps(steps, step + 1, per_step, left - (n_ckpt + 1) * checkpoint_seconds[0])
+            ckpt = checkpoint_seconds[0]
+            # A checkpoint every save_every steps is part of a step's cost; the final one is reserved.
+            steps = fit_steps(steps, step + 1, per_step + ckpt / settings["save_every"], left - ckpt)
             settings["steps"] = steps
             log(f"{left / 60:.1f} min left at {per_step * 1000:.0f} ms/step: the run ends at step {steps}")
         if done == 1 or (step + 1) % settings["log_every"] == 0:
