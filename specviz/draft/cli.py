@@ -14,7 +14,15 @@ from pathlib import Path
 import torch
 
 from ..errors import InvalidInput
-from .data import PROMPTS_FILE, chat_ids, generate_answers, generate_batch, load_prompts, log
+from .data import (
+    PROMPTS_FILE,
+    chat_ids,
+    generate_answers,
+    generate_batch,
+    load_prompts,
+    log,
+    write_json,
+)
 from .evaluate import agreement, heldout_sequences
 from .train import train
 from .vocab import write_vocab
@@ -167,9 +175,7 @@ def record_eval(draft_dir: Path, agreement: float, level_cost: float, result: di
     metrics = json.loads(path.read_text()) if path.exists() else {}
     metrics["draft_eval"] = {"agreement": agreement, "level_cost": level_cost, "device": result["device"],
                              "threads": result["threads"], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(metrics, indent=1))
-    tmp.replace(path)
+    write_json(path, metrics)
     print(f"recorded in {path}")
 
 

@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import time
@@ -32,7 +31,7 @@ import torch.nn.functional as F
 
 from ..engine.lean import attention_kernels
 from ..errors import InvalidInput
-from .data import DistillData, log, read_jsonl
+from .data import DistillData, log, read_jsonl, write_json
 from .feature import FeatureDraft, save_feature_draft
 from .vocab import VOCAB_FILE, load_vocab
 
@@ -62,19 +61,21 @@ def suite_prompts() -> set[str]:
     return found
 
 
-def precompute(target, tokenizer, work_dir: Path, settings: dict) -> list[Path]:
-    """Shards feat-XXXX.pt of SHARD_BATCHES batches each; skips shards already written.
-
-    Answers to train prompts that also appear in a benchmark suite are left out, so the
-    benchmark measures the draft on prompts it has never seen.
-    """
-    feat_dir = work_dir / "features"
-    feat_dir.mkdir(parents=True, exist_ok=True)
+def distill_data(tokenizer, work_dir: Path, settings: dict) -> DistillData:
+    """The training mix: the target's answers (those to benchmark prompts left out, so the benchmark
+    measures the draft on prompts it has never seen) and offline text."""
     bench = suite_prompts()
     answers = [a for a in read_jsonl(work_dir / "answers.jsonl") if a["prompt"] not in bench]
     settings["answers_used"] = len(answers)
-    data = DistillData(tokenizer, answers, settings["seed"], settings["seq_len"], settings["batch"],
+    return DistillData(tokenizer, answers, settings["seed"], settings["seq_len"], settings["batch"],
                        settings["answer_rows"], settings["chat_wrap"])
+
+
+def precompute(target, tokenizer, work_dir: Path, settings: dict) -> list[Path]:
+    """Shards feat-XXXX.pt of SHARD_BATCHES batches each (the `distill_data` mix); skips shards already written."""
+    feat_dir = work_dir / "features"
+    feat_dir.mkdir(parents=True, exist_ok=True)
+    data = distill_data(tokenizer, work_dir, settings)
     n_shards = math.ceil(settings["feature_batches"] / SHARD_BATCHES)
     shards, t0, done_tokens = [], time.perf_counter(), 0
     for s in range(n_shards):
@@ -195,12 +196,6 @@ def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
     return lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
-
-
 class ShardStream:
     """Batches of (ids, feats) drawn from the shards; batch k is a pure function of (seed, k)."""
 
@@ -252,11 +247,7 @@ class OnlineFeatures:
 def online_features(target, tokenizer, work_dir: Path, settings: dict, workers: int) -> OnlineFeatures:
     from .data import batches_in_parallel
 
-    bench = suite_prompts()
-    answers = [a for a in read_jsonl(work_dir / "answers.jsonl") if a["prompt"] not in bench]
-    settings["answers_used"] = len(answers)
-    data = DistillData(tokenizer, answers, settings["seed"], settings["seq_len"], settings["batch"],
-                       settings["answer_rows"], settings["chat_wrap"])
+    data = distill_data(tokenizer, work_dir, settings)
     t0 = time.perf_counter()
     ids = batches_in_parallel(data, settings["feature_batches"], workers)
     log(f"online features: {ids.numel() / 1e6:.1f}M token ids in {len(ids)} batches "
@@ -311,9 +302,10 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     sample = stream.batch_at(0)[1].float()
     feat_rms = float(sample.pow(2).mean().sqrt())
 
-    checkpoint_seconds = [0.0]   # the last checkpoint's duration, for fitting the run to a deadline
+    checkpoint_seconds = 0.0   # the last checkpoint's duration, for fitting the run to a deadline
 
     def checkpoint(step: int) -> None:
+        nonlocal checkpoint_seconds
         t0 = time.perf_counter()
         draft.eval()
         agree = evaluate_depths(draft, heldout, 3)
@@ -328,9 +320,9 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         src = Path(settings["vocab_from"]) / VOCAB_FILE
         if src.resolve() != (out_dir / VOCAB_FILE).resolve():
             shutil.copyfile(src, out_dir / VOCAB_FILE)
-        _write_json(out_dir / "metrics.json", {**final, **metrics})
-        _write_json(out_dir / "settings.json", settings)
-        checkpoint_seconds[0] = time.perf_counter() - t0
+        write_json(out_dir / "metrics.json", {**final, **metrics})
+        write_json(out_dir / "settings.json", settings)
+        checkpoint_seconds = time.perf_counter() - t0
         log(f"step {step}: held-out agreement {agree}; checkpoint in {out_dir}")
 
     if start == 0:
@@ -376,9 +368,9 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
             # rates do not depend on it), so the run ends on its cosine tail before the deadline; the
             # time left is shared with the checkpoints still to come.
             left = deadline - time.perf_counter()
-            ckpt = checkpoint_seconds[0]
             # A checkpoint every save_every steps is part of a step's cost; the final one is reserved.
-            steps = fit_steps(steps, step + 1, per_step + ckpt / settings["save_every"], left - ckpt)
+            steps = fit_steps(steps, step + 1, per_step + checkpoint_seconds / settings["save_every"],
+                              left - checkpoint_seconds)
             settings["steps"] = steps
             log(f"{left / 60:.1f} min left at {per_step * 1000:.0f} ms/step: the run ends at step {steps}")
         if done == 1 or (step + 1) % settings["log_every"] == 0:

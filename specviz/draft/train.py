@@ -10,7 +10,6 @@ settings.json sit next to the shipped weights.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import InvalidInput
-from .data import DistillData, log, read_jsonl
+from .data import DistillData, log, read_jsonl, write_json
 from .evaluate import agreement, heldout_sequences
 from .pruned import SHARED_PREFIXES, build_draft, save_draft
 
@@ -40,12 +39,6 @@ def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
 
 def _own_params(draft) -> dict[str, torch.nn.Parameter]:
     return {n: p for n, p in draft.named_parameters() if not n.startswith(SHARED_PREFIXES)}
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
 
 
 def train(target, tokenizer, settings: dict, out_dir: Path, work_dir: Path, resume: bool) -> dict:
@@ -94,8 +87,8 @@ def train(target, tokenizer, settings: dict, out_dir: Path, work_dir: Path, resu
         final = {"steps_done": step, "heldout_agreement": metrics["agreement"][-1][1],
                  "heldout_prompts": len(seqs), "heldout_positions": sum(int(s[2].numel()) for s in seqs)}
         save_draft(draft, out_dir, layers, settings["target"], extra={"steps_done": step})
-        _write_json(out_dir / "metrics.json", {**final, **metrics})
-        _write_json(out_dir / "settings.json", settings)
+        write_json(out_dir / "metrics.json", {**final, **metrics})
+        write_json(out_dir / "settings.json", settings)
         log(f"step {step}: held-out agreement {final['heldout_agreement']:.3f}; checkpoint in {out_dir}")
 
     steps, t_start = settings["steps"], time.perf_counter()

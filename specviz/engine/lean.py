@@ -41,9 +41,10 @@ def attention_backends(device: torch.device) -> list | None:
     return [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
-def attention_kernels(device: torch.device):
-    """A context that keeps scaled_dot_product_attention off cuDNN on CUDA (nothing elsewhere)."""
-    backends = attention_backends(device)
+def attention_kernels(device: torch.device, backends: list | None = None):
+    """A context that keeps scaled_dot_product_attention off cuDNN on CUDA (nothing elsewhere);
+    `backends`, when given, is `attention_backends(device)` already looked up (the decoding loop's way)."""
+    backends = backends if backends is not None else attention_backends(device)
     return sdpa_kernel(backends) if backends else contextlib.nullcontext()
 
 
@@ -159,7 +160,7 @@ class LeanLlama:
                 ~allowed, torch.finfo(self.dtype).min)
         causal = mask is None and n > 1   # a prefill from slot 0: plainly causal
         x = F.embedding(input_ids, self.embed)
-        with sdpa_kernel(self.attention_backends) if self.attention_backends else contextlib.nullcontext():
+        with attention_kernels(self.device, self.attention_backends):
             x = self._layers(x, start, end, cos, sin, mask, causal)
         if hidden:
             normed = self._rms_norm(x[0], self.final_norm)
