@@ -174,3 +174,29 @@ def test_the_shipped_records_make_the_feature_draft_the_default():
     assert None not in speeds, "run `python -m specviz draft-eval --draft feature|independent --record`"
     assert speeds[0] > speeds[1]
     assert models.offline_default_drafts_dir() == feature
+
+
+def test_the_composed_training_prompts_are_reproducible_and_never_benchmark_prompts(tmp_path, monkeypatch):
+    """assets/prompts/distill-more.jsonl is what scripts/make_distill_prompts.py writes (so it can be regrown,
+    not hand-edited), `distill` trains on it beside distill.jsonl, and none of it is a benchmark or held-out
+    prompt: the benchmark measures the draft on prompts it never saw."""
+    import importlib.util
+
+    from specviz.draft.data import PROMPTS_FILES
+    from specviz.draft.featuretrain import suite_prompts
+    from specviz.paths import assets_dir
+
+    spec = importlib.util.spec_from_file_location("make_prompts", assets_dir().parent / "scripts" /
+                                                  "make_distill_prompts.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "OUT", tmp_path / "more.jsonl")
+    script.main()
+    shipped = assets_dir() / "prompts" / "distill-more.jsonl"
+    assert shipped in PROMPTS_FILES
+    assert (tmp_path / "more.jsonl").read_text() == shipped.read_text()
+    more = [json.loads(line)["prompt"] for line in shipped.read_text().splitlines()]
+    train = [p["prompt"] for p in load_prompts("train")]
+    assert len(more) >= 600 and set(more) <= set(train) and len(set(train)) == len(train)
+    assert not set(more) & suite_prompts()   # (distill leaves out answers to the few of distill.jsonl that are)
+    assert not set(train) & {p["prompt"] for p in load_prompts("heldout")}

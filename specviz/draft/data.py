@@ -1,8 +1,8 @@
 """Distillation data: the target's own answers, offline text, and the batches built from them.
 
 1. `generate_answers`: the target answers the train prompts of
-   assets/prompts/distill.jsonl (batched, once greedy and once sampled at
-   temperature 0.7) and greedily continues the held-out prompts (kept only for
+   assets/prompts/distill*.jsonl (batched, once per answer temperature) and
+   greedily continues the held-out prompts of distill.jsonl (kept only for
    measuring agreement, never trained on). Resumable: finished prompts are skipped.
 2. `DistillData`: rows mixing those answers with text already on this machine
    (source and docs of installed packages and the stdlib), part of it wrapped in
@@ -28,6 +28,9 @@ from ..errors import InvalidInput
 from ..paths import assets_dir
 
 PROMPTS_FILE = assets_dir() / "prompts" / "distill.jsonl"
+# The hand-written prompts above plus the composed ones of scripts/make_distill_prompts.py: a draft trained on
+# 166 prompts agreed with the target on 0.50 of its train answers' tokens and 0.36 of held-out ones.
+PROMPTS_FILES = (PROMPTS_FILE, PROMPTS_FILE.with_name("distill-more.jsonl"))
 # Wrappers that turn a piece of code/docs into an assistant answer, so the draft sees chat-shaped contexts.
 CHAT_WRAPPERS = [
     "Show me an example of Python code.", "Can you write some code for this?", "Explain this with some documentation.",
@@ -40,8 +43,9 @@ def log(msg: str) -> None:
     print(f"[distill {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def load_prompts(split: str, path: Path = PROMPTS_FILE) -> list[dict]:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def load_prompts(split: str, paths: tuple[Path, ...] = PROMPTS_FILES) -> list[dict]:
+    rows = [json.loads(line) for path in paths if path.exists() for line in path.read_text().splitlines()
+            if line.strip()]
     return [r for r in rows if r.get("split", "train") == split]
 
 
