@@ -271,3 +271,69 @@ def test_online_features_equal_the_stored_recipe_and_a_deadline_ends_the_run(fea
     assert saved["steps_done"] == settings["steps"]
     assert fit_steps(1000, 30, 0.5, 10.0) == 50 and fit_steps(40, 30, 0.5, 100.0) == 40
     assert fit_steps(1000, 30, 0.5, -5.0) == 30   # past the deadline: stop where it is
+
+
+def test_a_warm_start_continues_a_shipped_draft_and_keeps_counting(feature_pair, tmp_path):
+    """`distill --kind feature --init-from DIR`: a machine without the earlier run's work dir trains the shipped
+    draft further. The weights it starts from are the shipped ones, its step counts and token counts continue
+    from theirs, the shipped run's settings join the history, and a draft with another head vocabulary is
+    refused with a message instead of being silently mixed."""
+    import json
+
+    from specviz.draft.data import chat_ids
+    from specviz.draft.feature import load_feature_draft
+    from specviz.draft.featuretrain import online_features, train_feature
+    from specviz.engine.models import OFFLINE_DRAFT_DIR
+    from specviz.errors import InvalidInput
+
+    tok, target = feature_pair.tokenizer, feature_pair.target
+    shipped = json.loads((OFFLINE_FEATURE_DRAFT_DIR / "metrics.json").read_text())
+    work = tmp_path / "work"
+    work.mkdir()
+    row = {"prompt": "Say hi.", "temperature": 0.0, "prompt_ids": chat_ids(tok, "Say hi."),
+           "answer_ids": tok("Hi! How are you today?", add_special_tokens=False)["input_ids"]}
+    (work / "answers.jsonl").write_text(json.dumps(row) + "\n")
+    (work / "heldout.jsonl").write_text(json.dumps(row) + "\n")
+    settings = {"target": "default", "seed": 1, "seq_len": 32, "batch": 2, "answer_rows": 1, "chat_wrap": 0.4,
+                "feature_batches": 4, "vocab_from": str(OFFLINE_DRAFT_DIR), "unroll": 2,
+                "unroll_weights": [1.0, 0.8], "noise": 0.1, "ce_weight": 1.0, "lr": 0.0, "warmup": 1,
+                "steps": 3, "save_every": 3, "log_every": 1000}
+    stream = online_features(target, tok, work, settings, workers=1)
+    out = tmp_path / "out"
+    metrics = train_feature(target, tok, settings, out, work, resume=False, stream=stream,
+                            init_from=OFFLINE_FEATURE_DRAFT_DIR)
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["steps_done"] == shipped["steps_done"] + 3
+    assert metrics["tokens_seen"] == shipped["tokens_seen"] + 3 * 2 * 32
+    assert [s for s, _ in metrics["loss"]] == [shipped["steps_done"] + k for k in (1, 2, 3)]
+    written = json.loads((out / "settings.json").read_text())
+    assert written["init_from"]["steps_done"] == shipped["steps_done"]
+    assert written["history"][-1]["until_step"] == shipped["steps_done"]
+    # At learning rate 0 the weights stay the shipped ones: the warm start loaded them all.
+    again, ref = load_feature_draft(target, out, torch.float32), feature_pair.draft
+    assert all(torch.equal(v, ref.state_dict()[k].float()) for k, v in again.own_state().items())
+
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("feature.safetensors", "feature.json"):
+        (other / name).write_bytes((OFFLINE_FEATURE_DRAFT_DIR / name).read_bytes())
+    (other / "vocab.json").write_text(json.dumps({"vocab_ids": list(range(100))}))
+    with pytest.raises(InvalidInput, match="head vocabulary differs"):
+        train_feature(target, tok, dict(settings), tmp_path / "out2", work, resume=False, stream=stream,
+                      init_from=other)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--init-from", "assets/draft-feature-smollm2-135m", "--resume"], "choose one"),
+    (["--init-from", "no/such/dir"], "not a feature-draft directory"),
+])
+def test_distill_warm_start_mistakes_are_one_line_errors(args, message, tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "specviz", "distill", "--kind", "feature", "--out",
+                             str(tmp_path / "out"), "--work", str(tmp_path / "work"), *args],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "work").exists()   # refused before anything was written

@@ -15,7 +15,7 @@ import torch
 
 from ..errors import InvalidInput
 from .data import (
-    PROMPTS_FILE,
+    PROMPTS_FILES,
     chat_ids,
     generate_answers,
     generate_batch,
@@ -38,6 +38,11 @@ def _load_target(target_name: str, device: str | None):
     tokenizer = load_tokenizer(target_name)
     target = load_model(target_name, dev, torch.bfloat16)
     return target, tokenizer
+
+
+def prompt_files() -> list[str]:
+    """The prompt files `distill` reads, as paths relative to the checkout, for settings.json."""
+    return [str(p.relative_to(p.parent.parent.parent)) for p in PROMPTS_FILES if p.exists()]
 
 
 def cmd_distill(args: argparse.Namespace) -> int:
@@ -67,7 +72,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
                 "gen_batch": args.gen_batch, "gen_tokens": args.gen_tokens, "heldout_tokens": args.heldout_tokens,
                 "loss": "KL(target || draft), temperature 1, full vocabulary",
                 "device": str(target.device), "threads": torch.get_num_threads(), "work_dir": str(work_dir),
-                "prompts": str(PROMPTS_FILE.relative_to(PROMPTS_FILE.parent.parent.parent))}
+                "prompts": prompt_files()}
     log(f"target {settings['target']} on {target.device}, draft = target layers {layers}; work dir {work_dir}")
     generate_answers(target, tokenizer, work_dir, args.seed, args.gen_batch, args.gen_tokens, args.heldout_tokens)
     train(target, tokenizer, settings, out_dir, work_dir, resume=args.resume)
@@ -81,6 +86,11 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float
     from ..paths import cache_dir
     from .featuretrain import online_features, precompute, train_feature
 
+    if args.init_from and args.resume:
+        raise InvalidInput("--init-from starts a new run from a shipped draft; --resume continues the work dir's "
+                           "run: choose one")
+    if args.init_from and not (Path(args.init_from) / "feature.safetensors").exists():
+        raise InvalidInput(f"--init-from {args.init_from}: not a feature-draft directory (no feature.safetensors)")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     key = "default" if is_default(args.target) else Path(args.target).name
@@ -99,7 +109,7 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float
                 "loss": "per unrolled step: SmoothL1(f_hat, f) + ce_weight x soft CE vs softmax(head(f)) over the "
                         "head's vocabulary subset; uniform input-feature noise (+-noise x feature RMS)",
                 "device": str(target.device), "threads": torch.get_num_threads(), "work_dir": str(work_dir),
-                "prompts": str(PROMPTS_FILE.relative_to(PROMPTS_FILE.parent.parent.parent))}
+                "prompts": prompt_files()}
     log(f"feature draft for {settings['target']} on {target.device}; work dir {work_dir}")
     temps = tuple(float(t) for t in args.answer_temperatures.split(",") if t.strip())
     settings["answer_temperatures"] = list(temps)
@@ -111,7 +121,8 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float
         precompute(target, tokenizer, work_dir, settings)
         stream = None
     train_feature(target, tokenizer, settings, out_dir, work_dir, resume=args.resume, stream=stream,
-                  deadline=started + 60 * args.minutes if args.minutes > 0 else None)
+                  deadline=started + 60 * args.minutes if args.minutes > 0 else None,
+                  init_from=Path(args.init_from) if args.init_from else None)
     return 0
 
 
@@ -271,6 +282,9 @@ def register(subparsers) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch's default)")
     p.add_argument("--resume", action="store_true", help="continue from the training state in the work dir")
+    p.add_argument("--init-from", default=None,
+                   help="--kind feature: start from this shipped feature-draft directory's weights (a fresh "
+                        "optimiser and schedule; step counts continue from its own)")
     _add_vocab_args(p)
     p.set_defaults(func=cmd_distill)
 

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import time
@@ -261,10 +262,35 @@ def fit_steps(steps: int, step_now: int, per_step: float, seconds_left: float) -
     return max(step_now, min(steps, step_now + int(max(seconds_left, 0.0) / max(per_step, 1e-9))))
 
 
+def warm_start(draft: FeatureDraft, init_dir: Path, settings: dict, metrics: dict) -> int:
+    """Load a shipped draft's weights (not its optimiser) to train it further on a machine without its work
+    dir; its settings join the history. Returns the steps it had done, so step counts stay cumulative."""
+    from safetensors.torch import load_file
+
+    from .feature import FEATURE_WEIGHTS
+
+    if not (init_dir / FEATURE_WEIGHTS).exists():
+        raise InvalidInput(f"--init-from {init_dir}: no {FEATURE_WEIGHTS} there")
+    vocab = load_vocab(init_dir, draft.config.vocab_size)
+    if vocab is None or not torch.equal(vocab, draft.vocab_ids.cpu()):
+        raise InvalidInput(f"--init-from {init_dir}: its head vocabulary differs from --vocab-from's")
+    weights = load_file(str(init_dir / FEATURE_WEIGHTS))
+    draft.load_state_dict({k: v.float() for k, v in weights.items()}, strict=False)
+    before = json.loads((init_dir / "settings.json").read_text()) if (init_dir / "settings.json").exists() else {}
+    done = json.loads((init_dir / "metrics.json").read_text()) if (init_dir / "metrics.json").exists() else {}
+    steps_before = int(done.get("steps_done", 0))
+    settings["init_from"] = {"dir": str(init_dir), "steps_done": steps_before}
+    settings["history"] = before.pop("history", []) + ([{**before, "until_step": steps_before}] if before else [])
+    metrics["tokens_seen"] = int(done.get("tokens_seen", 0))
+    log(f"warm start from {init_dir} (step {steps_before}, {metrics['tokens_seen'] / 1e6:.1f}M tokens seen)")
+    return steps_before
+
+
 def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Path, resume: bool,
-                  stream=None, deadline: float | None = None) -> dict:
-    """Train (or resume) the feature draft; with `deadline` (a time.perf_counter() value) the schedule's
-    length is set from the first steps' pace so that the run, its checkpoints included, ends by then."""
+                  stream=None, deadline: float | None = None, init_from: Path | None = None) -> dict:
+    """Train (or resume, or warm-start from a shipped draft) the feature draft; with `deadline` (a
+    time.perf_counter() value) the schedule's length is set from the first steps' pace so that the run,
+    its checkpoints included, ends by then."""
     device = target.device
     torch.manual_seed(settings["seed"])
     vocab_ids = load_vocab(Path(settings["vocab_from"]), target.config.vocab_size)
@@ -278,15 +304,20 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     optimizer = torch.optim.AdamW(params, lr=settings["lr"], betas=(0.9, 0.95), weight_decay=0.0)
     metrics: dict = {"loss": [], "agreement": [], "tokens_seen": 0}
     start = 0
+    # A warm start keeps counting from the shipped draft's steps (what a reader wants to know of a checkpoint);
+    # the learning-rate schedule counts this run's steps only.
+    steps_before = warm_start(draft, init_from, settings, metrics) if init_from is not None else 0
     state_path = work_dir / "feature_state.pt"
     if resume and state_path.exists():
         state = torch.load(state_path, map_location=device, weights_only=False)
         draft.load_state_dict(state["draft"], strict=False)
         optimizer.load_state_dict(state["optimizer"])
         start, metrics = state["step"], state["metrics"]
+        steps_before = state["settings"].get("steps_before", 0)
         previous = {k: v for k, v in state["settings"].items() if k != "history"}
         settings["history"] = state["settings"].get("history", []) + [{**previous, "until_step": start}]
-        log(f"resumed at step {start}")
+        log(f"resumed at step {steps_before + start}")
+    settings["steps_before"] = steps_before
 
     if stream is None:
         shards = [p for p in sorted((work_dir / "features").glob("feat-*.pt"))][:settings["feature_shards"] or None]
@@ -309,13 +340,13 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         t0 = time.perf_counter()
         draft.eval()
         agree = evaluate_depths(draft, heldout, 3)
-        metrics["agreement"].append([step, agree])
+        metrics["agreement"].append([steps_before + step, agree])
         torch.save({"draft": {k: v.detach().clone() for k, v in draft.state_dict().items()},
                     "optimizer": optimizer.state_dict(), "step": step, "metrics": metrics, "settings": settings},
                    work_dir / "feature_state.pt.tmp")
         (work_dir / "feature_state.pt.tmp").replace(state_path)
-        final = {"steps_done": step, "heldout_agreement": agree, "heldout_prompts": len(heldout)}
-        save_feature_draft(draft, out_dir, settings["target"], extra={"steps_done": step,
+        final = {"steps_done": steps_before + step, "heldout_agreement": agree, "heldout_prompts": len(heldout)}
+        save_feature_draft(draft, out_dir, settings["target"], extra={"steps_done": steps_before + step,
                                                                        "heldout_agreement": agree})
         src = Path(settings["vocab_from"]) / VOCAB_FILE
         if src.resolve() != (out_dir / VOCAB_FILE).resolve():
@@ -323,7 +354,7 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         write_json(out_dir / "metrics.json", {**final, **metrics})
         write_json(out_dir / "settings.json", settings)
         checkpoint_seconds = time.perf_counter() - t0
-        log(f"step {step}: held-out agreement {agree}; checkpoint in {out_dir}")
+        log(f"step {steps_before + step}: held-out agreement {agree}; checkpoint in {out_dir}")
 
     if start == 0:
         checkpoint(0)
@@ -359,7 +390,7 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 0.5)
         optimizer.step()
-        metrics["loss"].append([step + 1, parts])
+        metrics["loss"].append([steps_before + step + 1, parts])
         metrics["tokens_seen"] += ids.numel()
         done = step + 1 - start
         per_step = (time.perf_counter() - t_start) / done
