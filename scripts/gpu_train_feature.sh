@@ -4,8 +4,9 @@
 #   bash scripts/gpu_train_feature.sh [OUT_DIR] [MINUTES]
 #
 # It installs what scripts/gpu_pack.sh carried (through gpu_check.sh's env step), then runs
-# `python -m specviz distill --kind feature --online-features`: the target answers the train prompts at
-# five temperatures, the token ids of FEATURE_BATCHES batches are tokenised by every core, and the
+# `python -m specviz distill --kind feature --online-features`, starting from the shipped feature draft
+# (`--init-from`; SPECVIZ_FEATURE_FROM_SCRATCH=1 starts from the target's last layer instead): the target
+# answers the train prompts (assets/prompts/distill*.jsonl) at five temperatures, the token ids of FEATURE_BATCHES batches are tokenised by every core, and the
 # frozen target computes each batch's features inside the loop (cheaper on a GPU than storing them).
 # The whole command ends within MINUTES (default 8, for a device call of at most 10): `--minutes` sets
 # the step count from the first steps' pace. OUT_DIR (default $OUT/fd, else out/feature-draft) receives
@@ -30,7 +31,9 @@ py=python3
 # What the install step took comes off the budget.
 left=$(awk -v m="$minutes" -v s=$((SECONDS - start)) 'BEGIN { printf "%.2f", m - s / 60 }')
 echo "gpu_train_feature: $left minutes left for distill; log in $log"
-"$py" -m specviz distill --kind feature --online-features --device cuda --out "$dest" \
+init=(--init-from assets/draft-feature-smollm2-135m)
+[ "${SPECVIZ_FEATURE_FROM_SCRATCH:-0}" = 1 ] && init=()
+"$py" -m specviz distill --kind feature --online-features --device cuda --out "$dest" "${init[@]}" \
   --work "${SPECVIZ_FEATURE_WORK:-/tmp/specviz-feature-work}" --steps 30000 --minutes "$left" \
   --batch 32 --seq-len 256 --feature-batches "${FEATURE_BATCHES:-4000}" --lr 8e-4 --warmup 100 \
   --answer-rows 4 --answer-temperatures 0,0.5,0.7,0.85,1.0 --gen-batch 96 --unroll 3 --noise 0.1 \
