@@ -214,6 +214,8 @@ def test_shipped_feature_acceptance_vectors_are_found_per_depth_at_both_temperat
         rows = _by_depth(v)
         assert rows is not None and len(rows) == 4 and all(0 < sum(r) <= 1 for r in rows)
         assert v["steps"] >= 400 and "heldout" in v["prompts"]
+        # Measured with the shipped checkpoint: retraining the draft means re-measuring its acceptance.
+        assert v["draft_checkpoint_step"] == meta["steps_done"]
     assert meta["kind"] == "specviz-feature-draft"
     # Measured on the held-out prompts, which the drafts never trained on.
     from specviz.draft.data import load_prompts
@@ -305,7 +307,11 @@ def test_a_warm_start_continues_a_shipped_draft_and_keeps_counting(feature_pair,
     saved = json.loads((out / "metrics.json").read_text())
     assert saved["steps_done"] == shipped["steps_done"] + 3
     assert metrics["tokens_seen"] == shipped["tokens_seen"] + 3 * 2 * 32
-    assert [s for s, _ in metrics["loss"]] == [shipped["steps_done"] + k for k in (1, 2, 3)]
+    assert [s for s, _ in metrics["loss"]] == [s for s, _ in shipped["loss"]] + [shipped["steps_done"] + k
+                                                                              for k in (1, 2, 3)]
+    # The shipped curve stays; the step it starts from is re-measured once (on this test's held-out row), not twice.
+    assert metrics["agreement"][:-2] == shipped["agreement"][:-1]
+    assert [s for s, _ in metrics["agreement"][-2:]] == [shipped["steps_done"], shipped["steps_done"] + 3]
     written = json.loads((out / "settings.json").read_text())
     assert written["init_from"]["steps_done"] == shipped["steps_done"]
     assert written["history"][-1]["until_step"] == shipped["steps_done"]

@@ -129,7 +129,7 @@ def pair_with_draft(pair: ModelPair, draft: str | None) -> ModelPair:
                 raise InvalidInput("no feature draft is shipped (assets/draft-feature-smollm2-135m)")
             model, name = load_feature_draft(pair.target, where), feature_draft_display_name(where)
         cache[draft] = ModelPair(pair.target, model, pair.tokenizer, pair.target_name, name, pair.device,
-                                 pair.dtype)
+                                 pair.dtype, where)
     return cache[draft]
 
 

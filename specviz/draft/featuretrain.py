@@ -281,7 +281,9 @@ def warm_start(draft: FeatureDraft, init_dir: Path, settings: dict, metrics: dic
     steps_before = int(done.get("steps_done", 0))
     settings["init_from"] = {"dir": str(init_dir), "steps_done": steps_before}
     settings["history"] = before.pop("history", []) + ([{**before, "until_step": steps_before}] if before else [])
-    metrics["tokens_seen"] = int(done.get("tokens_seen", 0))
+    # Its curves stay in the record: a reader of metrics.json sees the whole history, not this run's part.
+    metrics.update(tokens_seen=int(done.get("tokens_seen", 0)), loss=list(done.get("loss", [])),
+                   agreement=list(done.get("agreement", [])))
     log(f"warm start from {init_dir} (step {steps_before}, {metrics['tokens_seen'] / 1e6:.1f}M tokens seen)")
     return steps_before
 
@@ -340,6 +342,8 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         t0 = time.perf_counter()
         draft.eval()
         agree = evaluate_depths(draft, heldout, 3)
+        if metrics["agreement"] and metrics["agreement"][-1][0] == steps_before + step:
+            metrics["agreement"].pop()   # a warm start re-measures the step it starts from
         metrics["agreement"].append([steps_before + step, agree])
         torch.save({"draft": {k: v.detach().clone() for k, v in draft.state_dict().items()},
                     "optimizer": optimizer.state_dict(), "step": step, "metrics": metrics, "settings": settings},

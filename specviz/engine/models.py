@@ -308,6 +308,15 @@ class ModelPair:
     draft_name: str
     device: torch.device
     dtype: torch.dtype
+    draft_dir: Path | None = None   # a shipped or distilled SpecViz draft's directory (its metrics travel with it)
+
+    @property
+    def draft_checkpoint_step(self) -> int | None:
+        """The training step of a SpecViz draft's checkpoint, for the provenance of what is measured with it."""
+        try:
+            return int(json.loads((self.draft_dir / "metrics.json").read_text())["steps_done"])
+        except (TypeError, OSError, ValueError, KeyError):
+            return None
 
     @property
     def draft_is_target(self) -> bool:
@@ -367,11 +376,11 @@ def load_pair(target: str | None = DEFAULT_NAME, draft: str | None = None, *,
 
     if is_feature_draft_dir(draft):   # reads the target's hidden states; embedding and head are the target's
         return ModelPair(target_model, load_feature_draft(target_model, draft), tokenizer, target_name,
-                         feature_draft_display_name(draft), dev, dt)
+                         feature_draft_display_name(draft), dev, dt, Path(draft))
 
     if is_draft_dir(draft):  # a distilled SpecViz draft: its layers only, embeddings shared with the target
         return ModelPair(target_model, load_offline_draft(target_model, draft), tokenizer, target_name,
-                         draft_display_name(draft), dev, dt)
+                         draft_display_name(draft), dev, dt, Path(draft))
     if draft is None or draft.strip() == "" or draft.strip() == "self" or (
             is_default(draft) and is_default(target)) or draft == target:
         return ModelPair(target_model, target_model, tokenizer, target_name, target_name + " (self)",

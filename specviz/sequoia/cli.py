@@ -78,6 +78,7 @@ def cmd_profile_acceptance(args: argparse.Namespace) -> int:
                                     max_new_tokens=args.max_new_tokens)
     # Where the vector came from travels with it: the prompts, the draft and the command that remeasures it.
     result |= {"prompts": args.prompts or "assets/prompts/distill.jsonl split heldout", "draft": pair.draft_name,
+               "draft_checkpoint_step": pair.draft_checkpoint_step,
                "command": "python -m specviz " + shlex.join(sys.argv[1:]),
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     text = json.dumps(result, indent=1)
