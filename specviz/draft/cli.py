@@ -84,13 +84,14 @@ def cmd_distill(args: argparse.Namespace) -> int:
 def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float) -> int:
     from ..engine.models import OFFLINE_DRAFT_DIR, is_default
     from ..paths import cache_dir
+    from .feature import is_feature_draft_dir
     from .featuretrain import online_features, precompute, train_feature
 
     if args.init_from and args.resume:
         raise InvalidInput("--init-from starts a new run from a shipped draft; --resume continues the work dir's "
                            "run: choose one")
-    if args.init_from and not (Path(args.init_from) / "feature.safetensors").exists():
-        raise InvalidInput(f"--init-from {args.init_from}: not a feature-draft directory (no feature.safetensors)")
+    if args.init_from and not is_feature_draft_dir(args.init_from):
+        raise InvalidInput(f"--init-from {args.init_from}: not a feature-draft directory")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     key = "default" if is_default(args.target) else Path(args.target).name

@@ -262,20 +262,15 @@ def fit_steps(steps: int, step_now: int, per_step: float, seconds_left: float) -
     return max(step_now, min(steps, step_now + int(max(seconds_left, 0.0) / max(per_step, 1e-9))))
 
 
-def warm_start(draft: FeatureDraft, init_dir: Path, settings: dict, metrics: dict) -> int:
+def warm_start(draft: FeatureDraft, target, init_dir: Path, settings: dict, metrics: dict) -> int:
     """Load a shipped draft's weights (not its optimiser) to train it further on a machine without its work
     dir; its settings join the history. Returns the steps it had done, so step counts stay cumulative."""
-    from safetensors.torch import load_file
+    from .feature import load_feature_draft
 
-    from .feature import FEATURE_WEIGHTS
-
-    if not (init_dir / FEATURE_WEIGHTS).exists():
-        raise InvalidInput(f"--init-from {init_dir}: no {FEATURE_WEIGHTS} there")
-    vocab = load_vocab(init_dir, draft.config.vocab_size)
-    if vocab is None or not torch.equal(vocab, draft.vocab_ids.cpu()):
+    shipped = load_feature_draft(target, init_dir, torch.float32)   # checks its shapes and weights
+    if not torch.equal(shipped.vocab_ids.cpu(), draft.vocab_ids.cpu()):
         raise InvalidInput(f"--init-from {init_dir}: its head vocabulary differs from --vocab-from's")
-    weights = load_file(str(init_dir / FEATURE_WEIGHTS))
-    draft.load_state_dict({k: v.float() for k, v in weights.items()}, strict=False)
+    draft.load_state_dict(shipped.own_state(), strict=False)
     before = json.loads((init_dir / "settings.json").read_text()) if (init_dir / "settings.json").exists() else {}
     done = json.loads((init_dir / "metrics.json").read_text()) if (init_dir / "metrics.json").exists() else {}
     steps_before = int(done.get("steps_done", 0))
@@ -308,7 +303,7 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     start = 0
     # A warm start keeps counting from the shipped draft's steps (what a reader wants to know of a checkpoint);
     # the learning-rate schedule counts this run's steps only.
-    steps_before = warm_start(draft, init_from, settings, metrics) if init_from is not None else 0
+    steps_before = warm_start(draft, target, init_from, settings, metrics) if init_from is not None else 0
     state_path = work_dir / "feature_state.pt"
     if resume and state_path.exists():
         state = torch.load(state_path, map_location=device, weights_only=False)
