@@ -177,9 +177,10 @@ def test_the_shipped_records_make_the_feature_draft_the_default():
 
 
 def test_the_composed_training_prompts_are_reproducible_and_never_benchmark_prompts(tmp_path, monkeypatch):
-    """assets/prompts/distill-more.jsonl is what scripts/make_distill_prompts.py writes (so it can be regrown,
-    not hand-edited), `distill` trains on it beside distill.jsonl, and none of it is a benchmark or held-out
-    prompt: the benchmark measures the draft on prompts it never saw."""
+    """assets/prompts/distill-more.jsonl and distill-extra.jsonl are what scripts/make_distill_prompts.py writes
+    (so they can be regrown, not hand-edited), `distill` trains on them beside distill.jsonl, and none of them
+    is a benchmark or held-out prompt, or repeats another train prompt: the benchmark measures the draft on
+    prompts it never saw."""
     import importlib.util
 
     from specviz.draft.data import PROMPTS_FILES
@@ -190,13 +191,15 @@ def test_the_composed_training_prompts_are_reproducible_and_never_benchmark_prom
                                                   "make_distill_prompts.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    monkeypatch.setattr(script, "OUT", tmp_path / "more.jsonl")
+    monkeypatch.setattr(script, "OUT", tmp_path / "distill-more.jsonl")
+    monkeypatch.setattr(script, "OUT_EXTRA", tmp_path / "distill-extra.jsonl")
     script.main()
-    shipped = assets_dir() / "prompts" / "distill-more.jsonl"
-    assert shipped in PROMPTS_FILES
-    assert (tmp_path / "more.jsonl").read_text() == shipped.read_text()
-    more = [json.loads(line)["prompt"] for line in shipped.read_text().splitlines()]
     train = [p["prompt"] for p in load_prompts("train")]
-    assert len(more) >= 600 and set(more) <= set(train) and len(set(train)) == len(train)
-    assert not set(more) & suite_prompts()   # (distill leaves out answers to the few of distill.jsonl that are)
+    assert len(set(train)) == len(train)   # distill.jsonl, distill-more and distill-extra share no prompt
     assert not set(train) & {p["prompt"] for p in load_prompts("heldout")}
+    for name, at_least in (("distill-more.jsonl", 600), ("distill-extra.jsonl", 900)):
+        shipped = assets_dir() / "prompts" / name
+        assert shipped in PROMPTS_FILES and (tmp_path / name).read_text() == shipped.read_text()
+        composed = [json.loads(line)["prompt"] for line in shipped.read_text().splitlines()]
+        assert len(composed) >= at_least and set(composed) <= set(train)
+        assert not set(composed) & suite_prompts()   # (distill leaves out answers to the few of distill.jsonl that are)

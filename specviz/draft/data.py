@@ -28,9 +28,11 @@ from ..errors import InvalidInput
 from ..paths import assets_dir
 
 PROMPTS_FILE = assets_dir() / "prompts" / "distill.jsonl"
-# The hand-written prompts above plus the composed ones of scripts/make_distill_prompts.py: a draft trained on
-# 166 prompts agreed with the target on 0.50 of its train answers' tokens and 0.36 of held-out ones.
-PROMPTS_FILES = (PROMPTS_FILE, PROMPTS_FILE.with_name("distill-more.jsonl"))
+# The hand-written prompts above plus the composed ones of scripts/make_distill_prompts.py (distill-more, then
+# distill-extra with other kinds of request): a draft trained on 166 prompts agreed with the target on 0.50 of
+# its train answers' tokens and 0.36 of held-out ones.
+PROMPTS_FILES = (PROMPTS_FILE, PROMPTS_FILE.with_name("distill-more.jsonl"),
+                 PROMPTS_FILE.with_name("distill-extra.jsonl"))
 # Wrappers that turn a piece of code/docs into an assistant answer, so the draft sees chat-shaped contexts.
 CHAT_WRAPPERS = [
     "Show me an example of Python code.", "Can you write some code for this?", "Explain this with some documentation.",
