@@ -115,3 +115,40 @@ def test_sampling_walk_accepts_everything_when_draft_is_target():
     # q equals P at every node, so min(1, P/q) = 1 for every drawn child.
     walk = sampling_walk(children, tokens, p, {0: p[0], 1: p[1]}, torch.Generator().manual_seed(1))
     assert walk.accepted == [1, 2] and walk.rejected == []
+
+
+# -- the samplers the rules draw with ------------------------------------------------------
+
+
+def test_inverse_cdf_sample_follows_the_distribution_and_never_draws_zero_mass():
+    from specviz.engine.sampling import sample
+
+    gen = torch.Generator().manual_seed(0)
+    p = torch.tensor([0.0, 0.2, 0.0, 0.5, 0.25, 0.05, 0.0])
+    draws = sample(p.expand(40000, -1).contiguous() * 3.0, gen)   # unnormalised rows are fine
+    counts = torch.bincount(draws, minlength=p.numel()).double()
+    assert counts[p == 0].sum() == 0
+    keep = p > 0
+    assert stats.chisquare(counts[keep].numpy(), (p[keep].double() * counts.sum()).numpy()).pvalue > 1e-3
+    # A row whose mass is all on its last positive token: the rounding guard must not step past it.
+    assert sample(torch.tensor([[0.0, 1.0, 0.0, 0.0]]), gen).item() == 1
+
+
+def test_gumbel_top_k_with_the_fast_noise_draws_without_replacement_exactly():
+    # The draft's children at a node: the top-c of q / E, E ~ Exp(1), is c draws without replacement.
+    from specviz.engine.sampling import exponential_like
+
+    gen = torch.Generator().manual_seed(1)
+    q = torch.tensor([0.45, 0.3, 0.15, 0.1, 0.0])
+    n = 30000
+    noise = exponential_like(q.expand(n, -1).contiguous(), gen)
+    assert torch.isfinite(q / noise).all() and (noise > 0).all()
+    pairs = (q / noise).topk(2, dim=-1).indices
+    observed = {}
+    for a, b in pairs.tolist():
+        observed[(a, b)] = observed.get((a, b), 0) + 1
+    expected = {tuple(seq): prob for seq, prob in without_replacement_sequences(q, 2)}
+    assert set(observed) <= set(expected)   # no pair with a zero-mass token
+    keys = sorted(expected)
+    total = sum(expected.values())
+    assert stats.chisquare([observed.get(k, 0) for k in keys], [expected[k] / total * n for k in keys]).pvalue > 1e-3

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..engine.sampling import sample
+
 
 @dataclass
 class Verdict:
@@ -90,13 +92,13 @@ def sampling_verify(candidates: list, first_probs: torch.Tensor, cand_probs: tor
             residual /= mass
         if accepted is None:
             final = probs if residual is None else residual
-            tokens.append(int(torch.multinomial(final, 1, generator=generator)))
+            tokens.append(int(sample(final, generator)))
             break
         tokens.append(accepted)
         survivors = [k for k in survivors if candidates[k][j] == accepted]
         probs = cand_probs[survivors[0], j]
     else:
-        tokens.append(int(torch.multinomial(probs, 1, generator=generator)))
+        tokens.append(int(sample(probs, generator)))
     n_accepted = len(tokens) - 1
     best = survivors[0] if n_accepted > 0 else None
     match_lengths = [_prefix_match(c, tokens[:n_accepted]) for c in candidates]

@@ -25,7 +25,7 @@ import torch
 
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.lean import VocabSubsetHead, make_forward
-from ..engine.sampling import next_token, probs_from_logits
+from ..engine.sampling import exponential_like, next_token, probs_from_logits
 from ..draft.feature import FeatureDraftForward
 from ..trace import (
     PHASE_DRAFT,
@@ -226,7 +226,7 @@ class SequoiaDecoder(Decoder):
         else:
             q = probs_from_logits(logits, self.sampling)
             # Gumbel-top-k: the top-c of q / Exp(1) is a draw of c tokens without replacement.
-            noise = torch.empty_like(q).exponential_(generator=self.generator)
+            noise = exponential_like(q, self.generator)
             draws = (q / noise).topk(width, dim=-1).indices
             for i in range(start, end):
                 if shape.children[i]:

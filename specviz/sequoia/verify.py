@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..engine.sampling import sample
+
 # A residual whose mass is below this is treated as zero: P - q vanished only by rounding.
 RESIDUAL_EPS = 1e-9
 
@@ -112,5 +114,5 @@ def sampling_walk(children: list[list[int]], tokens: list[int], target_probs, dr
             break
         node = kids[hit]
         accepted.append(node)
-    bonus = int(torch.multinomial(p, 1, generator=generator))
+    bonus = int(sample(p, generator))
     return WalkResult(accepted, bonus, rejected)
