@@ -142,6 +142,36 @@ def test_trace_round_trips_and_settings(shallow_pair):
     assert again.to_dict() == trace.to_dict()
 
 
+def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
+    # `--tree auto` on the offline default as users run it (bf16, its feature draft): forward curves,
+    # then a few real steps of three trees and of autoregressive, fitted into the costs the plan adds;
+    # a second plan reuses the cache.
+    from specviz.engine.models import load_pair
+    from specviz.sequoia import measure, sizing
+
+    pair = load_pair("default", "default", device="cpu", dtype="bf16")
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    sampling = SamplingConfig(temperature=0.6, seed=0)
+    calls = []
+    real = measure.measure_step_times
+    monkeypatch.setattr(measure, "measure_step_times", lambda *a, **k: calls.append(a) or real(*a, **k))
+    plan = sizing.plan_tree(pair, sampling, max_budget=24, max_depth=4)
+    assert len(calls) == 1 and [len(t) for t in calls[0][2]] == [4, 12, 24]
+    costs = plan["step_costs"]
+    assert set(costs) == {"per_level", "per_step", "per_node", "ar_per_step"}
+    assert all(v >= 0 for v in costs.values())
+    choice = plan["choice"]
+    assert choice["ms_per_step"] == pytest.approx(sizing.tree_cost_ms(
+        choice["parents"], {int(k): v for k, v in plan["target_ms"].items()},
+        {int(k): v for k, v in plan["draft_ms"].items()}, costs=sizing.StepCosts(**costs)), abs=0.01)
+    if not list(tmp_path.glob("profiles/sequoia-step-costs-*.json")):
+        pytest.skip("the cores were busy: the costs were used but not cached (by design)")
+    for cached_plan in tmp_path.glob("profiles/sequoia-plan-*.json"):
+        cached_plan.unlink()   # re-plan from the cached curves and costs: nothing is re-measured
+    sizing.plan_tree(pair, sampling, max_budget=24, max_depth=4)
+    assert len(calls) == 1
+
+
 @pytest.mark.parametrize("opts", [{"tree_budget": 8}, {"tree_budget": 0, "tree_depth": 2},
                                   {"tree_budget": 2.5, "tree_depth": 2}, {"tree_parents": [0, 1]}])
 def test_bad_tree_options_raise_invalid_input(opts):

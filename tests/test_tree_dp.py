@@ -192,6 +192,64 @@ def test_plan_prefers_big_trees_when_verification_is_free_and_small_when_not():
     json.dumps(gpu)                                        # plain data for the app and the CLI
 
 
+def test_monotone_pools_a_curve_that_dips():
+    # A measured t(2) below t(1) made two-node trees look free; more tokens never cost less.
+    from specviz.sequoia.sizing import monotone
+
+    dipping = {1: 20.2, 2: 18.9, 4: 25.0, 8: 24.0, 16: 30.0}
+    assert monotone(dipping) == pytest.approx({1: 19.55, 2: 19.55, 4: 24.5, 8: 24.5, 16: 30.0})
+    rising = {1: 1.0, 2: 2.0, 4: 2.0}
+    assert monotone(rising) == rising
+
+
+CPU_TARGET = {n: 20.0 + 0.25 * n for n in (1, 2, 4, 8, 16, 32, 64, 128)}
+CPU_DRAFT = {n: 1.3 + 0.03 * n for n in (1, 2, 4, 8, 16, 32, 64)}
+FEATURE_P = [0.41, 0.135, 0.07, 0.04, 0.05, 0.02, 0.01, 0.016]
+
+
+def test_step_costs_are_fitted_from_real_steps_through_noise():
+    from specviz.sequoia.sizing import StepCosts, calibration_trees, draft_forwards_ms, fit_step_costs
+    from specviz.sequoia.tree import TreeShape
+
+    true = StepCosts(per_level=1.5, per_step=2.0, per_node=0.1)
+    rng = np.random.default_rng(0)
+    samples = []
+    trees = calibration_trees(FEATURE_P, None, 128, 12)
+    assert len(trees) == 3 and len({TreeShape.from_parents(t).depth for t in trees}) == 3
+    for parents in trees:
+        shape = TreeShape.from_parents(parents)
+        for i in range(20):
+            slow = 30.0 if i % 5 == 0 else 0.0     # a shared CPU's odd slow step: medians ignore it
+            draft = draft_forwards_ms(shape, CPU_DRAFT) + true.per_level * shape.depth + rng.normal(0, 0.05)
+            rest = (np.interp(shape.size, list(CPU_TARGET), list(CPU_TARGET.values())) + true.per_step
+                    + true.per_node * shape.size + slow + rng.normal(0, 0.05))
+            samples.append({"parents": parents, "draft_ms": draft, "rest_ms": rest})
+    fitted = fit_step_costs(samples, [21.0] * 5, CPU_TARGET, CPU_DRAFT)
+    assert fitted.per_level == pytest.approx(1.5, abs=0.1)
+    assert fitted.per_step == pytest.approx(2.0, abs=0.2)
+    assert fitted.per_node == pytest.approx(0.1, abs=0.02)
+    assert fitted.ar_per_step == pytest.approx(21.0 - CPU_TARGET[1])
+    # Steps faster than their profiled forwards (noise) must not make trees look cheaper than free.
+    fast = [{**s, "draft_ms": 0.0, "rest_ms": 0.0} for s in samples]
+    assert fit_step_costs(fast, [], CPU_TARGET, CPU_DRAFT) == StepCosts()
+
+
+def test_step_costs_move_the_choice_the_way_they_should():
+    from specviz.sequoia.sizing import StepCosts, plan_from_curves, tree_cost_ms
+
+    bare = plan_from_curves(FEATURE_P, CPU_TARGET, CPU_DRAFT, 128, 12)
+    # A cost every step pays is shared by more tokens in a bigger tree.
+    per_step = plan_from_curves(FEATURE_P, CPU_TARGET, CPU_DRAFT, 128, 12, costs=StepCosts(per_step=6.0))
+    assert per_step["choice"]["value"] > bare["choice"]["value"]
+    # A cost per draft level makes deep trees dear.
+    per_level = plan_from_curves(FEATURE_P, CPU_TARGET, CPU_DRAFT, 128, 12, costs=StepCosts(per_level=8.0))
+    assert per_level["choice"]["tree_depth"] < bare["choice"]["tree_depth"]
+    row = per_level["choice"]
+    assert row["ms_per_step"] == pytest.approx(
+        tree_cost_ms(row["parents"], CPU_TARGET, CPU_DRAFT, costs=StepCosts(per_level=8.0)), abs=1e-3)
+    assert per_level["step_costs"]["per_level"] == 8.0 and json.dumps(per_level)
+
+
 def test_profile_acceptance_and_lookup(tmp_path, monkeypatch):
     from helpers import tiny_pair
 

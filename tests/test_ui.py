@@ -209,6 +209,13 @@ def test_hardware_panel_from_recorded_plan():
     chart, text = hardware.panel(trace)
     assert "<polyline" in chart and all(f">{n}</text>" in chart for n in (1, 2, 8))   # log-n ticks
     assert "Lookahead chose" in text and "background:#dcfce7" in text
+    assert "per draft level" not in text          # Lookahead has no step costs
+    trace.runs["sequoia"].settings["plan"] = {
+        "target_ms": {"1": 20.0, "8": 24.0}, "step_costs": {"per_level": 1.9, "per_step": 1.88, "per_node": 0.0},
+        "table": [{"budget": 8, "depth": 1, "predicted_speedup": 1.3}],
+        "choice": {"budget": 8, "depth": 1, "predicted_speedup": 1.3}}
+    _, text = hardware.panel(trace)
+    assert "Sequoia" in text and "<b>1.9 ms</b> per draft level" in text and "<b>1.9 ms</b> (verification" in text
     empty_fig, empty_text = hardware.panel(None)
     assert "No measured plan" in empty_text
 

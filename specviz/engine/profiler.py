@@ -54,12 +54,14 @@ def runqueue_wait_seconds() -> float | None:
 
 
 @torch.inference_mode()
-def measure_forward_times(model, sizes: list[int], context_len: int = 200, repeats: int = 5,
+def measure_forward_times(model, sizes: list[int], context_len: int = 200, repeats: int = 7,
                           warmup: int = 2) -> dict[int, float]:
     """Median milliseconds of one forward over n new tokens (tree-style 4-D mask) after `context_len`.
 
     It times the forward the decoders run (`specviz.engine.lean.make_forward`: the lean
-    Llama forward where it is exact, else transformers'), over every row's logits.
+    Llama forward where it is exact, else transformers'), over every row's logits. The sizes
+    are timed in rounds, one forward of each per round, so a machine that slows down for a
+    while slows every size alike instead of bending the curve (it once measured t(2) < t(1)).
     """
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
@@ -68,7 +70,7 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
     context = torch.randint(0, vocab, (1, context_len), generator=gen).to(device)
     forward = make_forward(model, context_len + max(sizes))
     forward(context, 0)
-    out: dict[int, float] = {}
+    calls = {}
     for n in sizes:
         tokens = torch.randint(0, vocab, (1, n), generator=gen).to(device)
         # The same kind of call the decoders make: explicit positions and an additive mask.
@@ -76,16 +78,18 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
         causal = torch.triu(torch.ones(n, n, dtype=torch.bool, device=device), diagonal=1)
         mask[0, 0, :, context_len:].masked_fill_(causal, torch.finfo(dtype).min)
         positions = torch.arange(context_len, context_len + n, device=device)
-        times = []
-        for i in range(warmup + repeats):
+        calls[n] = (tokens, context_len), dict(positions=positions, mask=mask, rows=n)
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for i in range(warmup + repeats):
+        for n in sizes:
+            args, kwargs = calls[n]
             _sync(device)
             start = time.perf_counter()
-            forward(tokens, context_len, positions=positions, mask=mask, rows=n)
+            forward(*args, **kwargs)
             _sync(device)
             if i >= warmup:
-                times.append((time.perf_counter() - start) * 1000)
-        out[n] = statistics.median(times)
-    return out
+                times[n].append((time.perf_counter() - start) * 1000)
+    return {n: statistics.median(times[n]) for n in sizes}
 
 
 def forward_kind(model) -> str:
@@ -140,15 +144,20 @@ def forward_curve(model, key: str, sizes: list[int] | None = None, context_len: 
     return curve
 
 
-def measured_with_contention(model, sizes: list[int], context_len: int,
-                             device: torch.device) -> tuple[dict[int, float], float | None]:
-    """t(n), and the share of the measuring threads' time spent waiting for a core (None off Linux).
+def with_contention(measure, device: torch.device):
+    """(measure(), the share of this process's threads' time spent waiting for a core, None off Linux).
 
-    On a GPU the host thread mostly waits for the device, not for a core, so only CPU curves are judged.
+    On a GPU the host thread mostly waits for the device, not for a core, so only CPU timings are judged.
     """
     wait0, t0 = runqueue_wait_seconds(), time.perf_counter()
-    curve = measure_forward_times(model, sizes, context_len)
+    result = measure()
     wait1, wall = runqueue_wait_seconds(), time.perf_counter() - t0
     if device.type != "cpu" or wait0 is None or wait1 is None:
-        return curve, None
-    return curve, (wait1 - wait0) / (wall * max(1, torch.get_num_threads()))
+        return result, None
+    return result, (wait1 - wait0) / (wall * max(1, torch.get_num_threads()))
+
+
+def measured_with_contention(model, sizes: list[int], context_len: int,
+                             device: torch.device) -> tuple[dict[int, float], float | None]:
+    """t(n), and the share of the measuring threads' time spent waiting for a core (None off Linux)."""
+    return with_contention(lambda: measure_forward_times(model, sizes, context_len), device)

@@ -105,6 +105,10 @@ def cmd_optimize_tree(args: argparse.Namespace) -> int:
     print(f"acceptance ({plan['acceptance_source']}): {plan['acceptance']}")
     print("t_target(n) ms: " + ", ".join(f"{n}: {v:.1f}" for n, v in plan["target_ms"].items()))
     print("t_draft(n) ms:  " + ", ".join(f"{n}: {v:.1f}" for n, v in plan["draft_ms"].items()))
+    costs = plan.get("step_costs") or {}
+    print(f"step costs beyond the forwards (ms, fitted from real steps): per level {costs.get('per_level', 0):.2f}, "
+          f"per step {costs.get('per_step', 0):.2f}, per node {costs.get('per_node', 0):.3f}; "
+          f"autoregressive per token {costs.get('ar_per_step', 0):.2f}")
     print(f"{'N':>5} {'D':>3} {'tok/step':>9} {'ms/step':>9} {'speedup':>8}")
     for row in plan["table"]:
         print(f"{row['budget']:>5} {row['depth']:>3} {row['value']:>9.3f} {row['ms_per_step']:>9.1f} "

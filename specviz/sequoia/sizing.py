@@ -2,22 +2,30 @@
 
 Time per generated token for the best tree of n nodes and d levels:
 
-    (draft time of its levels + t_target(n)) / best(n, d)
+    (draft time of its levels + t_target(n) + step overheads) / best(n, d)
 
 where t_target(n) is one target forward over n new tokens and the draft time is
 one draft forward per level over that level's nodes, both measured on this
-machine (`engine.profiler.forward_curve`, cached per model, device and dtype). The plan
-(curves, predicted-speedup table, choice) is plain dicts for the CLI and the app,
-and is cached per (pair, sampling, acceptance vector). `resolve_tree` turns a
+machine (`engine.profiler.forward_curve`, cached per model, device and dtype).
+The forwards are not the whole step: each draft level also draws its children
+(top-k or Gumbel-top-k, gathers), and each step walks the verification, compacts
+the caches and writes its trace record. Left out, those costs (2-4 ms of a 20-30
+ms CPU step) made every tree look alike and `auto` chose 2 nodes where 9 ran
+1.14x faster. So `StepCosts` (per level, per step, per node) are fitted from the
+real decoder's step times on a few trees and cached beside the curves. The plan
+(curves, costs, predicted-speedup table, choice) is plain dicts for the CLI and
+the app, cached per (pair, sampling, acceptance vector). `resolve_tree` turns a
 decoder's options (auto, budget + depth, or an explicit parent list) into its tree.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import numpy as np
 
 from ..engine.models import dtype_name
-from ..engine.profiler import forward_curve, forward_kind, load_cached, save_cached
+from ..engine.profiler import CONTENDED_SHARE, forward_curve, forward_kind, load_cached, save_cached
 from ..engine.sampling import SamplingConfig
 from ..errors import InvalidInput
 from .acceptance import acceptance_for
@@ -26,6 +34,10 @@ from .tree_dp import build_tables, optimal_tree
 
 DRAFT_SIZES = [1, 2, 4, 8, 16, 32, 64]
 MAX_TREE_BUDGET = 1024
+# Bump when the cost model changes, so plans cached under an older one are made again.
+COST_MODEL = 2
+# (budget, depth) of the trees whose real steps the step costs are fitted from: one level, a few, many.
+CALIBRATION_TREES = ((4, 1), (12, 3), (32, 5))
 
 
 def _model_key(name: str, pair) -> str:
@@ -49,14 +61,83 @@ def _interp(curve: dict[int, float], n) -> float:
     return float(np.interp(n, xs, [curve[x] for x in xs]))
 
 
-def tree_cost_ms(parents: list[int], target_ms: dict, draft_ms: dict, pending: int = 1) -> float:
-    """Predicted ms of one step: a draft forward per level that has children, then the target."""
-    shape = TreeShape.from_parents(parents)
-    draft = 0.0
+def monotone(curve: dict[int, float]) -> dict[int, float]:
+    """The closest non-decreasing curve (pool adjacent violators): more tokens never cost less.
+
+    A CPU curve is noisy by a few percent, and a measured t(2) below t(1) made two-node
+    trees look free; pooling replaces each decreasing run by its mean.
+    """
+    blocks: list[list[float]] = []   # [mean, count] per pooled run
+    for n in sorted(curve):
+        blocks.append([curve[n], 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, c2), (m1, c1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2])
+    values = [m for m, c in blocks for _ in range(c)]
+    return dict(zip(sorted(curve), values))
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """What a step costs beyond its profiled forwards (ms), fitted from the real decoder's steps."""
+
+    per_level: float = 0.0   # each draft level: drawing children, gathers, the level's bookkeeping
+    per_step: float = 0.0    # each step: the verification walk, cache compaction, the trace record
+    per_node: float = 0.0    # each tree node: its probabilities and its row of the trace
+    ar_per_step: float = 0.0  # autoregressive's own per-token overhead, for an honest predicted speedup
+
+    def to_dict(self) -> dict:
+        return {k: round(v, 4) for k, v in asdict(self).items()}
+
+
+def draft_forwards_ms(shape: TreeShape, draft_ms: dict, pending: int = 1) -> float:
+    """The profiled draft forwards of one step: one per level that has children."""
+    total = 0.0
     for level in range(shape.depth):
         start, end = shape.level_ranges[level]
-        draft += _interp(draft_ms, pending if level == 0 else end - start)
-    return draft + _interp(target_ms, shape.size)
+        total += _interp(draft_ms, pending if level == 0 else end - start)
+    return total
+
+
+def tree_cost_ms(parents: list[int], target_ms: dict, draft_ms: dict, pending: int = 1,
+                 costs: StepCosts | None = None) -> float:
+    """Predicted ms of one step: a draft forward per level that has children, the target, the overheads."""
+    shape = TreeShape.from_parents(parents)
+    costs = costs or StepCosts()
+    return (draft_forwards_ms(shape, draft_ms, pending) + _interp(target_ms, shape.size)
+            + costs.per_level * shape.depth + costs.per_step + costs.per_node * shape.size)
+
+
+def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, draft_ms: dict) -> StepCosts:
+    """StepCosts from measured steps: {"parents", "draft_ms", "rest_ms"} each (rest: wall minus draft).
+
+    Per tree, the median residual over its steps (medians: a CPU step now and then takes
+    twice as long); then the draft residuals give the per-level cost (a line through the
+    origin in levels) and the rest gives per step + per node (a line in tree size).
+    Costs are clipped at zero: noise must not make a tree look cheaper than its forwards.
+    """
+    by_tree: dict[tuple, list[tuple[float, float]]] = {}
+    for s in samples:
+        shape = TreeShape.from_parents(s["parents"])
+        by_tree.setdefault(tuple(s["parents"]), []).append(
+            (s["draft_ms"] - draft_forwards_ms(shape, draft_ms), s["rest_ms"] - _interp(target_ms, shape.size)))
+    if not by_tree:
+        return StepCosts()
+    levels, sizes, draft_res, rest_res = [], [], [], []
+    for parents, residuals in by_tree.items():
+        shape = TreeShape.from_parents(list(parents))
+        levels.append(shape.depth)
+        sizes.append(shape.size)
+        draft_res.append(float(np.median([d for d, _ in residuals])))
+        rest_res.append(float(np.median([r for _, r in residuals])))
+    levels, sizes = np.array(levels, float), np.array(sizes, float)
+    per_level = max(0.0, float(levels @ np.array(draft_res) / max(levels @ levels, 1e-9)))
+    per_node = 0.0
+    if len(set(sizes)) > 1:
+        per_node = max(0.0, float(np.polyfit(sizes, rest_res, 1)[0]))
+    per_step = max(0.0, float(np.mean(np.array(rest_res) - per_node * sizes)))
+    ar = max(0.0, float(np.median(ar_ms)) - _interp(target_ms, 1)) if ar_ms else 0.0
+    return StepCosts(per_level, per_step, per_node, ar)
 
 
 def default_limits(pair) -> tuple[int, int]:
@@ -64,15 +145,18 @@ def default_limits(pair) -> tuple[int, int]:
 
 
 def plan_from_curves(acceptance: list[float], target_ms: dict, draft_ms: dict, max_budget: int,
-                     max_depth: int, by_depth: list[list[float]] | None = None) -> dict:
-    """The predicted-speedup table and the choice, from measured curves (no model needed).
+                     max_depth: int, by_depth: list[list[float]] | None = None,
+                     costs: StepCosts | None = None) -> dict:
+    """The predicted-speedup table and the choice, from measured curves and step costs (no model needed).
 
     by_depth: per-depth acceptance vectors (row k for tree level k + 1); the DP then
     values every level with its own row instead of the level-1 vector everywhere.
     """
+    costs = costs or StepCosts()
+    target_ms, draft_ms = monotone(target_ms), monotone(draft_ms)
     max_budget = int(min(max_budget, max(target_ms)))
     tables = build_tables(acceptance, max_budget, max_depth, by_depth=by_depth)
-    ar_ms = _interp(target_ms, 1)
+    ar_ms = _interp(target_ms, 1) + costs.ar_per_step
     grid = sorted(set(range(2, min(16, max_budget) + 1)) | set(range(16, max_budget + 1, 8))
                   | {n for n in target_ms if 2 <= n <= max_budget})
     table, best = [], None
@@ -82,7 +166,7 @@ def plan_from_curves(acceptance: list[float], target_ms: dict, draft_ms: dict, m
             if not np.isfinite(value):
                 continue
             parents = tables.parents(n, d)
-            step_ms = tree_cost_ms(parents, target_ms, draft_ms)
+            step_ms = tree_cost_ms(parents, target_ms, draft_ms, costs=costs)
             row = {"budget": n, "depth": d, "value": round(float(value), 4), "ms_per_step": round(step_ms, 3),
                    "ms_per_token": round(step_ms / value, 3),
                    "predicted_speedup": round(float(value) * ar_ms / step_ms, 4)}
@@ -94,13 +178,50 @@ def plan_from_curves(acceptance: list[float], target_ms: dict, draft_ms: dict, m
     choice = {**row, "parents": parents, "tree_depth": TreeShape.from_parents(parents).depth}
     return {"acceptance": list(acceptance), "acceptance_by_depth": by_depth, "target_ms": {str(k): round(v, 3) for k, v in target_ms.items()},
             "draft_ms": {str(k): round(v, 3) for k, v in draft_ms.items()}, "ar_ms_per_token": round(ar_ms, 3),
-            "table": table, "choice": choice,
+            "step_costs": costs.to_dict(), "cost_model": COST_MODEL, "table": table, "choice": choice,
             "speculation_pays": row["predicted_speedup"] > 1.0}
+
+
+def calibration_trees(acceptance, by_depth, max_budget: int, max_depth: int) -> list[list[int]]:
+    """The trees whose real steps the step costs are fitted from: the DP's own, at a few sizes."""
+    trees = []
+    for n, d in CALIBRATION_TREES:
+        n, d = min(n, max_budget), min(d, max_depth, min(n, max_budget) - 1)
+        tables = build_tables(acceptance, n, d, by_depth=by_depth)
+        if np.isfinite(tables.best[d, n]) and tables.parents(n, d) not in trees:
+            trees.append(tables.parents(n, d))
+    return trees
+
+
+def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, draft_ms: dict, max_budget: int,
+                   max_depth: int, refresh: bool = False) -> StepCosts:
+    """This pair's StepCosts on this machine: measured once (a few seconds of real decoding), cached.
+
+    Sampling pays for probabilities at every node that greedy does not, and top-p for a sort,
+    so the three are measured apart.
+    """
+    mode = "greedy" if sampling.greedy else ("sampled" if sampling.top_p >= 1.0 else "top-p")
+    kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"
+    key = f"{pair.key}|{kinds}|{mode}|cost-model-{COST_MODEL}"
+    cached = None if refresh else load_cached("sequoia-step-costs", key)
+    if cached:
+        return StepCosts(**cached["costs"])
+    # sizing is imported by the decoder, and measuring needs the decoder: import it here.
+    from .measure import measure_step_times
+
+    trees = calibration_trees(acc["acceptance"], acc.get("by_depth"), max_budget, max_depth)
+    measured = measure_step_times(pair, sampling, trees)
+    costs = fit_step_costs(measured["samples"], measured["ar_ms"], monotone(target_ms), monotone(draft_ms))
+    share = measured.get("waiting_share")
+    if share is None or share <= CONTENDED_SHARE:   # costs measured on a busy machine would stick
+        save_cached("sequoia-step-costs", key, {"key": key, "costs": costs.to_dict(), "trees": trees,
+                                                "steps": len(measured["samples"]), "waiting_share": share})
+    return costs
 
 
 def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | None = None,
               max_depth: int | None = None, refresh: bool = False) -> dict:
-    """Everything `--tree auto` decides, as plain data: curves, table, choice (cached)."""
+    """Everything `--tree auto` decides, as plain data: curves, step costs, table, choice (cached)."""
     sampling = (sampling or SamplingConfig()).validated()
     default_n, default_d = default_limits(pair)
     max_budget, max_depth = int(max_budget or default_n), int(max_depth or default_d)
@@ -109,10 +230,12 @@ def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | No
     key = f"{pair.key}|{kinds}|T{sampling.temperature:g}|p{sampling.top_p:g}|N{max_budget}|D{max_depth}"
     cached = None if refresh else load_cached("sequoia-plan", key)
     if cached and cached.get("acceptance") == list(acc["acceptance"]) and \
-            cached.get("acceptance_by_depth") == acc.get("by_depth"):
+            cached.get("acceptance_by_depth") == acc.get("by_depth") and cached.get("cost_model") == COST_MODEL:
         return cached
     target_ms, draft_ms = measured_curves(pair, refresh=refresh)
-    plan = plan_from_curves(acc["acceptance"], target_ms, draft_ms, max_budget, max_depth, acc.get("by_depth"))
+    costs = step_costs_for(pair, sampling, acc, target_ms, draft_ms, max_budget, max_depth, refresh=refresh)
+    plan = plan_from_curves(acc["acceptance"], target_ms, draft_ms, max_budget, max_depth, acc.get("by_depth"),
+                            costs=costs)
     plan.update(key=pair.key, device=str(pair.device), dtype=dtype_name(pair.dtype),
                 acceptance_source=acc["source"], temperature=sampling.temperature, top_p=sampling.top_p)
     save_cached("sequoia-plan", key, plan)

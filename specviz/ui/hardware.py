@@ -83,6 +83,15 @@ def _choice_row(plan: dict) -> dict:
     return {k: v for k, v in choice.items() if not isinstance(v, (list, dict))}
 
 
+def _costs_html(costs: dict) -> str:
+    """Sequoia's step costs beyond the forwards: why the predicted times are more than forward times."""
+    return ('<div style="color:#374151;margin:2px 0 6px">Beyond its forwards, a step also costs '
+            f'<b>{float(costs.get("per_step", 0)):.1f} ms</b> (verification, caches, the trace), '
+            f'<b>{float(costs.get("per_level", 0)):.1f} ms</b> per draft level (drawing the children) and '
+            f'<b>{float(costs.get("per_node", 0)):.2f} ms</b> per node: fitted from real steps on this machine, '
+            'so deep or wide trees are not mistaken for free.</div>')
+
+
 def panel_html(plans: dict | None) -> str:
     intro = ('<div style="font-size:15px;margin-bottom:6px">With <b>auto</b> sizes, each method measures how long '
              'one target forward over <i>n</i> new tokens takes on <b>this</b> hardware, predicts tokens per '
@@ -100,6 +109,9 @@ def panel_html(plans: dict | None) -> str:
         if choice:
             parts.append(f'<div style="font-size:16px;margin:6px 0"><b>{label} chose:</b> '
                          + ", ".join(f"{k} = {html._fmt(v)}" for k, v in choice.items()) + "</div>")
+        costs = plan.get("step_costs")
+        if costs:
+            parts.append(_costs_html(costs))
         rows = sorted(plan.get("table") or [], key=lambda r: -float(r.get("predicted_speedup", 0) or 0))
         highlight = {k: choice[k] for k in ("budget", "depth", "window", "ngram", "guesses") if k in choice}
         parts.append(html.table_html(rows, f"{label}: predicted speedup, best first", highlight or None))
