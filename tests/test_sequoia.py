@@ -146,17 +146,21 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     # `--tree auto` on the offline default as users run it (bf16, its feature draft): forward curves,
     # then a few real steps of three trees and of autoregressive, fitted into the costs the plan adds;
     # a second plan reuses the cache.
+    from specviz.engine import profiler
     from specviz.engine.models import load_pair
     from specviz.sequoia import measure, sizing
 
     pair = load_pair("default", "default", device="cpu", dtype="bf16")
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    # Whether the cores were busy is not under test here (a CI machine may share them): treat them as quiet.
+    monkeypatch.setattr(profiler, "runqueue_wait_seconds", lambda: None)
     sampling = SamplingConfig(temperature=0.6, seed=0)
     calls = []
     real = measure.measure_step_times
     monkeypatch.setattr(measure, "measure_step_times", lambda *a, **k: calls.append(a) or real(*a, **k))
     plan = sizing.plan_tree(pair, sampling, max_budget=24, max_depth=4)
-    assert len(calls) == 1 and [len(t) for t in calls[0][2]] == [4, 12, 24]
+    # The DP's own trees at fixed sizes, not this plan's limits: the costs belong to the machine.
+    assert len(calls) == 1 and [len(t) for t in calls[0][2]] == [4, 12, 32]
     costs = plan["step_costs"]
     assert set(costs) == {"per_level", "per_step", "per_node", "ar_per_step"}
     assert all(v >= 0 for v in costs.values())
@@ -164,8 +168,7 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     assert choice["ms_per_step"] == pytest.approx(sizing.tree_cost_ms(
         choice["parents"], {int(k): v for k, v in plan["target_ms"].items()},
         {int(k): v for k, v in plan["draft_ms"].items()}, costs=sizing.StepCosts(**costs)), abs=0.01)
-    if not list(tmp_path.glob("profiles/sequoia-step-costs-*.json")):
-        pytest.skip("the cores were busy: the costs were used but not cached (by design)")
+    assert len(list(tmp_path.glob("profiles/sequoia-step-costs-*.json"))) == 1
     for cached_plan in tmp_path.glob("profiles/sequoia-plan-*.json"):
         cached_plan.unlink()   # re-plan from the cached curves and costs: nothing is re-measured
     sizing.plan_tree(pair, sampling, max_budget=24, max_depth=4)

@@ -214,7 +214,7 @@ def test_step_costs_are_fitted_from_real_steps_through_noise():
     true = StepCosts(per_level=1.5, per_step=2.0, per_node=0.1)
     rng = np.random.default_rng(0)
     samples = []
-    trees = calibration_trees(FEATURE_P, None, 128, 12)
+    trees = calibration_trees(FEATURE_P, None)
     assert len(trees) == 3 and len({TreeShape.from_parents(t).depth for t in trees}) == 3
     for parents in trees:
         shape = TreeShape.from_parents(parents)
@@ -232,6 +232,9 @@ def test_step_costs_are_fitted_from_real_steps_through_noise():
     # Steps faster than their profiled forwards (noise) must not make trees look cheaper than free.
     fast = [{**s, "draft_ms": 0.0, "rest_ms": 0.0} for s in samples]
     assert fit_step_costs(fast, [], CPU_TARGET, CPU_DRAFT) == StepCosts()
+    # A one-rank vector can only make chains: the calibration still has trees, of every depth.
+    chains = calibration_trees([0.63], None)
+    assert [len(t) for t in chains] == [2, 4, 6] and fit_step_costs([], [22.0], CPU_TARGET, CPU_DRAFT).ar_per_step > 0
 
 
 def test_step_costs_move_the_choice_the_way_they_should():

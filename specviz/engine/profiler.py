@@ -124,15 +124,29 @@ def save_cached(kind: str, key: str, data: dict) -> None:
     tmp.replace(path)
 
 
+def _curve_key(model, key: str, context_len: int) -> str:
+    return f"{key}-{forward_kind(model)}-ctx{context_len}"
+
+
+def cached_forward_curve(model, key: str, sizes: list[int] | None = None,
+                         context_len: int = 200) -> dict[int, float] | None:
+    """The cached t(n) for `model`, or None: also tells a caller whether a curve it got was trusted."""
+    sizes = sizes or default_sizes(next(model.parameters()).device)
+    cached = load_cached("forward", _curve_key(model, key, context_len))
+    if cached and all(str(n) in cached.get("ms", {}) for n in sizes):
+        return {n: float(cached["ms"][str(n)]) for n in sizes}
+    return None
+
+
 def forward_curve(model, key: str, sizes: list[int] | None = None, context_len: int = 200,
                   refresh: bool = False) -> dict[int, float]:
     """t(n) in ms for `model`, cached under `key` (e.g. pair.key + ':target')."""
     device = next(model.parameters()).device
     sizes = sizes or default_sizes(device)
-    cache_key = f"{key}-{forward_kind(model)}-ctx{context_len}"
-    cached = None if refresh else load_cached("forward", cache_key)
-    if cached and all(str(n) in cached["ms"] for n in sizes):
-        return {n: float(cached["ms"][str(n)]) for n in sizes}
+    cache_key = _curve_key(model, key, context_len)
+    cached = None if refresh else cached_forward_curve(model, key, sizes, context_len)
+    if cached:
+        return cached
     curve, contention = measured_with_contention(model, sizes, context_len, device)
     if contention is None or contention <= CONTENDED_SHARE:
         save_cached("forward", cache_key, {"key": key, "context_len": context_len,

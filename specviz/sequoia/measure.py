@@ -166,32 +166,42 @@ def _timed_steps(makers: list, steps: int, warmup: int) -> list[list[tuple[float
     """(wall ms, draft-phase ms) of `steps` decoding steps per decoder maker, after `warmup` steps.
 
     Round robin, one step of each decoder per round: a slow spell of a shared machine then
-    falls on every tree alike instead of on whichever was being timed.
+    falls on every tree alike instead of on whichever was being timed. Steps whose tree was
+    cut (near max_new_tokens) are not counted: they are smaller trees than the one timed.
     """
     out: list[list[tuple[float, float]]] = [[] for _ in makers]
     decoders: list = [None] * len(makers)
     seen, runs = [0] * len(makers), [0] * len(makers)
     max_runs = 4 * len(CALIBRATION_PROMPTS)   # prompts that end at once must not loop for ever
-    while any(len(o) < steps and r < max_runs for o, r in zip(out, runs)):
-        for k, make in enumerate(makers):
-            if len(out[k]) >= steps or runs[k] >= max_runs:
-                continue
-            if decoders[k] is None or decoders[k].done:
-                if decoders[k] is not None:
-                    decoders[k].close()
-                decoders[k] = make(CALIBRATION_PROMPTS[runs[k] % len(CALIBRATION_PROMPTS)])
-                decoders[k].step()   # the prefill
-                seen[k], runs[k] = 0, runs[k] + 1
-                continue
-            t0 = time.perf_counter()
-            record = decoders[k].step()
-            wall = (time.perf_counter() - t0) * 1000
-            seen[k] += 1
-            if seen[k] > warmup and not record.finished:
-                out[k].append((wall, record.time_ms.get(PHASE_DRAFT, 0.0)))
-    for decoder in decoders:
-        if decoder is not None:
-            decoder.close()
+
+    def active(k: int) -> bool:
+        live = decoders[k] is not None and not decoders[k].done
+        return len(out[k]) < steps and (live or runs[k] < max_runs)
+
+    try:
+        while any(active(k) for k in range(len(makers))):
+            for k, make in enumerate(makers):
+                if not active(k):
+                    continue
+                if decoders[k] is None or decoders[k].done:
+                    if decoders[k] is not None:
+                        decoders[k].close()
+                    decoders[k] = make(CALIBRATION_PROMPTS[runs[k] % len(CALIBRATION_PROMPTS)])
+                    decoders[k].step()   # the prefill
+                    seen[k], runs[k] = 0, runs[k] + 1
+                    continue
+                t0 = time.perf_counter()
+                record = decoders[k].step()
+                wall = (time.perf_counter() - t0) * 1000
+                seen[k] += 1
+                full = getattr(decoders[k], "shape", None)
+                cut = full is not None and record.payload is not None and record.payload.depth < full.depth
+                if seen[k] > warmup and not record.finished and not cut:
+                    out[k].append((wall, record.time_ms.get(PHASE_DRAFT, 0.0)))
+    finally:
+        for decoder in decoders:
+            if decoder is not None:
+                decoder.close()
     return out
 
 

@@ -25,7 +25,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..engine.models import dtype_name
-from ..engine.profiler import CONTENDED_SHARE, forward_curve, forward_kind, load_cached, save_cached
+from ..engine.profiler import (
+    CONTENDED_SHARE,
+    cached_forward_curve,
+    forward_curve,
+    forward_kind,
+    load_cached,
+    save_cached,
+)
 from ..engine.sampling import SamplingConfig
 from ..errors import InvalidInput
 from .acceptance import acceptance_for
@@ -45,15 +52,21 @@ def _model_key(name: str, pair) -> str:
     return f"{name}|{pair.device.type}|{dtype_name(pair.dtype)}:target"
 
 
-def measured_curves(pair, refresh: bool = False) -> tuple[dict[int, float], dict[int, float]]:
-    """(t_target(n), t_draft(n)) in ms; the draft curve is the target's when it drafts for itself."""
-    target_ms = forward_curve(pair.target, _model_key(pair.target_name, pair), refresh=refresh)
+def measured_curves(pair, refresh: bool = False) -> tuple[dict[int, float], dict[int, float], bool]:
+    """(t_target(n), t_draft(n)) in ms, and whether both are trusted (measured on quiet cores, so cached).
+
+    The draft curve is the target's when it drafts for itself.
+    """
+    target_key = _model_key(pair.target_name, pair)
+    target_ms = forward_curve(pair.target, target_key, refresh=refresh)
+    trusted = cached_forward_curve(pair.target, target_key) == target_ms
     if pair.draft_is_target:
         draft_ms = {n: target_ms[n] for n in DRAFT_SIZES if n in target_ms}
     else:
-        draft_ms = forward_curve(pair.draft, _model_key(pair.draft_name, pair), sizes=DRAFT_SIZES,
-                                 refresh=refresh)
-    return target_ms, draft_ms
+        draft_key = _model_key(pair.draft_name, pair)
+        draft_ms = forward_curve(pair.draft, draft_key, sizes=DRAFT_SIZES, refresh=refresh)
+        trusted = trusted and cached_forward_curve(pair.draft, draft_key, sizes=DRAFT_SIZES) == draft_ms
+    return target_ms, draft_ms, trusted
 
 
 def _interp(curve: dict[int, float], n) -> float:
@@ -121,8 +134,9 @@ def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, dra
         shape = TreeShape.from_parents(s["parents"])
         by_tree.setdefault(tuple(s["parents"]), []).append(
             (s["draft_ms"] - draft_forwards_ms(shape, draft_ms), s["rest_ms"] - _interp(target_ms, shape.size)))
+    ar = max(0.0, float(np.median(ar_ms)) - _interp(target_ms, 1)) if ar_ms else 0.0
     if not by_tree:
-        return StepCosts()
+        return StepCosts(ar_per_step=ar)
     levels, sizes, draft_res, rest_res = [], [], [], []
     for parents, residuals in by_tree.items():
         shape = TreeShape.from_parents(list(parents))
@@ -136,7 +150,6 @@ def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, dra
     if len(set(sizes)) > 1:
         per_node = max(0.0, float(np.polyfit(sizes, rest_res, 1)[0]))
     per_step = max(0.0, float(np.mean(np.array(rest_res) - per_node * sizes)))
-    ar = max(0.0, float(np.median(ar_ms)) - _interp(target_ms, 1)) if ar_ms else 0.0
     return StepCosts(per_level, per_step, per_node, ar)
 
 
@@ -182,41 +195,63 @@ def plan_from_curves(acceptance: list[float], target_ms: dict, draft_ms: dict, m
             "speculation_pays": row["predicted_speedup"] > 1.0}
 
 
-def calibration_trees(acceptance, by_depth, max_budget: int, max_depth: int) -> list[list[int]]:
-    """The trees whose real steps the step costs are fitted from: the DP's own, at a few sizes."""
+def calibration_trees(acceptance, by_depth) -> list[list[int]]:
+    """The trees whose real steps the step costs are fitted from: the DP's own, at a few sizes.
+
+    Fixed sizes, not the caller's limits: the costs belong to the machine and the pair, and one
+    plan's small limits must not leave every later plan with costs fitted from one tiny tree.
+    Where the acceptance vector cannot fill a size (too few ranks), the largest tree it can.
+    """
     trees = []
     for n, d in CALIBRATION_TREES:
-        n, d = min(n, max_budget), min(d, max_depth, min(n, max_budget) - 1)
         tables = build_tables(acceptance, n, d, by_depth=by_depth)
-        if np.isfinite(tables.best[d, n]) and tables.parents(n, d) not in trees:
-            trees.append(tables.parents(n, d))
+        feasible = [m for m in range(n, 1, -1) if np.isfinite(tables.best[d, m])]
+        if feasible and tables.parents(feasible[0], d) not in trees:
+            trees.append(tables.parents(feasible[0], d))
     return trees
 
 
-def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, draft_ms: dict, max_budget: int,
-                   max_depth: int, refresh: bool = False) -> StepCosts:
-    """This pair's StepCosts on this machine: measured once (a few seconds of real decoding), cached.
-
-    Sampling pays for probabilities at every node that greedy does not, and top-p for a sort,
-    so the three are measured apart.
-    """
-    mode = "greedy" if sampling.greedy else ("sampled" if sampling.top_p >= 1.0 else "top-p")
+def _costs_key(pair, sampling: SamplingConfig) -> str:
+    # Sampling pays for probabilities at every node that greedy does not, top-p / top-k for a sort or a
+    # top-k over the vocabulary: the three are measured apart.
+    mode = "greedy" if sampling.greedy else ("sampled" if sampling.top_p >= 1.0 and not sampling.top_k else "filtered")
     kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"
-    key = f"{pair.key}|{kinds}|{mode}|cost-model-{COST_MODEL}"
+    return f"{pair.key}|{kinds}|{mode}|cost-model-{COST_MODEL}"
+
+
+def _rounded(curve: dict) -> dict:
+    return {str(k): round(float(v), 3) for k, v in curve.items()}
+
+
+def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, draft_ms: dict,
+                   curves_trusted: bool, refresh: bool = False) -> tuple[StepCosts, bool]:
+    """This pair's StepCosts on this machine, and whether they are trusted (and so cached).
+
+    Measured once (a few seconds of real decoding). The costs are residuals against the forward
+    curves, so a cached entry holds only with the curves and calibration trees it was fitted with;
+    costs from busy cores, or against curves from busy cores, are used for one plan and not kept.
+    """
+    key = _costs_key(pair, sampling)
+    trees = calibration_trees(acc["acceptance"], acc.get("by_depth"))
     cached = None if refresh else load_cached("sequoia-step-costs", key)
-    if cached:
-        return StepCosts(**cached["costs"])
+    if cached and cached.get("trees") == trees and cached.get("target_ms") == _rounded(target_ms) \
+            and cached.get("draft_ms") == _rounded(draft_ms):
+        try:
+            return StepCosts(**cached["costs"]), True
+        except (KeyError, TypeError):
+            pass   # a damaged entry is re-measured, never fatal
     # sizing is imported by the decoder, and measuring needs the decoder: import it here.
     from .measure import measure_step_times
 
-    trees = calibration_trees(acc["acceptance"], acc.get("by_depth"), max_budget, max_depth)
     measured = measure_step_times(pair, sampling, trees)
     costs = fit_step_costs(measured["samples"], measured["ar_ms"], monotone(target_ms), monotone(draft_ms))
     share = measured.get("waiting_share")
-    if share is None or share <= CONTENDED_SHARE:   # costs measured on a busy machine would stick
-        save_cached("sequoia-step-costs", key, {"key": key, "costs": costs.to_dict(), "trees": trees,
-                                                "steps": len(measured["samples"]), "waiting_share": share})
-    return costs
+    trusted = curves_trusted and (share is None or share <= CONTENDED_SHARE)
+    if trusted:
+        save_cached("sequoia-step-costs", key, {
+            "key": key, "costs": costs.to_dict(), "trees": trees, "target_ms": _rounded(target_ms),
+            "draft_ms": _rounded(draft_ms), "steps": len(measured["samples"]), "waiting_share": share})
+    return costs, trusted
 
 
 def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | None = None,
@@ -227,18 +262,22 @@ def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | No
     max_budget, max_depth = int(max_budget or default_n), int(max_depth or default_d)
     acc = acceptance_for(pair, sampling)
     kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"   # curves belong to the forwards timed
-    key = f"{pair.key}|{kinds}|T{sampling.temperature:g}|p{sampling.top_p:g}|N{max_budget}|D{max_depth}"
+    key = (f"{pair.key}|{kinds}|T{sampling.temperature:g}|p{sampling.top_p:g}|k{sampling.top_k}"
+           f"|N{max_budget}|D{max_depth}")
     cached = None if refresh else load_cached("sequoia-plan", key)
+    costs_entry = load_cached("sequoia-step-costs", _costs_key(pair, sampling)) or {}
     if cached and cached.get("acceptance") == list(acc["acceptance"]) and \
-            cached.get("acceptance_by_depth") == acc.get("by_depth") and cached.get("cost_model") == COST_MODEL:
+            cached.get("acceptance_by_depth") == acc.get("by_depth") and cached.get("cost_model") == COST_MODEL \
+            and cached.get("step_costs") == costs_entry.get("costs"):
         return cached
-    target_ms, draft_ms = measured_curves(pair, refresh=refresh)
-    costs = step_costs_for(pair, sampling, acc, target_ms, draft_ms, max_budget, max_depth, refresh=refresh)
+    target_ms, draft_ms, curves_trusted = measured_curves(pair, refresh=refresh)
+    costs, trusted = step_costs_for(pair, sampling, acc, target_ms, draft_ms, curves_trusted, refresh=refresh)
     plan = plan_from_curves(acc["acceptance"], target_ms, draft_ms, max_budget, max_depth, acc.get("by_depth"),
                             costs=costs)
     plan.update(key=pair.key, device=str(pair.device), dtype=dtype_name(pair.dtype),
                 acceptance_source=acc["source"], temperature=sampling.temperature, top_p=sampling.top_p)
-    save_cached("sequoia-plan", key, plan)
+    if trusted:   # a plan from busy cores is used for this run only, like its curves
+        save_cached("sequoia-plan", key, plan)
     return plan
 
 
