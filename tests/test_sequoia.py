@@ -150,7 +150,7 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     from specviz.engine.models import load_pair
     from specviz.sequoia import measure, sizing
 
-    pair = load_pair("default", "default", device="cpu", dtype="bf16")
+    pair = load_pair("default", None, device="cpu", dtype="bf16")   # None: the offline default's own draft
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     # Whether the cores were busy is not under test here (a CI machine may share them): treat them as quiet.
     monkeypatch.setattr(profiler, "runqueue_wait_seconds", lambda: None)
