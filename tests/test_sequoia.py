@@ -148,7 +148,8 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     # a second plan reuses the cache.
     from specviz.engine import profiler
     from specviz.engine.models import load_pair
-    from specviz.sequoia import measure, sizing
+    from specviz.sequoia import sizing
+    from specviz.sequoia.decoder import SequoiaDecoder
 
     pair = load_pair("default", None, device="cpu", dtype="bf16")   # None: the offline default's own draft
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
@@ -156,9 +157,9 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     monkeypatch.setattr(profiler, "runqueue_wait_seconds", lambda: None)
     sampling = SamplingConfig(temperature=0.6, seed=0)
     calls = []
-    real = measure.measure_step_times
-    monkeypatch.setattr(measure, "measure_step_times", lambda *a, **k: calls.append(a) or real(*a, **k))
-    plan = sizing.plan_tree(pair, sampling, max_budget=24, max_depth=4)
+    real = sizing.measure_step_times
+    monkeypatch.setattr(sizing, "measure_step_times", lambda *a, **k: calls.append(a) or real(*a, **k))
+    plan = sizing.plan_tree(pair, SequoiaDecoder, sampling, max_budget=24, max_depth=4)
     # The DP's own trees at fixed sizes, not this plan's limits: the costs belong to the machine.
     assert len(calls) == 1 and [len(t) for t in calls[0][2]] == [4, 12, 32]
     costs = plan["step_costs"]
@@ -171,7 +172,7 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     assert len(list(tmp_path.glob("profiles/sequoia-step-costs-*.json"))) == 1
     for cached_plan in tmp_path.glob("profiles/sequoia-plan-*.json"):
         cached_plan.unlink()   # re-plan from the cached curves and costs: nothing is re-measured
-    sizing.plan_tree(pair, sampling, max_budget=24, max_depth=4)
+    sizing.plan_tree(pair, SequoiaDecoder, sampling, max_budget=24, max_depth=4)
     assert len(calls) == 1
 
 

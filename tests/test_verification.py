@@ -121,7 +121,7 @@ def test_sampling_walk_accepts_everything_when_draft_is_target():
 
 
 def test_inverse_cdf_sample_follows_the_distribution_and_never_draws_zero_mass():
-    from specviz.engine.sampling import sample
+    from specviz.draws import sample
 
     gen = torch.Generator().manual_seed(0)
     p = torch.tensor([0.0, 0.2, 0.0, 0.5, 0.25, 0.05, 0.0])
@@ -136,7 +136,7 @@ def test_inverse_cdf_sample_follows_the_distribution_and_never_draws_zero_mass()
 
 def test_gumbel_top_k_with_the_fast_noise_draws_without_replacement_exactly():
     # The draft's children at a node: the top-c of q / E, E ~ Exp(1), is c draws without replacement.
-    from specviz.engine.sampling import exponential_like
+    from specviz.draws import exponential_like
 
     gen = torch.Generator().manual_seed(1)
     q = torch.tensor([0.45, 0.3, 0.15, 0.1, 0.0])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..engine.sampling import sample
+from ..draws import sample
 
 
 @dataclass

@@ -25,7 +25,8 @@ import torch
 
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.lean import VocabSubsetHead, make_forward
-from ..engine.sampling import exponential_like, next_token, probs_from_logits
+from ..draws import exponential_like
+from ..engine.sampling import next_token, probs_from_logits
 from ..draft.feature import FeatureDraftForward
 from ..trace import (
     PHASE_DRAFT,
@@ -77,7 +78,7 @@ class SequoiaDecoder(Decoder):
     def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, tree_budget=None, tree_depth=None,
                  tree_parents=None):
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens)
-        parents, settings = resolve_tree(pair, self.sampling, tree_budget, tree_depth, tree_parents)
+        parents, settings = resolve_tree(pair, self.sampling, tree_budget, tree_depth, tree_parents, type(self))
         self.shape = TreeShape.from_parents(parents)
         self.trace.settings.update(tree_budget=self.shape.size, tree_depth=self.shape.depth,
                                    tree_parents=parents, **settings)

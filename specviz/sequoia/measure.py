@@ -1,5 +1,4 @@
-"""Measuring an acceptance vector: the Sequoia decoder itself on a star tree;
-and measuring its steps' real times, which the tree sizing's step costs are fitted from.
+"""Measuring an acceptance vector: the Sequoia decoder itself on a star tree.
 
 p[k-1] is the probability that the k-th child drawn without replacement at a
 node is the one the target accepts. Each verification step of a star tree
@@ -10,14 +9,11 @@ hundred steps is the vector, cached for `acceptance.acceptance_for`.
 from __future__ import annotations
 
 import sys
-import time
 
-from ..autoregressive.decoder import AutoregressiveDecoder
-from ..engine.profiler import save_cached, with_contention
+from ..engine.profiler import save_cached
 from ..engine.sampling import SamplingConfig
 from ..engine.text import encode_prompt
 from ..errors import InvalidInput
-from ..trace import PHASE_DRAFT
 from .acceptance import model_id, profile_key
 from .decoder import SequoiaDecoder
 
@@ -156,75 +152,3 @@ def profile_acceptance(pair, prompts: list[str], width: int, sampling: SamplingC
         save_cached("acceptance", profile_key(pair.target_name, pair.draft_name, sampling), result)
     return result
 
-
-# Open-ended prompts, so a step count is reached before an end of text; what they say does not matter.
-CALIBRATION_PROMPTS = ("Explain how a bicycle works, step by step, for someone who has never ridden one.",
-                       "Write a short story about a lighthouse keeper who finds a message in a bottle.")
-
-
-def _timed_steps(makers: list, steps: int, warmup: int) -> list[list[tuple[float, float]]]:
-    """(wall ms, draft-phase ms) of `steps` decoding steps per decoder maker, after `warmup` steps.
-
-    Round robin, one step of each decoder per round: a slow spell of a shared machine then
-    falls on every tree alike instead of on whichever was being timed. Steps whose tree was
-    cut (near max_new_tokens) are not counted: they are smaller trees than the one timed.
-    """
-    out: list[list[tuple[float, float]]] = [[] for _ in makers]
-    decoders: list = [None] * len(makers)
-    seen, runs = [0] * len(makers), [0] * len(makers)
-    max_runs = 4 * len(CALIBRATION_PROMPTS)   # prompts that end at once must not loop for ever
-
-    def active(k: int) -> bool:
-        live = decoders[k] is not None and not decoders[k].done
-        return len(out[k]) < steps and (live or runs[k] < max_runs)
-
-    try:
-        while any(active(k) for k in range(len(makers))):
-            for k, make in enumerate(makers):
-                if not active(k):
-                    continue
-                if decoders[k] is None or decoders[k].done:
-                    if decoders[k] is not None:
-                        decoders[k].close()
-                    decoders[k] = make(CALIBRATION_PROMPTS[runs[k] % len(CALIBRATION_PROMPTS)])
-                    decoders[k].step()   # the prefill
-                    seen[k], runs[k] = 0, runs[k] + 1
-                    continue
-                t0 = time.perf_counter()
-                record = decoders[k].step()
-                wall = (time.perf_counter() - t0) * 1000
-                seen[k] += 1
-                full = getattr(decoders[k], "shape", None)
-                cut = full is not None and record.payload is not None and record.payload.depth < full.depth
-                if seen[k] > warmup and not record.finished and not cut:
-                    out[k].append((wall, record.time_ms.get(PHASE_DRAFT, 0.0)))
-    finally:
-        for decoder in decoders:
-            if decoder is not None:
-                decoder.close()
-    return out
-
-
-def measure_step_times(pair, sampling: SamplingConfig, trees: list[list[int]], steps: int = 24,
-                       warmup: int = 3, max_new_tokens: int = 160) -> dict:
-    """Real step times of the Sequoia decoder on each tree, and of autoregressive, for
-    `sizing.fit_step_costs`: {"samples": [{parents, draft_ms, rest_ms}], "ar_ms": [...],
-    "waiting_share": the share of the time the threads waited for a core (None off Linux)}.
-
-    Wall time around `step()`, so whatever a step costs (the trace record included) counts.
-    """
-    sampling = sampling.validated()
-    ids = {p: encode_prompt(pair.tokenizer, p) for p in CALIBRATION_PROMPTS}
-    room = {p: max(2, min(max_new_tokens, pair.max_context - len(ids[p]))) for p in CALIBRATION_PROMPTS}
-
-    def sequoia(parents):
-        return lambda p: SequoiaDecoder(pair, p, ids[p], sampling, room[p], tree_parents=parents)
-
-    def autoregressive(p):
-        return AutoregressiveDecoder(pair, p, ids[p], sampling, room[p])
-
-    timed, share = with_contention(
-        lambda: _timed_steps([sequoia(t) for t in trees] + [autoregressive], steps, warmup), pair.device)
-    samples = [{"parents": parents, "draft_ms": draft, "rest_ms": wall - draft}
-               for parents, steps_ in zip(trees, timed) for wall, draft in steps_]
-    return {"samples": samples, "ar_ms": [wall for wall, _ in timed[-1]], "waiting_share": share}

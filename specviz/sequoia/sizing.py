@@ -20,6 +20,7 @@ decoder's options (auto, budget + depth, or an explicit parent list) into its tr
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -32,9 +33,12 @@ from ..engine.profiler import (
     forward_kind,
     load_cached,
     save_cached,
+    with_contention,
 )
 from ..engine.sampling import SamplingConfig
+from ..engine.text import encode_prompt
 from ..errors import InvalidInput
+from ..trace import PHASE_DRAFT
 from .acceptance import acceptance_for
 from .tree import TreeShape, check_parents
 from .tree_dp import build_tables, optimal_tree
@@ -223,8 +227,78 @@ def _rounded(curve: dict) -> dict:
     return {str(k): round(float(v), 3) for k, v in curve.items()}
 
 
+# Open-ended prompts, so a step count is reached before an end of text; what they say does not matter.
+CALIBRATION_PROMPTS = ("Explain how a bicycle works, step by step, for someone who has never ridden one.",
+                       "Write a short story about a lighthouse keeper who finds a message in a bottle.")
+
+
+def _timed_steps(makers: list, steps: int, warmup: int) -> list[list[tuple[float, float]]]:
+    """(wall ms, draft-phase ms) of `steps` decoding steps per decoder maker, after `warmup` steps.
+
+    Round robin, one step of each decoder per round: a slow spell of a shared machine then
+    falls on every tree alike instead of on whichever was being timed. Steps whose tree was
+    cut (near max_new_tokens) are not counted: they are smaller trees than the one timed.
+    """
+    out: list[list[tuple[float, float]]] = [[] for _ in makers]
+    decoders: list = [None] * len(makers)
+    seen, runs = [0] * len(makers), [0] * len(makers)
+    max_runs = 4 * len(CALIBRATION_PROMPTS)   # prompts that end at once must not loop for ever
+
+    def active(k: int) -> bool:
+        live = decoders[k] is not None and not decoders[k].done
+        return len(out[k]) < steps and (live or runs[k] < max_runs)
+
+    try:
+        while any(active(k) for k in range(len(makers))):
+            for k, make in enumerate(makers):
+                if not active(k):
+                    continue
+                if decoders[k] is None or decoders[k].done:
+                    if decoders[k] is not None:
+                        decoders[k].close()
+                    decoders[k] = make(CALIBRATION_PROMPTS[runs[k] % len(CALIBRATION_PROMPTS)])
+                    decoders[k].step()   # the prefill
+                    seen[k], runs[k] = 0, runs[k] + 1
+                    continue
+                t0 = time.perf_counter()
+                record = decoders[k].step()
+                wall = (time.perf_counter() - t0) * 1000
+                seen[k] += 1
+                full = decoders[k].shape.depth
+                cut = record.payload is not None and record.payload.depth < full
+                if seen[k] > warmup and not record.finished and not cut:
+                    out[k].append((wall, record.time_ms.get(PHASE_DRAFT, 0.0)))
+    finally:
+        for decoder in decoders:
+            if decoder is not None:
+                decoder.close()
+    return out
+
+
+def measure_step_times(pair, sampling: SamplingConfig, trees: list[list[int]], decoder_cls, steps: int = 24,
+                       warmup: int = 3, max_new_tokens: int = 160) -> dict:
+    """Real step times of the Sequoia decoder (`decoder_cls`, passed in: it imports this module) on
+    each tree, and on a one-node tree, which is autoregressive decoding through the same machinery,
+    for `fit_step_costs`: {"samples": [{parents, draft_ms, rest_ms}], "ar_ms": [...], "waiting_share":
+    the share of the time the threads waited for a core (None off Linux)}.
+
+    Wall time around `step()`, so whatever a step costs (the trace record included) counts.
+    """
+    ids = {p: encode_prompt(pair.tokenizer, p) for p in CALIBRATION_PROMPTS}
+    room = {p: max(2, min(max_new_tokens, pair.max_context - len(ids[p]))) for p in CALIBRATION_PROMPTS}
+
+    def maker(parents):
+        return lambda p: decoder_cls(pair, p, ids[p], sampling, room[p], tree_parents=parents)
+
+    timed, share = with_contention(
+        lambda: _timed_steps([maker(t) for t in trees] + [maker([-1])], steps, warmup), pair.device)
+    samples = [{"parents": parents, "draft_ms": draft, "rest_ms": wall - draft}
+               for parents, steps_ in zip(trees, timed) for wall, draft in steps_]
+    return {"samples": samples, "ar_ms": [wall for wall, _ in timed[-1]], "waiting_share": share}
+
+
 def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, draft_ms: dict,
-                   curves_trusted: bool, refresh: bool = False) -> tuple[StepCosts, bool]:
+                   curves_trusted: bool, decoder_cls, refresh: bool = False) -> tuple[StepCosts, bool]:
     """This pair's StepCosts on this machine, and whether they are trusted (and so cached).
 
     Measured once (a few seconds of real decoding). The costs are residuals against the forward
@@ -240,10 +314,7 @@ def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, d
             return StepCosts(**cached["costs"]), True
         except (KeyError, TypeError):
             pass   # a damaged entry is re-measured, never fatal
-    # sizing is imported by the decoder, and measuring needs the decoder: import it here.
-    from .measure import measure_step_times
-
-    measured = measure_step_times(pair, sampling, trees)
+    measured = measure_step_times(pair, sampling, trees, decoder_cls)
     costs = fit_step_costs(measured["samples"], measured["ar_ms"], monotone(target_ms), monotone(draft_ms))
     share = measured.get("waiting_share")
     trusted = curves_trusted and (share is None or share <= CONTENDED_SHARE)
@@ -254,9 +325,13 @@ def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, d
     return costs, trusted
 
 
-def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | None = None,
+def plan_tree(pair, decoder_cls, sampling: SamplingConfig | None = None, max_budget: int | None = None,
               max_depth: int | None = None, refresh: bool = False) -> dict:
-    """Everything `--tree auto` decides, as plain data: curves, step costs, table, choice (cached)."""
+    """Everything `--tree auto` decides, as plain data: curves, step costs, table, choice (cached).
+
+    decoder_cls: the Sequoia decoder, whose real steps the step costs are fitted from (passed in,
+    not imported: the decoder imports this module to resolve its tree).
+    """
     sampling = (sampling or SamplingConfig()).validated()
     default_n, default_d = default_limits(pair)
     max_budget, max_depth = int(max_budget or default_n), int(max_depth or default_d)
@@ -271,7 +346,8 @@ def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | No
             and cached.get("step_costs") == costs_entry.get("costs"):
         return cached
     target_ms, draft_ms, curves_trusted = measured_curves(pair, refresh=refresh)
-    costs, trusted = step_costs_for(pair, sampling, acc, target_ms, draft_ms, curves_trusted, refresh=refresh)
+    costs, trusted = step_costs_for(pair, sampling, acc, target_ms, draft_ms, curves_trusted, decoder_cls,
+                                    refresh=refresh)
     plan = plan_from_curves(acc["acceptance"], target_ms, draft_ms, max_budget, max_depth, acc.get("by_depth"),
                             costs=costs)
     plan.update(key=pair.key, device=str(pair.device), dtype=dtype_name(pair.dtype),
@@ -291,7 +367,7 @@ def _check_int(name: str, value, low: int) -> int:
     return value
 
 
-def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents) -> tuple[list[int], dict]:
+def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents, decoder_cls) -> tuple[list[int], dict]:
     """The tree to use (a breadth-first parent list) and settings that say where it came from."""
     if tree_parents is not None:
         parents = check_parents(tree_parents)
@@ -299,7 +375,7 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents) -> tuple
             raise InvalidInput(f"a tree of {len(parents)} nodes is too large (at most {MAX_TREE_BUDGET})")
         return parents, {"tree": "explicit"}
     if tree_budget is None and tree_depth is None:
-        plan = plan_tree(pair, sampling)
+        plan = plan_tree(pair, decoder_cls, sampling)
         choice = plan["choice"]
         return choice["parents"], {
             "tree": "auto", "acceptance": plan["acceptance"], "acceptance_source": plan["acceptance_source"],

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..engine.sampling import sample
+from ..draws import sample
 
 # A residual whose mass is below this is treated as zero: P - q vanished only by rounding.
 RESIDUAL_EPS = 1e-9
