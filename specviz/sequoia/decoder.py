@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import torch
 
+from ..draft.feature import FeatureDraftForward
+from ..draws import exponential_like
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.lean import VocabSubsetHead, make_forward
-from ..draws import exponential_like
 from ..engine.sampling import next_token, probs_from_logits
-from ..draft.feature import FeatureDraftForward
 from ..trace import (
     PHASE_DRAFT,
     PHASE_TARGET,

@@ -151,4 +151,3 @@ def profile_acceptance(pair, prompts: list[str], width: int, sampling: SamplingC
     if save:
         save_cached("acceptance", profile_key(pair.target_name, pair.draft_name, sampling), result)
     return result
-

@@ -73,6 +73,11 @@ def measured_curves(pair, refresh: bool = False) -> tuple[dict[int, float], dict
     return target_ms, draft_ms, trusted
 
 
+def _rounded(curve: dict) -> dict:
+    """A curve as plans and caches store it: string keys, milliseconds to 3 places."""
+    return {str(k): round(float(v), 3) for k, v in curve.items()}
+
+
 def _interp(curve: dict[int, float], n) -> float:
     xs = sorted(curve)
     return float(np.interp(n, xs, [curve[x] for x in xs]))
@@ -133,21 +138,19 @@ def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, dra
     origin in levels) and the rest gives per step + per node (a line in tree size).
     Costs are clipped at zero: noise must not make a tree look cheaper than its forwards.
     """
-    by_tree: dict[tuple, list[tuple[float, float]]] = {}
-    for s in samples:
-        shape = TreeShape.from_parents(s["parents"])
-        by_tree.setdefault(tuple(s["parents"]), []).append(
-            (s["draft_ms"] - draft_forwards_ms(shape, draft_ms), s["rest_ms"] - _interp(target_ms, shape.size)))
+    by_tree: dict[tuple, list[dict]] = {}
+    for sample in samples:
+        by_tree.setdefault(tuple(sample["parents"]), []).append(sample)
     ar = max(0.0, float(np.median(ar_ms)) - _interp(target_ms, 1)) if ar_ms else 0.0
     if not by_tree:
         return StepCosts(ar_per_step=ar)
     levels, sizes, draft_res, rest_res = [], [], [], []
-    for parents, residuals in by_tree.items():
+    for parents, steps in by_tree.items():
         shape = TreeShape.from_parents(list(parents))
         levels.append(shape.depth)
         sizes.append(shape.size)
-        draft_res.append(float(np.median([d for d, _ in residuals])))
-        rest_res.append(float(np.median([r for _, r in residuals])))
+        draft_res.append(float(np.median([s["draft_ms"] for s in steps])) - draft_forwards_ms(shape, draft_ms))
+        rest_res.append(float(np.median([s["rest_ms"] for s in steps])) - _interp(target_ms, shape.size))
     levels, sizes = np.array(levels, float), np.array(sizes, float)
     per_level = max(0.0, float(levels @ np.array(draft_res) / max(levels @ levels, 1e-9)))
     per_node = 0.0
@@ -193,8 +196,8 @@ def plan_from_curves(acceptance: list[float], target_ms: dict, draft_ms: dict, m
                 table.append(row)
     row, parents = best
     choice = {**row, "parents": parents, "tree_depth": TreeShape.from_parents(parents).depth}
-    return {"acceptance": list(acceptance), "acceptance_by_depth": by_depth, "target_ms": {str(k): round(v, 3) for k, v in target_ms.items()},
-            "draft_ms": {str(k): round(v, 3) for k, v in draft_ms.items()}, "ar_ms_per_token": round(ar_ms, 3),
+    return {"acceptance": list(acceptance), "acceptance_by_depth": by_depth, "target_ms": _rounded(target_ms),
+            "draft_ms": _rounded(draft_ms), "ar_ms_per_token": round(ar_ms, 3),
             "step_costs": costs.to_dict(), "cost_model": COST_MODEL, "table": table, "choice": choice,
             "speculation_pays": row["predicted_speedup"] > 1.0}
 
@@ -210,8 +213,9 @@ def calibration_trees(acceptance, by_depth) -> list[list[int]]:
     for n, d in CALIBRATION_TREES:
         tables = build_tables(acceptance, n, d, by_depth=by_depth)
         feasible = [m for m in range(n, 1, -1) if np.isfinite(tables.best[d, m])]
-        if feasible and tables.parents(feasible[0], d) not in trees:
-            trees.append(tables.parents(feasible[0], d))
+        tree = tables.parents(feasible[0], d) if feasible else None
+        if tree and tree not in trees:
+            trees.append(tree)
     return trees
 
 
@@ -221,10 +225,6 @@ def _costs_key(pair, sampling: SamplingConfig) -> str:
     mode = "greedy" if sampling.greedy else ("sampled" if sampling.top_p >= 1.0 and not sampling.top_k else "filtered")
     kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"
     return f"{pair.key}|{kinds}|{mode}|cost-model-{COST_MODEL}"
-
-
-def _rounded(curve: dict) -> dict:
-    return {str(k): round(float(v), 3) for k, v in curve.items()}
 
 
 # Open-ended prompts, so a step count is reached before an end of text; what they say does not matter.
