@@ -13,7 +13,7 @@ import pytest
 import torch
 from helpers import chi_square_pvalue, exact_distribution, tiny_pair
 
-from specviz.draft.feature import FeatureDraft, FeatureDraftForward, is_feature_draft_dir
+from specviz.draft.feature import FeatureDraft, FeatureDraftForward, Int8Linear, is_feature_draft_dir
 from specviz.draft.featuretrain import unroll_mask, unrolled
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import OFFLINE_FEATURE_DRAFT_DIR, ModelPair, load_pair
@@ -101,7 +101,7 @@ def test_decoding_forward_matches_the_unrolled_training_forward(feature_pair):
     full = draft(ids[:, 1:], feats[None, :-1])[0]
     assert torch.allclose(full, outs[0][0], atol=1e-5)
     r = L - 5                                   # the root pair (f_r, x_{r+1}) sits at slot r
-    fwd = FeatureDraftForward(draft, L + 4)
+    fwd = FeatureDraftForward(draft, L + 4, int8=False)   # the int8 levels: the next test
     first = fwd(ids[0, 1:r - 3], feats[:r - 4], 0)               # committed pairs in two chunks
     second = fwd(ids[0, r - 3:r + 2], feats[r - 4:r + 1], r - 4)
     assert torch.allclose(torch.cat([first, second]), full[:r + 1], atol=1e-5)
@@ -112,6 +112,49 @@ def test_decoding_forward_matches_the_unrolled_training_forward(feature_pair):
         out = fwd(ids[0, slot + 1:slot + 2], parent[None], slot, mask=mask)
         assert torch.allclose(out[0], outs[depth][0, slot], atol=1e-4), depth
         parent = out[0]
+
+
+@torch.inference_mode()
+def test_int8_decoding_levels_track_the_trained_draft(feature_pair):
+    """On a CPU the decoding forward runs its linears in weight-only int8: the features it predicts stay
+    within quantisation error of the trained weights', and so do its proposals."""
+    draft, target = feature_pair.draft, feature_pair.target
+    lin = torch.nn.Linear(64, 40, bias=True)
+    x = torch.randn(3, 5, 64)
+    q = Int8Linear(lin.weight, lin.bias)
+    assert q.weight.dtype == torch.int8 and q(x).shape == (3, 5, 40)
+    assert (q(x) - lin(x)).abs().max() < 0.02 * lin(x).abs().max()
+    ids = torch.tensor([feature_pair.tokenizer.encode("The three primary colours are red, yellow and blue. "
+                                                      "When you mix red and yellow you get")])
+    feats = target.model(input_ids=ids).last_hidden_state[0]
+    n = ids.shape[1] - 1
+    exact = FeatureDraftForward(draft, n, int8=False)
+    fast = FeatureDraftForward(draft, n, int8=True)
+    assert fast.int8 and not exact.int8
+    want = exact(ids[0, 1:], feats[:-1], 0)
+    got = fast(ids[0, 1:], feats[:-1], 0)
+    cos = torch.nn.functional.cosine_similarity(got.float(), want.float(), dim=-1)
+    assert cos.min() > 0.99, cos.min()
+    top1 = (fast.logits(got).argmax(-1) == exact.logits(want).argmax(-1)).float().mean()
+    assert top1 >= 0.9, top1
+    assert draft.decoding_kind == "feature-int8"   # what the profiler's curves are keyed by
+
+
+def test_int8_weights_are_quantised_once_until_the_draft_changes(untrained_pair):
+    draft = untrained_pair.draft
+    layer, head = draft.int8_parts()
+    assert draft.int8_parts()[0] is layer and draft.int8_parts()[1] is head   # a decoder per prompt reuses them
+    assert layer.fc is not draft.fc and isinstance(draft.fc, torch.nn.Linear)  # the trained module is untouched
+    ids = torch.tensor([3, 17, 40000])
+    torch.testing.assert_close(head.rows(ids).weight, Int8Linear(untrained_pair.target.lm_head.weight[ids]).weight)
+    with torch.no_grad():
+        draft.fc.bias.add_(1.0)   # a training step: the quantised copy must follow
+    try:
+        assert draft.int8_parts()[0] is not layer
+        torch.testing.assert_close(draft.int8_parts()[0].fc.bias, draft.fc.bias)
+    finally:
+        with torch.no_grad():
+            draft.fc.bias.sub_(1.0)
 
 
 def test_unroll_mask_is_a_tree_chain():

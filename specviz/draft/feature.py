@@ -21,6 +21,7 @@ target, training summary), `feature.safetensors` (fc + layer + norm, bf16) and
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -47,6 +48,45 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def int8_decoding_supported(device: torch.device) -> bool:
+    """Where the decoding forward runs its linears in weight-only int8.
+
+    On a CPU one draft level is bound by reading its weights (the head's 15.7k rows
+    alone are 18 MB in bf16); int8 halves the bytes and the CPU kernel
+    (`_weight_int8pack_mm`, gpt-fast's recipe) runs the head about 2.8x faster.
+    A draft only proposes, so its precision can cost acceptance, never exactness.
+    """
+    return device.type == "cpu" and hasattr(torch, "_weight_int8pack_mm")
+
+
+class Int8Linear(torch.nn.Module):
+    """y = x W^T (+ b) with W stored as int8 rows and one scale per row (symmetric, per output channel)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        super().__init__()
+        w = weight.detach().float()
+        scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127
+        self.register_buffer("weight", (w / scales[:, None]).round().clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scales", scales.to(weight.dtype))
+        self.bias = None if bias is None else bias.detach()
+
+    def rows(self, ids: torch.Tensor) -> "Int8Linear":
+        """The same layer keeping output rows `ids` (a head over a vocabulary subset): with one scale per
+        row, cutting the quantised matrix equals quantising the cut one, and costs no requantisation."""
+        part = Int8Linear.__new__(Int8Linear)
+        torch.nn.Module.__init__(part)
+        part.register_buffer("weight", self.weight.index_select(0, ids).contiguous())
+        part.register_buffer("scales", self.scales.index_select(0, ids).contiguous())
+        part.bias = None if self.bias is None else self.bias.index_select(0, ids)
+        return part
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        out = torch._weight_int8pack_mm(x.reshape(-1, shape[-1]), self.weight, self.scales.to(x.dtype))
+        out = out.view(*shape[:-1], out.shape[-1])
+        return out if self.bias is None else out + self.bias
 
 
 class _HeadInfo:
@@ -96,6 +136,24 @@ class FeatureDraft(torch.nn.Module):
         self.generation_config = target.generation_config
         # What the profiler's cache key reads (`engine.profiler.forward_kind`): the head's rows.
         self.lm_head = _HeadInfo(self.vocab_ids)
+
+    def int8_parts(self) -> tuple["FeatureDraft", Int8Linear]:
+        """This draft with int8 linears, and the target's whole head in int8 (rows cut per decoder).
+
+        Quantised once and kept while the weights stay the same (an optimiser step bumps their
+        version counters), so a decoder per prompt does not pay 60 ms of quantisation each time.
+        """
+        versions = tuple(p._version for p in self.parameters())
+        cached = self.__dict__.get("_int8_cache")
+        if cached is None or cached[0] != versions:
+            head = Int8Linear(self._target[0].lm_head.weight.to(self.fc.weight.dtype))
+            cached = self.__dict__["_int8_cache"] = (versions, int8_copy(self), head)
+        return cached[1], cached[2]
+
+    @property
+    def decoding_kind(self) -> str:
+        """What the decoding forward runs (the profiler's cache key: int8 levels cost less than bf16 ones)."""
+        return "feature-int8" if int8_decoding_supported(self.fc.weight.device) else "feature"
 
     @property
     def embed_weight(self) -> torch.Tensor:
@@ -235,25 +293,40 @@ def feature_draft_display_name(dir_: str | Path) -> str:
 # ---------------------------------------------------------------------------
 
 
+def int8_copy(draft: FeatureDraft) -> FeatureDraft:
+    """The same draft with every linear in weight-only int8; norms, rotary and the target's tensors shared.
+
+    A shallow copy with its own module table: the trained module is left as it is.
+    """
+    clone = copy.copy(draft)
+    clone.__dict__["_modules"] = {name: Int8Linear(m.weight, m.bias) for name, m in draft._modules.items()}
+    return clone
+
+
 class FeatureDraftForward:
     """The draft's forward for the decoding loop over a preallocated cache of `max_len` slots.
 
     `forward(ids, feats, start, positions, mask)` writes the new pairs' K/V into
     slots start.. and returns the predicted features of every new row; `logits`
-    maps features to head logits (rows over `vocab_ids`).
+    maps features to head logits (rows over `vocab_ids`). On a CPU the linears
+    and the head run in weight-only int8 (`int8_decoding_supported`).
     """
 
-    def __init__(self, draft: FeatureDraft, max_len: int, vocab_ids: torch.Tensor | None = None):
-        self.draft = draft
+    def __init__(self, draft: FeatureDraft, max_len: int, vocab_ids: torch.Tensor | None = None,
+                 int8: bool | None = None):
         self.max_len = max_len
         dev = draft.fc.weight.device
         self.device, self.dtype = dev, draft.fc.weight.dtype
-        if vocab_ids is None:
-            self.vocab_ids, self.head = draft.vocab_ids, draft.head
+        self.int8 = int8_decoding_supported(dev) if int8 is None else int8
+        self.vocab_ids = draft.vocab_ids if vocab_ids is None else vocab_ids.to(dev)
+        if self.int8:
+            self.draft, full_head = draft.int8_parts()
+            self.head = full_head.rows(self.vocab_ids)
         else:
-            full = draft._target[0].lm_head.weight
-            self.vocab_ids = vocab_ids.to(dev)
-            self.head = full.detach().index_select(0, self.vocab_ids).to(self.dtype).contiguous()
+            self.draft = draft
+            head = draft.head if vocab_ids is None else (
+                draft._target[0].lm_head.weight.detach().index_select(0, self.vocab_ids).to(self.dtype).contiguous())
+            self.head = lambda x: F.linear(x, head)
         self.cos, self.sin = draft.rotary(torch.arange(max_len, device=dev), self.dtype)
         shape = (1, draft.n_kv, max_len, draft.head_dim)
         self.keys = torch.empty(shape, dtype=self.dtype, device=dev)
@@ -288,4 +361,4 @@ class FeatureDraftForward:
     __call__ = forward
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
-        return F.linear(features, self.head)
+        return self.head(features)
