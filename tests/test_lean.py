@@ -12,7 +12,7 @@ from helpers import chi_square_pvalue, exact_distribution, tiny_pair
 
 from specviz.engine.kvcache import keep_positions, new_cache
 from specviz.engine.lean import (LeanLlama, ModelForward, VocabSubsetHead, attention_backends, attention_kernels,
-                                 lean_llama_supported)
+                                 lean_llama_supported, rows_together)
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import ModelPair
 from specviz.engine.sampling import SamplingConfig
@@ -81,6 +81,44 @@ def test_vocab_subset_head():
     out = head(hidden)
     torch.testing.assert_close(out[..., ids], full[..., ids])
     assert (out[..., [1, 3, 4]] == float("-inf")).all()
+
+
+def test_stacked_projections_share_the_models_weights_and_leave_its_forward_unchanged():
+    """LeanLlama multiplies by q|k|v and gate|up at once; the model's own linears become views of those
+    stacks, so there is one copy of the weights and transformers computes exactly what it did before."""
+    model = tiny_pair(vocab_size=6, draft_seed=None).target
+    with torch.inference_mode():
+        _check_stacked(model)
+    # Linears that do not sit together (moved, or never stacked) are stacked anew.
+    a, b = torch.nn.Linear(4, 3, bias=False), torch.nn.Linear(4, 2, bias=False)
+    w_a, w_b = a.weight.detach().clone(), b.weight.detach().clone()
+    both = rows_together(a, b)
+    assert torch.equal(both, torch.cat([w_a, w_b])) and a.weight.data_ptr() == both.data_ptr()
+    assert isinstance(a.weight, torch.nn.Parameter) and torch.equal(b.weight, w_b)
+    with torch.inference_mode():   # weights made under inference_mode cannot be viewed: stacked as a copy
+        frozen = tiny_pair(vocab_size=6, draft_seed=None).target
+        lean = LeanLlama(frozen, 16)
+    wq = frozen.model.layers[0].self_attn.q_proj.weight
+    assert lean.layers[0][1].data_ptr() != wq.data_ptr()
+    torch.testing.assert_close(lean.layers[0][1][:wq.shape[0]], wq, rtol=0, atol=0)
+
+
+def _check_stacked(model):
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    before = model(input_ids=ids).logits
+    attn = model.model.layers[0].self_attn
+    q_before = attn.q_proj.weight.clone()
+    lean = LeanLlama(model, 16)
+    stacked = lean.layers[0][1]
+    assert stacked.shape[0] == attn.q_proj.weight.shape[0] + 2 * attn.k_proj.weight.shape[0]
+    assert attn.q_proj.weight.data_ptr() == stacked.data_ptr()
+    assert attn.k_proj.weight.data_ptr() == stacked[attn.q_proj.weight.shape[0]:].data_ptr()
+    torch.testing.assert_close(attn.q_proj.weight, q_before, rtol=0, atol=0)
+    assert torch.equal(model(input_ids=ids).logits, before)
+    # A second forward finds the weights already stacked and makes no new copy.
+    again = LeanLlama(model, 16)
+    assert again.layers[0][1].data_ptr() == stacked.data_ptr()
+    torch.testing.assert_close(again(ids, 0), lean(ids, 0), rtol=0, atol=0)
 
 
 def _subset_draft(draft, ids: list[int]):

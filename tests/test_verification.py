@@ -152,3 +152,16 @@ def test_gumbel_top_k_with_the_fast_noise_draws_without_replacement_exactly():
     keys = sorted(expected)
     total = sum(expected.values())
     assert stats.chisquare([observed.get(k, 0) for k in keys], [expected[k] / total * n for k in keys]).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_first_argmax_picks_the_first_maximum_like_argmax(dtype):
+    """The greedy rule every decoder shares: ties go to the lowest token id, as argmax does."""
+    from specviz.draws import first_argmax
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randint(0, 4, (64, 300), generator=gen).to(dtype)   # many ties per row
+    logits[5, [7, 250]] = 9
+    assert torch.equal(first_argmax(logits), logits.argmax(dim=-1))
+    assert int(first_argmax(logits)[5]) == 7
+    assert torch.equal(first_argmax(logits.view(8, 8, 300)), logits.view(8, 8, 300).argmax(dim=-1))

@@ -109,7 +109,9 @@ def save_draft(draft, out_dir: str | Path, layers: list[int], target_name: str, 
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in own_state_dict(draft).items()}
+    # clone(): a lean forward may have stacked q|k|v into one storage (`lean.rows_together`), and
+    # safetensors refuses tensors that share memory.
+    tensors = {k: v.detach().to(torch.bfloat16).cpu().clone() for k, v in own_state_dict(draft).items()}
     tmp = out / (WEIGHTS_FILE + ".tmp")
     save_file(tensors, str(tmp), metadata={"format": "pt"})
     tmp.chmod(0o644)  # safetensors writes 0600

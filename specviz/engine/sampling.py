@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..draws import sample
+from ..draws import first_argmax, sample
 from ..errors import InvalidInput
 
 
@@ -107,6 +107,6 @@ def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
 def next_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
     """Greedy argmax or one sample, from logits (..., V)."""
     if cfg.greedy:
-        return logits.argmax(dim=-1)
+        return first_argmax(logits)
     assert generator is not None, "sampling needs a generator"
     return sample(probs_from_logits(logits, cfg), generator)

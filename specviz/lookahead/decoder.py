@@ -14,6 +14,7 @@ import random
 
 import torch
 
+from ..draws import first_argmax
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.lean import make_forward
 from ..engine.sampling import next_token, probs_from_logits
@@ -107,7 +108,7 @@ class LookaheadDecoder(Decoder):
         logits = self.forward(input_ids, ctx, positions=positions, mask=mask, rows=self.logits_index[fill][:n_kept])
 
         timer.start(PHASE_VERIFY)
-        preds = logits.argmax(dim=-1).tolist()
+        preds = first_argmax(logits).tolist()
         new_level = preds[:layout.new_level_rows]
         cand_len = self.N - 1
         cand_rows = layout.n_kept_fixed

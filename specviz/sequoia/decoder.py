@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from ..draft.feature import FeatureDraftForward
-from ..draws import exponential_like
+from ..draws import exponential_like, first_argmax
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.lean import VocabSubsetHead, make_forward
 from ..engine.sampling import next_token, probs_from_logits
@@ -94,7 +94,8 @@ class SequoiaDecoder(Decoder):
         if self.feature:
             self.draft_fwd = FeatureDraftForward(pair.draft, max_len, vocab_ids)
             self.pending_feats: torch.Tensor | None = None   # true features of the pairs not yet fed
-            self.trace.settings.update(draft_kind="feature")
+            # draft_int8: its levels ran in weight-only int8 (on a CPU; proposals only, exactness untouched)
+            self.trace.settings.update(draft_kind="feature", draft_int8=self.draft_fwd.int8)
         else:
             self.draft_fwd = make_forward(pair.draft, max_len, vocab_ids, lean=self.lean)
         self.draft_seen = 0
@@ -135,7 +136,7 @@ class SequoiaDecoder(Decoder):
         shape = tt.shape
         token_list = tokens.tolist()
         if self.sampling.greedy:
-            walk = greedy_walk(shape.children, token_list, logits.argmax(dim=-1).tolist())
+            walk = greedy_walk(shape.children, token_list, first_argmax(logits).tolist())
             target_probs = None
         else:
             target_probs = probs_from_logits(logits, self.sampling)

@@ -1,0 +1,127 @@
+"""A/B in one run: the decoders of an older revision against the working tree's.
+
+Two worker processes, one per code version, each load the models once; the driver
+sends them the same runs in turn, alternating which goes first per prompt, so that
+a slow spell of this shared machine hits both alike. Reports median tokens/s, the
+geometric mean of the paired per-prompt ratios (new / old), tokens per step, and how
+many runs produced identical tokens.
+
+    .venv/bin/python scripts/ab_revisions.py --old HEAD            # uncommitted work against HEAD
+    .venv/bin/python scripts/ab_revisions.py --old 85fbfa8 --prompts 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = {   # name: (method, temperature, decoder options)
+    "ar": ("ar", 0.0, {}),
+    "sequoia 8x2": ("sequoia", 0.0, {"tree_parents": [-1, 0, 0, 0, 0, 1, 1, 2]}),
+    "sequoia 9x2 T0.6": ("sequoia", 0.6, {"tree_parents": [-1, 0, 0, 0, 0, 0, 1, 1, 2]}),
+    "ar T0.6": ("ar", 0.6, {}),
+    "lookahead": ("lookahead", 0.0, {}),
+}
+
+
+def worker(code_dir: str, threads: int, tokens: int) -> None:
+    """Serve runs on stdin (one JSON per line) with the specviz found in code_dir."""
+    sys.path.insert(0, code_dir)
+    import torch
+
+    torch.set_num_threads(threads)
+    import specviz
+    from specviz.engine.methods import make_decoder
+    from specviz.engine.models import load_pair
+    from specviz.engine.prompts import read_suites
+    from specviz.engine.sampling import SamplingConfig
+
+    if not specviz.__file__.startswith(code_dir):
+        raise SystemExit(f"imported {specviz.__file__}, not the code in {code_dir}")
+    pair = load_pair("default", None, device="cpu", dtype="bf16")
+    prompts = [p["prompt"] for p in read_suites("chat,code")]
+    print(json.dumps({"ready": specviz.__file__}), flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        d = make_decoder(cmd["method"], pair, prompts[cmd["i"]], max_new_tokens=tokens,
+                         sampling=SamplingConfig(cmd["T"], seed=cmd["i"]), **cmd["opts"])
+        t0 = time.perf_counter()
+        trace = d.run()
+        dt = time.perf_counter() - t0
+        n = len(trace.token_ids)
+        print(json.dumps({"tps": n / dt, "tok_per_step": n / len(trace.steps), "ids": trace.token_ids}), flush=True)
+
+
+def export(rev: str, into: Path) -> Path:
+    """The package as it was at `rev` (assets are data: the working tree's are linked in)."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "specviz"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    (into / "assets").symlink_to(ROOT / "assets")
+    return into
+
+
+def start(code_dir: Path, args) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(code_dir), "--threads", str(args.threads),
+                             "--tokens", str(args.tokens)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    ready = proc.stdout.readline()
+    if not ready:
+        raise SystemExit(f"the worker for {code_dir} did not start (run it with --serve to see why)")
+    return proc
+
+
+def ask(proc: subprocess.Popen, cmd: dict) -> dict:
+    proc.stdin.write(json.dumps(cmd) + "\n")
+    proc.stdin.flush()
+    return json.loads(proc.stdout.readline())
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--old", default="HEAD", help="git revision to compare the working tree against")
+    p.add_argument("--prompts", type=int, default=8, help="chat and code suite prompts, in order")
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated: " + ", ".join(CONFIGS))
+    p.add_argument("--serve", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.serve:
+        worker(args.serve, args.threads, args.tokens)
+        return 0
+    configs = {name: CONFIGS[name] for name in args.configs.split(",")}
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = {"old": start(export(args.old, Path(tmp)), args), "new": start(ROOT, args)}
+        tps, steps, same = collections.defaultdict(list), collections.defaultdict(list), collections.Counter()
+        for i in range(args.prompts):
+            for name, (method, temperature, opts) in configs.items():
+                out = {}
+                for which in (("old", "new") if i % 2 == 0 else ("new", "old")):
+                    out[which] = ask(procs[which], {"method": method, "T": temperature, "i": i, "opts": opts})
+                    tps[name, which].append(out[which]["tps"])
+                    steps[name, which].append(out[which]["tok_per_step"])
+                same[name] += out["old"]["ids"] == out["new"]["ids"]
+        for proc in procs.values():
+            proc.stdin.close()
+            proc.wait()
+    print(f"old = {args.old}, new = working tree; {args.prompts} prompts, {args.tokens} tokens, bf16, "
+          f"{args.threads} threads")
+    print("| run | old tok/s | new tok/s | new / old (paired) | tokens per step old / new | identical tokens |")
+    print("|---|---|---|---|---|---|")
+    for name in configs:
+        ratio = statistics.geometric_mean([n / o for n, o in zip(tps[name, "new"], tps[name, "old"])])
+        print(f"| {name} | {statistics.median(tps[name, 'old']):.1f} | {statistics.median(tps[name, 'new']):.1f} | "
+              f"{ratio:.3f} | {statistics.mean(steps[name, 'old']):.2f} / {statistics.mean(steps[name, 'new']):.2f} | "
+              f"{same[name]}/{args.prompts} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
