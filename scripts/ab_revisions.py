@@ -28,7 +28,9 @@ CONFIGS = {   # name: (method, temperature, decoder options)
     "sequoia 8x2": ("sequoia", 0.0, {"tree_parents": [-1, 0, 0, 0, 0, 1, 1, 2]}),
     "sequoia 9x2 T0.6": ("sequoia", 0.6, {"tree_parents": [-1, 0, 0, 0, 0, 0, 1, 1, 2]}),
     "ar T0.6": ("ar", 0.6, {}),
-    "lookahead": ("lookahead", 0.0, {}),
+    # Fixed sizes: `auto`'s cached plan is keyed by the forward's kind, so two code versions could each
+    # measure their own and race different windows.
+    "lookahead 4x3x4": ("lookahead", 0.0, {"window": 4, "ngram": 3, "guesses": 4}),
 }
 
 
