@@ -33,8 +33,12 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 def add_method_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sequoia")
-    g.add_argument("--tree", choices=["auto"], default=None,
-                   help="choose the tree from measured acceptance and forward times (the default)")
+    g.add_argument("--tree", choices=["auto", "adaptive"], default=None,
+                   help="auto: the DP's tree from measured acceptance and forward times (the default); "
+                        "adaptive: grow each step's tree from the feature draft's confidence "
+                        "(--tree-budget / --tree-depth cap it)")
+    g.add_argument("--tree-threshold", type=float, default=None,
+                   help="adaptive: smallest path score (product of ranked draft probabilities) worth a node")
     g.add_argument("--tree-budget", type=int, default=None, help="tree nodes including the root (N)")
     g.add_argument("--tree-depth", type=int, default=None, help="speculated levels (D)")
     g = p.add_argument_group("lookahead")
@@ -50,6 +54,11 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
 def method_options(args: argparse.Namespace, method: str) -> dict:
     """The decoder keyword arguments a method takes, from the command line."""
     if method == "sequoia":
+        if args.tree == "adaptive":
+            return {"tree": "adaptive", "tree_budget": args.tree_budget, "tree_depth": args.tree_depth,
+                    "tree_threshold": args.tree_threshold}
+        if args.tree_threshold is not None:
+            raise InvalidInput("--tree-threshold belongs to --tree adaptive")
         if args.tree == "auto" and (args.tree_budget is not None or args.tree_depth is not None):
             raise InvalidInput("--tree auto cannot be combined with --tree-budget/--tree-depth")
         if (args.tree_budget is None) != (args.tree_depth is None):

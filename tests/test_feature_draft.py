@@ -26,7 +26,9 @@ PROMPTS = ["Write a haiku about trees", "Write a Python function that reverses a
            "Explain why the sky is blue in two sentences."]
 MAX_NEW = 48
 TREES = {"chain": {"tree_parents": [-1, 0, 1, 2, 3]}, "star": {"tree_parents": [-1, 0, 0, 0, 0]},
-         "dp16": {"tree_budget": 16, "tree_depth": 5}, "dp32": {"tree_budget": 32, "tree_depth": 6}}
+         "dp16": {"tree_budget": 16, "tree_depth": 5}, "dp32": {"tree_budget": 32, "tree_depth": 6},
+         "adaptive": {"tree": "adaptive"},
+         "adaptive-wide": {"tree": "adaptive", "tree_threshold": 0.005, "tree_budget": 40, "tree_depth": 6}}
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +76,53 @@ def test_greedy_with_the_feature_draft_equals_autoregressive(feature_pair, ar_to
         assert rejected > 0
 
 
-@pytest.mark.parametrize("tree", ["chain", "dp16"])
+def test_adaptive_trees_follow_the_drafts_confidence(feature_pair):
+    """Each step's tree is grown from the draft's ranked probabilities: shapes vary, stay within the limits,
+    and every non-root node's path score reached the threshold."""
+    tau = 0.05
+    trace = make_decoder("sequoia", feature_pair, PROMPTS[1], max_new_tokens=MAX_NEW, tree="adaptive",
+                         tree_threshold=tau, tree_budget=20, tree_depth=5).run()
+    assert trace.settings["tree"] == "adaptive" and trace.settings["threshold"] == tau
+    shapes = set()
+    for step in trace.steps[1:]:
+        nodes = step.payload.nodes
+        assert len(nodes) <= 20 and step.payload.depth <= 5
+        shapes.add(tuple(n.parent for n in nodes))
+        # The product of draft probabilities along a greedy path bounds the ranked-probability score.
+        for n in nodes[1:]:
+            path_q, a = 1.0, n
+            while a.parent >= 0:
+                path_q *= a.draft_prob
+                a = nodes[a.parent]
+            assert path_q >= tau * 0.999, (n.id, path_q)
+    assert len(shapes) >= 3
+    assert max(len(s) for s in shapes) > min(len(s) for s in shapes)
+
+
+def test_greedy_with_int8_draft_levels_equals_autoregressive(feature_pair, ar_tokens, monkeypatch):
+    """The int8 levels a bf16 draft runs on a CPU, forced here in fp32: proposals change, output does not."""
+    import specviz.draft.feature as feature
+
+    monkeypatch.setattr(feature, "int8_decoding_supported", lambda device, dtype: True)
+    for tree in ("dp16", "adaptive"):   # 24 tokens: the int8 kernel is slow with fp32 inputs
+        trace = make_decoder("sequoia", feature_pair, PROMPTS[0], max_new_tokens=24, **TREES[tree]).run()
+        assert trace.settings["draft_int8"] is True
+        assert trace.token_ids == ar_tokens[PROMPTS[0]][:24], tree
+
+
+def test_adaptive_tree_mistakes_are_clear_errors(feature_pair):
+    from specviz.errors import InvalidInput
+
+    for kwargs, message in (({"tree_parents": [-1, 0]}, "cannot be combined"), ({"tree_threshold": 1.5}, r"\(0, 1\]"),
+                            ({"tree_budget": 1}, "at least 2")):
+        with pytest.raises(InvalidInput, match=message):
+            make_decoder("sequoia", feature_pair, PROMPTS[0], max_new_tokens=8, tree="adaptive", **kwargs)
+    independent = load_pair("default", "independent", device="cpu", dtype="fp32")
+    with pytest.raises(InvalidInput, match="feature draft"):
+        make_decoder("sequoia", independent, PROMPTS[0], max_new_tokens=8, tree="adaptive")
+
+
+@pytest.mark.parametrize("tree", ["chain", "dp16", "adaptive"])
 def test_greedy_with_an_untrained_feature_draft_equals_autoregressive(untrained_pair, ar_tokens, tree):
     for prompt in PROMPTS[:2]:
         trace = make_decoder("sequoia", untrained_pair, prompt, max_new_tokens=MAX_NEW, **TREES[tree]).run()
@@ -137,7 +185,7 @@ def test_int8_decoding_levels_track_the_trained_draft(feature_pair):
     assert cos.min() > 0.99, cos.min()
     top1 = (fast.logits(got).argmax(-1) == exact.logits(want).argmax(-1)).float().mean()
     assert top1 >= 0.9, top1
-    assert draft.decoding_kind == "feature-int8"   # what the profiler's curves are keyed by
+    assert draft.decoding_kind == "feature"   # fp32 stays dense: the int8 kernel is slow with fp32 inputs
 
 
 def test_int8_weights_are_quantised_once_until_the_draft_changes(untrained_pair):
@@ -179,20 +227,28 @@ def _tiny_feature_pair():
 SAMPLING_TREE = [-1, 0, 0, 0, 1, 1, 2, 4, 4, 7]
 
 
+# The adaptive tree's shape depends on the draft's ranked probabilities at every node, and so on the tokens drawn
+# above it (at this threshold the first step's shape varies with the seed): exactness must not.
+SAMPLING_TREES = {"fixed": {"tree_parents": SAMPLING_TREE},
+                  "adaptive": {"tree": "adaptive", "tree_threshold": 0.04, "tree_budget": 10, "tree_depth": 3}}
+
+
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.6, 0.9)])
-def test_sampling_with_a_feature_draft_is_exact(one_thread, temperature, top_p):
+@pytest.mark.parametrize("tree", list(SAMPLING_TREES))
+def test_sampling_with_a_feature_draft_is_exact(one_thread, temperature, top_p, tree):
     pair = _tiny_feature_pair()
     prompt_ids = [1, 2, 3]
     exact = exact_distribution(pair.target, prompt_ids, SamplingConfig(temperature, top_p))
-    samples, depths = [], []
+    samples, depths, shapes = [], [], set()
     for seed in range(3000):
         trace = make_decoder("sequoia", pair, "", prompt_ids=prompt_ids, max_new_tokens=6,
-                             sampling=SamplingConfig(temperature, top_p, seed=seed),
-                             tree_parents=SAMPLING_TREE).run()
+                             sampling=SamplingConfig(temperature, top_p, seed=seed), **SAMPLING_TREES[tree]).run()
         samples.append(tuple(trace.token_ids[:3]))
         depths.append(len(trace.steps[1].payload.accepted_path))
+        shapes.add(tuple(n.parent for n in trace.steps[1].payload.nodes))   # same context, drawn shapes
     assert chi_square_pvalue(samples, exact) > 1e-3
     assert min(depths) == 0 and max(depths) >= 2
+    assert len(shapes) >= (2 if tree == "adaptive" else 1)   # the shape itself depended on the draws
 
 
 def test_comb_tree_and_acceptance_by_depth(one_thread):

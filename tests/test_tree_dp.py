@@ -315,3 +315,25 @@ def test_a_forward_curve_measured_on_busy_cores_is_used_but_not_cached(tmp_path,
     assert cached is not None and cached["waiting_share"] == 0.0
     real = profiler.runqueue_wait_seconds()   # Linux: a number of seconds; elsewhere None
     assert real is None or real >= 0
+
+
+def test_adaptive_allocation_serves_confident_nodes_first_within_the_budget():
+    from specviz.sequoia.adaptive import allocate_children
+
+    # Node 1 is the more confident: served first, it takes ranked children while score * p >= tau.
+    ranked = [[0.5, 0.3, 0.1, 0.05], [0.9, 0.05, 0.03, 0.01]]
+    assert allocate_children([0.5, 0.9], ranked, tau=0.04, max_children=4, budget=10) == [3, 2]
+    assert allocate_children([0.5, 0.9], ranked, tau=0.04, max_children=4, budget=3) == [1, 2]
+    assert allocate_children([0.5, 0.9], ranked, tau=0.04, max_children=1, budget=10) == [1, 1]
+    assert allocate_children([0.05, 0.03], ranked, tau=0.04, max_children=4, budget=10) == [0, 0]
+    # Ties go to the node given first.
+    assert allocate_children([0.5, 0.5], [[0.9], [0.9]], tau=0.1, max_children=4, budget=1) == [1, 0]
+
+
+def test_adaptive_scratch_mask_sees_the_prefix_its_ancestors_and_itself():
+    from specviz.sequoia.adaptive import scratch_mask
+
+    mask = scratch_mask([[5], [5, 6]], visible_prefix=5, start=8, dtype=torch.float32, device=torch.device("cpu"))
+    assert mask.shape == (1, 1, 2, 10)
+    seen = (mask[0, 0] == 0).nonzero().tolist()
+    assert seen == [[0, c] for c in (0, 1, 2, 3, 4, 5, 8)] + [[1, c] for c in (0, 1, 2, 3, 4, 5, 6, 9)]

@@ -8,7 +8,7 @@ for transformers' peers (`hf-*`), whose target forwards are counted by a
 forward hook on the target.
 
 A method name may carry fixed sizes: `sequoia@32x6` (tree budget x depth) and
-`lookahead@5x4x5` (window x n-gram x guesses); `--sweep` adds a few of each, for
+`lookahead@5x4x5` (window x n-gram x guesses), or `sequoia@adaptive` (`=0.03`: its threshold); `--sweep` adds a few of each, for
 the tokens/s-against-size figure of the report.
 
 It may also name another draft for the same target after a `+`:
@@ -141,6 +141,12 @@ def parse_method(spec: str) -> tuple[str, dict]:
         raise InvalidInput(f"unknown method '{base}' (choose from {', '.join(ALL_METHODS)})")
     if not sizes:
         return base, {}
+    if base == "sequoia" and sizes.partition("=")[0] == "adaptive":   # sequoia@adaptive, sequoia@adaptive=0.03
+        threshold = sizes.partition("=")[2]
+        try:
+            return base, {"tree": "adaptive"} | ({"tree_threshold": float(threshold)} if threshold else {})
+        except ValueError:
+            raise InvalidInput(f"cannot read the threshold in '{spec}': use sequoia@adaptive=0.05") from None
     try:
         numbers = [int(x) for x in sizes.split("x")]
     except ValueError:

@@ -50,15 +50,17 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def int8_decoding_supported(device: torch.device) -> bool:
-    """Where the decoding forward runs its linears in weight-only int8.
+def int8_decoding_supported(device: torch.device, dtype: torch.dtype) -> bool:
+    """Where the decoding forward runs its linears in weight-only int8: a bf16 draft on a CPU.
 
     On a CPU one draft level is bound by reading its weights (the head's 15.7k rows
     alone are 18 MB in bf16); int8 halves the bytes and the CPU kernel
     (`_weight_int8pack_mm`, gpt-fast's recipe) runs the head about 2.8x faster.
-    A draft only proposes, so its precision can cost acceptance, never exactness.
+    With fp32 activations the same kernel is 2.7x *slower* than a dense fp32 matmul,
+    so fp32 drafts stay dense. A draft only proposes, so its precision can cost
+    acceptance, never exactness.
     """
-    return device.type == "cpu" and hasattr(torch, "_weight_int8pack_mm")
+    return device.type == "cpu" and dtype == torch.bfloat16 and hasattr(torch, "_weight_int8pack_mm")
 
 
 class Int8Linear(torch.nn.Module):
@@ -153,7 +155,7 @@ class FeatureDraft(torch.nn.Module):
     @property
     def decoding_kind(self) -> str:
         """What the decoding forward runs (the profiler's cache key: int8 levels cost less than bf16 ones)."""
-        return "feature-int8" if int8_decoding_supported(self.fc.weight.device) else "feature"
+        return "feature-int8" if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype) else "feature"
 
     @property
     def embed_weight(self) -> torch.Tensor:
@@ -317,7 +319,7 @@ class FeatureDraftForward:
         self.max_len = max_len
         dev = draft.fc.weight.device
         self.device, self.dtype = dev, draft.fc.weight.dtype
-        self.int8 = int8_decoding_supported(dev) if int8 is None else int8
+        self.int8 = int8_decoding_supported(dev, self.dtype) if int8 is None else int8
         self.vocab_ids = draft.vocab_ids if vocab_ids is None else vocab_ids.to(dev)
         if self.int8:
             self.draft, full_head = draft.int8_parts()

@@ -39,8 +39,11 @@ from ..trace import (
     TreeNode,
     TreePayload,
 )
-from .sizing import resolve_tree
+from .adaptive import allocate_children, scratch_mask
+from .sizing import adaptive_settings, resolve_tree
 from .tree import TreeShape, TreeTensors
+
+ADAPTIVE_SHAPES_KEPT = 256   # prepared tensors of recent adaptive trees (a few shapes recur)
 from .verify import greedy_walk, sampling_walk
 
 
@@ -76,12 +79,20 @@ class SequoiaDecoder(Decoder):
     lean = True  # False: transformers' own forward for both models (A/B measurements, tests)
 
     def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, tree_budget=None, tree_depth=None,
-                 tree_parents=None):
+                 tree_parents=None, tree=None, tree_threshold=None):
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens)
-        parents, settings = resolve_tree(pair, self.sampling, tree_budget, tree_depth, tree_parents, type(self))
-        self.shape = TreeShape.from_parents(parents)
-        self.trace.settings.update(tree_budget=self.shape.size, tree_depth=self.shape.depth,
-                                   tree_parents=parents, **settings)
+        self.adaptive = tree == "adaptive"
+        if self.adaptive:
+            self.adaptive_plan = adaptive_settings(pair, tree_budget, tree_depth, tree_parents, tree_threshold)
+            budget = self.adaptive_plan["max_nodes"]
+            self.shape = TreeShape.from_parents([-1] + [0] * (budget - 1))   # only its size is used
+            self.trace.settings.update(tree="adaptive", tree_budget=budget,
+                                       tree_depth=self.adaptive_plan["max_depth"], **self.adaptive_plan)
+        else:
+            parents, settings = resolve_tree(pair, self.sampling, tree_budget, tree_depth, tree_parents, type(self))
+            self.shape = TreeShape.from_parents(parents)
+            self.trace.settings.update(tree_budget=self.shape.size, tree_depth=self.shape.depth,
+                                       tree_parents=parents, **settings)
         self.vocab = pair.vocab_size
         # Both models run through one forward interface (a lean Llama forward where exact, else
         # transformers'), each over its own cache, even when the target drafts for itself.
@@ -99,7 +110,7 @@ class SequoiaDecoder(Decoder):
         else:
             self.draft_fwd = make_forward(pair.draft, max_len, vocab_ids, lean=self.lean)
         self.draft_seen = 0
-        self._tensors: dict[int, TreeTensors] = {}   # depth -> prepared tensors of the tree cut there
+        self._tensors: dict = {}   # depth (or an adaptive tree's parents) -> prepared tensors
 
     # -- per-shape preparation ----------------------------------------------------------------
 
@@ -113,17 +124,32 @@ class SequoiaDecoder(Decoder):
 
     # -- the step -----------------------------------------------------------------------------
 
+    def _adaptive_tree(self, parents: list[int]) -> TreeTensors:
+        """Prepared tensors of an adaptive step's tree: a handful of shapes recur, so they are kept."""
+        key = tuple(parents)
+        tt = self._tensors.get(key)
+        if tt is None:
+            if len(self._tensors) >= ADAPTIVE_SHAPES_KEPT:
+                self._tensors.pop(next(iter(self._tensors)))
+            tt = self._tensors[key] = TreeTensors(TreeShape.from_parents(parents), self.device, self.pair.dtype)
+        return tt
+
     def _step(self) -> StepRecord:
         if not self.trace.steps:
             return self._prefill()
         committed = len(self.prompt_ids) + len(self.generated)
         remaining = self.max_new_tokens - len(self.generated)
         # No speculation past what can be emitted, nor past the model's context.
-        depth = max(0, min(self.shape.depth, remaining - 1, self.pair.max_context - committed))
-        tt = self._tree(depth)
+        max_depth = self.adaptive_plan["max_depth"] if self.adaptive else self.shape.depth
+        depth = max(0, min(max_depth, remaining - 1, self.pair.max_context - committed))
         timer = PhaseTimer(self.device)
         timer.start(PHASE_DRAFT)
-        tokens, draft_probs, child_q = self._draft_tree(tt, committed)
+        if self.adaptive:
+            tt, tokens, draft_probs, child_q = self._draft_adaptive(committed, depth)
+            depth = tt.shape.depth
+        else:
+            tt = self._tree(depth)
+            tokens, draft_probs, child_q = self._draft_tree(tt, committed)
         timer.start(PHASE_TARGET)
         root_slot = committed - 1
         out = self.target_fwd(tokens.unsqueeze(0), root_slot, positions=tt.depth_offsets + root_slot,
@@ -145,7 +171,9 @@ class SequoiaDecoder(Decoder):
         if self.feature:
             # The next step's pending pairs: (f_root, a_1), (f_a1, a_2), ..., (f_ak, bonus), true features only.
             feats = hidden.index_select(0, torch.tensor([0] + walk.accepted, dtype=torch.long, device=self.device))
-            self.pending_feats = feats if depth > 0 else torch.cat([self.pending_feats, feats])
+            # The draft read its pending pairs if it ran this step (an adaptive tree always asks it).
+            drafted = depth > 0 or (self.adaptive and self._adaptive_drafted)
+            self.pending_feats = feats if drafted else torch.cat([self.pending_feats, feats])
         new_ids = [token_list[i] for i in walk.accepted] + [walk.bonus_token]
         sources = [SOURCE_DRAFT] * len(walk.accepted) + [SOURCE_BONUS]
         payload = self._payload(tt, token_list, walk, logits, target_probs, child_q)
@@ -272,6 +300,89 @@ class SequoiaDecoder(Decoder):
             feats[start:end] = out
             self._draw_children(tt, level, self.draft_fwd.logits(out), vocab_ids, tokens, draft_probs, child_q)
         return tokens, draft_probs, child_q
+
+    def _draft_adaptive(self, committed: int, max_depth: int):
+        """Grow this step's tree from the draft's confidence (`adaptive.py`); feature drafts only.
+
+        Nodes are numbered breadth first as they are made; an expanded node's K/V goes to the next free
+        draft slot after the root's pair (scratch, overwritten next step by true-feature pairs).
+        Returns the tree's prepared tensors, its tokens, q per node with children (sampling) and each
+        node's draft probability.
+        """
+        plan = self.adaptive_plan
+        tau, max_children, max_nodes = plan["threshold"], plan["max_children"], plan["max_nodes"]
+        self._adaptive_drafted = max_depth > 0
+        parents, token_ids, scores, depths = [-1], [self.generated[-1]], [1.0], [0]
+        child_q, draft_probs = [1.0], {}
+        if max_depth == 0:
+            tt = self._adaptive_tree(parents)
+            return tt, torch.tensor(token_ids, device=self.device), draft_probs, torch.ones(1, device=self.device)
+        pending = self.generated[self.draft_seen + 1 - len(self.prompt_ids):]
+        root_slot = committed - 2           # the root's pair (f_{C-2}, x_{C-1}) sits here
+        vocab_ids = self.draft_fwd.vocab_ids
+        ids = torch.tensor([pending], dtype=torch.long, device=self.device)
+        out = self.draft_fwd(ids, self.pending_feats, self.draft_seen)[-1:]
+        self.draft_seen += len(pending)
+        # Expanded nodes: their draft slot and their row in all_feats (the predicted features they output).
+        frontier, slot_of, feat_row = [0], {0: root_slot}, {0: 0}
+        feats = all_feats = out
+        next_slot = root_slot + 1
+        for level in range(max_depth):
+            logits = self.draft_fwd.logits(feats)
+            # Scores use the draft's confidence at temperature 1, the scale on which it is calibrated
+            # (sharpened to T=0.6 it promised acceptance that sampled steps did not get).
+            confidence = logits.float().softmax(dim=-1)
+            ranked = confidence.topk(max_children, dim=-1)
+            ranked_p = ranked.values
+            if self.sampling.greedy:
+                q, draws = confidence, ranked.indices
+            else:
+                q = probs_from_logits(logits, self.sampling)
+                draws = (q / exponential_like(q, self.generator)).topk(max_children, dim=-1).indices
+            p_list = ranked_p.tolist()
+            counts = allocate_children([scores[v] for v in frontier], p_list, tau, max_children,
+                                       max_nodes - len(parents))
+            if not any(counts):
+                break
+            draw_list = draws.tolist()
+            made = []
+            for r, v in enumerate(frontier):
+                if counts[r] and not self.sampling.greedy:
+                    draft_probs[v] = self._full_vocab(q[r], vocab_ids)
+                for k in range(counts[r]):
+                    row = draw_list[r][k]
+                    parents.append(v)
+                    token_ids.append(row if vocab_ids is None else int(vocab_ids[row]))
+                    scores.append(scores[v] * p_list[r][k])
+                    depths.append(depths[v] + 1)
+                    child_q.append(float(q[r, row]))
+                    made.append(len(parents) - 1)
+            frontier = [i for i in made if scores[i] >= tau]
+            if level == max_depth - 1 or not frontier or len(parents) >= max_nodes:
+                break
+            # The draft reads the nodes that may still get children: (parent's predicted feature, token),
+            # attending to the committed pairs and to its expanded ancestors.
+            ancestors = []
+            for i in frontier:
+                chain, a = [], parents[i]
+                while a > 0:
+                    chain.append(slot_of[a])
+                    a = parents[a]
+                ancestors.append(chain)
+            n = len(frontier)
+            mask = scratch_mask(ancestors, root_slot + 1, next_slot, self.draft_fwd.dtype, self.device)
+            rows = torch.tensor([feat_row[parents[i]] for i in frontier], dtype=torch.long, device=self.device)
+            positions = torch.tensor([root_slot + depths[i] for i in frontier], dtype=torch.long,
+                                     device=self.device)
+            ids = torch.tensor([token_ids[i] for i in frontier], dtype=torch.long, device=self.device)
+            feats = self.draft_fwd(ids, all_feats.index_select(0, rows), next_slot, positions=positions, mask=mask)
+            for j, i in enumerate(frontier):
+                slot_of[i], feat_row[i] = next_slot + j, all_feats.shape[0] + j
+            all_feats = torch.cat([all_feats, feats])
+            next_slot += n
+        tt = self._adaptive_tree(parents)
+        return (tt, torch.tensor(token_ids, dtype=torch.long, device=self.device), draft_probs,
+                torch.tensor(child_q, device=self.device))
 
     def _compact(self, accepted: list[int], shape: TreeShape, depth: int, root_slot: int) -> None:
         """Keep the root and the accepted path in both caches, right after the prefix."""

@@ -399,3 +399,28 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents, decoder_
         parents, value = result.parents, result.value
     return parents, {"tree": "manual", "acceptance": acc["acceptance"], "acceptance_by_depth": acc.get("by_depth"),
                      "acceptance_source": acc["source"], "predicted_tokens_per_step": value}
+
+
+# An adaptive tree (`adaptive.py`): the draft's confidence shapes each step's tree within these limits.
+ADAPTIVE_MAX_NODES = 24
+ADAPTIVE_MAX_DEPTH = 8
+ADAPTIVE_MAX_CHILDREN = 4
+ADAPTIVE_THRESHOLD = 0.05
+
+
+def adaptive_settings(pair, tree_budget=None, tree_depth=None, tree_parents=None, threshold=None) -> dict:
+    """Limits and threshold of an adaptive tree; budget and depth, when given, cap its size."""
+    if not getattr(pair.draft, "is_feature_draft", False):
+        raise InvalidInput("the adaptive tree reads a feature draft's confidence: use the offline default's "
+                           "feature draft, or --tree auto / a fixed tree with this draft")
+    if tree_parents is not None:
+        raise InvalidInput("an adaptive tree is grown each step: it cannot be combined with a fixed tree")
+    budget = ADAPTIVE_MAX_NODES if tree_budget is None else _check_int("tree budget", tree_budget, 2)
+    if budget > MAX_TREE_BUDGET:
+        raise InvalidInput(f"tree budget {budget} is too large (at most {MAX_TREE_BUDGET})")
+    depth = ADAPTIVE_MAX_DEPTH if tree_depth is None else _check_int("tree depth", tree_depth, 1)
+    tau = ADAPTIVE_THRESHOLD if threshold is None else threshold
+    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not 0 < tau <= 1:
+        raise InvalidInput(f"the adaptive tree's threshold must be a probability in (0, 1], got {tau!r}")
+    return {"max_nodes": budget, "max_depth": min(depth, budget - 1), "max_children": ADAPTIVE_MAX_CHILDREN,
+            "threshold": float(tau)}

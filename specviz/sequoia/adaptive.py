@@ -1,0 +1,62 @@
+"""A tree shaped each step by the draft's own confidence (pure functions, no model).
+
+Sequoia's DP tree is optimal for the *average* acceptance; a calibrated draft
+says, step by step, where acceptance is likely. With the feature draft of the
+offline default the top-1 probability q1 predicts agreement (q1 < 0.1: 0.10,
+0.4-0.5: 0.53, >= 0.9: 0.99 on held-out text), so a node's *score* (the product
+of the ranked draft probabilities on its path) estimates how likely it is to be
+accepted, and the expected tokens of a step are 1 + the sum of its nodes' scores.
+
+The tree grows level by level: after the draft has read one level's expanded
+nodes, each node v gets the ranked children k = 1, 2, ... whose score
+s_v * q_v^(k) (q_v^(k): the k-th largest probability of v's draft distribution)
+reaches a threshold tau, at most `max_children`, until the node budget is spent;
+higher-scored nodes are served first. A node is read by the draft (expanded) only
+if its own score reaches tau, since none of its children could.
+
+Exactness at any temperature: how many children v gets depends on v's score, on
+the ranked probabilities of q_v and on the nodes served before v, never on the
+tokens drawn as v's children or below them. The children are then the first
+draws without replacement from q_v (Gumbel-top-k order), so Sequoia's walk
+(`verify.sampling_walk`) stays exact; greedy walks accept any tree. Scores use
+ranked probabilities, not the drawn tokens' own, for the same reason.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def allocate_children(scores: list[float], ranked_probs: list[list[float]], tau: float, max_children: int,
+                      budget: int) -> list[int]:
+    """How many children each expanded node gets, in the order the nodes were given.
+
+    scores[r]: node r's path score; ranked_probs[r]: its draft distribution's largest
+    probabilities, descending. Nodes are served by descending score (ties: first given),
+    each taking ranked children while score * probability >= tau, within `budget` nodes.
+    """
+    counts = [0] * len(scores)
+    for r in sorted(range(len(scores)), key=lambda r: -scores[r]):
+        for p in ranked_probs[r][:max_children]:
+            if budget <= 0 or scores[r] * p < tau:
+                break
+            counts[r] += 1
+            budget -= 1
+    return counts
+
+
+def scratch_mask(ancestor_slots: list[list[int]], visible_prefix: int, start: int, dtype: torch.dtype,
+                 device: torch.device) -> torch.Tensor:
+    """Additive mask (1, 1, n, start + n) for one draft level of an adaptive tree.
+
+    Row i (written at slot start + i) sees the committed slots [0, visible_prefix),
+    the slots of its expanded ancestors, and itself.
+    """
+    n = len(ancestor_slots)
+    allowed = torch.zeros(n, start + n, dtype=torch.bool)
+    allowed[:, :visible_prefix] = True
+    for i, slots in enumerate(ancestor_slots):
+        allowed[i, slots] = True
+        allowed[i, start + i] = True
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask.to(device).view(1, 1, n, start + n)
