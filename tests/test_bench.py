@@ -84,7 +84,9 @@ def test_suites_and_method_specs():
     assert [p["suite"] for p in prompt_files.limit_per_suite(prompts, 1)] == list(prompt_files.SUITES)
     assert bench.parse_method("sequoia@32x6") == ("sequoia", {"tree_budget": 32, "tree_depth": 6})
     assert bench.parse_method("lookahead@5x4x5") == ("lookahead", {"window": 5, "ngram": 4, "guesses": 5})
-    for bad in ("sequoia@32", "nope", "lookahead@axbxc"):
+    assert bench.parse_method("sequoia+feature@adaptive") == ("sequoia", {"tree": "adaptive"})
+    assert bench.parse_method("sequoia@adaptive=0.08") == ("sequoia", {"tree": "adaptive", "tree_threshold": 0.08})
+    for bad in ("sequoia@32", "nope", "lookahead@axbxc", "sequoia@adaptive=x"):
         with pytest.raises(InvalidInput):
             bench.parse_method(bad)
     with pytest.raises(InvalidInput, match="unknown suite"):
