@@ -328,18 +328,7 @@ class SequoiaDecoder(Decoder):
         feats = all_feats = out
         next_slot = root_slot + 1
         for level in range(max_depth):
-            logits = self.draft_fwd.logits(feats)
-            # Scores use the draft's confidence at temperature 1, the scale on which it is calibrated
-            # (sharpened to T=0.6 it promised acceptance that sampled steps did not get).
-            confidence = logits.float().softmax(dim=-1)
-            ranked = confidence.topk(max_children, dim=-1)
-            ranked_p = ranked.values
-            if self.sampling.greedy:
-                q, draws = confidence, ranked.indices
-            else:
-                q = probs_from_logits(logits, self.sampling)
-                draws = (q / exponential_like(q, self.generator)).topk(max_children, dim=-1).indices
-            p_list = ranked_p.tolist()
+            q, draws, p_list = self._ranked_children(self.draft_fwd.logits(feats), max_children)
             counts = allocate_children([scores[v] for v in frontier], p_list, tau, max_children,
                                        max_nodes - len(parents))
             if not any(counts):
@@ -362,14 +351,7 @@ class SequoiaDecoder(Decoder):
                 break
             # The draft reads the nodes that may still get children: (parent's predicted feature, token),
             # attending to the committed pairs and to its expanded ancestors.
-            ancestors = []
-            for i in frontier:
-                chain, a = [], parents[i]
-                while a > 0:
-                    chain.append(slot_of[a])
-                    a = parents[a]
-                ancestors.append(chain)
-            n = len(frontier)
+            ancestors = [self._ancestor_slots(i, parents, slot_of) for i in frontier]
             mask = scratch_mask(ancestors, root_slot + 1, next_slot, self.draft_fwd.dtype, self.device)
             rows = torch.tensor([feat_row[parents[i]] for i in frontier], dtype=torch.long, device=self.device)
             positions = torch.tensor([root_slot + depths[i] for i in frontier], dtype=torch.long,
@@ -379,10 +361,34 @@ class SequoiaDecoder(Decoder):
             for j, i in enumerate(frontier):
                 slot_of[i], feat_row[i] = next_slot + j, all_feats.shape[0] + j
             all_feats = torch.cat([all_feats, feats])
-            next_slot += n
+            next_slot += len(frontier)
         tt = self._adaptive_tree(parents)
         return (tt, torch.tensor(token_ids, dtype=torch.long, device=self.device), draft_probs,
                 torch.tensor(child_q, device=self.device))
+
+    def _ranked_children(self, logits: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, list]:
+        """q per row (what children are drawn from), `width` draws per row in drawing order, and the
+        ranked probabilities that score them.
+
+        Scores use the draft's confidence at temperature 1, the scale on which it is calibrated
+        (sharpened to T=0.6 it promised acceptance that sampled steps did not get).
+        """
+        confidence = logits.float().softmax(dim=-1)
+        ranked = confidence.topk(width, dim=-1)
+        if self.sampling.greedy:
+            return confidence, ranked.indices, ranked.values.tolist()
+        q = probs_from_logits(logits, self.sampling)
+        draws = (q / exponential_like(q, self.generator)).topk(width, dim=-1).indices   # without replacement
+        return q, draws, ranked.values.tolist()
+
+    @staticmethod
+    def _ancestor_slots(node: int, parents: list[int], slot_of: dict[int, int]) -> list[int]:
+        """Draft slots of a node's ancestors below the root (all expanded, since they have children)."""
+        slots, a = [], parents[node]
+        while a > 0:
+            slots.append(slot_of[a])
+            a = parents[a]
+        return slots
 
     def _compact(self, accepted: list[int], shape: TreeShape, depth: int, root_slot: int) -> None:
         """Keep the root and the accepted path in both caches, right after the prefix."""
