@@ -42,9 +42,9 @@ from ..trace import (
 from .adaptive import allocate_children, scratch_mask
 from .sizing import adaptive_settings, resolve_tree
 from .tree import TreeShape, TreeTensors
+from .verify import greedy_walk, sampling_walk
 
 ADAPTIVE_SHAPES_KEPT = 256   # prepared tensors of recent adaptive trees (a few shapes recur)
-from .verify import greedy_walk, sampling_walk
 
 
 def _probs_at(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
@@ -84,19 +84,20 @@ class SequoiaDecoder(Decoder):
         self.adaptive = tree == "adaptive"
         if self.adaptive:
             self.adaptive_plan = adaptive_settings(pair, tree_budget, tree_depth, tree_parents, tree_threshold)
-            budget = self.adaptive_plan["max_nodes"]
-            self.shape = TreeShape.from_parents([-1] + [0] * (budget - 1))   # only its size is used
-            self.trace.settings.update(tree="adaptive", tree_budget=budget,
-                                       tree_depth=self.adaptive_plan["max_depth"], **self.adaptive_plan)
+            self.shape = None   # grown each step (`_draft_adaptive`)
+            max_nodes, self.max_depth = self.adaptive_plan["max_nodes"], self.adaptive_plan["max_depth"]
+            self.trace.settings.update(tree="adaptive", tree_budget=max_nodes, tree_depth=self.max_depth,
+                                       **self.adaptive_plan)
         else:
             parents, settings = resolve_tree(pair, self.sampling, tree_budget, tree_depth, tree_parents, type(self))
             self.shape = TreeShape.from_parents(parents)
+            max_nodes, self.max_depth = self.shape.size, self.shape.depth
             self.trace.settings.update(tree_budget=self.shape.size, tree_depth=self.shape.depth,
                                        tree_parents=parents, **settings)
         self.vocab = pair.vocab_size
         # Both models run through one forward interface (a lean Llama forward where exact, else
         # transformers'), each over its own cache, even when the target drafts for itself.
-        max_len = len(self.prompt_ids) + self.max_new_tokens + self.shape.size
+        max_len = len(self.prompt_ids) + self.max_new_tokens + max_nodes
         self.target_fwd = make_forward(pair.target, max_len, lean=self.lean)
         vocab_ids = _draft_vocab(pair.draft, self.prompt_ids, self.device)
         # A feature draft (EAGLE style) reads the target's hidden states: every target forward returns
@@ -140,13 +141,12 @@ class SequoiaDecoder(Decoder):
         committed = len(self.prompt_ids) + len(self.generated)
         remaining = self.max_new_tokens - len(self.generated)
         # No speculation past what can be emitted, nor past the model's context.
-        max_depth = self.adaptive_plan["max_depth"] if self.adaptive else self.shape.depth
-        depth = max(0, min(max_depth, remaining - 1, self.pair.max_context - committed))
+        depth = max(0, min(self.max_depth, remaining - 1, self.pair.max_context - committed))
+        drafted = depth > 0   # the draft runs this step (and reads its pending pairs)
         timer = PhaseTimer(self.device)
         timer.start(PHASE_DRAFT)
         if self.adaptive:
             tt, tokens, draft_probs, child_q = self._draft_adaptive(committed, depth)
-            depth = tt.shape.depth
         else:
             tt = self._tree(depth)
             tokens, draft_probs, child_q = self._draft_tree(tt, committed)
@@ -171,8 +171,6 @@ class SequoiaDecoder(Decoder):
         if self.feature:
             # The next step's pending pairs: (f_root, a_1), (f_a1, a_2), ..., (f_ak, bonus), true features only.
             feats = hidden.index_select(0, torch.tensor([0] + walk.accepted, dtype=torch.long, device=self.device))
-            # The draft read its pending pairs if it ran this step (an adaptive tree always asks it).
-            drafted = depth > 0 or (self.adaptive and self._adaptive_drafted)
             self.pending_feats = feats if drafted else torch.cat([self.pending_feats, feats])
         new_ids = [token_list[i] for i in walk.accepted] + [walk.bonus_token]
         sources = [SOURCE_DRAFT] * len(walk.accepted) + [SOURCE_BONUS]
@@ -311,7 +309,6 @@ class SequoiaDecoder(Decoder):
         """
         plan = self.adaptive_plan
         tau, max_children, max_nodes = plan["threshold"], plan["max_children"], plan["max_nodes"]
-        self._adaptive_drafted = max_depth > 0
         parents, token_ids, scores, depths = [-1], [self.generated[-1]], [1.0], [0]
         child_q, draft_probs = [1.0], {}
         if max_depth == 0:
@@ -333,18 +330,18 @@ class SequoiaDecoder(Decoder):
                                        max_nodes - len(parents))
             if not any(counts):
                 break
-            draw_list = draws.tolist()
+            drawn = (draws if vocab_ids is None else vocab_ids[draws]).tolist()
+            drawn_q = q.gather(-1, draws).tolist()
             made = []
             for r, v in enumerate(frontier):
                 if counts[r] and not self.sampling.greedy:
                     draft_probs[v] = self._full_vocab(q[r], vocab_ids)
                 for k in range(counts[r]):
-                    row = draw_list[r][k]
                     parents.append(v)
-                    token_ids.append(row if vocab_ids is None else int(vocab_ids[row]))
+                    token_ids.append(drawn[r][k])
                     scores.append(scores[v] * p_list[r][k])
                     depths.append(depths[v] + 1)
-                    child_q.append(float(q[r, row]))
+                    child_q.append(drawn_q[r][k])
                     made.append(len(parents) - 1)
             frontier = [i for i in made if scores[i] >= tau]
             if level == max_depth - 1 or not frontier or len(parents) >= max_nodes:
