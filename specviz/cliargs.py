@@ -35,7 +35,7 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sequoia")
     g.add_argument("--tree", choices=["auto", "adaptive"], default=None,
                    help="auto: the DP's tree from measured acceptance and forward times (the default); "
-                        "adaptive: grow each step's tree from the feature draft's confidence "
+                        "adaptive: grow each step's tree from the draft's confidence "
                         "(--tree-budget / --tree-depth cap it)")
     g.add_argument("--tree-threshold", type=float, default=None,
                    help="adaptive: smallest path score (product of ranked draft probabilities) worth a node")

@@ -241,3 +241,23 @@ def test_feature_draft_preset_races_exactly_and_its_tree_says_what_the_draft_saw
                 if method == "sequoia" and len((steps[k].get("payload") or {}).get("nodes") or []) > 1)
     view = _outputs(client.predict(upto, api_name="/show_step"))
     assert "draft saw:" in html.unescape(view["tree"])
+
+
+def test_adaptive_tree_over_the_api(client):
+    """`tree` = "adaptive": each step's tree is grown from the draft's confidence; greedy fp32 Sequoia still
+    equals autoregressive, the shapes vary, and the caption says the shape was the step's own."""
+    args = run_args(methods=("ar", "sequoia"), max_new=24)
+    args.update(tree="adaptive")
+    out = _outputs(client.predict(**args, api_name="/race"))
+    with open(out["file"], encoding="utf-8") as fh:
+        trace = json.load(fh)
+    runs = trace["runs"]
+    assert runs["sequoia"]["token_ids"] == runs["ar"]["token_ids"]
+    assert runs["sequoia"]["settings"]["tree"] == "adaptive"
+    steps = runs["sequoia"]["steps"]
+    shapes = {tuple(n["parent"] for n in s["payload"]["nodes"]) for s in steps if s.get("payload")}
+    assert len(shapes) >= 2
+    upto = next(i + 1 for i, (method, k) in enumerate(trace["order"])
+                if method == "sequoia" and len((steps[k].get("payload") or {}).get("nodes") or []) > 1)
+    view = _outputs(client.predict(upto, api_name="/show_step"))
+    assert "shape is this step's own (adaptive)" in html.unescape(view["caption"])

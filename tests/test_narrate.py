@@ -123,6 +123,17 @@ def test_a_trace_without_alternatives_loads_and_says_so():
     assert "does not record the target's alternatives" in plain(narrate.caption_html(old, 1))
 
 
+def test_an_adaptive_trees_caption_and_what_if_say_its_shape_was_its_own():
+    trace = race()
+    assert "adaptive" not in plain(narrate.caption_html(trace, 3))
+    trace.runs["sequoia"].settings.update(tree="adaptive", threshold=0.05, tree_budget=24)
+    text = plain(narrate.caption_html(trace, 3))
+    assert "This tree's shape is this step's own (adaptive)" in text and "stayed at least 0.05" in text
+    # What if: the run is marked at its average tree (5 nodes), not at its cap of 24.
+    page = plain(whatif.panel_html(trace, 16, 4, 3, 3, 2, None))
+    assert "last run (adaptive, 5.0 nodes on average)" in page and "24 nodes" not in page
+
+
 def test_caption_shortens_long_tokens_with_the_full_text_on_hover():
     shown = narrate.tok("supercalifragilisticexpialidocious")
     assert 'title="supercalifragilisticexpialidocious"' in shown and "…" in shown
@@ -137,6 +148,12 @@ def test_illustrative_sizes_map_onto_the_api_values():
     assert whatif.ILLUSTRATIVE_TREE["tree_depth"] >= 3 and whatif.ILLUSTRATIVE_LOOKAHEAD["ngram"] >= 4
     auto = method_options("auto", 8, 3, "auto", 3, 3, 3, True)
     assert auto["sequoia"] == {"tree_budget": None, "tree_depth": None} and auto["lookahead"]["window"] is None
+    # The tree radio alone also offers the adaptive tree (its own limits; the manual fields do not apply).
+    from specviz.ui.layout import SIZING_CHOICES, TREE_CHOICES
+
+    assert [v for _, v in TREE_CHOICES] == [v for _, v in SIZING_CHOICES] + ["adaptive"]
+    adaptive = method_options("adaptive", 8, 3, "auto", 3, 3, 3, True)["sequoia"]
+    assert adaptive == {"tree": "adaptive", "tree_budget": None, "tree_depth": None}
 
 
 def test_what_if_predicts_from_the_acceptance_vector_and_curve_and_marks_the_run(tmp_path):
@@ -261,12 +278,13 @@ def test_workshop_presets_set_valid_controls_and_ask_one_question():
     assert len(WORKSHOP) >= 4
     for name, preset in WORKSHOP.items():
         assert preset["prompt"].strip() and preset["question"].rstrip().endswith("?"), name
-        assert preset["tree"] in modes and preset["lookahead"] in modes
+        assert preset["tree"] in modes | {"adaptive"} and preset["lookahead"] in modes
         method_options(preset["tree"], preset.get("tree_budget", 16), preset.get("tree_depth", 4), preset["lookahead"],
                        4, 3, 4, True)   # raises on sizes the app would refuse
     temps = {p["temperature"] for p in WORKSHOP.values()}
     assert 0.0 in temps and 1.0 in temps   # greedy against sampled
     assert any(p.get("tree_budget", 0) >= 64 for p in WORKSHOP.values())   # a tree too big for a CPU
+    assert any(p["tree"] == "adaptive" for p in WORKSHOP.values())   # a tree shaped by the draft's confidence
     from specviz.ui.layout import FEATURE_PRESET, PRESETS
 
     assert all(p.get("model", FEATURE_PRESET) in PRESETS for p in WORKSHOP.values())

@@ -68,8 +68,6 @@ CLI_CASES = {
                                            "belongs to --tree adaptive"),
     "adaptive tree threshold out of range": (["--prompt", PROMPT, "--method", "sequoia", "--tree", "adaptive",
                                               "--tree-threshold", "2"], "threshold"),
-    "adaptive tree with the independent draft": (["--prompt", PROMPT, "--method", "sequoia", "--tree", "adaptive",
-                                                  "--draft", "independent"], "feature draft"),
     "tree budget zero": (["--prompt", PROMPT, "--method", "sequoia", "--tree-budget", "0", "--tree-depth", "2"],
                          "budget"),
     "tree depth zero": (["--prompt", PROMPT, "--method", "sequoia", "--tree-budget", "8", "--tree-depth", "0"],

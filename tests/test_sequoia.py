@@ -18,7 +18,10 @@ CHAIN = [-1, 0, 1, 2, 3]            # 4 speculated tokens in a row
 STAR = [-1, 0, 0, 0, 0]             # 4 alternatives for the next token
 TREES = {"chain": {"tree_parents": CHAIN}, "star": {"tree_parents": STAR},
          "dp8": {"tree_budget": 8, "tree_depth": 4}, "dp16": {"tree_budget": 16, "tree_depth": 5},
-         "dp32": {"tree_budget": 32, "tree_depth": 6}}
+         "dp32": {"tree_budget": 32, "tree_depth": 6},
+         # grown each step from this independent draft's confidence (also in the app)
+         "adaptive": {"tree": "adaptive"},
+         "adaptive-wide": {"tree": "adaptive", "tree_threshold": 0.005, "tree_budget": 40, "tree_depth": 6}}
 
 
 @pytest.fixture(scope="module")
@@ -185,23 +188,30 @@ def test_bad_tree_options_raise_invalid_input(opts):
 
 
 SAMPLING_TREE = [-1, 0, 0, 0, 1, 1, 2, 4, 4, 7]   # widths up to 3, depth 4
+# An adaptive tree's shape follows the draft's ranked probabilities at the tokens drawn above each node (at
+# this threshold the first step's shape varies with the seed): exactness must not depend on it.
+SAMPLING_TREES = {"fixed": {"tree_parents": SAMPLING_TREE},
+                  "adaptive": {"tree": "adaptive", "tree_threshold": 0.04, "tree_budget": 10, "tree_depth": 3}}
 
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.6, 0.9)])
-def test_sampling_is_exact(one_thread, temperature, top_p):
+@pytest.mark.parametrize("tree", list(SAMPLING_TREES))
+def test_sampling_is_exact(one_thread, temperature, top_p, tree):
     pair = tiny_pair()
     prompt_ids = [1, 2, 3]
     exact = exact_distribution(pair.target, prompt_ids, SamplingConfig(temperature, top_p))
-    samples, depths = [], []
+    samples, depths, shapes = [], [], set()
     for seed in range(3000):
         decoder = make_decoder("sequoia", pair, "", prompt_ids=prompt_ids, max_new_tokens=6,
-                               sampling=SamplingConfig(temperature, top_p, seed=seed), tree_parents=SAMPLING_TREE)
+                               sampling=SamplingConfig(temperature, top_p, seed=seed), **SAMPLING_TREES[tree])
         trace = decoder.run()
         samples.append(tuple(trace.token_ids[:3]))
         depths.append(len(trace.steps[1].payload.accepted_path))
+        shapes.add(tuple(n.parent for n in trace.steps[1].payload.nodes))
     assert chi_square_pvalue(samples, exact) > 1e-3
     # The draft differs from the target: some steps stop early, some go deep.
     assert min(depths) == 0 and max(depths) >= 2
+    assert len(shapes) >= (2 if tree == "adaptive" else 1)   # the shape itself depended on the draws
 
 
 def test_sampling_is_seeded(shallow_pair):

@@ -83,7 +83,7 @@ class SequoiaDecoder(Decoder):
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens)
         self.adaptive = tree == "adaptive"
         if self.adaptive:
-            self.adaptive_plan = adaptive_settings(pair, tree_budget, tree_depth, tree_parents, tree_threshold)
+            self.adaptive_plan = adaptive_settings(tree_budget, tree_depth, tree_parents, tree_threshold)
             self.shape = None   # grown each step (`_draft_adaptive`)
             max_nodes, self.max_depth = self.adaptive_plan["max_nodes"], self.adaptive_plan["max_depth"]
             self.trace.settings.update(tree="adaptive", tree_budget=max_nodes, tree_depth=self.max_depth,
@@ -145,8 +145,9 @@ class SequoiaDecoder(Decoder):
         drafted = depth > 0   # the draft runs this step (and reads its pending pairs)
         timer = PhaseTimer(self.device)
         timer.start(PHASE_DRAFT)
+        expanded_slots = None   # adaptive trees: the draft slot of each expanded node
         if self.adaptive:
-            tt, tokens, draft_probs, child_q = self._draft_adaptive(committed, depth)
+            tt, tokens, draft_probs, child_q, expanded_slots = self._draft_adaptive(committed, depth)
         else:
             tt = self._tree(depth)
             tokens, draft_probs, child_q = self._draft_tree(tt, committed)
@@ -167,7 +168,7 @@ class SequoiaDecoder(Decoder):
         else:
             target_probs = probs_from_logits(logits, self.sampling)
             walk = sampling_walk(shape.children, token_list, target_probs, draft_probs, self.generator)
-        self._compact(walk.accepted, shape, depth, root_slot)
+        self._compact(walk.accepted, shape, depth, root_slot, expanded_slots)
         if self.feature:
             # The next step's pending pairs: (f_root, a_1), (f_a1, a_2), ..., (f_ak, bonus), true features only.
             feats = hidden.index_select(0, torch.tensor([0] + walk.accepted, dtype=torch.long, device=self.device))
@@ -280,32 +281,26 @@ class SequoiaDecoder(Decoder):
         by the next step's pending pairs, so only true-feature entries persist.
         """
         shape = tt.shape
-        pending = self.generated[self.draft_seen + 1 - len(self.prompt_ids):]
-        n_in = len(pending)
-        root_slot = committed - 2
         vocab_ids = self.draft_fwd.vocab_ids
         feats = torch.empty(shape.size, self.pair.draft.hidden, dtype=self.draft_fwd.dtype, device=self.device)
-        for level in range(shape.depth):
+        root_slot, logits, feats[:1] = self._draft_root(committed)
+        self._draw_children(tt, 0, logits, vocab_ids, tokens, draft_probs, child_q)
+        for level in range(1, shape.depth):
             start, end = shape.level_ranges[level]
-            if level == 0:
-                ids = torch.tensor([pending], dtype=torch.long, device=self.device)
-                out = self.draft_fwd(ids, self.pending_feats, self.draft_seen)[-1:]
-                self.draft_seen += n_in
-            else:
-                out = self.draft_fwd(tokens[start:end], feats.index_select(0, tt.parents[start:end]),
-                                     root_slot + start, positions=tt.depth_offsets[start:end] + root_slot,
-                                     mask=tt.draft_mask(level, root_slot))
+            out = self.draft_fwd(tokens[start:end], feats.index_select(0, tt.parents[start:end]),
+                                 root_slot + start, positions=tt.depth_offsets[start:end] + root_slot,
+                                 mask=tt.draft_mask(level, root_slot))
             feats[start:end] = out
             self._draw_children(tt, level, self.draft_fwd.logits(out), vocab_ids, tokens, draft_probs, child_q)
         return tokens, draft_probs, child_q
 
     def _draft_adaptive(self, committed: int, max_depth: int):
-        """Grow this step's tree from the draft's confidence (`adaptive.py`); feature drafts only.
+        """Grow this step's tree from the draft's confidence (`adaptive.py`).
 
         Nodes are numbered breadth first as they are made; an expanded node's K/V goes to the next free
-        draft slot after the root's pair (scratch, overwritten next step by true-feature pairs).
-        Returns the tree's prepared tensors, its tokens, q per node with children (sampling) and each
-        node's draft probability.
+        draft slot after the root's (scratch, overwritten next step). Returns the tree's prepared
+        tensors, its tokens, q per node with children (sampling), each node's draft probability, and
+        the draft slot of every expanded node (an independent draft keeps the accepted ones).
         """
         plan = self.adaptive_plan
         tau, max_children, max_nodes = plan["threshold"], plan["max_children"], plan["max_nodes"]
@@ -313,19 +308,14 @@ class SequoiaDecoder(Decoder):
         child_q, draft_probs = [1.0], {}
         if max_depth == 0:
             tt = self._adaptive_tree(parents)
-            return tt, torch.tensor(token_ids, device=self.device), draft_probs, torch.ones(1, device=self.device)
-        pending = self.generated[self.draft_seen + 1 - len(self.prompt_ids):]
-        root_slot = committed - 2           # the root's pair (f_{C-2}, x_{C-1}) sits here
+            return tt, torch.tensor(token_ids, device=self.device), draft_probs, torch.ones(1, device=self.device), {}
+        root_slot, logits, feats = self._draft_root(committed)
         vocab_ids = self.draft_fwd.vocab_ids
-        ids = torch.tensor([pending], dtype=torch.long, device=self.device)
-        out = self.draft_fwd(ids, self.pending_feats, self.draft_seen)[-1:]
-        self.draft_seen += len(pending)
-        # Expanded nodes: their draft slot and their row in all_feats (the predicted features they output).
+        # Expanded nodes: their draft slot and (feature draft) their row in feats, the features they output.
         frontier, slot_of, feat_row = [0], {0: root_slot}, {0: 0}
-        feats = all_feats = out
         next_slot = root_slot + 1
         for level in range(max_depth):
-            q, draws, p_list = self._ranked_children(self.draft_fwd.logits(feats), max_children)
+            q, draws, p_list = self._ranked_children(logits, max_children)
             counts = allocate_children([scores[v] for v in frontier], p_list, tau, max_children,
                                        max_nodes - len(parents))
             if not any(counts):
@@ -346,22 +336,57 @@ class SequoiaDecoder(Decoder):
             frontier = [i for i in made if scores[i] >= tau]
             if level == max_depth - 1 or not frontier or len(parents) >= max_nodes:
                 break
-            # The draft reads the nodes that may still get children: (parent's predicted feature, token),
-            # attending to the committed pairs and to its expanded ancestors.
+            # The draft reads the nodes that may still get children, each attending to the committed
+            # tokens and to its expanded ancestors.
             ancestors = [self._ancestor_slots(i, parents, slot_of) for i in frontier]
             mask = scratch_mask(ancestors, root_slot + 1, next_slot, self.draft_fwd.dtype, self.device)
-            rows = torch.tensor([feat_row[parents[i]] for i in frontier], dtype=torch.long, device=self.device)
             positions = torch.tensor([root_slot + depths[i] for i in frontier], dtype=torch.long,
                                      device=self.device)
             ids = torch.tensor([token_ids[i] for i in frontier], dtype=torch.long, device=self.device)
-            feats = self.draft_fwd(ids, all_feats.index_select(0, rows), next_slot, positions=positions, mask=mask)
+            first_row = 0 if feats is None else feats.shape[0]
+            logits, feats = self._draft_level(ids, [feat_row[parents[i]] for i in frontier], feats, next_slot,
+                                              positions, mask)
             for j, i in enumerate(frontier):
-                slot_of[i], feat_row[i] = next_slot + j, all_feats.shape[0] + j
-            all_feats = torch.cat([all_feats, feats])
+                slot_of[i], feat_row[i] = next_slot + j, first_row + j
             next_slot += len(frontier)
         tt = self._adaptive_tree(parents)
         return (tt, torch.tensor(token_ids, dtype=torch.long, device=self.device), draft_probs,
-                torch.tensor(child_q, device=self.device))
+                torch.tensor(child_q, device=self.device), slot_of)
+
+    def _draft_root(self, committed: int) -> tuple[int, torch.Tensor, torch.Tensor | None]:
+        """The draft reads the committed tokens it has not seen, the root last.
+
+        Returns the root's draft slot, the draft's logits there (the root's children) and, for a
+        feature draft, the root's predicted feature (the first row of the step's features). A
+        feature draft's slot j holds the pair (f_j, x_{j+1}), so the root's pair sits at C - 2;
+        an independent draft holds the root itself at C - 1.
+        """
+        if self.feature:
+            pending = self.generated[self.draft_seen + 1 - len(self.prompt_ids):]
+            ids = torch.tensor([pending], dtype=torch.long, device=self.device)
+            out = self.draft_fwd(ids, self.pending_feats, self.draft_seen)[-1:]
+            self.draft_seen += len(pending)
+            return committed - 2, self.draft_fwd.logits(out), out
+        pending = self.generated[self.draft_seen - len(self.prompt_ids):]
+        ids = torch.tensor([pending], dtype=torch.long, device=self.device)
+        logits = self.draft_fwd(ids, committed - len(pending))   # causal after the cache; the last row
+        self.draft_seen = committed
+        return committed - 1, self._draft_logits(logits), None
+
+    def _draft_level(self, ids: torch.Tensor, parent_rows: list[int], feats: torch.Tensor | None, slot: int,
+                     positions: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One draft forward over an adaptive tree's expanded nodes, written from `slot` on: their logits,
+        and the step's features with theirs appended (a feature draft reads its parent's)."""
+        if feats is None:
+            logits = self.draft_fwd(ids.unsqueeze(0), slot, positions=positions, mask=mask, rows=ids.numel())
+            return self._draft_logits(logits), None
+        rows = torch.tensor(parent_rows, dtype=torch.long, device=self.device)
+        out = self.draft_fwd(ids, feats.index_select(0, rows), slot, positions=positions, mask=mask)
+        return self.draft_fwd.logits(out), torch.cat([feats, out])
+
+    def _draft_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """An independent draft's logits over its head's rows, or its real vocabulary (no padding rows)."""
+        return logits if self.draft_fwd.vocab_ids is not None else logits[:, :self.vocab]
 
     def _ranked_children(self, logits: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, list]:
         """q per row (what children are drawn from), `width` draws per row in drawing order, and the
@@ -387,13 +412,21 @@ class SequoiaDecoder(Decoder):
             a = parents[a]
         return slots
 
-    def _compact(self, accepted: list[int], shape: TreeShape, depth: int, root_slot: int) -> None:
+    def _compact(self, accepted: list[int], shape: TreeShape, depth: int, root_slot: int,
+                 expanded_slots: dict[int, int] | None = None) -> None:
         """Keep the root and the accepted path in both caches, right after the prefix."""
         path = [0] + accepted
         keep = torch.tensor(path, dtype=torch.long, device=self.device) + root_slot
         self.target_fwd.keep(root_slot, keep)
         if depth == 0 or self.feature:   # a feature draft re-reads the accepted pairs with true features
             return  # the draft ran no forward this step; its pending tokens simply grow
+        if expanded_slots is not None:
+            # An adaptive tree's expanded path nodes (a prefix of the path: a node is read only if its
+            # parent was) sit in scratch slots after the root's; the rest stay pending.
+            slots = [expanded_slots[i] for i in accepted if i in expanded_slots]
+            self.draft_fwd.keep(root_slot + 1, torch.tensor(slots, dtype=torch.long, device=self.device))
+            self.draft_seen = root_slot + 1 + len(slots)
+            return
         # The draft processed levels 0 .. depth-1 only: a path node on the last level is pending.
         seen = [i for i in path if shape.depths[i] < depth]
         self.draft_fwd.keep(root_slot, keep[:len(seen)])

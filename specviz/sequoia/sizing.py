@@ -408,11 +408,8 @@ ADAPTIVE_MAX_CHILDREN = 4
 ADAPTIVE_THRESHOLD = 0.05
 
 
-def adaptive_settings(pair, tree_budget=None, tree_depth=None, tree_parents=None, threshold=None) -> dict:
+def adaptive_settings(tree_budget=None, tree_depth=None, tree_parents=None, threshold=None) -> dict:
     """Limits and threshold of an adaptive tree; budget and depth, when given, cap its size."""
-    if not getattr(pair.draft, "is_feature_draft", False):
-        raise InvalidInput("the adaptive tree reads a feature draft's confidence: use the offline default's "
-                           "feature draft, or --tree auto / a fixed tree with this draft")
     if tree_parents is not None:
         raise InvalidInput("an adaptive tree is grown each step: it cannot be combined with a fixed tree")
     budget = ADAPTIVE_MAX_NODES if tree_budget is None else _check_int("tree budget", tree_budget, 2)

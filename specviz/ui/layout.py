@@ -63,6 +63,8 @@ LIVE_VIEW_INTERVAL_S = float(os.environ.get("SPECVIZ_LIVE_VIEW_INTERVAL", "1.0")
 # Sizing modes (the API's `tree` / `lookahead` values): 'auto' = fastest on this hardware,
 # 'illustrative' = shapes that teach (several levels; their cost is shown), 'manual' = the numbers given.
 SIZING_CHOICES = [("fastest (auto)", "auto"), ("illustrative", "illustrative"), ("manual", "manual")]
+# Sequoia's tree may also be grown each step from the draft's confidence ('adaptive', EAGLE-2's dynamic tree).
+TREE_CHOICES = SIZING_CHOICES + [("adaptive (draft's confidence)", "adaptive")]
 SIZING_NOTE = (
     "**fastest (auto)** measures this machine's forward cost and picks the size with the lowest predicted time per "
     "token — on a CPU often a shallow tree and a small window, which draw poor pictures. **illustrative** uses a "
@@ -70,7 +72,9 @@ SIZING_NOTE = (
     f"and a window of W = {whatif.ILLUSTRATIVE_LOOKAHEAD['window']}, N = {whatif.ILLUSTRATIVE_LOOKAHEAD['ngram']} "
     f"(3 levels), G = {whatif.ILLUSTRATIVE_LOOKAHEAD['guesses']}: one target forward over 20 and 27 tokens per "
     "step instead of a handful, so on a CPU it is usually slower than *fastest* — the *What if* panel below "
-    "shows by how much on this machine.")
+    "shows by how much on this machine. **adaptive** grows each step's tree from the draft's own confidence "
+    "(EAGLE-2's dynamic tree): deep where the draft is sure, short where it hesitates, so the shape changes "
+    "from step to step; still exact.")
 # Workshop presets: prompt + sizes + temperature together, with one guiding question each.
 WORKSHOP = {
     "Repetitive text: where Lookahead's pool wins": dict(
@@ -101,6 +105,11 @@ WORKSHOP = {
         question="Hover a level-1 node, then a level-3 node: what did the draft read for each? Does its "
                  "acceptance fall with depth as it feeds on its own predictions, and is it faster than the "
                  "default's independent draft (race the first preset again to compare)?"),
+    "A tree that follows the draft's confidence": dict(
+        prompt="Write a Python function that checks whether a string is a palindrome.", temperature=0.0,
+        max_new_tokens=64, tree="adaptive", lookahead="auto",
+        question="Step through Sequoia: where does the adaptive tree grow deep, and where does it stay short and "
+                 "wide? Read the q of its first level in each case: what does the draft's confidence predict?"),
     "A tree too big for this hardware": dict(
         prompt="Tell a short story about a robot who learns to paint.", temperature=0.0, max_new_tokens=48,
         tree="manual", tree_budget=96, tree_depth=8, lookahead="auto",
@@ -177,7 +186,9 @@ def _int(value, name: str, lo: int, hi: int) -> int:
 def method_options(tree_mode, budget, depth, look_mode, window, ngram, guesses, pool_from_prompt) -> dict:
     """Decoder keyword arguments from the controls ('auto' = None, sizes checked here)."""
     sequoia = {"tree_budget": None, "tree_depth": None}
-    if tree_mode == "illustrative":
+    if tree_mode == "adaptive":   # its own limits (24 nodes, 8 levels, threshold 0.05)
+        sequoia = {"tree": "adaptive", "tree_budget": None, "tree_depth": None}
+    elif tree_mode == "illustrative":
         sequoia = dict(whatif.ILLUSTRATIVE_TREE)
     elif tree_mode == "manual":
         sequoia = {"tree_budget": _int(budget, "tree budget", 2, 512), "tree_depth": _int(depth, "tree depth", 1, 32)}
@@ -471,7 +482,7 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
         with gr.Accordion("Method settings", open=False):
             with gr.Row():
                 with gr.Column():
-                    tree_mode = gr.Radio(SIZING_CHOICES, value=init["tree_mode"], label="Sequoia tree",
+                    tree_mode = gr.Radio(TREE_CHOICES, value=init["tree_mode"], label="Sequoia tree",
                                          elem_id="sv-tree-mode")
                     with gr.Row():
                         budget = gr.Number(value=init["tree_budget"], precision=0, label="Tree budget (nodes incl. root)")

@@ -134,7 +134,9 @@ def sequoia_walk(payload: TreePayload) -> dict:
             "rejected_at_last": rejected_at_last, "leaf": last is not None and not kids.get(last.id)}
 
 
-def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0) -> str:
+def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0,
+                    threshold: float | None = None) -> str:
+    """threshold: an adaptive tree's (its shape is explained), None for a fixed tree."""
     p = rec.payload
     if not isinstance(p, TreePayload) or not p.nodes:
         return (f"One target forward over {rec.tokens_processed} token(s) "
@@ -157,6 +159,11 @@ def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0) -> 
         shown = [f"{tok(n.text)} q {_p(n.draft_prob)}" for n in row[:MAX_LIST]]
         items.append(f"<li>level {depth}: {_list(shown, len(row) - MAX_LIST)}</li>")
     out.append(f'<ul class="sv-levels">{"".join(items)}</ul>')
+    if threshold is not None:
+        out.append(f"This tree's shape is this step's own (adaptive): a node got children while the product of "
+                   f"the draft's ranked probabilities on its path (at temperature 1) stayed at least "
+                   f"{threshold:g}, so where the draft is sure the tree grows deep, and where it hesitates it "
+                   f"stays short and wide.")
     if any(n.draft_input for n in p.nodes):
         out.append("This draft reads the target's own hidden state: level 1 came from the target's state at the "
                    "root, deeper levels from the draft's predictions of it (hover a node), which is why they "
@@ -271,7 +278,9 @@ def narrate_step(trace: RaceTrace, method: str, step: int, texts: dict[int, str]
     if method == "ar":
         return narrate_ar(rec, greedy, temperature)
     if method == "sequoia":
-        return narrate_sequoia(rec, greedy, temperature)
+        settings = run.settings if isinstance(run.settings, dict) else {}
+        threshold = settings.get("threshold") if settings.get("tree") == "adaptive" else None
+        return narrate_sequoia(rec, greedy, temperature, threshold)
     if method == "lookahead":
         key = None
         if isinstance(rec.payload, LookaheadPayload):

@@ -212,6 +212,7 @@ def actual(trace: RaceTrace | None) -> dict:
         steps = run.steps[1:] or run.steps   # without the prefill step
         tokens = sum(len(s.new_token_ids) for s in steps)
         out[m] = {"tokens_per_step": tokens / len(steps),
+                  "nodes_per_step": sum(s.tokens_processed for s in steps) / len(steps),
                   "speedup": run.tokens_per_second / ar_speed if ar_speed > 0 else None,
                   "settings": run.settings if isinstance(run.settings, dict) else {}}
     return out
@@ -315,11 +316,14 @@ def panel_html(trace: RaceTrace | None, budget: int, depth: int, window: int, ng
         got = done.get("sequoia")
         got_txt = ""
         if got:
-            n_run = int(got["settings"].get("tree_budget") or budget)
+            # An adaptive run's tree changed every step: place it at its average size, not its cap.
+            adaptive = got["settings"].get("tree") == "adaptive"
+            n_run = got["nodes_per_step"] if adaptive else int(got["settings"].get("tree_budget") or budget)
+            size = f"adaptive, {n_run:.1f} nodes on average" if adaptive else f"{n_run} nodes"
             if got["speedup"] is not None:
-                marks.append((f"last run: {n_run} nodes, {got['tokens_per_step']:.2f} tokens per step, "
+                marks.append((f"last run: {size}, {got['tokens_per_step']:.2f} tokens per step, "
                               f"{got['speedup']:.2f}x measured", "#111827", float(n_run), got["speedup"], "diamond"))
-            got_txt = (f"<li>last run ({n_run} nodes): {got['tokens_per_step']:.2f} tokens per step"
+            got_txt = (f"<li>last run ({size}): {got['tokens_per_step']:.2f} tokens per step"
                        + (f", <b>{got['speedup']:.2f}x</b> measured" if got["speedup"] is not None else "") + "</li>")
         cols.append(f'<div><b style="color:{METHOD_COLORS["sequoia"]}">Sequoia</b><ul style="margin:2px 0 0 18px;'
                     f'padding:0"><li>your tree ({budget} nodes, depth {sq["depth"]}): {_fmt_point(sq, "predicted")}'
