@@ -31,10 +31,12 @@ CONFIGS = {   # name: (method, temperature, decoder options)
     # Fixed sizes: `auto`'s cached plan is keyed by the forward's kind, so two code versions could each
     # measure their own and race different windows.
     "lookahead 4x3x4": ("lookahead", 0.0, {"window": 4, "ngram": 3, "guesses": 4}),
+    "sequoia adaptive": ("sequoia", 0.0, {"tree": "adaptive"}),
+    "sequoia adaptive T0.6": ("sequoia", 0.6, {"tree": "adaptive"}),
 }
 
 
-def worker(code_dir: str, threads: int, tokens: int) -> None:
+def worker(code_dir: str, threads: int, tokens: int, draft: str | None) -> None:
     """Serve runs on stdin (one JSON per line) with the specviz found in code_dir."""
     sys.path.insert(0, code_dir)
     import torch
@@ -48,7 +50,7 @@ def worker(code_dir: str, threads: int, tokens: int) -> None:
 
     if not specviz.__file__.startswith(code_dir):
         raise SystemExit(f"imported {specviz.__file__}, not the code in {code_dir}")
-    pair = load_pair("default", None, device="cpu", dtype="bf16")
+    pair = load_pair("default", draft, device="cpu", dtype="bf16")
     prompts = [p["prompt"] for p in read_suites("chat,code")]
     print(json.dumps({"ready": specviz.__file__}), flush=True)
     for line in sys.stdin:
@@ -72,7 +74,7 @@ def export(rev: str, into: Path) -> Path:
 
 def start(code_dir: Path, args) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, __file__, "--serve", str(code_dir), "--threads", str(args.threads),
-                             "--tokens", str(args.tokens)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             "--tokens", str(args.tokens)] + (["--draft", args.draft] if args.draft else []), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
     ready = proc.stdout.readline()
     if not ready:
@@ -93,10 +95,11 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated: " + ", ".join(CONFIGS))
+    p.add_argument("--draft", default=None, help="the offline default's draft: feature (default) or independent")
     p.add_argument("--serve", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
-        worker(args.serve, args.threads, args.tokens)
+        worker(args.serve, args.threads, args.tokens, args.draft)
         return 0
     configs = {name: CONFIGS[name] for name in args.configs.split(",")}
     with tempfile.TemporaryDirectory() as tmp:

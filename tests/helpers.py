@@ -108,3 +108,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def cache_forward_curves(pair: ModelPair, target_ms: float = 10.0, draft_ms: float = 0.5) -> None:
+    """Flat forward curves in the profile cache ($SPECVIZ_CACHE), as `--tree auto` leaves them measured: an
+    adaptive tree then weighs a draft level at draft_ms / target_ms of a target forward (tiny models' weights
+    alone would make the draft half a target, and the tree shallow)."""
+    from specviz.engine.profiler import _curve_key, default_sizes, save_cached
+    from specviz.sequoia.sizing import DRAFT_SIZES, _model_key
+
+    for model, name, sizes, ms in ((pair.target, pair.target_name, default_sizes(pair.device), target_ms),
+                                   (pair.draft, pair.draft_name, DRAFT_SIZES, draft_ms)):
+        key = _model_key(name, pair)
+        save_cached("forward", _curve_key(model, key, 200), {"key": key, "ms": {str(n): ms for n in sizes}})

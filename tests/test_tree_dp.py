@@ -337,3 +337,38 @@ def test_adaptive_scratch_mask_sees_the_prefix_its_ancestors_and_itself():
     assert mask.shape == (1, 1, 2, 10)
     seen = (mask[0, 0] == 0).nonzero().tolist()
     assert seen == [[0, c] for c in (0, 1, 2, 3, 4, 5, 8)] + [[1, c] for c in (0, 1, 2, 3, 4, 5, 6, 9)]
+
+
+def test_an_adaptive_level_is_read_only_where_it_can_pay_for_itself():
+    from specviz.sequoia.adaptive import level_pays
+
+    # E = 2 expected tokens, a step costing 1.2 target forwards; the frontier's children add about 0.1 x 0.8.
+    assert level_pays([0.1], 0.8, 2.0, level_cost=0.03, step_cost=1.2)        # a feature draft's cheap level
+    assert not level_pays([0.1], 0.8, 2.0, level_cost=0.18, step_cost=1.2)    # a 4-layer draft's level
+    assert level_pays([0.5, 0.3], 0.8, 2.0, level_cost=0.18, step_cost=1.2)   # unless the frontier is likely
+    assert not level_pays([0.5, 0.3], 0.2, 2.0, level_cost=0.18, step_cost=1.2)   # and the draft was sure
+    assert not level_pays([], 1.0, 2.0, level_cost=0.0001, step_cost=1.2)
+
+
+def test_adaptive_costs_come_from_cached_curves_else_from_the_weights_read(tmp_path, monkeypatch):
+    from helpers import tiny_pair
+
+    from specviz.engine.profiler import _curve_key, default_sizes, save_cached
+    from specviz.sequoia.sizing import DRAFT_SIZES, _model_key, adaptive_costs, forward_weight_bytes
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    pair = tiny_pair()
+    costs = adaptive_costs(pair, 8)
+    assert costs["from"] == "weights" and len(costs["draft"]) == len(costs["target"]) == 9
+    ratio = forward_weight_bytes(pair.draft) / forward_weight_bytes(pair.target)
+    assert costs["draft"] == pytest.approx([ratio] * 9) and costs["target"] == [1.0] * 9
+    # Curves in the cache (as `--tree auto` leaves them): costs relative to t(1), made monotone.
+    for model, key, ms in ((pair.target, _model_key(pair.target_name, pair), {1: 10.0, 2: 9.0, 8: 12.0, 256: 40.0}),
+                           (pair.draft, _model_key(pair.draft_name, pair), {1: 2.0, 64: 4.0})):
+        sizes = DRAFT_SIZES if model is pair.draft else default_sizes(torch.device("cpu"))
+        curve = {str(n): float(np.interp(n, list(ms), list(ms.values()))) for n in sizes}
+        save_cached("forward", _curve_key(model, key, 200), {"key": key, "ms": curve})
+    measured = adaptive_costs(pair, 8)
+    assert measured["from"] == "measured" and measured["target"][1] == measured["target"][2] == 1.0   # pooled
+    assert measured["draft"][1] == pytest.approx(2.0 / 9.5) and measured["target"][8] == pytest.approx(12.0 / 9.5)
+    assert all(b >= a for a, b in zip(measured["target"][1:], measured["target"][2:]))

@@ -60,3 +60,19 @@ def scratch_mask(ancestor_slots: list[list[int]], visible_prefix: int, start: in
         allowed[i, start + i] = True
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask.to(device).view(1, 1, n, start + n)
+
+
+def level_pays(frontier_scores: list[float], child_share: float, expected_tokens: float, level_cost: float,
+               step_cost: float) -> bool:
+    """Whether one more draft level over the frontier is expected to pay for itself.
+
+    Reading it costs `level_cost` on top of the step's cost T (both in target forwards); its
+    children add to the step's expected tokens E about the frontier's scores times the chance a
+    child is accepted, estimated as `child_share`, the draft's mean top-1 probability at the level
+    just drawn (the draft is calibrated: its top-1 probability predicts acceptance). Tokens per
+    second grow only if (E + gain) / (T + level_cost) > E / T, i.e. gain x T > E x level_cost.
+    A myopic rule (a level also opens the ones below), so a cheap draft (a feature draft's level
+    is 0.04 of a target forward on a CPU) is rarely stopped, and a costly one (a 4-layer draft:
+    0.18) reads a level only where the frontier is likely to be accepted.
+    """
+    return sum(frontier_scores) * child_share * step_cost > expected_tokens * level_cost

@@ -39,8 +39,8 @@ from ..trace import (
     TreeNode,
     TreePayload,
 )
-from .adaptive import allocate_children, scratch_mask
-from .sizing import adaptive_settings, resolve_tree
+from .adaptive import allocate_children, level_pays, scratch_mask
+from .sizing import adaptive_costs, adaptive_settings, resolve_tree
 from .tree import TreeShape, TreeTensors
 from .verify import greedy_walk, sampling_walk
 
@@ -86,8 +86,11 @@ class SequoiaDecoder(Decoder):
             self.adaptive_plan = adaptive_settings(tree_budget, tree_depth, tree_parents, tree_threshold)
             self.shape = None   # grown each step (`_draft_adaptive`)
             max_nodes, self.max_depth = self.adaptive_plan["max_nodes"], self.adaptive_plan["max_depth"]
+            # A level is read only where it can pay for itself (`adaptive.level_pays`), at these costs.
+            self.adaptive_costs = adaptive_costs(pair, max_nodes)
             self.trace.settings.update(tree="adaptive", tree_budget=max_nodes, tree_depth=self.max_depth,
-                                       **self.adaptive_plan)
+                                       level_cost=round(self.adaptive_costs["draft"][1], 4),
+                                       level_cost_from=self.adaptive_costs["from"], **self.adaptive_plan)
         else:
             parents, settings = resolve_tree(pair, self.sampling, tree_budget, tree_depth, tree_parents, type(self))
             self.shape = TreeShape.from_parents(parents)
@@ -311,6 +314,8 @@ class SequoiaDecoder(Decoder):
             return tt, torch.tensor(token_ids, device=self.device), draft_probs, torch.ones(1, device=self.device), {}
         root_slot, logits, feats = self._draft_root(committed)
         vocab_ids = self.draft_fwd.vocab_ids
+        target_cost, level_cost = self.adaptive_costs["target"], self.adaptive_costs["draft"]
+        spent = level_cost[1]   # the draft's cost so far (the root's level)
         # Expanded nodes: their draft slot and (feature draft) their row in feats, the features they output.
         frontier, slot_of, feat_row = [0], {0: root_slot}, {0: 0}
         next_slot = root_slot + 1
@@ -336,6 +341,12 @@ class SequoiaDecoder(Decoder):
             frontier = [i for i in made if scores[i] >= tau]
             if level == max_depth - 1 or not frontier or len(parents) >= max_nodes:
                 break
+            cost = level_cost[len(frontier)]
+            top1 = sum(p[0] for p in p_list) / len(p_list)   # how sure the draft was at this level
+            if not level_pays([scores[i] for i in frontier], top1, sum(scores), cost,
+                              target_cost[len(parents)] + spent):
+                break
+            spent += cost
             # The draft reads the nodes that may still get children, each attending to the committed
             # tokens and to its expanded ancestors.
             ancestors = [self._ancestor_slots(i, parents, slot_of) for i in frontier]

@@ -421,3 +421,39 @@ def adaptive_settings(tree_budget=None, tree_depth=None, tree_parents=None, thre
         raise InvalidInput(f"the adaptive tree's threshold must be a probability in (0, 1], got {tau!r}")
     return {"max_nodes": budget, "max_depth": min(depth, budget - 1), "max_children": ADAPTIVE_MAX_CHILDREN,
             "threshold": float(tau)}
+
+
+def forward_weight_bytes(model) -> int:
+    """Bytes of weights one forward reads: its decoder layers and its output head's rows (a vocabulary
+    subset's when it has one). A CPU forward of a small model is bound by them."""
+    layers = model.model.layers if hasattr(model, "model") else model   # a feature draft: its own layer
+    body = sum(p.numel() * p.element_size() for p in layers.parameters())
+    rows = getattr(getattr(model, "lm_head", None), "vocab_ids", None)
+    n_rows = int(rows.numel()) if rows is not None else int(model.config.vocab_size)
+    return body + n_rows * int(model.config.hidden_size) * next(model.parameters()).element_size()
+
+
+def adaptive_costs(pair, max_nodes: int) -> dict:
+    """What an adaptive tree weighs a draft level against (`adaptive.level_pays`).
+
+    {"target": [cost of a target forward over n nodes], "draft": [cost of a draft level over n
+    nodes]} for n = 0 .. max_nodes, in units of a one-token target forward, and "from": this
+    machine's cached forward curves ("measured", what `--tree auto` measures once), else the weights
+    each forward reads ("weights"). Never measured here, so a run starts at once and a seeded
+    run's trees do not depend on a timing.
+    """
+    target = cached_forward_curve(pair.target, _model_key(pair.target_name, pair))
+    if pair.draft_is_target:
+        draft = target
+    else:
+        draft = cached_forward_curve(pair.draft, _model_key(pair.draft_name, pair), sizes=DRAFT_SIZES)
+    if target and draft:
+        target, draft, source = monotone(target), monotone(draft), "measured"
+    else:
+        ratio = forward_weight_bytes(pair.draft) / forward_weight_bytes(pair.target)
+        target, draft, source = {1: 1.0}, {1: ratio}, "weights"
+    unit = target[min(target)]
+    sizes = range(max_nodes + 1)
+    return {"target": [_interp(target, max(n, 1)) / unit for n in sizes],
+            "draft": [_interp(draft, max(n, 1)) / unit for n in sizes], "from": source}
+

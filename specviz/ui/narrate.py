@@ -162,8 +162,9 @@ def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0,
     if threshold is not None:
         out.append(f"This tree's shape is this step's own (adaptive): a node got children while the product of "
                    f"the draft's ranked probabilities on its path (at temperature 1) stayed at least "
-                   f"{threshold:g}, so where the draft is sure the tree grows deep, and where it hesitates it "
-                   f"stays short and wide.")
+                   f"{threshold:g} (and the draft read another level only where it could pay for its cost), "
+                   f"so where the draft is sure the tree grows deep, and where it hesitates it stays short and "
+                   f"wide.")
     if any(n.draft_input for n in p.nodes):
         out.append("This draft reads the target's own hidden state: level 1 came from the target's state at the "
                    "root, deeper levels from the draft's predictions of it (hover a node), which is why they "
