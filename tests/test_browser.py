@@ -205,6 +205,16 @@ def test_a_workshop_preset_sets_the_model_pair_prompt_and_question(replay_app_ur
             assert page.locator("#sv-model input").input_value() == FEATURE_PRESET
             assert page.locator("#sv-prompt textarea").input_value() == WORKSHOP[name]["prompt"]
             assert "Hover a level-1 node" in page.locator("#sv-question").inner_text()
+            # The adaptive tree's preset picks the tree radio's 'adaptive' choice.
+            adaptive = next(n for n, p in WORKSHOP.items() if p["tree"] == "adaptive")
+            page.locator("#sv-workshop input").click()
+            page.get_by_role("option", name=adaptive).click()
+            page.wait_for_function("(document.querySelector('#sv-question') || {innerText: ''}).innerText"
+                                   ".includes('adaptive tree grow deep')", timeout=30_000)
+            page.get_by_text("Method settings").click()   # the accordion renders its controls when opened
+            page.wait_for_selector("#sv-tree-mode input", timeout=30_000)
+            checked = page.locator("#sv-tree-mode input:checked")
+            assert checked.count() == 1 and "adaptive" in checked.evaluate("e => e.value + ' ' + e.parentElement.innerText")
         finally:
             browser.close()
 
