@@ -73,9 +73,10 @@ def export(rev: str, into: Path) -> Path:
 
 
 def start(code_dir: Path, args) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(code_dir), "--threads", str(args.threads),
-                             "--tokens", str(args.tokens)] + (["--draft", args.draft] if args.draft else []), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    cmd = [sys.executable, __file__, "--serve", str(code_dir), "--threads", str(args.threads),
+           "--tokens", str(args.tokens)] + (["--draft", args.draft] if args.draft else [])
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, cwd=ROOT)
     ready = proc.stdout.readline()
     if not ready:
         raise SystemExit(f"the worker for {code_dir} did not start (run it with --serve to see why)")

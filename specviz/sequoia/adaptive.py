@@ -18,8 +18,12 @@ Exactness at any temperature: how many children v gets depends on v's score, on
 the ranked probabilities of q_v and on the nodes served before v, never on the
 tokens drawn as v's children or below them. The children are then the first
 draws without replacement from q_v (Gumbel-top-k order), so Sequoia's walk
-(`verify.sampling_walk`) stays exact; greedy walks accept any tree. Scores use
-ranked probabilities, not the drawn tokens' own, for the same reason.
+(`verify.sampling_walk`) stays exact; greedy walks accept any tree. A child's
+score takes the ranked probability of its rank, not its drawn token's own: the
+count of v's children must be fixed before they are drawn, and the same numbers
+then score them (a drawn token's own probability would also be exact for its
+children's counts, and predicted acceptance no better in a T=0.6 trial: Brier
+0.1036 against 0.1034).
 """
 
 from __future__ import annotations

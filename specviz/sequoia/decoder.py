@@ -240,9 +240,7 @@ class SequoiaDecoder(Decoder):
                 logits = self.draft_fwd(tokens[start:end].unsqueeze(0), root_slot + start,
                                         positions=tt.depth_offsets[start:end] + root_slot,
                                         mask=tt.draft_mask(level, root_slot), rows=end - start)
-            if vocab_ids is None:
-                logits = logits[:, :self.vocab]
-            self._draw_children(tt, level, logits, vocab_ids, tokens, draft_probs, child_q)
+            self._draw_children(tt, level, self._draft_logits(logits), vocab_ids, tokens, draft_probs, child_q)
         return tokens, draft_probs, child_q
 
     def _draw_children(self, tt: TreeTensors, level: int, logits: torch.Tensor, vocab_ids: torch.Tensor | None,
@@ -257,9 +255,7 @@ class SequoiaDecoder(Decoder):
             q = None
         else:
             q = probs_from_logits(logits, self.sampling)
-            # Gumbel-top-k: the top-c of q / Exp(1) is a draw of c tokens without replacement.
-            noise = exponential_like(q, self.generator)
-            draws = (q / noise).topk(width, dim=-1).indices
+            draws = self._draws_without_replacement(q, width)
             for i in range(start, end):
                 if shape.children[i]:
                     draft_probs[i] = self._full_vocab(q[i - start], vocab_ids)
@@ -411,8 +407,12 @@ class SequoiaDecoder(Decoder):
         if self.sampling.greedy:
             return confidence, ranked.indices, ranked.values.tolist()
         q = probs_from_logits(logits, self.sampling)
-        draws = (q / exponential_like(q, self.generator)).topk(width, dim=-1).indices   # without replacement
-        return q, draws, ranked.values.tolist()
+        return q, self._draws_without_replacement(q, width), ranked.values.tolist()
+
+    def _draws_without_replacement(self, q: torch.Tensor, width: int) -> torch.Tensor:
+        """`width` tokens per row of q, drawn without replacement, in drawing order (Gumbel-top-k: the
+        top-c of q / Exp(1) is such a draw)."""
+        return (q / exponential_like(q, self.generator)).topk(width, dim=-1).indices
 
     @staticmethod
     def _ancestor_slots(node: int, parents: list[int], slot_of: dict[int, int]) -> list[int]:

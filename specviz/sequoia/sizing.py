@@ -456,4 +456,3 @@ def adaptive_costs(pair, max_nodes: int) -> dict:
     sizes = range(max_nodes + 1)
     return {"target": [_interp(target, max(n, 1)) / unit for n in sizes],
             "draft": [_interp(draft, max(n, 1)) / unit for n in sizes], "from": source}
-
