@@ -13,8 +13,10 @@ import pytest
 import torch
 from helpers import cache_forward_curves, chi_square_pvalue, exact_distribution, tiny_pair
 
-from specviz.draft.feature import FeatureDraft, FeatureDraftForward, Int8Linear, is_feature_draft_dir
-from specviz.draft.featuretrain import unroll_mask, unrolled
+from specviz.draft.feature import (FeatureDraft, FeatureDraftForward, Int8Linear, is_feature_draft_dir,
+                                   load_feature_draft, save_feature_draft)
+from specviz.draft.featuretrain import target_features, unroll_mask, unrolled
+from specviz.engine.lean import LeanLlama, ModelForward
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import OFFLINE_FEATURE_DRAFT_DIR, ModelPair, load_pair
 from specviz.engine.sampling import SamplingConfig
@@ -50,6 +52,23 @@ def untrained_pair(feature_pair):
     draft.init_from_target(feature_pair.target)
     draft.eval().requires_grad_(False)
     return ModelPair(feature_pair.target, draft, feature_pair.tokenizer, feature_pair.target_name, "untrained",
+                     feature_pair.device, feature_pair.dtype)
+
+
+TAPS = (4, 14, 24)
+
+
+@pytest.fixture(scope="module")
+def tapped_pair(feature_pair):
+    """The shipped draft's weights with three tapped target layers whose fusion is random, not zero: proposals
+    read the taps at every root, and change."""
+    draft = FeatureDraft(feature_pair.target, feature_pair.draft.vocab_ids, torch.float32, TAPS)
+    draft.load_state_dict({k: v for k, v in feature_pair.draft.own_state().items() if "tap" not in k}, strict=False)
+    torch.manual_seed(5)
+    with torch.no_grad():
+        draft.fc_taps.weight.normal_(0, 0.02)
+    draft.eval().requires_grad_(False)
+    return ModelPair(feature_pair.target, draft, feature_pair.tokenizer, feature_pair.target_name, "tapped",
                      feature_pair.device, feature_pair.dtype)
 
 
@@ -124,6 +143,80 @@ def test_greedy_with_an_untrained_feature_draft_equals_autoregressive(untrained_
     for prompt in PROMPTS[:2]:
         trace = make_decoder("sequoia", untrained_pair, prompt, max_new_tokens=MAX_NEW, **TREES[tree]).run()
         assert trace.token_ids == ar_tokens[prompt], (tree, prompt)
+
+
+@pytest.mark.parametrize("tree", ["dp16", "adaptive"])
+def test_greedy_with_a_tapped_feature_draft_equals_autoregressive(tapped_pair, ar_tokens, tree):
+    """A draft that also reads the target's earlier layers (EAGLE-3's taps) at true positions: each target
+    forward returns them, the root's pairs carry them, and output stays the target's."""
+    accepted = 0
+    for prompt in PROMPTS[:2]:
+        trace = make_decoder("sequoia", tapped_pair, prompt, max_new_tokens=MAX_NEW, **TREES[tree]).run()
+        assert trace.token_ids == ar_tokens[prompt], (tree, prompt)
+        accepted += sum(len(step.payload.accepted_path) for step in trace.steps[1:])
+        root_children = [n for step in trace.steps[1:] for n in step.payload.nodes if n.depth == 1]
+        assert all("layers 4, 14, 24" in n.draft_input for n in root_children)
+    assert accepted > 0
+
+
+@torch.inference_mode()
+def test_tapped_layers_are_the_layers_outputs_in_every_forward(feature_pair):
+    """The lean forward, transformers' forward and training all hand the draft the same rows
+    [final-normed | layer t's output ...], and layer t's output is what that layer returns."""
+    target = feature_pair.target
+    H = target.config.hidden_size
+    ids = torch.tensor([feature_pair.tokenizer.encode("Tapping the middle of a network, layer by layer.")])
+    seen = {}
+    hooks = [target.model.layers[t].register_forward_hook(
+        lambda mod, args, out, t=t: seen.__setitem__(t, (out[0] if isinstance(out, tuple) else out)[0].clone()))
+        for t in TAPS]
+    try:
+        train_rows = target_features(target, ids, TAPS)[0]
+    finally:
+        for h in hooks:
+            h.remove()
+    assert train_rows.shape == (ids.shape[1], 4 * H)
+    assert torch.equal(train_rows[:, :H], target.model(input_ids=ids).last_hidden_state[0])
+    for k, t in enumerate(TAPS):
+        assert torch.equal(train_rows[:, H * (k + 1):H * (k + 2)], seen[t]), t
+    for fwd in (LeanLlama(target, 64), ModelForward(target)):
+        logits, rows = fwd(ids, 0, rows=2, hidden=True, taps=TAPS)
+        torch.testing.assert_close(rows, train_rows, rtol=1e-4, atol=1e-4)
+        _, plain = fwd(ids, 0, rows=2, hidden=True)
+        assert plain.shape == (ids.shape[1], H)
+
+
+@torch.inference_mode()
+def test_a_draft_given_taps_starts_where_it_was_and_saves_them(untrained_pair, tmp_path):
+    """Taps start at zero weight, so a warm start that adds them begins at the draft it was; a saved draft
+    keeps its taps, and a directory whose taps the target lacks is refused."""
+    import json
+
+    from specviz.errors import ModelLoadError
+
+    plain, target = untrained_pair.draft, untrained_pair.target
+    tapped = FeatureDraft(target, plain.vocab_ids, torch.float32, TAPS)
+    tapped.load_state_dict(plain.own_state(), strict=False)
+    ids = torch.tensor([untrained_pair.tokenizer.encode("Zero-initialised taps change nothing at first.")])
+    rows = target_features(target, ids, TAPS)
+    H = target.config.hidden_size
+    torch.testing.assert_close(tapped(ids, rows), plain(ids, rows[..., :H]))
+    assert tapped(ids, rows[..., :H]).shape == (1, ids.shape[1], H)   # a predicted feature: no taps
+    with torch.no_grad():
+        tapped.fc_taps.weight.normal_(0, 0.02)
+    assert not torch.allclose(tapped(ids, rows), plain(ids, rows[..., :H]))
+
+    save_feature_draft(tapped, tmp_path, "default")
+    (tmp_path / "vocab.json").write_text(json.dumps({"vocab_ids": plain.vocab_ids.tolist()}))
+    again = load_feature_draft(target, tmp_path, torch.float32)
+    assert again.taps == TAPS
+    torch.testing.assert_close(again.fc_taps.weight, tapped.fc_taps.weight.to(torch.bfloat16).float())
+    meta = json.loads((tmp_path / "feature.json").read_text())
+    (tmp_path / "feature.json").write_text(json.dumps({**meta, "taps": [4, 29]}))
+    with pytest.raises(ModelLoadError, match="taps layers"):
+        load_feature_draft(target, tmp_path)
+    with pytest.raises(ValueError, match="taps must be"):
+        FeatureDraft(target, plain.vocab_ids, torch.float32, (30,))
 
 
 def test_max_new_tokens_and_short_prompts(feature_pair):
@@ -210,10 +303,10 @@ def test_unroll_mask_is_a_tree_chain():
     assert m[j, 12:].tolist() == [False, False, False, False, True, False]
 
 
-def _tiny_feature_pair():
+def _tiny_feature_pair(taps: tuple[int, ...] = ()):
     pair = tiny_pair(draft_seed=None)
     torch.manual_seed(3)
-    draft = FeatureDraft(pair.target, torch.arange(pair.target.config.vocab_size), torch.float32)
+    draft = FeatureDraft(pair.target, torch.arange(pair.target.config.vocab_size), torch.float32, taps)
     with torch.no_grad():
         for p in draft.parameters():
             p.add_(0.3 * torch.randn_like(p))
@@ -226,14 +319,17 @@ SAMPLING_TREE = [-1, 0, 0, 0, 1, 1, 2, 4, 4, 7]
 
 # The adaptive tree's shape depends on the draft's ranked probabilities at every node, and so on the tokens drawn
 # above it (at this threshold the first step's shape varies with the seed): exactness must not.
+# "taps": the draft also reads the tiny target's first layer at true positions.
 SAMPLING_TREES = {"fixed": {"tree_parents": SAMPLING_TREE},
-                  "adaptive": {"tree": "adaptive", "tree_threshold": 0.04, "tree_budget": 10, "tree_depth": 3}}
+                  "adaptive": {"tree": "adaptive", "tree_threshold": 0.04, "tree_budget": 10, "tree_depth": 3},
+                  "fixed, taps": {"tree_parents": SAMPLING_TREE, "taps": (0,)}}
 
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.6, 0.9)])
 @pytest.mark.parametrize("tree", list(SAMPLING_TREES))
 def test_sampling_with_a_feature_draft_is_exact(one_thread, tmp_path, monkeypatch, temperature, top_p, tree):
-    pair = _tiny_feature_pair()
+    options = dict(SAMPLING_TREES[tree])
+    pair = _tiny_feature_pair(options.pop("taps", ()))
     if tree == "adaptive":   # a cheap draft level, so trees grow deep enough to test
         monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
         cache_forward_curves(pair)
@@ -242,7 +338,7 @@ def test_sampling_with_a_feature_draft_is_exact(one_thread, tmp_path, monkeypatc
     samples, depths, shapes = [], [], set()
     for seed in range(3000):
         trace = make_decoder("sequoia", pair, "", prompt_ids=prompt_ids, max_new_tokens=6,
-                             sampling=SamplingConfig(temperature, top_p, seed=seed), **SAMPLING_TREES[tree]).run()
+                             sampling=SamplingConfig(temperature, top_p, seed=seed), **options).run()
         samples.append(tuple(trace.token_ids[:3]))
         depths.append(len(trace.steps[1].payload.accepted_path))
         shapes.add(tuple(n.parent for n in trace.steps[1].payload.nodes))   # same context, drawn shapes
@@ -431,11 +527,19 @@ def test_a_warm_start_continues_a_shipped_draft_and_keeps_counting(feature_pair,
 @pytest.mark.parametrize("args, message", [
     (["--init-from", "assets/draft-feature-smollm2-135m", "--resume"], "choose one"),
     (["--init-from", "no/such/dir"], "not a feature-draft directory"),
+    (["--taps", "2,mid"], "comma-separated layer numbers"),
+    (["--taps", "29"], "layers 0..28"),
+    (["--taps", "2", "--init-from", "TAPPED"], "was trained with taps [4, 14]"),
 ])
 def test_distill_warm_start_mistakes_are_one_line_errors(args, message, tmp_path):
     import subprocess
     import sys
 
+    tapped = tmp_path / "tapped"   # a draft directory trained with taps 4 and 14
+    tapped.mkdir()
+    (tapped / "feature.json").write_text('{"kind": "specviz-feature-draft", "taps": [4, 14]}')
+    (tapped / "feature.safetensors").write_bytes(b"")
+    args = [str(tapped) if a == "TAPPED" else a for a in args]
     result = subprocess.run([sys.executable, "-m", "specviz", "distill", "--kind", "feature", "--out",
                              str(tmp_path / "out"), "--work", str(tmp_path / "work"), *args],
                             capture_output=True, text=True, timeout=300)

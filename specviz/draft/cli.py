@@ -92,6 +92,10 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float
                            "run: choose one")
     if args.init_from and not is_feature_draft_dir(args.init_from):
         raise InvalidInput(f"--init-from {args.init_from}: not a feature-draft directory")
+    taps, shipped_taps = _feature_taps(args, target.config.num_hidden_layers)
+    # Taps that start at zero weight need a higher rate to catch up; trained ones continue at the base rate.
+    taps_lr_scale = args.taps_lr_scale if args.taps_lr_scale is not None else (
+        10.0 if taps and taps != shipped_taps else 1.0)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     key = "default" if is_default(args.target) else Path(args.target).name
@@ -105,7 +109,8 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float
                 "feature_batches": args.feature_batches, "feature_shards": args.feature_shards,
                 "online_features": args.online_features, "minutes": args.minutes,
                 "unroll": args.unroll, "unroll_weights": [1.0, 0.8, 0.64, 0.5][:args.unroll],
-                "noise": args.noise, "ce_weight": args.ce_weight,
+                "noise": args.noise, "ce_weight": args.ce_weight, "taps": list(taps),
+                "taps_lr_scale": taps_lr_scale,
                 "vocab_from": str(args.vocab_from or OFFLINE_DRAFT_DIR),
                 "loss": "per unrolled step: SmoothL1(f_hat, f) + ce_weight x soft CE vs softmax(head(f)) over the "
                         "head's vocabulary subset; uniform input-feature noise (+-noise x feature RMS)",
@@ -125,6 +130,27 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float
                   deadline=started + 60 * args.minutes if args.minutes > 0 else None,
                   init_from=Path(args.init_from) if args.init_from else None)
     return 0
+
+
+def _feature_taps(args: argparse.Namespace, n_layers: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(--taps checked, --init-from's taps). Without --taps a warm start keeps its draft's taps. A warm start
+    may add taps to a draft that has none (they start at zero weight), never change the ones it was trained
+    with."""
+    shipped: tuple[int, ...] = ()
+    if args.init_from:
+        shipped = tuple(json.loads((Path(args.init_from) / "feature.json").read_text()).get("taps", ()))
+    if args.taps is None:
+        return shipped, shipped
+    try:
+        taps = tuple(sorted({int(t) for t in args.taps.split(",") if t.strip()}))
+    except ValueError:
+        raise InvalidInput(f"--taps {args.taps!r}: expected comma-separated layer numbers, e.g. 2,14") from None
+    if any(not 0 <= t < n_layers - 1 for t in taps):
+        raise InvalidInput(f"--taps {args.taps}: layers 0..{n_layers - 2} (the last layer's output is the feature "
+                           f"itself)")
+    if shipped and taps != shipped:
+        raise InvalidInput(f"--taps {args.taps}: {args.init_from} was trained with taps {list(shipped)}")
+    return taps, shipped
 
 
 def cmd_draft_vocab(args: argparse.Namespace) -> int:
@@ -213,7 +239,7 @@ def _eval_feature(args: argparse.Namespace, feature_dir: Path) -> int:
     target, tokenizer = _load_target(args.target, args.device)
     draft = load_feature_draft(target, feature_dir)
     rows = heldout_answers(target, tokenizer, args.limit, args.tokens)
-    agree = evaluate_depths(draft, heldout_features(target, None, rows), 3)
+    agree = evaluate_depths(draft, heldout_features(target, None, rows, draft.taps), 3)
     sizes = [1, 4, 8, 16]
     t_target = measure_forward_times(target, [1, 16], context_len=200, repeats=args.repeats)
     t_draft = measure_forward_times(draft, sizes, context_len=200, repeats=args.repeats)
@@ -265,6 +291,12 @@ def register(subparsers) -> None:
                    help="--kind feature: weight of the soft cross-entropy against the target's distribution "
                         "(EAGLE uses 0.1 on 7B targets; on this 135M target 0.1 left KL at 5.4 nats after 50 steps)")
     p.add_argument("--noise", type=float, default=0.1, help="--kind feature: input-feature noise, x feature RMS")
+    p.add_argument("--taps", default=None,
+                   help="--kind feature: target layers whose outputs the draft also reads at true positions "
+                        "(EAGLE-3's low and mid layers), e.g. 2,14; default: --init-from's, else none")
+    p.add_argument("--taps-lr-scale", type=float, default=None,
+                   help="--kind feature: the taps' learning rate over --lr (default 10 for taps new to the draft, "
+                        "which start at zero weight; 1 for taps it was trained with)")
     p.add_argument("--vocab-from", default=None, help="--kind feature: draft dir whose vocab.json the head uses")
     p.add_argument("--layers", default=DEFAULT_LAYERS, help="target layers the draft starts from, e.g. 0,10,20,29")
     p.add_argument("--steps", type=int, default=240)

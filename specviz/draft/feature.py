@@ -9,6 +9,14 @@ target's final RMSNorm) and predicts f_{j+1}; the target's frozen lm_head,
 restricted to a vocabulary subset, turns that prediction into logits for
 x_{j+2}. Embedding and head are the target's tensors, never copied to disk.
 
+A draft may also tap some of the target's earlier layers (`taps`, EAGLE-3's
+low/mid/high idea): the final-normed state is tuned to predict x_{j+1}, while
+earlier layers still carry what the next token after it needs. At a true
+position the feature row is then [f_j | h^(a)_j | h^(b)_j ...], each tap
+RMS-normed and fused by `fc_taps` (zero-initialised, so a draft trained without
+taps starts exactly where it was); a predicted feature has no taps, and a row of
+width H simply skips them.
+
 In a Sequoia tree (`specviz.sequoia.decoder`), the root's pair uses the true
 feature of the last verified position; a deeper node's pair uses its parent's
 *predicted* feature, so accuracy falls with depth (measured per depth by
@@ -103,9 +111,14 @@ class FeatureDraft(torch.nn.Module):
 
     is_feature_draft = True
 
-    def __init__(self, target, vocab_ids: torch.Tensor, dtype: torch.dtype | None = None):
+    def __init__(self, target, vocab_ids: torch.Tensor, dtype: torch.dtype | None = None,
+                 taps: tuple[int, ...] = ()):
         super().__init__()
         cfg = target.config
+        last = cfg.num_hidden_layers - 1
+        if any(not 0 <= t < last for t in taps):
+            raise ValueError(f"taps must be layers 0..{last - 1} of the target (its last layer is the feature)")
+        self.taps = tuple(int(t) for t in taps)
         self.config = cfg
         H, inter = cfg.hidden_size, cfg.intermediate_size
         self.hidden = H
@@ -117,6 +130,10 @@ class FeatureDraft(torch.nn.Module):
         device = target.device
         kw = dict(device=device, dtype=dtype)
         self.fc = torch.nn.Linear(2 * H, H, bias=True, **kw)
+        if self.taps:
+            self.fc_taps = torch.nn.Linear(len(self.taps) * H, H, bias=False, **kw)
+            torch.nn.init.zeros_(self.fc_taps.weight)
+            self.tap_norm = torch.nn.Parameter(torch.ones(len(self.taps), H, **kw))
         self.input_norm = torch.nn.Parameter(torch.ones(H, **kw))
         self.q_proj = torch.nn.Linear(H, self.n_heads * self.head_dim, bias=False, **kw)
         self.k_proj = torch.nn.Linear(H, self.n_kv * self.head_dim, bias=False, **kw)
@@ -188,9 +205,19 @@ class FeatureDraft(torch.nn.Module):
         angles = torch.cat((freqs, freqs), dim=-1)
         return ((angles.cos() * self.attention_scaling).to(dtype), (angles.sin() * self.attention_scaling).to(dtype))
 
+    @property
+    def feature_width(self) -> int:
+        """Width of a true feature row: the final-normed state and every tapped layer's."""
+        return self.hidden * (1 + len(self.taps))
+
     def fuse(self, token_ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        H = self.hidden
         emb = F.embedding(token_ids, self.embed_weight).to(features.dtype)
-        return self.fc(torch.cat([emb, features], dim=-1))
+        x = self.fc(torch.cat([emb, features[..., :H]], dim=-1))
+        if features.shape[-1] > H:   # a true position: the tapped layers join in
+            taps = features[..., H:].unflatten(-1, (len(self.taps), H))
+            x = x + self.fc_taps(rms_norm(taps, self.tap_norm, self.eps).flatten(-2))
+        return x
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """(B, n, H) -> q (B, heads, n, d), k, v (B, kv, n, d), rotated."""
@@ -234,6 +261,14 @@ class FeatureDraft(torch.nn.Module):
         return self.finish(x, q, k, v, None, causal=True)
 
 
+def tapped_features(normed: torch.Tensor, hidden_states, taps: tuple[int, ...]) -> torch.Tensor:
+    """Feature rows [final-normed | layer t's output for t in taps]; transformers' `hidden_states[t + 1]`
+    is layer t's output (its last entry is the final-normed state, never a tap)."""
+    if not taps:
+        return normed
+    return torch.cat([normed] + [hidden_states[t + 1].to(normed.dtype) for t in taps], dim=-1)
+
+
 # ---------------------------------------------------------------------------
 # Saving and loading
 # ---------------------------------------------------------------------------
@@ -256,6 +291,7 @@ def save_feature_draft(draft: FeatureDraft, out_dir: str | Path, target_name: st
     meta = {"kind": KIND, "target": target_name, "hidden_size": draft.hidden,
             "vocab_size": int(draft.config.vocab_size), "head_rows": int(draft.vocab_ids.numel()),
             "shared_from_target": ["model.embed_tokens.weight", "lm_head.weight", "rotary_emb"],
+            "taps": list(draft.taps),
             "note": "assemble with specviz.draft.feature.load_feature_draft(target_model, dir)"}
     meta.update(extra or {})
     (out / FEATURE_META).write_text(json.dumps(meta, indent=2))
@@ -275,7 +311,11 @@ def load_feature_draft(target_model, dir_: str | Path, dtype: torch.dtype | None
     vocab_ids = load_vocab(dir_, cfg.vocab_size)
     if vocab_ids is None:
         vocab_ids = torch.arange(cfg.vocab_size)
-    draft = FeatureDraft(target_model, vocab_ids, dtype or target_model.dtype)
+    taps = tuple(meta.get("taps", ()))
+    if any(not 0 <= t < cfg.num_hidden_layers - 1 for t in taps):
+        raise ModelLoadError(f"the feature draft in {dir_} taps layers {list(taps)}; the target has "
+                             f"{cfg.num_hidden_layers}")
+    draft = FeatureDraft(target_model, vocab_ids, dtype or target_model.dtype, taps)
     weights = load_file(str(dir_ / FEATURE_WEIGHTS))
     missing = set(draft.own_state()) - set(weights)
     if missing:

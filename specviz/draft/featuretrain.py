@@ -17,6 +17,11 @@
    settings.json and metrics.json at every checkpoint;
 4. evaluation: greedy top-1 agreement with the target at depth 1, 2, 3 on the
    held-out prompts' greedy continuations (never trained on).
+
+With `taps` (`--taps 4,14,24`), each true feature row also carries those target
+layers' outputs (EAGLE-3); the first unrolled step reads them, later steps read
+the draft's own predictions, as deeper tree levels do, and the loss still
+regresses the final-normed state alone.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import torch.nn.functional as F
 from ..engine.lean import attention_kernels
 from ..errors import InvalidInput
 from .data import DistillData, log, read_jsonl, write_json
-from .feature import FeatureDraft, save_feature_draft
+from .feature import FeatureDraft, save_feature_draft, tapped_features
 from .vocab import VOCAB_FILE, load_vocab
 
 SHARD_BATCHES = 10
@@ -46,10 +51,12 @@ FIT_AFTER = 20   # steps timed before a deadline fixes the schedule's length
 
 
 @torch.inference_mode()
-def target_features(target, ids: torch.Tensor) -> torch.Tensor:
-    """The target's final-normed hidden states (B, n, H) for token rows (B, n)."""
+def target_features(target, ids: torch.Tensor, taps: tuple[int, ...] = ()) -> torch.Tensor:
+    """The target's final-normed hidden states (B, n, H) for token rows (B, n); with `taps`, the
+    tapped layers' outputs follow on each row (B, n, H x (1 + len(taps)))."""
     with attention_kernels(target.device):
-        return target.model(input_ids=ids.to(target.device)).last_hidden_state
+        out = target.model(input_ids=ids.to(target.device), output_hidden_states=bool(taps))
+    return tapped_features(out.last_hidden_state, out.hidden_states, taps)
 
 
 def suite_prompts() -> set[str]:
@@ -85,7 +92,7 @@ def precompute(target, tokenizer, work_dir: Path, settings: dict) -> list[Path]:
         if path.exists():
             continue
         ids = torch.cat([data.batch_at(k) for k in range(s * SHARD_BATCHES, (s + 1) * SHARD_BATCHES)])
-        feats = torch.cat([target_features(target, ids[i:i + 8]).to(torch.float16).cpu()
+        feats = torch.cat([target_features(target, ids[i:i + 8], tuple(settings.get("taps", ()))).to(torch.float16).cpu()
                            for i in range(0, len(ids), 8)])
         tmp = path.with_suffix(".tmp")
         torch.save({"ids": ids.to(torch.int32), "feats": feats}, tmp)
@@ -95,16 +102,19 @@ def precompute(target, tokenizer, work_dir: Path, settings: dict) -> list[Path]:
     return shards
 
 
-def heldout_features(target, work_dir: Path | None, rows_in: list[dict] | None = None) -> list[dict]:
-    """Token ids, target features and target argmax of each held-out greedy continuation (cached)."""
-    cache = work_dir / "heldout_features.pt" if work_dir is not None else None
+def heldout_features(target, work_dir: Path | None, rows_in: list[dict] | None = None,
+                     taps: tuple[int, ...] = ()) -> list[dict]:
+    """Token ids, target features (and tapped layers') and target argmax of each held-out greedy
+    continuation (cached per set of taps)."""
+    name = "heldout_features.pt" if not taps else f"heldout_features-taps{'-'.join(map(str, taps))}.pt"
+    cache = work_dir / name if work_dir is not None else None
     if cache is not None and cache.exists():
         return torch.load(cache, weights_only=False)
     rows = []
     for r in rows_in if rows_in is not None else read_jsonl(work_dir / "heldout.jsonl"):
         ids = torch.tensor([r["prompt_ids"] + r["answer_ids"]])
-        feats = target_features(target, ids)
-        top1 = target.lm_head(feats).argmax(-1)[0]
+        feats = target_features(target, ids, taps)
+        top1 = target.lm_head(feats[..., :target.config.hidden_size]).argmax(-1)[0]
         rows.append({"ids": ids[0], "n_prompt": len(r["prompt_ids"]), "feats": feats[0].to(torch.float16).cpu(),
                      "top1": top1.cpu()})
     if cache is not None:
@@ -236,13 +246,13 @@ class OnlineFeatures:
     Batch k is the same pure function of (seed, k) as in the stored shards.
     """
 
-    def __init__(self, target, ids: torch.Tensor):
-        self.target, self.ids = target, ids   # ids (n_batches, batch, seq_len)
+    def __init__(self, target, ids: torch.Tensor, taps: tuple[int, ...] = ()):
+        self.target, self.ids, self.taps = target, ids, taps   # ids (n_batches, batch, seq_len)
 
     def batch_at(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         ids = self.ids[k % len(self.ids)].to(self.target.device)
         # clone: an inference-mode tensor cannot be saved for the draft's backward pass.
-        return ids, target_features(self.target, ids).clone()
+        return ids, target_features(self.target, ids, self.taps).clone()
 
 
 def online_features(target, tokenizer, work_dir: Path, settings: dict, workers: int) -> OnlineFeatures:
@@ -253,7 +263,7 @@ def online_features(target, tokenizer, work_dir: Path, settings: dict, workers: 
     ids = batches_in_parallel(data, settings["feature_batches"], workers)
     log(f"online features: {ids.numel() / 1e6:.1f}M token ids in {len(ids)} batches "
         f"({time.perf_counter() - t0:.0f} s, {workers} processes)")
-    return OnlineFeatures(target, ids)
+    return OnlineFeatures(target, ids, tuple(settings.get("taps", ())))
 
 
 def fit_steps(steps: int, step_now: int, per_step: float, seconds_left: float) -> int:
@@ -270,6 +280,8 @@ def warm_start(draft: FeatureDraft, target, init_dir: Path, settings: dict, metr
     shipped = load_feature_draft(target, init_dir, torch.float32)   # checks its shapes and weights
     if not torch.equal(shipped.vocab_ids.cpu(), draft.vocab_ids.cpu()):
         raise InvalidInput(f"--init-from {init_dir}: its head vocabulary differs from --vocab-from's")
+    if shipped.taps and shipped.taps != draft.taps:   # its fc_taps would be dropped without a word
+        raise InvalidInput(f"--init-from {init_dir}: trained with taps {list(shipped.taps)}, not {list(draft.taps)}")
     draft.load_state_dict(shipped.own_state(), strict=False)
     before = json.loads((init_dir / "settings.json").read_text()) if (init_dir / "settings.json").exists() else {}
     done = json.loads((init_dir / "metrics.json").read_text()) if (init_dir / "metrics.json").exists() else {}
@@ -293,12 +305,23 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     vocab_ids = load_vocab(Path(settings["vocab_from"]), target.config.vocab_size)
     if vocab_ids is None:
         raise InvalidInput(f"{settings['vocab_from']} holds no {VOCAB_FILE}")
-    draft = FeatureDraft(target, vocab_ids, torch.float32)
+    if init_from is not None and "taps" not in settings:   # a warm start keeps its draft's taps
+        settings["taps"] = json.loads((init_from / "feature.json").read_text()).get("taps", [])
+    taps = tuple(settings.get("taps", ()))
+    draft = FeatureDraft(target, vocab_ids, torch.float32, taps)
     draft.init_from_target(target)
     params = [p for p in draft.parameters()]
     for p in params:
         p.requires_grad_(True)
-    optimizer = torch.optim.AdamW(params, lr=settings["lr"], betas=(0.9, 0.95), weight_decay=0.0)
+    # Taps start at zero weight on a draft that may already be trained: Adam moves a weight about lr per
+    # step whatever its gradient's size, so at the base rate they took 100 steps to reach a twentieth of
+    # fc's scale. Their own, higher rate (taps_lr_scale x lr) lets them catch up.
+    tap_params = [p for name, p in draft.named_parameters() if "tap" in name]
+    base_params = [p for name, p in draft.named_parameters() if "tap" not in name]
+    groups = [{"params": base_params, "scale": 1.0}]
+    if tap_params:
+        groups.append({"params": tap_params, "scale": float(settings.get("taps_lr_scale", 1.0))})
+    optimizer = torch.optim.AdamW(groups, lr=settings["lr"], betas=(0.9, 0.95), weight_decay=0.0)
     metrics: dict = {"loss": [], "agreement": [], "tokens_seen": 0}
     start = 0
     # A warm start keeps counting from the shipped draft's steps (what a reader wants to know of a checkpoint);
@@ -307,6 +330,9 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     state_path = work_dir / "feature_state.pt"
     if resume and state_path.exists():
         state = torch.load(state_path, map_location=device, weights_only=False)
+        if tuple(state["settings"].get("taps", ())) != taps:
+            raise InvalidInput(f"--resume: the run in {work_dir} taps layers {state['settings'].get('taps', [])}, "
+                               f"not {list(taps)}")
         draft.load_state_dict(state["draft"], strict=False)
         optimizer.load_state_dict(state["optimizer"])
         start, metrics = state["step"], state["metrics"]
@@ -322,12 +348,13 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
             raise InvalidInput(f"no feature shards in {work_dir / 'features'}")
         stream = ShardStream(shards, settings["batch"], settings["seed"])
         log(f"training on {len(shards)} shards ({len(shards) * stream.rows_per_shard} rows of {settings['seq_len']})")
-    heldout = heldout_features(target, work_dir)
+    heldout = heldout_features(target, work_dir, taps=taps)
     head = draft.head.float()
     unroll, weights = settings["unroll"], settings["unroll_weights"]
     noise = settings["noise"]
     # Feature scale for the input noise: the RMS of stored features.
-    sample = stream.batch_at(0)[1].float()
+    H = draft.hidden
+    sample = stream.batch_at(0)[1][..., :H].float()
     feat_rms = float(sample.pow(2).mean().sqrt())
 
     checkpoint_seconds = 0.0   # the last checkpoint's duration, for fitting the run to a deadline
@@ -363,13 +390,14 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
             break
         draft.train()
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, steps, settings["lr"], settings["warmup"])
+            group["lr"] = group["scale"] * lr_at(step, steps, settings["lr"], settings["warmup"])
         ids, feats = stream.batch_at(step)
         ids, feats = ids.to(device), feats.to(device).float()
         f_in = feats[:, :-1]
-        if noise > 0:
-            f_in = f_in + (torch.rand_like(f_in) - 0.5) * (2 * noise * feat_rms)
-        f_tgt = feats[:, 1:]
+        if noise > 0:   # on the final-normed part: a tree's deeper levels read predicted ones
+            noisy = f_in[..., :H] + (torch.rand_like(f_in[..., :H]) - 0.5) * (2 * noise * feat_rms)
+            f_in = torch.cat([noisy, f_in[..., H:]], dim=-1)
+        f_tgt = feats[:, 1:, :H]
         with torch.no_grad():
             t_logp = F.log_softmax(F.linear(f_tgt, head), -1)
             t_p = t_logp.exp()

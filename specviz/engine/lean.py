@@ -178,7 +178,8 @@ class LeanLlama:
         return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
     def forward(self, input_ids: torch.Tensor, start: int, positions: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1, hidden: bool = False):
+                mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1, hidden: bool = False,
+                taps: tuple[int, ...] = ()):
         """Logits (rows, vocab) after writing `input_ids`' K/V into slots start, start+1, ...
 
         positions: each token's position (default: its slot); mask: additive
@@ -187,6 +188,8 @@ class LeanLlama:
         hidden: also return the final-normed hidden states of ALL n new tokens
         (n, hidden), the features a feature-conditioned draft reads; the norm is
         computed once for every row either way, so asking costs nothing extra.
+        taps: with `hidden`, layers whose outputs join each row after the normed
+        state (n, hidden x (1 + len(taps))), for a draft that taps them.
         """
         n = input_ids.shape[1]
         end = start + n
@@ -202,19 +205,22 @@ class LeanLlama:
                 ~allowed, torch.finfo(self.dtype).min)
         causal = mask is None and n > 1   # a prefill from slot 0: plainly causal
         x = F.embedding(input_ids, self.embed)
+        tapped = [] if hidden and taps else None
         with attention_kernels(self.device, self.attention_backends):
-            x = self._layers(x, start, end, cos, sin, mask, causal)
+            x = self._layers(x, start, end, cos, sin, mask, causal, tapped, taps)
         if hidden:
             normed = self._rms_norm(x[0], self.final_norm)
             picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
-            return F.linear(picked, self.lm_head), normed
+            return F.linear(picked, self.lm_head), torch.cat([normed] + tapped, -1) if tapped else normed
         x = x[0, -rows:] if isinstance(rows, int) else x[0].index_select(0, rows)
         # A 2-D input keeps F.linear on a plain matmul (see VocabSubsetHead.forward).
         return F.linear(self._rms_norm(x, self.final_norm), self.lm_head)
 
     __call__ = forward
 
-    def _layers(self, x: torch.Tensor, start: int, end: int, cos, sin, mask, causal: bool) -> torch.Tensor:
+    def _layers(self, x: torch.Tensor, start: int, end: int, cos, sin, mask, causal: bool,
+                tapped: list | None = None, taps: tuple[int, ...] = ()) -> torch.Tensor:
+        """The decoder layers; with `tapped`, the outputs of layers `taps` (n, hidden) are appended to it."""
         n = end - start
         qkv_split, inter = (self.q_rows, self.kv_rows, self.kv_rows), self.inter
         for i, (w_in, w_qkv, wo, w_post, w_gate_up, w_down) in enumerate(self.layers):
@@ -234,6 +240,8 @@ class LeanLlama:
             h = self._rms_norm(x, w_post)
             gate, up = F.linear(h, w_gate_up).split(inter, dim=-1)
             x = x + F.linear(F.silu(gate) * up, w_down)
+            if tapped is not None and i in taps:
+                tapped.append(x[0])
         return x
 
     def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
@@ -265,19 +273,24 @@ class ModelForward:
         self.cache = new_cache(model)
 
     def forward(self, input_ids: torch.Tensor, start: int, positions: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1, hidden: bool = False):
+                mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1, hidden: bool = False,
+                taps: tuple[int, ...] = ()):
         if cache_length(self.cache) > start:
             crop(self.cache, start)
         with attention_kernels(input_ids.device):
-            return self._forward(input_ids, positions, mask, rows, hidden)
+            return self._forward(input_ids, positions, mask, rows, hidden, taps)
 
-    def _forward(self, input_ids, positions, mask, rows, hidden):
+    def _forward(self, input_ids, positions, mask, rows, hidden, taps=()):
         if hidden:   # the final-normed hidden states of every new token, and the logits of `rows`
-            normed = self.model.model(input_ids=input_ids, attention_mask=mask,
-                                      position_ids=None if positions is None else positions.unsqueeze(0),
-                                      past_key_values=self.cache, use_cache=True).last_hidden_state[0]
+            from ..draft.feature import tapped_features
+
+            out = self.model.model(input_ids=input_ids, attention_mask=mask,
+                                   position_ids=None if positions is None else positions.unsqueeze(0),
+                                   past_key_values=self.cache, use_cache=True, output_hidden_states=bool(taps))
+            normed = out.last_hidden_state[0]
             picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
-            return self.model.lm_head(picked), normed
+            return self.model.lm_head(picked), tapped_features(normed, [h[0] for h in out.hidden_states or ()],
+                                                               taps)
         return self.model(input_ids=input_ids, attention_mask=mask,
                           position_ids=None if positions is None else positions.unsqueeze(0),
                           past_key_values=self.cache, use_cache=True, logits_to_keep=rows).logits[0]

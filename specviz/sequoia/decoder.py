@@ -65,11 +65,13 @@ def _draft_vocab(draft, prompt_ids: list[int], device) -> torch.Tensor | None:
     return torch.unique(torch.cat([ids.to(device), prompt]))
 
 
-def feature_input_label(depth: int) -> str:
+def feature_input_label(depth: int, taps: tuple[int, ...] = ()) -> str:
     """What a feature draft read when it proposed a node at `depth` (for the app's hover)."""
     if depth <= 0:
         return ""
     if depth == 1:
+        if taps:
+            return f"target's hidden states at the root (last layer, and layers {', '.join(map(str, taps))})"
         return "target's hidden state at the root"
     return f"draft's predicted hidden state ({depth - 1} step{'s' if depth > 2 else ''} from the target's)"
 
@@ -106,6 +108,7 @@ class SequoiaDecoder(Decoder):
         # A feature draft (EAGLE style) reads the target's hidden states: every target forward returns
         # them, and the draft's cache holds pairs (f_j, x_{j+1}) at slot j built from true features only.
         self.feature = bool(getattr(pair.draft, "is_feature_draft", False))
+        self.taps = pair.draft.taps if self.feature else ()   # target layers that join the true features
         if self.feature:
             self.draft_fwd = FeatureDraftForward(pair.draft, max_len, vocab_ids)
             self.pending_feats: torch.Tensor | None = None   # true features of the pairs not yet fed
@@ -157,7 +160,8 @@ class SequoiaDecoder(Decoder):
         timer.start(PHASE_TARGET)
         root_slot = committed - 1
         out = self.target_fwd(tokens.unsqueeze(0), root_slot, positions=tt.depth_offsets + root_slot,
-                              mask=tt.target_mask(root_slot), rows=tt.shape.size, hidden=self.feature)
+                              mask=tt.target_mask(root_slot), rows=tt.shape.size, hidden=self.feature,
+                              taps=self.taps)
         hidden = None
         if self.feature:
             out, hidden = out
@@ -189,7 +193,7 @@ class SequoiaDecoder(Decoder):
         timer = PhaseTimer(self.device)
         timer.start(PHASE_TARGET)
         ids = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
-        out = self.target_fwd(ids, 0, hidden=self.feature)
+        out = self.target_fwd(ids, 0, hidden=self.feature, taps=self.taps)
         logits = (out[0] if self.feature else out)[:, :self.vocab]
         token = int(next_token(logits, self.sampling, self.generator))
         timer.start(PHASE_DRAFT)
@@ -465,7 +469,7 @@ class SequoiaDecoder(Decoder):
         nodes = [TreeNode(id=i, parent=shape.parents[i], depth=shape.depths[i], token_id=tokens[i],
                           text=self._text(tokens[i]), draft_prob=1.0 if i == 0 else round(draft_p[i], 6),
                           target_prob=1.0 if i == 0 else round(target_p[i], 6), status=status[i],
-                          draft_input=feature_input_label(shape.depths[i]) if self.feature else "")
+                          draft_input=feature_input_label(shape.depths[i], self.taps) if self.feature else "")
                  for i in range(n)]
         bonus = walk.bonus_token
         return TreePayload(nodes=nodes, accepted_path=list(walk.accepted), bonus_token_id=bonus,
