@@ -88,6 +88,11 @@ def test_sequoia_caption_says_when_the_draft_read_the_targets_hidden_states():
     for node in trace.runs["sequoia"].steps[1].payload.nodes[1:]:
         node.draft_input = "target's hidden state at the root"
     assert "level 1 came from the target's state at the root" in plain(narrate.caption_html(trace, 3))
+    for node in trace.runs["sequoia"].steps[1].payload.nodes[1:]:   # a draft that taps earlier layers
+        if node.depth == 1:
+            node.draft_input = "target's hidden states at the root (last layer, and layers 4, 14, 24)"
+    text = plain(narrate.caption_html(trace, 3))
+    assert "level 1 came from the target's states at the root (its last layer's, and earlier layers'" in text
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])

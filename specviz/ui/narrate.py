@@ -166,9 +166,12 @@ def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0,
                    f"so where the draft is sure the tree grows deep, and where it hesitates it stays short and "
                    f"wide.")
     if any(n.draft_input for n in p.nodes):
-        out.append("This draft reads the target's own hidden state: level 1 came from the target's state at the "
-                   "root, deeper levels from the draft's predictions of it (hover a node), which is why they "
-                   "drift.")
+        # A draft with taps also read earlier layers at the root (`sequoia.decoder.feature_input_label`).
+        tapped = any("layers" in n.draft_input for n in p.nodes if n.depth == 1)
+        root = ("the target's states at the root (its last layer's, and earlier layers' that still hold what the "
+                "token after next needs)" if tapped else "the target's state at the root")
+        out.append(f"This draft reads the target's own hidden state: level 1 came from {root}, deeper levels "
+                   f"from the draft's predictions of the last layer's (hover a node), which is why they drift.")
     walk = sequoia_walk(p)
     path = walk["path"]
     out.append(f"One target forward checked all {len(p.nodes)} at once (tree attention).")
