@@ -205,11 +205,6 @@ class FeatureDraft(torch.nn.Module):
         angles = torch.cat((freqs, freqs), dim=-1)
         return ((angles.cos() * self.attention_scaling).to(dtype), (angles.sin() * self.attention_scaling).to(dtype))
 
-    @property
-    def feature_width(self) -> int:
-        """Width of a true feature row: the final-normed state and every tapped layer's."""
-        return self.hidden * (1 + len(self.taps))
-
     def fuse(self, token_ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         H = self.hidden
         emb = F.embedding(token_ids, self.embed_weight).to(features.dtype)

@@ -92,7 +92,8 @@ def precompute(target, tokenizer, work_dir: Path, settings: dict) -> list[Path]:
         if path.exists():
             continue
         ids = torch.cat([data.batch_at(k) for k in range(s * SHARD_BATCHES, (s + 1) * SHARD_BATCHES)])
-        feats = torch.cat([target_features(target, ids[i:i + 8], tuple(settings.get("taps", ()))).to(torch.float16).cpu()
+        taps = tuple(settings.get("taps", ()))
+        feats = torch.cat([target_features(target, ids[i:i + 8], taps).to(torch.float16).cpu()
                            for i in range(0, len(ids), 8)])
         tmp = path.with_suffix(".tmp")
         torch.save({"ids": ids.to(torch.int32), "feats": feats}, tmp)
@@ -390,7 +391,8 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
             break
         draft.train()
         for group in optimizer.param_groups:
-            group["lr"] = group["scale"] * lr_at(step, steps, settings["lr"], settings["warmup"])
+            # .get: a run resumed from before the taps saved one group without a scale
+            group["lr"] = group.get("scale", 1.0) * lr_at(step, steps, settings["lr"], settings["warmup"])
         ids, feats = stream.batch_at(step)
         ids, feats = ids.to(device), feats.to(device).float()
         f_in = feats[:, :-1]
