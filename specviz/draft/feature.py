@@ -256,14 +256,6 @@ class FeatureDraft(torch.nn.Module):
         return self.finish(x, q, k, v, None, causal=True)
 
 
-def tapped_features(normed: torch.Tensor, hidden_states, taps: tuple[int, ...]) -> torch.Tensor:
-    """Feature rows [final-normed | layer t's output for t in taps]; transformers' `hidden_states[t + 1]`
-    is layer t's output (its last entry is the final-normed state, never a tap)."""
-    if not taps:
-        return normed
-    return torch.cat([normed] + [hidden_states[t + 1].to(normed.dtype) for t in taps], dim=-1)
-
-
 # ---------------------------------------------------------------------------
 # Saving and loading
 # ---------------------------------------------------------------------------

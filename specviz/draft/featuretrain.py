@@ -35,10 +35,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..engine.lean import attention_kernels
+from ..engine.lean import attention_kernels, tapped_features
 from ..errors import InvalidInput
 from .data import DistillData, log, read_jsonl, write_json
-from .feature import FeatureDraft, save_feature_draft, tapped_features
+from .feature import FeatureDraft, save_feature_draft
 from .vocab import VOCAB_FILE, load_vocab
 
 SHARD_BATCHES = 10

@@ -127,6 +127,14 @@ def _adjacent_rows(weights: list[torch.Tensor]) -> bool:
     return True
 
 
+def tapped_features(normed: torch.Tensor, hidden_states, taps: tuple[int, ...]) -> torch.Tensor:
+    """Feature rows [final-normed | layer t's output for t in taps]; transformers' `hidden_states[t + 1]`
+    is layer t's output (its last entry is the final-normed state, never a tap)."""
+    if not taps:
+        return normed
+    return torch.cat([normed] + [hidden_states[t + 1].to(normed.dtype) for t in taps], dim=-1)
+
+
 class LeanLlama:
     """Batch-1 Llama forward over `model`'s weights with a preallocated cache of `max_len` slots."""
 
@@ -282,8 +290,6 @@ class ModelForward:
 
     def _forward(self, input_ids, positions, mask, rows, hidden, taps=()):
         if hidden:   # the final-normed hidden states of every new token, and the logits of `rows`
-            from ..draft.feature import tapped_features
-
             out = self.model.model(input_ids=input_ids, attention_mask=mask,
                                    position_ids=None if positions is None else positions.unsqueeze(0),
                                    past_key_values=self.cache, use_cache=True, output_hidden_states=bool(taps))
