@@ -8,6 +8,7 @@ many runs produced identical tokens.
 
     .venv/bin/python scripts/ab_revisions.py --old HEAD            # uncommitted work against HEAD
     .venv/bin/python scripts/ab_revisions.py --old 85fbfa8 --prompts 4
+    .venv/bin/python scripts/ab_revisions.py --old HEAD~1 --old-assets   # a new draft against the one before
 """
 
 from __future__ import annotations
@@ -64,11 +65,14 @@ def worker(code_dir: str, threads: int, tokens: int, draft: str | None) -> None:
         print(json.dumps({"tps": n / dt, "tok_per_step": n / len(trace.steps), "ids": trace.token_ids}), flush=True)
 
 
-def export(rev: str, into: Path) -> Path:
-    """The package as it was at `rev` (assets are data: the working tree's are linked in)."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "specviz"], check=True, capture_output=True)
+def export(rev: str, into: Path, with_assets: bool = False) -> Path:
+    """The package as it was at `rev`. Assets are data, so by default the working tree's are linked in and
+    only the code differs; `with_assets` takes `rev`'s too (its drafts and acceptance vectors), to compare drafts."""
+    paths = ["specviz", "assets"] if with_assets else ["specviz"]
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, *paths], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    (into / "assets").symlink_to(ROOT / "assets")
+    if not with_assets:
+        (into / "assets").symlink_to(ROOT / "assets")
     return into
 
 
@@ -97,6 +101,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated: " + ", ".join(CONFIGS))
     p.add_argument("--draft", default=None, help="the offline default's draft: feature (default) or independent")
+    p.add_argument("--old-assets", action="store_true",
+                   help="the old revision runs with its own assets (drafts, acceptance vectors), not the working tree's")
     p.add_argument("--serve", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
@@ -104,7 +110,7 @@ def main() -> int:
         return 0
     configs = {name: CONFIGS[name] for name in args.configs.split(",")}
     with tempfile.TemporaryDirectory() as tmp:
-        procs = {"old": start(export(args.old, Path(tmp)), args), "new": start(ROOT, args)}
+        procs = {"old": start(export(args.old, Path(tmp), args.old_assets), args), "new": start(ROOT, args)}
         tps, steps, same = collections.defaultdict(list), collections.defaultdict(list), collections.Counter()
         for i in range(args.prompts):
             for name, (method, temperature, opts) in configs.items():
@@ -117,7 +123,8 @@ def main() -> int:
         for proc in procs.values():
             proc.stdin.close()
             proc.wait()
-    print(f"old = {args.old}, new = working tree; {args.prompts} prompts, {args.tokens} tokens, bf16, "
+    old = args.old + (" with its own assets" if args.old_assets else "")
+    print(f"old = {old}, new = working tree; {args.prompts} prompts, {args.tokens} tokens, bf16, "
           f"{args.threads} threads")
     print("| run | old tok/s | new tok/s | new / old (paired) | tokens per step old / new | identical tokens |")
     print("|---|---|---|---|---|---|")
