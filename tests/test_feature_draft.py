@@ -215,6 +215,9 @@ def test_a_draft_given_taps_starts_where_it_was_and_saves_them(untrained_pair, t
     (tmp_path / "feature.json").write_text(json.dumps({**meta, "taps": [4, 29]}))
     with pytest.raises(ModelLoadError, match="taps layers"):
         load_feature_draft(target, tmp_path)
+    (tmp_path / "feature.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "taps"}))
+    with pytest.raises(ModelLoadError, match="does not read"):   # its taps' weights would be dropped
+        load_feature_draft(target, tmp_path)
     with pytest.raises(ValueError, match="taps must be"):
         FeatureDraft(target, plain.vocab_ids, torch.float32, (30,))
 

@@ -307,6 +307,12 @@ def load_feature_draft(target_model, dir_: str | Path, dtype: torch.dtype | None
     missing = set(draft.own_state()) - set(weights)
     if missing:
         raise ModelLoadError(f"feature draft in {dir_} lacks {sorted(missing)[:3]}")
+    # Weights this draft would not read (taps its feature.json does not name, or parts of a newer
+    # format) mean a different draft than the one trained: refuse rather than silently drop them.
+    unread = set(weights) - set(draft.own_state())
+    if unread:
+        raise ModelLoadError(f"feature draft in {dir_} holds weights this draft does not read "
+                             f"({sorted(unread)[:3]}): its feature.json does not describe them")
     draft.load_state_dict({k: v.to(draft.fc.weight.dtype) for k, v in weights.items()}, strict=False)
     draft.eval()
     draft.requires_grad_(False)
