@@ -73,6 +73,23 @@ def tapped_pair(feature_pair):
 
 
 @pytest.fixture(scope="module")
+def two_layer_pair(feature_pair):
+    """The shipped draft's weights with a second decoder layer whose outputs are random, not zero: every
+    level runs both layers, and proposals change."""
+    shipped = feature_pair.draft
+    draft = FeatureDraft(feature_pair.target, shipped.vocab_ids, torch.float32, shipped.taps, layers=2)
+    draft.init_from_target(feature_pair.target)
+    draft.load_state_dict(shipped.own_state(), strict=False)
+    torch.manual_seed(6)
+    with torch.no_grad():
+        draft.more_layers[0].o_proj.weight.normal_(0, 0.01)
+        draft.more_layers[0].down_proj.weight.normal_(0, 0.01)
+    draft.eval().requires_grad_(False)
+    return ModelPair(feature_pair.target, draft, feature_pair.tokenizer, feature_pair.target_name, "two layers",
+                     feature_pair.device, feature_pair.dtype)
+
+
+@pytest.fixture(scope="module")
 def ar_tokens(feature_pair):
     return {p: make_decoder("ar", feature_pair, p, max_new_tokens=MAX_NEW).run().token_ids for p in PROMPTS}
 
@@ -159,6 +176,52 @@ def test_greedy_with_a_tapped_feature_draft_equals_autoregressive(tapped_pair, a
     assert accepted > 0
 
 
+@pytest.mark.parametrize("tree", ["dp16", "adaptive"])
+def test_greedy_with_a_two_layer_feature_draft_equals_autoregressive(two_layer_pair, ar_tokens, tree):
+    accepted = 0
+    for prompt in PROMPTS[:2]:
+        trace = make_decoder("sequoia", two_layer_pair, prompt, max_new_tokens=MAX_NEW, **TREES[tree]).run()
+        assert trace.token_ids == ar_tokens[prompt], (tree, prompt)
+        accepted += sum(len(step.payload.accepted_path) for step in trace.steps[1:])
+    assert accepted > 0
+    assert two_layer_pair.draft.decoding_kind.endswith("-2layers")   # the profiler times it apart from one layer
+
+
+@torch.inference_mode()
+def test_an_added_layer_starts_as_the_identity_and_is_saved(feature_pair, tmp_path):
+    """A warm start that adds layers begins at the draft it was (their outputs are zero); a saved draft
+    records its layer count, a loader refuses weights of layers its feature.json does not name, and a
+    trained layer changes what the draft predicts."""
+    import json
+
+    from specviz.errors import ModelLoadError
+
+    shipped, target = feature_pair.draft, feature_pair.target
+    grown = FeatureDraft(target, shipped.vocab_ids, torch.float32, shipped.taps, layers=3)
+    grown.init_from_target(target)
+    grown.load_state_dict(shipped.own_state(), strict=False)
+    ids = torch.tensor([feature_pair.tokenizer.encode("A second layer adds nothing until it is trained.")])
+    rows = target_features(target, ids, shipped.taps)
+    torch.testing.assert_close(grown(ids, rows), shipped(ids, rows))
+    with torch.no_grad():
+        grown.more_layers[1].down_proj.weight.normal_(0, 0.01)
+    assert not torch.allclose(grown(ids, rows), shipped(ids, rows))
+
+    save_feature_draft(grown, tmp_path, "default")
+    (tmp_path / "vocab.json").write_text(json.dumps({"vocab_ids": shipped.vocab_ids.tolist()}))
+    meta = json.loads((tmp_path / "feature.json").read_text())
+    assert meta["layers"] == 3
+    again = load_feature_draft(target, tmp_path, torch.float32)
+    assert again.n_layers == 3
+    torch.testing.assert_close(again(ids, rows), grown(ids, rows), rtol=0.05, atol=0.05)   # saved in bf16
+    (tmp_path / "feature.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "layers"}))
+    with pytest.raises(ModelLoadError, match="does not read"):
+        load_feature_draft(target, tmp_path)
+    (tmp_path / "feature.json").write_text(json.dumps({**meta, "layers": 0}))
+    with pytest.raises(ModelLoadError, match="layers = 0"):
+        load_feature_draft(target, tmp_path)
+
+
 @torch.inference_mode()
 def test_tapped_layers_are_the_layers_outputs_in_every_forward(feature_pair):
     """The lean forward, transformers' forward and training all hand the draft the same rows
@@ -231,12 +294,15 @@ def test_max_new_tokens_and_short_prompts(feature_pair):
         assert trace.token_ids == ar.token_ids[:max_new]
 
 
+@pytest.mark.parametrize("pair", ["feature_pair", "two_layer_pair"])
 @torch.inference_mode()
-def test_decoding_forward_matches_the_unrolled_training_forward(feature_pair):
-    """What the decoder computes for a tree chain is what training unrolled: slot by slot, depth by depth."""
-    draft, target = feature_pair.draft, feature_pair.target
-    ids = torch.tensor([feature_pair.tokenizer.encode("def reverse(s):\n    return s[::-1]\n\nprint(reverse")])
-    feats = target.model(input_ids=ids).last_hidden_state[0]
+def test_decoding_forward_matches_the_unrolled_training_forward(pair, request):
+    """What the decoder computes for a tree chain is what training unrolled: slot by slot, depth by depth
+    (with every layer's cache, for a draft of two)."""
+    pair = request.getfixturevalue(pair)
+    draft, target = pair.draft, pair.target
+    ids = torch.tensor([pair.tokenizer.encode("def reverse(s):\n    return s[::-1]\n\nprint(reverse")])
+    feats = target_features(target, ids, draft.taps)[0]
     L = ids.shape[1]
     outs = unrolled(draft, ids[:, 1:], feats[None, :-1], 3)
     full = draft(ids[:, 1:], feats[None, :-1])[0]
@@ -255,10 +321,12 @@ def test_decoding_forward_matches_the_unrolled_training_forward(feature_pair):
         parent = out[0]
 
 
+@pytest.mark.parametrize("pair", ["feature_pair", "two_layer_pair"])
 @torch.inference_mode()
-def test_int8_decoding_levels_track_the_trained_draft(feature_pair):
-    """On a CPU the decoding forward runs its linears in weight-only int8: the features it predicts stay
-    within quantisation error of the trained weights', and so do its proposals."""
+def test_int8_decoding_levels_track_the_trained_draft(pair, request):
+    """On a CPU the decoding forward runs its linears in weight-only int8 (every layer's): the features it
+    predicts stay within quantisation error of the trained weights', and so do its proposals."""
+    feature_pair = request.getfixturevalue(pair)
     draft, target = feature_pair.draft, feature_pair.target
     lin = torch.nn.Linear(64, 40, bias=True)
     x = torch.randn(3, 5, 64)
@@ -267,7 +335,7 @@ def test_int8_decoding_levels_track_the_trained_draft(feature_pair):
     assert (q(x) - lin(x)).abs().max() < 0.02 * lin(x).abs().max()
     ids = torch.tensor([feature_pair.tokenizer.encode("The three primary colours are red, yellow and blue. "
                                                       "When you mix red and yellow you get")])
-    feats = target.model(input_ids=ids).last_hidden_state[0]
+    feats = target_features(target, ids, draft.taps)[0]
     n = ids.shape[1] - 1
     exact = FeatureDraftForward(draft, n, int8=False)
     fast = FeatureDraftForward(draft, n, int8=True)
@@ -278,7 +346,7 @@ def test_int8_decoding_levels_track_the_trained_draft(feature_pair):
     assert cos.min() > 0.99, cos.min()
     top1 = (fast.logits(got).argmax(-1) == exact.logits(want).argmax(-1)).float().mean()
     assert top1 >= 0.9, top1
-    assert draft.decoding_kind == "feature"   # fp32 stays dense: the int8 kernel is slow with fp32 inputs
+    assert draft.decoding_kind.startswith("feature") and "int8" not in draft.decoding_kind   # fp32 stays dense: the int8 kernel is slow with fp32 inputs
 
 
 def test_int8_weights_are_quantised_once_until_the_draft_changes(untrained_pair):
@@ -533,14 +601,16 @@ def test_a_warm_start_continues_a_shipped_draft_and_keeps_counting(feature_pair,
     (["--taps", "2,mid"], "comma-separated layer numbers"),
     (["--taps", "29"], "layers 0..28"),
     (["--taps", "2", "--init-from", "TAPPED"], "was trained with taps [4, 14]"),
+    (["--feature-layers", "0"], "between 1 and 8"),
+    (["--feature-layers", "1", "--init-from", "TAPPED"], "has 2 layers; a warm start may add layers, not drop"),
 ])
 def test_distill_warm_start_mistakes_are_one_line_errors(args, message, tmp_path):
     import subprocess
     import sys
 
-    tapped = tmp_path / "tapped"   # a draft directory trained with taps 4 and 14
+    tapped = tmp_path / "tapped"   # a draft directory of two layers trained with taps 4 and 14
     tapped.mkdir()
-    (tapped / "feature.json").write_text('{"kind": "specviz-feature-draft", "taps": [4, 14]}')
+    (tapped / "feature.json").write_text('{"kind": "specviz-feature-draft", "taps": [4, 14], "layers": 2}')
     (tapped / "feature.safetensors").write_bytes(b"")
     args = [str(tapped) if a == "TAPPED" else a for a in args]
     result = subprocess.run([sys.executable, "-m", "specviz", "distill", "--kind", "feature", "--out",

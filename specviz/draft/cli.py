@@ -96,6 +96,7 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float
     # Taps that start at zero weight need a higher rate to catch up; trained ones continue at the base rate.
     taps_lr_scale = args.taps_lr_scale if args.taps_lr_scale is not None else (
         10.0 if taps and taps != shipped_taps else 1.0)
+    layers, shipped_layers = _feature_layers(args)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     key = "default" if is_default(args.target) else Path(args.target).name
@@ -110,7 +111,9 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float
                 "online_features": args.online_features, "minutes": args.minutes,
                 "unroll": args.unroll, "unroll_weights": [1.0, 0.8, 0.64, 0.5][:args.unroll],
                 "noise": args.noise, "ce_weight": args.ce_weight, "taps": list(taps),
-                "taps_lr_scale": taps_lr_scale,
+                "taps_lr_scale": taps_lr_scale, "layers": layers,
+                "new_layers_lr_scale": (args.new_layers_lr_scale if args.new_layers_lr_scale is not None else
+                                        (3.0 if layers > shipped_layers else 1.0)),
                 "vocab_from": str(args.vocab_from or OFFLINE_DRAFT_DIR),
                 "loss": "per unrolled step: SmoothL1(f_hat, f) + ce_weight x soft CE vs softmax(head(f)) over the "
                         "head's vocabulary subset; uniform input-feature noise (+-noise x feature RMS)",
@@ -130,6 +133,21 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float
                   deadline=started + 60 * args.minutes if args.minutes > 0 else None,
                   init_from=Path(args.init_from) if args.init_from else None)
     return 0
+
+
+def _feature_layers(args: argparse.Namespace) -> tuple[int, int]:
+    """(--feature-layers checked, --init-from's layer count). A warm start keeps its draft's layers and may
+    add some (they start as the identity), never drop any."""
+    shipped = 1
+    if args.init_from:
+        shipped = json.loads((Path(args.init_from) / "feature.json").read_text()).get("layers", 1)
+    layers = shipped if args.feature_layers is None else args.feature_layers
+    if not 1 <= layers <= 8:
+        raise InvalidInput(f"--feature-layers {layers}: between 1 and 8 (each one costs a draft level a layer)")
+    if layers < shipped:
+        raise InvalidInput(f"--feature-layers {layers}: {args.init_from} has {shipped} layers; a warm start may "
+                           f"add layers, not drop them")
+    return layers, shipped
 
 
 def _feature_taps(args: argparse.Namespace, n_layers: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -270,7 +288,7 @@ def register(subparsers) -> None:
     p.add_argument("--work", default=None, help="generated answers + resumable training state "
                                                 "(default: under the SpecViz cache)")
     p.add_argument("--kind", choices=("pruned", "feature"), default="pruned",
-                   help="pruned: a few target layers, KL-distilled; feature: one layer reading the target's "
+                   help="pruned: a few target layers, KL-distilled; feature: one layer (--feature-layers) reading the target's "
                         "hidden states (EAGLE style)")
     p.add_argument("--feature-batches", type=int, default=240,
                    help="--kind feature: batches whose target features are computed once and stored")
@@ -297,6 +315,12 @@ def register(subparsers) -> None:
     p.add_argument("--taps-lr-scale", type=float, default=None,
                    help="--kind feature: the taps' learning rate over --lr (default 10 for taps new to the draft, "
                         "which start at zero weight; 1 for taps it was trained with)")
+    p.add_argument("--feature-layers", type=int, default=None,
+                   help="--kind feature: decoder layers of the draft (default: --init-from's, else 1); layers added "
+                        "to a warm start begin as the identity (zeroed outputs)")
+    p.add_argument("--new-layers-lr-scale", type=float, default=None,
+                   help="--kind feature: the added layers' learning rate over --lr (default 3 when --feature-layers "
+                        "adds layers to --init-from's draft, else 1)")
     p.add_argument("--vocab-from", default=None, help="--kind feature: draft dir whose vocab.json the head uses")
     p.add_argument("--layers", default=DEFAULT_LAYERS, help="target layers the draft starts from, e.g. 0,10,20,29")
     p.add_argument("--steps", type=int, default=240)

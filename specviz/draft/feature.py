@@ -4,7 +4,7 @@ The draft reads the target's own features: at slot j it takes the pair
 (f_j, x_{j+1}), where f_j is the target's final-normed hidden state at position
 j and x_{j+1} the next token, fuses them (`fc`: Linear 2H -> H over
 cat(embed(x_{j+1}), f_j)), runs ONE decoder layer of the target's shape (its own
-K/V cache, rotary positions = slot), normalises (a trainable copy of the
+K/V cache, rotary positions = slot; `layers=N` stacks N, see `DraftLayer`), normalises (a trainable copy of the
 target's final RMSNorm) and predicts f_{j+1}; the target's frozen lm_head,
 restricted to a vocabulary subset, turns that prediction into logits for
 x_{j+2}. Embedding and head are the target's tensors, never copied to disk.
@@ -23,7 +23,8 @@ feature of the last verified position; a deeper node's pair uses its parent's
 `featuretrain.evaluate_depths`).
 
 On disk a feature-draft directory holds `feature.json` (what it is, for which
-target, training summary), `feature.safetensors` (fc + layer + norm, bf16) and
+target, its taps and layer count, training summary), `feature.safetensors` (fc +
+layers + norm, bf16) and
 `vocab.json` (the head's token ids, `specviz.draft.vocab`).
 """
 
@@ -99,6 +100,82 @@ class Int8Linear(torch.nn.Module):
         return out if self.bias is None else out + self.bias
 
 
+def _layer_qkv(layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """(B, n, H) -> q (B, heads, n, d), k, v (B, kv, n, d), rotated."""
+    B, n, _ = x.shape
+    h = rms_norm(x, layer.input_norm, layer.eps)
+    q = layer.q_proj(h).view(B, n, layer.n_heads, layer.head_dim).transpose(1, 2)
+    k = layer.k_proj(h).view(B, n, layer.n_kv, layer.head_dim).transpose(1, 2)
+    v = layer.v_proj(h).view(B, n, layer.n_kv, layer.head_dim).transpose(1, 2)
+    q = q * cos + _rotate_half(q) * sin
+    k = k * cos + _rotate_half(k) * sin
+    return q, k, v
+
+
+def _layer_block(layer, x: torch.Tensor, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                 mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
+    """Attention of q over keys/values, then o_proj and the MLP, both residual: the layer's output."""
+    B, _, n, _ = q.shape
+    with attention_kernels(q.device):   # no cuDNN plan per key length (see engine.lean)
+        attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal,
+                                              scale=layer.scale, enable_gqa=layer.n_heads != layer.n_kv)
+    x = x + layer.o_proj(attn.transpose(1, 2).reshape(B, n, -1))
+    h = rms_norm(x, layer.post_norm, layer.eps)
+    return x + layer.down_proj(F.silu(layer.gate_proj(h)) * layer.up_proj(h))
+
+
+class DraftLayer(torch.nn.Module):
+    """A Llama decoder layer of the target's shape: a draft's second and later layers.
+
+    The first layer's weights live on `FeatureDraft` itself under the same names (the
+    format of the drafts shipped before there could be more than one), and both run the
+    same two functions, so there is one copy of the layer's arithmetic.
+    """
+
+    def __init__(self, cfg, **kw):
+        super().__init__()
+        _layer_shape(self, cfg)
+        _layer_params(self, cfg, **kw)
+
+    qkv = _layer_qkv
+    block = _layer_block
+
+    def copy_from(self, src, zero_output: bool) -> None:
+        """Weights from a transformers decoder layer; `zero_output` zeroes o_proj and down_proj, so the
+        layer adds nothing yet and a draft warm-started with it predicts exactly as before."""
+        with torch.no_grad():
+            self.input_norm.copy_(src.input_layernorm.weight)
+            self.post_norm.copy_(src.post_attention_layernorm.weight)
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                getattr(self, name).weight.copy_(getattr(src.self_attn, name).weight)
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                getattr(self, name).weight.copy_(getattr(src.mlp, name).weight)
+            if zero_output:
+                self.o_proj.weight.zero_()
+                self.down_proj.weight.zero_()
+
+
+def _layer_shape(layer, cfg) -> None:
+    layer.hidden = cfg.hidden_size
+    layer.n_heads, layer.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    layer.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // layer.n_heads
+    layer.eps = cfg.rms_norm_eps
+    layer.scale = layer.head_dim ** -0.5
+
+
+def _layer_params(layer, cfg, **kw) -> None:
+    H, inter = cfg.hidden_size, cfg.intermediate_size
+    layer.input_norm = torch.nn.Parameter(torch.ones(H, **kw))
+    layer.q_proj = torch.nn.Linear(H, layer.n_heads * layer.head_dim, bias=False, **kw)
+    layer.k_proj = torch.nn.Linear(H, layer.n_kv * layer.head_dim, bias=False, **kw)
+    layer.v_proj = torch.nn.Linear(H, layer.n_kv * layer.head_dim, bias=False, **kw)
+    layer.o_proj = torch.nn.Linear(layer.n_heads * layer.head_dim, H, bias=False, **kw)
+    layer.post_norm = torch.nn.Parameter(torch.ones(H, **kw))
+    layer.gate_proj = torch.nn.Linear(H, inter, bias=False, **kw)
+    layer.up_proj = torch.nn.Linear(H, inter, bias=False, **kw)
+    layer.down_proj = torch.nn.Linear(inter, H, bias=False, **kw)
+
+
 class _HeadInfo:
     """Not a module: only says which rows the head keeps (for cache keys and reports)."""
 
@@ -107,25 +184,24 @@ class _HeadInfo:
 
 
 class FeatureDraft(torch.nn.Module):
-    """fc -> one Llama decoder layer -> RMSNorm -> the target's head over a vocabulary subset."""
+    """fc -> Llama decoder layer(s) -> RMSNorm -> the target's head over a vocabulary subset."""
 
     is_feature_draft = True
 
     def __init__(self, target, vocab_ids: torch.Tensor, dtype: torch.dtype | None = None,
-                 taps: tuple[int, ...] = ()):
+                 taps: tuple[int, ...] = (), layers: int = 1):
         super().__init__()
         cfg = target.config
         last = cfg.num_hidden_layers - 1
         if any(not 0 <= t < last for t in taps):
             raise ValueError(f"taps must be layers 0..{last - 1} of the target (its last layer is the feature)")
+        if layers < 1:
+            raise ValueError(f"a feature draft has at least one layer, not {layers}")
         self.taps = tuple(int(t) for t in taps)
+        self.n_layers = int(layers)
         self.config = cfg
-        H, inter = cfg.hidden_size, cfg.intermediate_size
-        self.hidden = H
-        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or H // self.n_heads
-        self.eps = cfg.rms_norm_eps
-        self.scale = self.head_dim ** -0.5
+        H = cfg.hidden_size
+        _layer_shape(self, cfg)
         dtype = dtype or target.dtype
         device = target.device
         kw = dict(device=device, dtype=dtype)
@@ -134,15 +210,9 @@ class FeatureDraft(torch.nn.Module):
             self.fc_taps = torch.nn.Linear(len(self.taps) * H, H, bias=False, **kw)
             torch.nn.init.zeros_(self.fc_taps.weight)
             self.tap_norm = torch.nn.Parameter(torch.ones(len(self.taps), H, **kw))
-        self.input_norm = torch.nn.Parameter(torch.ones(H, **kw))
-        self.q_proj = torch.nn.Linear(H, self.n_heads * self.head_dim, bias=False, **kw)
-        self.k_proj = torch.nn.Linear(H, self.n_kv * self.head_dim, bias=False, **kw)
-        self.v_proj = torch.nn.Linear(H, self.n_kv * self.head_dim, bias=False, **kw)
-        self.o_proj = torch.nn.Linear(self.n_heads * self.head_dim, H, bias=False, **kw)
-        self.post_norm = torch.nn.Parameter(torch.ones(H, **kw))
-        self.gate_proj = torch.nn.Linear(H, inter, bias=False, **kw)
-        self.up_proj = torch.nn.Linear(H, inter, bias=False, **kw)
-        self.down_proj = torch.nn.Linear(inter, H, bias=False, **kw)
+        _layer_params(self, cfg, **kw)
+        if layers > 1:   # not registered for one layer: the state dict stays the shipped format
+            self.more_layers = torch.nn.ModuleList(DraftLayer(cfg, **kw) for _ in range(layers - 1))
         self.norm = torch.nn.Parameter(torch.ones(H, **kw))
         # The target's tensors (shared, frozen, not parameters of this module).
         self._target = [target]   # a list: not registered as a submodule
@@ -172,7 +242,8 @@ class FeatureDraft(torch.nn.Module):
     @property
     def decoding_kind(self) -> str:
         """What the decoding forward runs (the profiler's cache key: int8 levels cost less than bf16 ones)."""
-        return "feature-int8" if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype) else "feature"
+        kind = "feature-int8" if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype) else "feature"
+        return kind if self.n_layers == 1 else f"{kind}-{self.n_layers}layers"
 
     @property
     def embed_weight(self) -> torch.Tensor:
@@ -181,15 +252,13 @@ class FeatureDraft(torch.nn.Module):
     # -- construction ---------------------------------------------------------------------------
 
     def init_from_target(self, target, layer_index: int = -1) -> None:
-        """Layer from the target's last layer, norm = the target's final norm, fc = [I | I] (embed + feature)."""
+        """Layer from the target's last layer, norm = the target's final norm, fc = [I | I] (embed + feature);
+        later layers from the same layer with their outputs zeroed (they start as the identity)."""
         src = target.model.layers[layer_index]
+        DraftLayer.copy_from(self, src, zero_output=False)
+        for layer in self.decoder_layers()[1:]:
+            layer.copy_from(src, zero_output=True)
         with torch.no_grad():
-            self.input_norm.copy_(src.input_layernorm.weight)
-            self.post_norm.copy_(src.post_attention_layernorm.weight)
-            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-                getattr(self, name).weight.copy_(getattr(src.self_attn, name).weight)
-            for name in ("gate_proj", "up_proj", "down_proj"):
-                getattr(self, name).weight.copy_(getattr(src.mlp, name).weight)
             self.norm.copy_(target.model.norm.weight)
             eye = torch.eye(self.hidden, device=self.fc.weight.device, dtype=self.fc.weight.dtype)
             self.fc.weight.copy_(torch.cat([eye, eye], dim=1))
@@ -198,7 +267,27 @@ class FeatureDraft(torch.nn.Module):
     def own_state(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.state_dict().items()}
 
-    # -- the layer ------------------------------------------------------------------------------
+    # -- the layers -----------------------------------------------------------------------------
+
+    qkv = _layer_qkv
+    block = _layer_block
+
+    def decoder_layers(self) -> list:
+        """The first layer (this module's own weights) and any after it."""
+        return [self, *getattr(self, "more_layers", ())]
+
+    def layers_then_norm(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv,
+                         mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
+        """The decoder layers over fused pairs x, then the final norm: the predicted features.
+
+        kv(i, k, v) keeps layer i's new keys and values wherever the caller caches them and
+        returns all the keys and values its queries attend to (under `mask`).
+        """
+        for i, layer in enumerate(self.decoder_layers()):
+            q, k, v = layer.qkv(x, cos, sin)
+            keys, values = kv(i, k, v)
+            x = layer.block(x, q, keys, values, mask, causal)
+        return rms_norm(x, self.norm, self.eps)
 
     def rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
@@ -213,29 +302,6 @@ class FeatureDraft(torch.nn.Module):
             taps = features[..., H:].unflatten(-1, (len(self.taps), H))
             x = x + self.fc_taps(rms_norm(taps, self.tap_norm, self.eps).flatten(-2))
         return x
-
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """(B, n, H) -> q (B, heads, n, d), k, v (B, kv, n, d), rotated."""
-        B, n, _ = x.shape
-        h = rms_norm(x, self.input_norm, self.eps)
-        q = self.q_proj(h).view(B, n, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(h).view(B, n, self.n_kv, self.head_dim).transpose(1, 2)
-        v = self.v_proj(h).view(B, n, self.n_kv, self.head_dim).transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
-        return q, k, v
-
-    def finish(self, x: torch.Tensor, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-               mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
-        """Attention of q over keys/values, then o_proj, MLP and the final norm: the predicted feature."""
-        B, _, n, _ = q.shape
-        with attention_kernels(q.device):   # no cuDNN plan per key length (see engine.lean)
-            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal,
-                                                  scale=self.scale, enable_gqa=self.n_heads != self.n_kv)
-        x = x + self.o_proj(attn.transpose(1, 2).reshape(B, n, -1))
-        h = rms_norm(x, self.post_norm, self.eps)
-        x = x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
-        return rms_norm(x, self.norm, self.eps)
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """Logits over the head's vocabulary subset (row r = token vocab_ids[r])."""
@@ -252,8 +318,7 @@ class FeatureDraft(torch.nn.Module):
         n = token_ids.shape[1]
         x = self.fuse(token_ids, features)
         cos, sin = self.rotary(torch.arange(n, device=x.device), x.dtype)
-        q, k, v = self.qkv(x, cos, sin)
-        return self.finish(x, q, k, v, None, causal=True)
+        return self.layers_then_norm(x, cos, sin, lambda i, k, v: (k, v), None, causal=True)
 
 
 # ---------------------------------------------------------------------------
@@ -278,7 +343,7 @@ def save_feature_draft(draft: FeatureDraft, out_dir: str | Path, target_name: st
     meta = {"kind": KIND, "target": target_name, "hidden_size": draft.hidden,
             "vocab_size": int(draft.config.vocab_size), "head_rows": int(draft.vocab_ids.numel()),
             "shared_from_target": ["model.embed_tokens.weight", "lm_head.weight", "rotary_emb"],
-            "taps": list(draft.taps),
+            "taps": list(draft.taps), "layers": draft.n_layers,
             "note": "assemble with specviz.draft.feature.load_feature_draft(target_model, dir)"}
     meta.update(extra or {})
     (out / FEATURE_META).write_text(json.dumps(meta, indent=2))
@@ -302,7 +367,10 @@ def load_feature_draft(target_model, dir_: str | Path, dtype: torch.dtype | None
     if any(not 0 <= t < cfg.num_hidden_layers - 1 for t in taps):
         raise ModelLoadError(f"the feature draft in {dir_} taps layers {list(taps)}; the target has "
                              f"{cfg.num_hidden_layers}")
-    draft = FeatureDraft(target_model, vocab_ids, dtype or target_model.dtype, taps)
+    layers = meta.get("layers", 1)
+    if not isinstance(layers, int) or layers < 1:
+        raise ModelLoadError(f"the feature draft in {dir_} has layers = {layers!r} in {FEATURE_META}")
+    draft = FeatureDraft(target_model, vocab_ids, dtype or target_model.dtype, taps, layers)
     weights = load_file(str(dir_ / FEATURE_WEIGHTS))
     missing = set(draft.own_state()) - set(weights)
     if missing:
@@ -320,7 +388,11 @@ def load_feature_draft(target_model, dir_: str | Path, dtype: torch.dtype | None
 
 
 def feature_draft_display_name(dir_: str | Path) -> str:
-    return "SpecViz feature draft (1 layer, reads the target's hidden states)"
+    try:
+        layers = int(json.loads((Path(dir_) / FEATURE_META).read_text()).get("layers", 1))
+    except (OSError, ValueError, TypeError):
+        layers = 1
+    return f"SpecViz feature draft ({layers} layer{'s' if layers > 1 else ''}, reads the target's hidden states)"
 
 
 # ---------------------------------------------------------------------------
@@ -328,13 +400,15 @@ def feature_draft_display_name(dir_: str | Path) -> str:
 # ---------------------------------------------------------------------------
 
 
-def int8_copy(draft: FeatureDraft) -> FeatureDraft:
+def int8_copy(draft: torch.nn.Module) -> torch.nn.Module:
     """The same draft with every linear in weight-only int8; norms, rotary and the target's tensors shared.
 
-    A shallow copy with its own module table: the trained module is left as it is.
+    A shallow copy with its own module table (its later layers copied the same way): the trained
+    module is left as it is.
     """
     clone = copy.copy(draft)
-    clone.__dict__["_modules"] = {name: Int8Linear(m.weight, m.bias) for name, m in draft._modules.items()}
+    clone.__dict__["_modules"] = {name: Int8Linear(m.weight, m.bias) if isinstance(m, torch.nn.Linear)
+                                  else int8_copy(m) for name, m in draft._modules.items()}
     return clone
 
 
@@ -364,8 +438,8 @@ class FeatureDraftForward:
             self.head = lambda x: F.linear(x, head)
         self.cos, self.sin = draft.rotary(torch.arange(max_len, device=dev), self.dtype)
         shape = (1, draft.n_kv, max_len, draft.head_dim)
-        self.keys = torch.empty(shape, dtype=self.dtype, device=dev)
-        self.values = torch.empty(shape, dtype=self.dtype, device=dev)
+        self.keys = [torch.empty(shape, dtype=self.dtype, device=dev) for _ in range(draft.n_layers)]
+        self.values = [torch.empty(shape, dtype=self.dtype, device=dev) for _ in range(draft.n_layers)]
 
     @torch.inference_mode()
     def forward(self, token_ids: torch.Tensor, features: torch.Tensor, start: int,
@@ -380,9 +454,6 @@ class FeatureDraftForward:
         else:
             cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
         x = d.fuse(token_ids.view(1, n), features.view(1, n, -1).to(self.dtype))
-        q, k, v = d.qkv(x, cos, sin)
-        self.keys[:, :, start:end] = k
-        self.values[:, :, start:end] = v
         causal = False
         if mask is None:
             if n > 1 and start > 0:
@@ -391,7 +462,12 @@ class FeatureDraftForward:
                     ~allowed, torch.finfo(self.dtype).min)
             else:
                 causal = n > 1
-        return d.finish(x, q, self.keys[:, :, :end], self.values[:, :, :end], mask, causal)[0]
+        return d.layers_then_norm(x, cos, sin, lambda i, k, v: self._cache(i, k, v, start, end), mask, causal)[0]
+
+    def _cache(self, i: int, k: torch.Tensor, v: torch.Tensor, start: int, end: int):
+        self.keys[i][:, :, start:end] = k
+        self.values[i][:, :, start:end] = v
+        return self.keys[i][:, :, :end], self.values[i][:, :, :end]
 
     __call__ = forward
 

@@ -149,22 +149,23 @@ def unrolled(draft: FeatureDraft, ids: torch.Tensor, feats_in: torch.Tensor, ste
     """Predicted features (B, n, H) of each unrolled step; slot j of step s is valid for j >= s."""
     B, n = ids.shape
     cos, sin = draft.rotary(torch.arange(n, device=ids.device), feats_in.dtype)
-    keys, values, outs = [], [], []
+    keys = [[] for _ in range(draft.n_layers)]     # per layer: K_0, K_1, ... of the steps so far
+    values = [[] for _ in range(draft.n_layers)]
+    outs = []
+
+    def kv(i, k, v):
+        keys[i].append(k)
+        values[i].append(v)
+        return torch.cat(keys[i], 2), torch.cat(values[i], 2)
+
     f_in = feats_in
     for s in range(steps):
         if s > 0:
             prev = outs[-1].detach() if detach else outs[-1]
             f_in = torch.cat([prev[:, :1], prev[:, :-1]], dim=1)   # slot j reads the prediction made at j-1
         x = draft.fuse(ids, f_in)
-        q, k, v = draft.qkv(x, cos, sin)
-        keys.append(k)
-        values.append(v)
-        if s == 0:
-            out = draft.finish(x, q, k, v, None, causal=True)
-        else:
-            mask = unroll_mask(n, s, ids.device)
-            out = draft.finish(x, q, torch.cat(keys, 2), torch.cat(values, 2), mask[None, None])
-        outs.append(out)
+        mask = None if s == 0 else unroll_mask(n, s, ids.device)[None, None]
+        outs.append(draft.layers_then_norm(x, cos, sin, kv, mask, causal=s == 0))
     return outs
 
 
@@ -283,6 +284,8 @@ def warm_start(draft: FeatureDraft, target, init_dir: Path, settings: dict, metr
         raise InvalidInput(f"--init-from {init_dir}: its head vocabulary differs from --vocab-from's")
     if shipped.taps and shipped.taps != draft.taps:   # its fc_taps would be dropped without a word
         raise InvalidInput(f"--init-from {init_dir}: trained with taps {list(shipped.taps)}, not {list(draft.taps)}")
+    if shipped.n_layers > draft.n_layers:   # its later layers would be dropped without a word
+        raise InvalidInput(f"--init-from {init_dir}: a draft of {shipped.n_layers} layers, more than {draft.n_layers}")
     draft.load_state_dict(shipped.own_state(), strict=False)
     before = json.loads((init_dir / "settings.json").read_text()) if (init_dir / "settings.json").exists() else {}
     done = json.loads((init_dir / "metrics.json").read_text()) if (init_dir / "metrics.json").exists() else {}
@@ -309,19 +312,24 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     if init_from is not None and "taps" not in settings:   # a warm start keeps its draft's taps
         settings["taps"] = json.loads((init_from / "feature.json").read_text()).get("taps", [])
     taps = tuple(settings.get("taps", ()))
-    draft = FeatureDraft(target, vocab_ids, torch.float32, taps)
-    draft.init_from_target(target)
+    draft = FeatureDraft(target, vocab_ids, torch.float32, taps, int(settings.get("layers", 1)))
+    draft.init_from_target(target)   # layers a warm start adds keep this: the identity, until trained
     params = [p for p in draft.parameters()]
     for p in params:
         p.requires_grad_(True)
     # Taps start at zero weight on a draft that may already be trained: Adam moves a weight about lr per
     # step whatever its gradient's size, so at the base rate they took 100 steps to reach a twentieth of
     # fc's scale. Their own, higher rate (taps_lr_scale x lr) lets them catch up.
+    # Added layers start with zeroed outputs, the same story (`new_layers_lr_scale`).
     tap_params = [p for name, p in draft.named_parameters() if "tap" in name]
-    base_params = [p for name, p in draft.named_parameters() if "tap" not in name]
+    layer_params = [p for name, p in draft.named_parameters() if name.startswith("more_layers.")]
+    base_params = [p for name, p in draft.named_parameters() if "tap" not in name and
+                   not name.startswith("more_layers.")]
     groups = [{"params": base_params, "scale": 1.0}]
     if tap_params:
         groups.append({"params": tap_params, "scale": float(settings.get("taps_lr_scale", 1.0))})
+    if layer_params:
+        groups.append({"params": layer_params, "scale": float(settings.get("new_layers_lr_scale", 1.0))})
     optimizer = torch.optim.AdamW(groups, lr=settings["lr"], betas=(0.9, 0.95), weight_decay=0.0)
     metrics: dict = {"loss": [], "agreement": [], "tokens_seen": 0}
     start = 0
@@ -334,6 +342,9 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         if tuple(state["settings"].get("taps", ())) != taps:
             raise InvalidInput(f"--resume: the run in {work_dir} taps layers {state['settings'].get('taps', [])}, "
                                f"not {list(taps)}")
+        if int(state["settings"].get("layers", 1)) != draft.n_layers:
+            raise InvalidInput(f"--resume: the run in {work_dir} trains a draft of "
+                               f"{state['settings'].get('layers', 1)} layers, not {draft.n_layers}")
         draft.load_state_dict(state["draft"], strict=False)
         optimizer.load_state_dict(state["optimizer"])
         start, metrics = state["step"], state["metrics"]
