@@ -5,7 +5,8 @@
 #
 # It installs what scripts/gpu_pack.sh carried (through gpu_check.sh's env step), then runs
 # `python -m specviz distill --kind feature --online-features`, starting from the shipped feature draft
-# (`--init-from`; SPECVIZ_FEATURE_FROM_SCRATCH=1 starts from the target's last layer instead): the target
+# (`--init-from`; SPECVIZ_FEATURE_FROM_SCRATCH=1 starts from the target's last layer instead; FEATURE_LAYERS=N
+# trains a draft of N decoder layers): the target
 # answers the train prompts (assets/prompts/distill*.jsonl) at five temperatures, the token ids of FEATURE_BATCHES batches are tokenised by every core, and the
 # frozen target computes each batch's features inside the loop (cheaper on a GPU than storing them).
 # The whole command ends within MINUTES (default 8, for a device call of at most 10): `--minutes` sets
@@ -33,6 +34,8 @@ left=$(awk -v m="$minutes" -v s=$((SECONDS - start)) 'BEGIN { printf "%.2f", m -
 echo "gpu_train_feature: $left minutes left for distill; log in $log"
 init=(--init-from assets/draft-feature-smollm2-135m)
 [ "${SPECVIZ_FEATURE_FROM_SCRATCH:-0}" = 1 ] && init=()
+# FEATURE_LAYERS=2 grows the draft by a layer that starts as the identity (the shipped head is capacity-bound).
+[ -n "${FEATURE_LAYERS:-}" ] && init+=(--feature-layers "$FEATURE_LAYERS")
 "$py" -m specviz distill --kind feature --online-features --device cuda --out "$dest" "${init[@]}" \
   --work "${SPECVIZ_FEATURE_WORK:-/tmp/specviz-feature-work}" --steps 30000 --minutes "$left" \
   --batch 32 --seq-len 256 --feature-batches "${FEATURE_BATCHES:-4000}" --lr 8e-4 --warmup 100 \
