@@ -333,8 +333,12 @@ def test_int8_decoding_levels_track_the_trained_draft(pair, request):
     q = Int8Linear(lin.weight, lin.bias)
     assert q.weight.dtype == torch.int8 and q(x).shape == (3, 5, 40)
     assert (q(x) - lin(x)).abs().max() < 0.02 * lin(x).abs().max()
-    ids = torch.tensor([feature_pair.tokenizer.encode("The three primary colours are red, yellow and blue. "
-                                                      "When you mix red and yellow you get")])
+    # ~70 positions: on 18 a single near-tied flip already cost 0.056 of top-1 (the 2-layer pair, whose second
+    # layer is random, on an Intel CPU with the step-6467 head).
+    ids = torch.tensor([feature_pair.tokenizer.encode(
+        "The three primary colours are red, yellow and blue. When you mix red and yellow you get orange, and "
+        "when you mix blue and yellow you get green. Painters learn this early, because every other colour on "
+        "the palette can be made from these three, plus white and black for the lighter and darker shades.")])
     feats = target_features(target, ids, draft.taps)[0]
     n = ids.shape[1] - 1
     exact = FeatureDraftForward(draft, n, int8=False)
@@ -345,7 +349,7 @@ def test_int8_decoding_levels_track_the_trained_draft(pair, request):
     cos = torch.nn.functional.cosine_similarity(got.float(), want.float(), dim=-1)
     assert cos.min() > 0.99, cos.min()
     top1 = (fast.logits(got).argmax(-1) == exact.logits(want).argmax(-1)).float().mean()
-    assert top1 >= 0.9, top1
+    assert n >= 60 and top1 >= 0.9, (n, top1)
     assert draft.decoding_kind.startswith("feature") and "int8" not in draft.decoding_kind   # fp32 stays dense: the int8 kernel is slow with fp32 inputs
 
 

@@ -232,7 +232,9 @@ class FeatureDraft(torch.nn.Module):
         Quantised once and kept while the weights stay the same (an optimiser step bumps their
         version counters), so a decoder per prompt does not pay 60 ms of quantisation each time.
         """
-        versions = tuple(p._version for p in self.parameters())
+        # A draft built under inference_mode has inference tensors, which keep no version counter (and
+        # cannot be changed outside inference_mode): their storage is their identity.
+        versions = tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in self.parameters())
         cached = self.__dict__.get("_int8_cache")
         if cached is None or cached[0] != versions:
             head = Int8Linear(self._target[0].lm_head.weight.to(self.fc.weight.dtype))
