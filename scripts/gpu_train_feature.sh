@@ -35,9 +35,9 @@ echo "gpu_train_feature: $left minutes left for distill; log in $log"
 init=(--init-from assets/draft-feature-smollm2-135m)
 [ "${SPECVIZ_FEATURE_FROM_SCRATCH:-0}" = 1 ] && init=()
 # FEATURE_LAYERS=2 grows the draft by a layer that starts as the identity (the shipped head is capacity-bound).
+[ -n "${FEATURE_LAYERS:-}" ] && init+=(--feature-layers "$FEATURE_LAYERS")
 # The token loss is weighted 10 x by default (CE_WEIGHT): on the CPU it lifted the capacity-bound head by
 # +0.027 / +0.035 / +0.026 at depths 1-3 where 1 x had flattened (README, *A token-dominated loss*).
-[ -n "${FEATURE_LAYERS:-}" ] && init+=(--feature-layers "$FEATURE_LAYERS")
 "$py" -m specviz distill --kind feature --online-features --device cuda --out "$dest" "${init[@]}" \
   --work "${SPECVIZ_FEATURE_WORK:-/tmp/specviz-feature-work}" --steps 30000 --minutes "$left" \
   --batch 32 --seq-len 256 --feature-batches "${FEATURE_BATCHES:-4000}" --lr 8e-4 --warmup 100 \
