@@ -36,10 +36,11 @@ init=(--init-from assets/draft-feature-smollm2-135m)
 [ "${SPECVIZ_FEATURE_FROM_SCRATCH:-0}" = 1 ] && init=()
 # FEATURE_LAYERS=2 grows the draft by a layer that starts as the identity (the shipped head is capacity-bound).
 [ -n "${FEATURE_LAYERS:-}" ] && init+=(--feature-layers "$FEATURE_LAYERS")
-# The token loss is weighted 10 x by default (CE_WEIGHT): on the CPU it lifted the capacity-bound head by
-# +0.027 / +0.035 / +0.026 at depths 1-3 where 1 x had flattened (README, *A token-dominated loss*).
+# The token loss is weighted 30 x by default (CE_WEIGHT), the shipped head's last CPU phase: 10 x lifted the
+# capacity-bound head by +0.027 / +0.035 / +0.026 at depths 1-3 where 1 x had flattened, and 30 x by another
+# +0.025 / +0.035 / +0.024 (README, *A token-dominated loss*, *A heavier token loss*).
 "$py" -m specviz distill --kind feature --online-features --device cuda --out "$dest" "${init[@]}" \
   --work "${SPECVIZ_FEATURE_WORK:-/tmp/specviz-feature-work}" --steps 30000 --minutes "$left" \
   --batch 32 --seq-len 256 --feature-batches "${FEATURE_BATCHES:-4000}" --lr 8e-4 --warmup 100 \
   --answer-rows 4 --answer-temperatures 0,0.5,0.7,0.85,1.0 --gen-batch 96 --unroll 3 --noise 0.1 \
-  --ce-weight "${CE_WEIGHT:-10}" --save-every 250 --log-every 50 --vocab-rows 0 2>&1 | tee "$log"
+  --ce-weight "${CE_WEIGHT:-30}" --save-every 250 --log-every 50 --vocab-rows 0 2>&1 | tee "$log"
