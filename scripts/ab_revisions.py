@@ -29,6 +29,10 @@ CONFIGS = {   # name: (method, temperature, decoder options)
     "sequoia 8x2": ("sequoia", 0.0, {"tree_parents": [-1, 0, 0, 0, 0, 1, 1, 2]}),
     "sequoia 9x2 T0.6": ("sequoia", 0.6, {"tree_parents": [-1, 0, 0, 0, 0, 0, 1, 1, 2]}),
     "ar T0.6": ("ar", 0.6, {}),
+    # Depth 3: the trees `auto` picked for the step-9662 feature draft (greedy, T=0.6), fixed so that two
+    # drafts are compared on the same deep tree (the third level is where a draft's own features are read).
+    "sequoia 12x3": ("sequoia", 0.0, {"tree_parents": [-1, 0, 0, 0, 1, 1, 2, 3, 4, 4, 5, 6]}),
+    "sequoia 13x3 T0.6": ("sequoia", 0.6, {"tree_parents": [-1, 0, 0, 0, 0, 1, 1, 1, 2, 5, 5, 6, 8]}),
     # Fixed sizes: `auto`'s cached plan is keyed by the forward's kind, so two code versions could each
     # measure their own and race different windows.
     "lookahead 4x3x4": ("lookahead", 0.0, {"window": 4, "ngram": 3, "guesses": 4}),
