@@ -36,6 +36,13 @@ class Timed:
         self._totals[self._name] = self._totals.get(self._name, 0.0) + time.perf_counter() - start
         return out
 
+    def logits(self, *args, **kwargs):
+        """A feature draft's head runs apart from its layers; its time is the draft's, not overhead."""
+        start = time.perf_counter()
+        out = self._inner.logits(*args, **kwargs)
+        self._totals[self._name] = self._totals.get(self._name, 0.0) + time.perf_counter() - start
+        return out
+
     def __getattr__(self, name):
         return getattr(self._inner, name)
 

@@ -333,6 +333,11 @@ def test_int8_decoding_levels_track_the_trained_draft(pair, request):
     q = Int8Linear(lin.weight, lin.bias)
     assert q.weight.dtype == torch.int8 and q(x).shape == (3, 5, 40)
     assert (q(x) - lin(x)).abs().max() < 0.02 * lin(x).abs().max()
+    # The decoding copy runs q|k|v and gate|up as one matrix each: the same rows, the same outputs.
+    parts = [Int8Linear(torch.nn.Linear(64, m).weight) for m in (40, 8, 8)]
+    torch.testing.assert_close(Int8Linear.stacked(parts)(x), torch.cat([p(x) for p in parts], -1))
+    for layer in draft.int8_parts()[0].decoder_layers():
+        assert {"qkv_proj", "gate_up_proj"} <= set(layer._modules) and "q_proj" not in layer._modules
     ids = torch.tensor([feature_pair.tokenizer.encode(
         "The three primary colours are red, yellow and blue. When you mix red and yellow you get orange, and "
         "when you mix blue and yellow you get green. Painters learn this early, because every other colour on "

@@ -93,6 +93,18 @@ class Int8Linear(torch.nn.Module):
         part.bias = None if self.bias is None else self.bias.index_select(0, ids)
         return part
 
+    @staticmethod
+    def stacked(parts: list["Int8Linear"]) -> "Int8Linear":
+        """One layer whose output rows are the parts' in order (q|k|v, gate|up): one kernel call instead
+        of several, and exact, since every row keeps its own scale."""
+        layer = Int8Linear.__new__(Int8Linear)
+        torch.nn.Module.__init__(layer)
+        layer.register_buffer("weight", torch.cat([p.weight for p in parts]))
+        layer.register_buffer("scales", torch.cat([p.scales for p in parts]))
+        layer.bias = None if all(p.bias is None for p in parts) else torch.cat(
+            [p.bias if p.bias is not None else p.scales.new_zeros(p.scales.shape) for p in parts])
+        return layer
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         out = torch._weight_int8pack_mm(x.reshape(-1, shape[-1]), self.weight, self.scales.to(x.dtype))
@@ -104,9 +116,15 @@ def _layer_qkv(layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
     """(B, n, H) -> q (B, heads, n, d), k, v (B, kv, n, d), rotated."""
     B, n, _ = x.shape
     h = rms_norm(x, layer.input_norm, layer.eps)
-    q = layer.q_proj(h).view(B, n, layer.n_heads, layer.head_dim).transpose(1, 2)
-    k = layer.k_proj(h).view(B, n, layer.n_kv, layer.head_dim).transpose(1, 2)
-    v = layer.v_proj(h).view(B, n, layer.n_kv, layer.head_dim).transpose(1, 2)
+    stacked = layer._modules.get("qkv_proj")   # int8 decoding copies (`int8_copy`)
+    if stacked is not None:
+        q, k, v = stacked(h).split((layer.n_heads * layer.head_dim, layer.n_kv * layer.head_dim,
+                                    layer.n_kv * layer.head_dim), dim=-1)
+    else:
+        q, k, v = layer.q_proj(h), layer.k_proj(h), layer.v_proj(h)
+    q = q.reshape(B, n, layer.n_heads, layer.head_dim).transpose(1, 2)
+    k = k.reshape(B, n, layer.n_kv, layer.head_dim).transpose(1, 2)
+    v = v.reshape(B, n, layer.n_kv, layer.head_dim).transpose(1, 2)
     q = q * cos + _rotate_half(q) * sin
     k = k * cos + _rotate_half(k) * sin
     return q, k, v
@@ -121,7 +139,12 @@ def _layer_block(layer, x: torch.Tensor, q: torch.Tensor, keys: torch.Tensor, va
                                               scale=layer.scale, enable_gqa=layer.n_heads != layer.n_kv)
     x = x + layer.o_proj(attn.transpose(1, 2).reshape(B, n, -1))
     h = rms_norm(x, layer.post_norm, layer.eps)
-    return x + layer.down_proj(F.silu(layer.gate_proj(h)) * layer.up_proj(h))
+    stacked = layer._modules.get("gate_up_proj")
+    if stacked is not None:
+        gate, up = stacked(h).chunk(2, dim=-1)
+    else:
+        gate, up = layer.gate_proj(h), layer.up_proj(h)
+    return x + layer.down_proj(F.silu(gate) * up)
 
 
 class DraftLayer(torch.nn.Module):
@@ -244,7 +267,9 @@ class FeatureDraft(torch.nn.Module):
     @property
     def decoding_kind(self) -> str:
         """What the decoding forward runs (the profiler's cache key: int8 levels cost less than bf16 ones)."""
-        kind = "feature-int8" if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype) else "feature"
+        # "-stacked": q|k|v and gate|up run as one int8 matrix each, so older curves overstate a level.
+        kind = ("feature-int8-stacked" if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype)
+                else "feature")
         return kind if self.n_layers == 1 else f"{kind}-{self.n_layers}layers"
 
     @property
@@ -409,8 +434,14 @@ def int8_copy(draft: torch.nn.Module) -> torch.nn.Module:
     module is left as it is.
     """
     clone = copy.copy(draft)
-    clone.__dict__["_modules"] = {name: Int8Linear(m.weight, m.bias) if isinstance(m, torch.nn.Linear)
-                                  else int8_copy(m) for name, m in draft._modules.items()}
+    modules = {name: Int8Linear(m.weight, m.bias) if isinstance(m, torch.nn.Linear)
+               else int8_copy(m) for name, m in draft._modules.items()}
+    # A decoder layer's q|k|v and gate|up each become one matrix (as in the target's lean forward):
+    # at a tree level's few rows every kernel call costs about as much as its arithmetic.
+    for name, parts in (("qkv_proj", ("q_proj", "k_proj", "v_proj")), ("gate_up_proj", ("gate_proj", "up_proj"))):
+        if all(isinstance(modules.get(p), Int8Linear) for p in parts):
+            modules[name] = Int8Linear.stacked([modules.pop(p) for p in parts])
+    clone.__dict__["_modules"] = modules
     return clone
 
 

@@ -171,9 +171,12 @@ class LeanLlama:
         angles = torch.cat((freqs, freqs), dim=-1)
         self.cos = (angles.cos() * rotary.attention_scaling).to(self.dtype)
         self.sin = (angles.sin() * rotary.attention_scaling).to(self.dtype)
-        shape = (1, self.n_kv, max_len, self.head_dim)
-        self.keys = [torch.empty(shape, dtype=self.dtype, device=device) for _ in self.layers]
-        self.values = [torch.empty(shape, dtype=self.dtype, device=device) for _ in self.layers]
+        # One tensor for every layer's keys (and one for values), each layer a view: `keep` then moves
+        # the accepted slots of all layers in one gather instead of one per layer and tensor.
+        shape = (len(self.layers), 1, self.n_kv, max_len, self.head_dim)
+        self.all_keys = torch.empty(shape, dtype=self.dtype, device=device)
+        self.all_values = torch.empty(shape, dtype=self.dtype, device=device)
+        self.keys, self.values = list(self.all_keys.unbind(0)), list(self.all_values.unbind(0))
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         h = x.float()
@@ -257,14 +260,13 @@ class LeanLlama:
         n = int(slots.numel())
         if n == 0:
             return
-        for keys, values in zip(self.keys, self.values):
-            keys[:, :, prefix_len:prefix_len + n] = keys.index_select(2, slots)
-            values[:, :, prefix_len:prefix_len + n] = values.index_select(2, slots)
+        for cache in (self.all_keys, self.all_values):   # index_select copies first, so overlap is safe
+            cache[:, :, :, prefix_len:prefix_len + n] = cache.index_select(3, slots)
 
     def copy_prefix(self, other: "LeanLlama", n: int) -> None:
         """Take the first n slots of another cache over the same weights (a self-draft's prefill)."""
-        for mine, theirs in zip(self.keys + self.values, other.keys + other.values):
-            mine[:, :, :n] = theirs[:, :, :n]
+        self.all_keys[:, :, :, :n] = other.all_keys[:, :, :, :n]
+        self.all_values[:, :, :, :n] = other.all_values[:, :, :, :n]
 
 
 class ModelForward:

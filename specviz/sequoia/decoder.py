@@ -47,9 +47,17 @@ from .verify import greedy_walk, sampling_walk
 ADAPTIVE_SHAPES_KEPT = 256   # prepared tensors of recent adaptive trees (a few shapes recur)
 
 
-def _probs_at(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-    """softmax(logits)[rows, cols] without materialising the softmax of every row."""
-    return (logits[rows, cols].float() - logits.float().logsumexp(dim=-1)[rows]).exp()
+def _probs_at(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
+              norm_rows: torch.Tensor | None = None, places: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(logits)[rows, cols] without materialising the softmax of every row.
+
+    With `norm_rows` only those rows are normalised, and `places` says where each of `rows` sits
+    among them (a tree's leaves are never a parent, so their logsumexp is not needed).
+    """
+    if norm_rows is None:
+        return (logits[rows, cols].float() - logits.float().logsumexp(dim=-1)[rows]).exp()
+    norms = logits.index_select(0, norm_rows).float().logsumexp(dim=-1)
+    return (logits[rows, cols].float() - norms[places]).exp()
 
 
 def _draft_vocab(draft, prompt_ids: list[int], device) -> torch.Tensor | None:
@@ -461,7 +469,7 @@ class SequoiaDecoder(Decoder):
         token_ids = torch.tensor(tokens, device=self.device)
         if target_probs is None:
             # Greedy: show the softmax at temperature 1, the model's own confidence.
-            target_p = _probs_at(logits, parent_rows, token_ids).tolist()
+            target_p = _probs_at(logits, parent_rows, token_ids, tt.inner_rows, tt.parent_place).tolist()
         else:
             target_p = target_probs[parent_rows, token_ids].tolist()
         draft_p = child_q.tolist()

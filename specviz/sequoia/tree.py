@@ -114,6 +114,14 @@ class TreeTensors:
         self.draft_masks = [block[s:e, :e].reshape(1, 1, e - s, e) for s, e in shape.level_ranges]
         self.depth_offsets = torch.tensor(shape.depths, dtype=torch.long, device=device)
         self.parents = torch.tensor([max(p, 0) for p in shape.parents], dtype=torch.long, device=device)
+        # The nodes with children (the only rows whose softmax the app's tree shows a child's probability
+        # from) and, per node, its parent's place among them: normalising those rows alone instead of
+        # every leaf's too saves most of the step's softmax work.
+        inner = [i for i in range(n) if shape.children[i]] or [0]
+        place = {node: k for k, node in enumerate(inner)}
+        self.inner_rows = torch.tensor(inner, dtype=torch.long, device=device)
+        self.parent_place = torch.tensor([place.get(max(p, 0), 0) for p in shape.parents], dtype=torch.long,
+                                         device=device)
         # Children per node and the widest fan-out per level: how many draws a level's forward needs.
         self.n_children = [len(c) for c in shape.children]
         self.level_width = [max(self.n_children[s:e]) for s, e in shape.level_ranges]
