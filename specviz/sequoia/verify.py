@@ -44,8 +44,11 @@ class WalkResult:
         return status
 
 
-def greedy_walk(children: list[list[int]], tokens: list[int], target_argmax: list[int]) -> WalkResult:
-    """Follow the child whose token is the target's argmax; the bonus is the argmax where the path ends."""
+def greedy_walk(children: list[list[int]], tokens: list[int], target_argmax) -> WalkResult:
+    """Follow the child whose token is the target's argmax; the bonus is the argmax where the path ends.
+
+    target_argmax[node] is read once per node on the path (a list, or picks made on demand).
+    """
     node, accepted, rejected = 0, [], []
     while True:
         want = target_argmax[node]
