@@ -30,18 +30,18 @@ class Timed:
     def __init__(self, inner, totals: dict, name: str):
         self._inner, self._totals, self._name = inner, totals, name
 
-    def __call__(self, *args, **kwargs):
+    def _timed(self, fn, *args, **kwargs):
         start = time.perf_counter()
-        out = self._inner(*args, **kwargs)
+        out = fn(*args, **kwargs)
         self._totals[self._name] = self._totals.get(self._name, 0.0) + time.perf_counter() - start
         return out
 
+    def __call__(self, *args, **kwargs):
+        return self._timed(self._inner, *args, **kwargs)
+
     def logits(self, *args, **kwargs):
         """A feature draft's head runs apart from its layers; its time is the draft's, not overhead."""
-        start = time.perf_counter()
-        out = self._inner.logits(*args, **kwargs)
-        self._totals[self._name] = self._totals.get(self._name, 0.0) + time.perf_counter() - start
-        return out
+        return self._timed(self._inner.logits, *args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self._inner, name)

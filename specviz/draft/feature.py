@@ -101,8 +101,7 @@ class Int8Linear(torch.nn.Module):
         torch.nn.Module.__init__(layer)
         layer.register_buffer("weight", torch.cat([p.weight for p in parts]))
         layer.register_buffer("scales", torch.cat([p.scales for p in parts]))
-        layer.bias = None if all(p.bias is None for p in parts) else torch.cat(
-            [p.bias if p.bias is not None else p.scales.new_zeros(p.scales.shape) for p in parts])
+        layer.bias = None if parts[0].bias is None else torch.cat([p.bias for p in parts])
         return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

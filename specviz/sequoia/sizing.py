@@ -46,8 +46,8 @@ from .tree_dp import build_tables, optimal_tree
 DRAFT_SIZES = [1, 2, 4, 8, 16, 32, 64]
 MAX_TREE_BUDGET = 1024
 # Bump when the cost model changes, or what a step costs outside its forwards does, so plans and step
-# costs cached under an older one are made again (3: the app's softmax over a tree's parents only, and
-# one gather for the whole cache's compaction).
+# costs cached under an older one are made again (3: the app's softmax over a tree's parents only, one
+# gather for the whole cache's compaction, and greedy picks only on the rows the walk reads).
 COST_MODEL = 3
 # (budget, depth) of the trees whose real steps the step costs are fitted from: one level, a few, many.
 CALIBRATION_TREES = ((4, 1), (12, 3), (32, 5))
