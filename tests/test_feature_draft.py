@@ -20,7 +20,7 @@ from specviz.engine.lean import LeanLlama, ModelForward
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import OFFLINE_FEATURE_DRAFT_DIR, ModelPair, load_pair
 from specviz.engine.sampling import SamplingConfig
-from specviz.sequoia.measure import comb_tree, profile_acceptance_by_depth
+from specviz.sequoia.measure import _comb, _count_step, comb_tree, lower_row, profile_acceptance_by_depth
 from specviz.sequoia.tree import TreeShape
 from specviz.sequoia.tree_dp import build_tables, tree_value
 
@@ -442,6 +442,28 @@ def test_comb_tree_and_acceptance_by_depth(one_thread):
     assert len(result["acceptance_by_depth"]) == 3 and result["acceptance"] == result["acceptance_by_depth"][0]
     assert all(sum(row) <= 1 + 1e-9 for row in result["acceptance_by_depth"])
     assert result["reached_by_depth"][0] == 20 >= result["reached_by_depth"][1] >= result["reached_by_depth"][2]
+    lower = result["acceptance_under_lower_ranks"]
+    assert len(lower) == 3 and lower[0] == result["acceptance"] and all(len(r) == 3 for r in lower[1:])
+    assert all(sum(row) <= 1 + 1e-9 for row in lower)
+
+
+def test_comb_with_lower_ranked_children_counts_each_class_apart():
+    # Level 2 holds node 1's children (4-6), then node 2's (7, 8) and node 3's (9, 10); level 3
+    # node 4's (11-13), then node 5's (14, 15) and node 6's (16, 17).
+    parents, chain, lower = _comb(3, 3, 2)
+    assert parents == [-1, 0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 4, 4, 4, 5, 5, 6, 6] == comb_tree(3, 3, 2)
+    assert chain == [0, 1, 4, 11] and lower == [[], [(2, 7), (3, 9)], [(5, 14), (6, 16)]]
+    assert TreeShape.from_parents(parents).depth == 3
+    counts, reached = [[0] * 3 for _ in range(3)], [0] * 3
+    lower_counts, lower_reached = [[0] * 2 for _ in range(3)], [0] * 3
+    for path in ([], [1], [2], [2, 7], [1, 4], [1, 5, 14], [1, 4, 11], [3, 10], [1, 6, 17]):
+        _count_step(path, chain, lower, 3, 2, counts, reached, lower_counts, lower_reached)
+    assert counts == [[5, 2, 1], [2, 1, 1], [1, 0, 0]] and reached == [9, 5, 2]
+    # Depth 2 under nodes 2 and 3: reached by [2], [2, 7], [3, 10], which accepted ranks 1 and 2;
+    # depth 3 under nodes 5 and 6 (node 4 is the chain's): ranks 1 and 2 again.
+    assert lower_counts == [[0, 0], [1, 1], [1, 1]] and lower_reached == [0, 3, 2]
+    # Few steps under a lower rank lean on the rank-1 row.
+    assert lower_row([1, 1], 3, [0.5, 0.2]) == pytest.approx([(1 + 5.0) / 13, (1 + 2.0) / 13], abs=1e-6)
 
 
 def _all_trees(n: int):
@@ -633,3 +655,33 @@ def test_distill_warm_start_mistakes_are_one_line_errors(args, message, tmp_path
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert message in result.stderr
     assert not (tmp_path / "work").exists()   # refused before anything was written
+
+
+def test_dp_with_parent_rank_classes_equals_exhaustive_search():
+    # Children of a rank-2-or-lower node have their own, lower vectors: the DP must value every
+    # subtree by the class its root's rank gives it, as the exhaustive search does node by node.
+    rows = [[0.6, 0.15, 0.05], [0.5, 0.15, 0.05], [0.4, 0.12, 0.05]]
+    lower = [[0.6, 0.15, 0.05], [0.3, 0.1, 0.0], [0.2, 0.05, 0.0]]
+    tables = build_tables(None, 8, 4, by_depth=rows, under_lower_ranks=lower)
+    for n, d in itertools.product(range(2, 8), range(1, 5)):
+        best = -1.0
+        for parents in _all_trees(n):
+            shape = TreeShape.from_parents(parents)
+            if shape.depth <= d and max(len(c) for c in shape.children) <= 3:
+                best = max(best, tree_value(parents, None, by_depth=rows, under_lower_ranks=lower))
+        value = tables.best[d, n]
+        if best < 0:
+            assert not np.isfinite(value)
+            continue
+        assert value == pytest.approx(best, abs=1e-9), (n, d)
+        assert tree_value(tables.parents(n, d), None, by_depth=rows, under_lower_ranks=lower) == \
+            pytest.approx(value, abs=1e-9)
+    # The lower class changes the choice: the rank-2 node's child of the per-depth tree becomes a
+    # third child of the root.
+    plain = build_tables(None, 8, 4, by_depth=rows)
+    assert plain.parents(6, 2) == [-1, 0, 0, 1, 1, 2] and tables.parents(6, 2) == [-1, 0, 0, 0, 1, 1]
+    # Equal classes are the per-depth DP exactly.
+    same = build_tables(None, 12, 5, by_depth=rows, under_lower_ranks=rows)
+    per_depth = build_tables(None, 12, 5, by_depth=rows)
+    assert np.array_equal(np.isfinite(same.best), np.isfinite(per_depth.best))
+    assert np.allclose(same.best[np.isfinite(same.best)], per_depth.best[np.isfinite(per_depth.best)])

@@ -246,6 +246,18 @@ def test_step_costs_are_fitted_from_real_steps_through_noise():
     # Steps faster than their profiled forwards (noise) must not make trees look cheaper than free.
     fast = [{**s, "draft_ms": 0.0, "rest_ms": 0.0} for s in samples]
     assert fit_step_costs(fast, [], CPU_TARGET, CPU_DRAFT) == StepCosts()
+    # Steps on a machine 20% slower than when the curve was measured: against the curve the rest
+    # reads as more than 5 ms of work, against each step's own timed target forward it is exact.
+    slower = []
+    for s in samples:
+        target = 1.2 * np.interp(len(s["parents"]), list(CPU_TARGET), list(CPU_TARGET.values()))
+        slower.append({**s, "rest_ms": s["rest_ms"] - target / 1.2 + target, "target_ms": target})
+    drifted = fit_step_costs(slower, [1.2 * CPU_TARGET[1] + 0.4] * 5, CPU_TARGET, CPU_DRAFT,
+                             ar_target_ms=[1.2 * CPU_TARGET[1]] * 5)
+    assert drifted.per_step == pytest.approx(2.0, abs=0.2) and drifted.per_node == pytest.approx(0.1, abs=0.02)
+    assert drifted.ar_per_step == pytest.approx(0.4)
+    untimed = [{k: v for k, v in s.items() if k != "target_ms"} for s in slower]
+    assert fit_step_costs(untimed, [], CPU_TARGET, CPU_DRAFT).per_step > 5
     # A one-rank vector can only make chains: the calibration still has trees, of every depth.
     chains = calibration_trees([0.63], None)
     assert [len(t) for t in chains] == [2, 4, 6] and fit_step_costs([], [22.0], CPU_TARGET, CPU_DRAFT).ar_per_step > 0

@@ -15,6 +15,9 @@ A vector may come with per-depth vectors (`by_depth`, row k = the nodes of tree
 level k + 1, measured by `measure.profile_acceptance_by_depth`): a feature draft
 feeds on its own predicted features below level 1 and loses accuracy with depth,
 so the tree DP then values each level with its own row (`tree_dp.build_tables`).
+It may also come with the same rows for the children of nodes drawn at rank 2 or
+below (`under_lower_ranks`), which such a draft predicts from a feature meant for
+its likeliest token, and the DP values those subtrees with them.
 """
 
 from __future__ import annotations
@@ -66,12 +69,20 @@ def _by_depth(data: dict) -> list[list[float]] | None:
     return None
 
 
+def _under_lower_ranks(data: dict, by_depth) -> list[list[float]] | None:
+    rows = data.get("acceptance_under_lower_ranks")
+    if by_depth and isinstance(rows, list) and len(rows) > 1 and all(isinstance(r, list) and r for r in rows):
+        return rows
+    return None
+
+
 def acceptance_for(pair, sampling: SamplingConfig) -> dict:
     """{"acceptance": [...], "source": "..."} for this pair and sampling setting."""
     key = profile_key(pair.target_name, pair.draft_name, sampling)
     cached = load_cached("acceptance", key)
     if cached and isinstance(cached.get("acceptance"), list):
         return {"acceptance": cached["acceptance"], "by_depth": _by_depth(cached),
+                "under_lower_ranks": _under_lower_ranks(cached, _by_depth(cached)),
                 "source": f"measured on this machine ({key})"}
     target, draft = model_id(pair.target_name), model_id(pair.draft_name)
     shipped = _shipped(target, draft)
@@ -79,6 +90,7 @@ def acceptance_for(pair, sampling: SamplingConfig) -> dict:
         best = min(shipped, key=lambda d: (abs(float(d.get("temperature", 0)) - sampling.temperature),
                                            abs(float(d.get("top_p", 1)) - sampling.top_p)))
         return {"acceptance": best["acceptance"], "by_depth": _by_depth(best),
+                "under_lower_ranks": _under_lower_ranks(best, _by_depth(best)),
                 "source": f"shipped {Path(best['path']).name} (temperature {best.get('temperature')}, "
                           f"top-p {best.get('top_p')})"}
     if pair.draft_is_target:

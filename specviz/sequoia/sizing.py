@@ -38,7 +38,7 @@ from ..engine.profiler import (
 from ..engine.sampling import SamplingConfig
 from ..engine.text import encode_prompt
 from ..errors import InvalidInput
-from ..trace import PHASE_DRAFT
+from ..trace import PHASE_DRAFT, PHASE_TARGET
 from .acceptance import acceptance_for
 from .tree import TreeShape, check_parents
 from .tree_dp import build_tables, optimal_tree
@@ -47,8 +47,9 @@ DRAFT_SIZES = [1, 2, 4, 8, 16, 32, 64]
 MAX_TREE_BUDGET = 1024
 # Bump when the cost model changes, or what a step costs outside its forwards does, so plans and step
 # costs cached under an older one are made again (3: the app's softmax over a tree's parents only, one
-# gather for the whole cache's compaction, and greedy picks only on the rows the walk reads).
-COST_MODEL = 3
+# gather for the whole cache's compaction, and greedy picks only on the rows the walk reads; 4: step
+# work fitted against each step's own timed target forward, not the curve).
+COST_MODEL = 4
 # (budget, depth) of the trees whose real steps the step costs are fitted from: one level, a few, many.
 CALIBRATION_TREES = ((4, 1), (12, 3), (32, 5))
 
@@ -132,18 +133,26 @@ def tree_cost_ms(parents: list[int], target_ms: dict, draft_ms: dict, pending: i
             + costs.per_level * shape.depth + costs.per_step + costs.per_node * shape.size)
 
 
-def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, draft_ms: dict) -> StepCosts:
-    """StepCosts from measured steps: {"parents", "draft_ms", "rest_ms"} each (rest: wall minus draft).
+def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, draft_ms: dict,
+                   ar_target_ms: list[float] | None = None) -> StepCosts:
+    """StepCosts from measured steps: {"parents", "draft_ms", "rest_ms"} each (rest: wall minus draft),
+    and "target_ms", the step's own target forward, where it was timed (`ar_target_ms` likewise).
 
     Per tree, the median residual over its steps (medians: a CPU step now and then takes
     twice as long); then the draft residuals give the per-level cost (a line through the
     origin in levels) and the rest gives per step + per node (a line in tree size).
+    The rest's residual is taken against the forward timed in the same step where there is
+    one, not against the curve: a shared machine's speed drifts by more than a step's 3-4 ms
+    of work between the curve's measurement and the steps', and the fit then read zero.
     Costs are clipped at zero: noise must not make a tree look cheaper than its forwards.
     """
     by_tree: dict[tuple, list[dict]] = {}
     for sample in samples:
         by_tree.setdefault(tuple(sample["parents"]), []).append(sample)
-    ar = max(0.0, float(np.median(ar_ms)) - _interp(target_ms, 1)) if ar_ms else 0.0
+    if ar_ms and ar_target_ms:
+        ar = max(0.0, float(np.median(np.subtract(ar_ms, ar_target_ms))))
+    else:
+        ar = max(0.0, float(np.median(ar_ms)) - _interp(target_ms, 1)) if ar_ms else 0.0
     if not by_tree:
         return StepCosts(ar_per_step=ar)
     levels, sizes, draft_res, rest_res = [], [], [], []
@@ -152,7 +161,10 @@ def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, dra
         levels.append(shape.depth)
         sizes.append(shape.size)
         draft_res.append(float(np.median([s["draft_ms"] for s in steps])) - draft_forwards_ms(shape, draft_ms))
-        rest_res.append(float(np.median([s["rest_ms"] for s in steps])) - _interp(target_ms, shape.size))
+        if all("target_ms" in s for s in steps):
+            rest_res.append(float(np.median([s["rest_ms"] - s["target_ms"] for s in steps])))
+        else:
+            rest_res.append(float(np.median([s["rest_ms"] for s in steps])) - _interp(target_ms, shape.size))
     levels, sizes = np.array(levels, float), np.array(sizes, float)
     per_level = max(0.0, float(levels @ np.array(draft_res) / max(levels @ levels, 1e-9)))
     per_node = 0.0
@@ -168,16 +180,17 @@ def default_limits(pair) -> tuple[int, int]:
 
 def plan_from_curves(acceptance: list[float], target_ms: dict, draft_ms: dict, max_budget: int,
                      max_depth: int, by_depth: list[list[float]] | None = None,
-                     costs: StepCosts | None = None) -> dict:
+                     costs: StepCosts | None = None, under_lower_ranks: list[list[float]] | None = None) -> dict:
     """The predicted-speedup table and the choice, from measured curves and step costs (no model needed).
 
     by_depth: per-depth acceptance vectors (row k for tree level k + 1); the DP then
-    values every level with its own row instead of the level-1 vector everywhere.
+    values every level with its own row instead of the level-1 vector everywhere;
+    under_lower_ranks: the same rows for the children of rank-2-or-lower nodes.
     """
     costs = costs or StepCosts()
     target_ms, draft_ms = monotone(target_ms), monotone(draft_ms)
     max_budget = int(min(max_budget, max(target_ms)))
-    tables = build_tables(acceptance, max_budget, max_depth, by_depth=by_depth)
+    tables = build_tables(acceptance, max_budget, max_depth, by_depth=by_depth, under_lower_ranks=under_lower_ranks)
     ar_ms = _interp(target_ms, 1) + costs.ar_per_step
     grid = sorted(set(range(2, min(16, max_budget) + 1)) | set(range(16, max_budget + 1, 8))
                   | {n for n in target_ms if 2 <= n <= max_budget})
@@ -198,13 +211,14 @@ def plan_from_curves(acceptance: list[float], target_ms: dict, draft_ms: dict, m
                 table.append(row)
     row, parents = best
     choice = {**row, "parents": parents, "tree_depth": TreeShape.from_parents(parents).depth}
-    return {"acceptance": list(acceptance), "acceptance_by_depth": by_depth, "target_ms": _rounded(target_ms),
+    return {"acceptance": list(acceptance), "acceptance_by_depth": by_depth,
+            "acceptance_under_lower_ranks": under_lower_ranks, "target_ms": _rounded(target_ms),
             "draft_ms": _rounded(draft_ms), "ar_ms_per_token": round(ar_ms, 3),
             "step_costs": costs.to_dict(), "cost_model": COST_MODEL, "table": table, "choice": choice,
             "speculation_pays": row["predicted_speedup"] > 1.0}
 
 
-def calibration_trees(acceptance, by_depth) -> list[list[int]]:
+def calibration_trees(acceptance, by_depth, under_lower_ranks=None) -> list[list[int]]:
     """The trees whose real steps the step costs are fitted from: the DP's own, at a few sizes.
 
     Fixed sizes, not the caller's limits: the costs belong to the machine and the pair, and one
@@ -213,7 +227,7 @@ def calibration_trees(acceptance, by_depth) -> list[list[int]]:
     """
     trees = []
     for n, d in CALIBRATION_TREES:
-        tables = build_tables(acceptance, n, d, by_depth=by_depth)
+        tables = build_tables(acceptance, n, d, by_depth=by_depth, under_lower_ranks=under_lower_ranks)
         feasible = [m for m in range(n, 1, -1) if np.isfinite(tables.best[d, m])]
         tree = tables.parents(feasible[0], d) if feasible else None
         if tree and tree not in trees:
@@ -234,14 +248,15 @@ CALIBRATION_PROMPTS = ("Explain how a bicycle works, step by step, for someone w
                        "Write a short story about a lighthouse keeper who finds a message in a bottle.")
 
 
-def _timed_steps(makers: list, steps: int, warmup: int) -> list[list[tuple[float, float]]]:
-    """(wall ms, draft-phase ms) of `steps` decoding steps per decoder maker, after `warmup` steps.
+def _timed_steps(makers: list, steps: int, warmup: int) -> list[list[tuple[float, float, float]]]:
+    """(wall ms, draft-phase ms, target-forward ms) of `steps` decoding steps per decoder maker, after
+    `warmup` steps.
 
     Round robin, one step of each decoder per round: a slow spell of a shared machine then
     falls on every tree alike instead of on whichever was being timed. Steps whose tree was
     cut (near max_new_tokens) are not counted: they are smaller trees than the one timed.
     """
-    out: list[list[tuple[float, float]]] = [[] for _ in makers]
+    out: list[list[tuple[float, float, float]]] = [[] for _ in makers]
     decoders: list = [None] * len(makers)
     seen, runs = [0] * len(makers), [0] * len(makers)
     max_runs = 4 * len(CALIBRATION_PROMPTS)   # prompts that end at once must not loop for ever
@@ -269,7 +284,7 @@ def _timed_steps(makers: list, steps: int, warmup: int) -> list[list[tuple[float
                 full = decoders[k].shape.depth
                 cut = record.payload is not None and record.payload.depth < full
                 if seen[k] > warmup and not record.finished and not cut:
-                    out[k].append((wall, record.time_ms.get(PHASE_DRAFT, 0.0)))
+                    out[k].append((wall, record.time_ms.get(PHASE_DRAFT, 0.0), record.time_ms.get(PHASE_TARGET, 0.0)))
     finally:
         for decoder in decoders:
             if decoder is not None:
@@ -294,9 +309,10 @@ def measure_step_times(pair, sampling: SamplingConfig, trees: list[list[int]], d
 
     timed, share = with_contention(
         lambda: _timed_steps([maker(t) for t in trees] + [maker([-1])], steps, warmup), pair.device)
-    samples = [{"parents": parents, "draft_ms": draft, "rest_ms": wall - draft}
-               for parents, steps_ in zip(trees, timed) for wall, draft in steps_]
-    return {"samples": samples, "ar_ms": [wall for wall, _ in timed[-1]], "waiting_share": share}
+    samples = [{"parents": parents, "draft_ms": draft, "rest_ms": wall - draft, "target_ms": target}
+               for parents, steps_ in zip(trees, timed) for wall, draft, target in steps_]
+    return {"samples": samples, "ar_ms": [wall for wall, _, _ in timed[-1]],
+            "ar_target_ms": [target for _, _, target in timed[-1]], "waiting_share": share}
 
 
 def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, draft_ms: dict,
@@ -308,7 +324,7 @@ def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, d
     costs from busy cores, or against curves from busy cores, are used for one plan and not kept.
     """
     key = _costs_key(pair, sampling)
-    trees = calibration_trees(acc["acceptance"], acc.get("by_depth"))
+    trees = calibration_trees(acc["acceptance"], acc.get("by_depth"), acc.get("under_lower_ranks"))
     cached = None if refresh else load_cached("sequoia-step-costs", key)
     if cached and cached.get("trees") == trees and cached.get("target_ms") == _rounded(target_ms) \
             and cached.get("draft_ms") == _rounded(draft_ms):
@@ -317,7 +333,8 @@ def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, d
         except (KeyError, TypeError):
             pass   # a damaged entry is re-measured, never fatal
     measured = measure_step_times(pair, sampling, trees, decoder_cls)
-    costs = fit_step_costs(measured["samples"], measured["ar_ms"], monotone(target_ms), monotone(draft_ms))
+    costs = fit_step_costs(measured["samples"], measured["ar_ms"], monotone(target_ms), monotone(draft_ms),
+                           measured.get("ar_target_ms"))
     share = measured.get("waiting_share")
     trusted = curves_trusted and (share is None or share <= CONTENDED_SHARE)
     if trusted:
@@ -345,13 +362,14 @@ def plan_tree(pair, decoder_cls, sampling: SamplingConfig | None = None, max_bud
     costs_entry = load_cached("sequoia-step-costs", _costs_key(pair, sampling)) or {}
     if cached and cached.get("acceptance") == list(acc["acceptance"]) and \
             cached.get("acceptance_by_depth") == acc.get("by_depth") and cached.get("cost_model") == COST_MODEL \
+            and cached.get("acceptance_under_lower_ranks") == acc.get("under_lower_ranks") \
             and cached.get("step_costs") == costs_entry.get("costs"):
         return cached
     target_ms, draft_ms, curves_trusted = measured_curves(pair, refresh=refresh)
     costs, trusted = step_costs_for(pair, sampling, acc, target_ms, draft_ms, curves_trusted, decoder_cls,
                                     refresh=refresh)
     plan = plan_from_curves(acc["acceptance"], target_ms, draft_ms, max_budget, max_depth, acc.get("by_depth"),
-                            costs=costs)
+                            costs=costs, under_lower_ranks=acc.get("under_lower_ranks"))
     plan.update(key=pair.key, device=str(pair.device), dtype=dtype_name(pair.dtype),
                 acceptance_source=acc["source"], temperature=sampling.temperature, top_p=sampling.top_p)
     if trusted:   # a plan from busy cores is used for this run only, like its curves
@@ -392,7 +410,8 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents, decoder_
     depth = min(depth, budget - 1)
     acc = acceptance_for(pair, sampling)
     if acc.get("by_depth"):
-        tables = build_tables(acc["acceptance"], budget, depth, by_depth=acc["by_depth"])
+        tables = build_tables(acc["acceptance"], budget, depth, by_depth=acc["by_depth"],
+                              under_lower_ranks=acc.get("under_lower_ranks"))
         if not np.isfinite(tables.best[depth, budget]):
             optimal_tree(acc["acceptance"], budget, depth)   # raises the explanatory error
         parents, value = tables.parents(budget, depth), float(tables.best[depth, budget])
@@ -400,6 +419,7 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents, decoder_
         result = optimal_tree(acc["acceptance"], budget, depth)
         parents, value = result.parents, result.value
     return parents, {"tree": "manual", "acceptance": acc["acceptance"], "acceptance_by_depth": acc.get("by_depth"),
+                     "acceptance_under_lower_ranks": acc.get("under_lower_ranks"),
                      "acceptance_source": acc["source"], "predicted_tokens_per_step": value}
 
 

@@ -133,7 +133,7 @@ def inputs(trace: RaceTrace | None, profile: dict | None = None) -> dict:
         per_level = _trace_draft_ms(trace)
         draft = {1: per_level, 64: per_level} if per_level else {}
     acceptance = sq.get("acceptance") or _trace_acceptance(trace)
-    by_depth = sq.get("acceptance_by_depth")
+    by_depth, lower = sq.get("acceptance_by_depth"), sq.get("acceptance_under_lower_ranks")
     if profile:
         target = profile["target_ms"]
         source = f"the uploaded profile ({profile.get('name', 'profile')})"
@@ -143,15 +143,19 @@ def inputs(trace: RaceTrace | None, profile: dict | None = None) -> dict:
         (n, ms), = target.items()
         target = {1: ms, max(2, n): ms}
     return {"target_ms": target, "draft_ms": draft, "acceptance": acceptance, "by_depth": by_depth,
+            "under_lower_ranks": lower,
             "curve_source": source, "sequoia_plan": sq or None, "lookahead_plan": la or None,
             "lookahead_rate": la.get("accept_rate")}
 
 
 @lru_cache(maxsize=8)
-def _tables(acceptance: tuple, by_depth: tuple | None, budget: int, depth: int):
+def _tables(acceptance: tuple, by_depth: tuple | None, budget: int, depth: int, lower: tuple | None = None):
     from ..sequoia.tree_dp import build_tables
 
-    return build_tables(list(acceptance), budget, depth, by_depth=[list(r) for r in by_depth] if by_depth else None)
+    def rows(frozen):
+        return [list(r) for r in frozen] if frozen else None
+
+    return build_tables(list(acceptance), budget, depth, by_depth=rows(by_depth), under_lower_ranks=rows(lower))
 
 
 def _freeze(by_depth):
@@ -167,7 +171,7 @@ def sequoia_point(inp: dict, budget: int, depth: int, max_budget: int = 128, max
         return None
     budget, depth = int(budget), int(min(depth, budget - 1))
     tables = _tables(tuple(float(a) for a in acc), _freeze(inp.get("by_depth")), max(max_budget, budget),
-                     max(max_depth, depth))
+                     max(max_depth, depth), _freeze(inp.get("under_lower_ranks")))
     value = float(tables.best[depth, budget])
     if not math.isfinite(value):
         return None
