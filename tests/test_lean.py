@@ -99,8 +99,8 @@ def test_stacked_projections_share_the_models_weights_and_leave_its_forward_unch
         frozen = tiny_pair(vocab_size=6, draft_seed=None).target
         lean = LeanLlama(frozen, 16)
     wq = frozen.model.layers[0].self_attn.q_proj.weight
-    assert lean.layers[0][1].data_ptr() != wq.data_ptr()
-    torch.testing.assert_close(lean.layers[0][1][:wq.shape[0]], wq, rtol=0, atol=0)
+    assert lean.layers[0][1].weight.data_ptr() != wq.data_ptr()
+    torch.testing.assert_close(lean.layers[0][1].weight[:wq.shape[0]], wq, rtol=0, atol=0)
 
 
 def _check_stacked(model):
@@ -109,7 +109,7 @@ def _check_stacked(model):
     attn = model.model.layers[0].self_attn
     q_before = attn.q_proj.weight.clone()
     lean = LeanLlama(model, 16)
-    stacked = lean.layers[0][1]
+    stacked = lean.layers[0][1].weight
     assert stacked.shape[0] == attn.q_proj.weight.shape[0] + 2 * attn.k_proj.weight.shape[0]
     assert attn.q_proj.weight.data_ptr() == stacked.data_ptr()
     assert attn.k_proj.weight.data_ptr() == stacked[attn.q_proj.weight.shape[0]:].data_ptr()
@@ -117,7 +117,7 @@ def _check_stacked(model):
     assert torch.equal(model(input_ids=ids).logits, before)
     # A second forward finds the weights already stacked and makes no new copy.
     again = LeanLlama(model, 16)
-    assert again.layers[0][1].data_ptr() == stacked.data_ptr()
+    assert again.layers[0][1].weight.data_ptr() == stacked.data_ptr()
     torch.testing.assert_close(again(ids, 0), lean(ids, 0), rtol=0, atol=0)
 
 
@@ -193,3 +193,36 @@ def test_cuda_attention_stays_off_cudnn_unless_asked(monkeypatch):
     with attention_kernels(torch.device("cpu")):   # a no-op context on the CPU
         q = torch.randn(1, 2, 3, 4)
         assert F.scaled_dot_product_attention(q, q, q).shape == q.shape
+
+
+def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
+    # On a CPU in bf16 LeanLlama multiplies by oneDNN-prepacked weights: the same kernel F.linear
+    # reaches after reordering the weight each call, so every logit and feature must be the same bits.
+    from specviz.engine.lean import packed_matmul_supported
+    from specviz.engine.models import load_model
+
+    if not packed_matmul_supported(torch.device("cpu"), torch.bfloat16):
+        pytest.skip("this torch has no oneDNN bf16 prepacking")
+    model = load_model(None, torch.device("cpu"), torch.bfloat16)
+    packed = LeanLlama(model, 64)
+    dense = LeanLlama(model, 64)
+    assert packed.packed and packed.head.packed is not None
+    for op in [dense.head] + [op for layer in dense.layers for op in (layer[1], layer[2], layer[4], layer[5])]:
+        op.packed = None
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, 49152, (1, 20), generator=gen)
+    assert torch.equal(packed(prompt, 0), dense(prompt, 0))
+    assert torch.equal(packed(prompt[:, -1:], 20), dense(prompt[:, -1:], 20))   # one token, no mask
+    # A Sequoia-sized step: 12 new tokens under an additive mask, every row's logits and features.
+    tokens = torch.randint(0, 49152, (1, 12), generator=gen)
+    mask = torch.zeros(1, 1, 12, 33, dtype=torch.bfloat16)
+    mask[0, 0, :, 21:].masked_fill_(torch.ones(12, 12, dtype=torch.bool).triu(1), torch.finfo(torch.bfloat16).min)
+    kwargs = dict(positions=torch.arange(21, 33), mask=mask, rows=12, hidden=True)
+    (logits_p, feats_p), (logits_d, feats_d) = packed(tokens, 21, **kwargs), dense(tokens, 21, **kwargs)
+    assert torch.equal(logits_p, logits_d) and torch.equal(feats_p, feats_d)
+    # Packed once per model; weights that change are packed again.
+    again = LeanLlama(model, 64)
+    assert again.layers[3][4].packed is packed.layers[3][4].packed
+    with torch.no_grad():
+        model.model.layers[3].mlp.down_proj.weight.mul_(1.0)
+    assert LeanLlama(model, 64).layers[3][4].packed is not packed.layers[3][4].packed
