@@ -148,16 +148,15 @@ class Matmul:
     46 us prepacked). The prepacked copy is made once per model (`packed_weights`).
     """
 
-    __slots__ = ("weight", "packed", "bias")
+    __slots__ = ("weight", "packed")
 
-    def __init__(self, weight: torch.Tensor, packed: torch.Tensor | None = None, bias: torch.Tensor | None = None):
-        self.weight, self.packed, self.bias = weight, packed, bias
+    def __init__(self, weight: torch.Tensor, packed: torch.Tensor | None = None):
+        self.weight, self.packed = weight, packed
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
-            return F.linear(x, self.weight, self.bias)
-        # The bias is added inside the kernel, as F.linear's is: added after, bf16 would round twice.
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+            return F.linear(x, self.weight)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
