@@ -246,6 +246,12 @@ def test_step_costs_are_fitted_from_real_steps_through_noise():
     # Steps faster than their profiled forwards (noise) must not make trees look cheaper than free.
     fast = [{**s, "draft_ms": 0.0, "rest_ms": 0.0} for s in samples]
     assert fit_step_costs(fast, [], CPU_TARGET, CPU_DRAFT) == StepCosts()
+    # Sampled steps also pay per node drawn from (a softmax and Gumbel keys per row): told apart from levels.
+    drawn = [{**s, "draft_ms": s["draft_ms"] + 0.3 * sum(1 for c in TreeShape.from_parents(s["parents"]).children if c)}
+             for s in samples]
+    both = fit_step_costs(drawn, [21.0] * 5, CPU_TARGET, CPU_DRAFT)
+    assert both.per_level == pytest.approx(1.5, abs=0.1) and both.per_parent == pytest.approx(0.3, abs=0.03)
+    assert fitted.per_parent == pytest.approx(0.0, abs=0.03)
     # Steps on a machine 20% slower than when the curve was measured: against the curve the rest
     # reads as more than 5 ms of work, against each step's own timed target forward it is exact.
     slower = []

@@ -108,6 +108,7 @@ def cmd_optimize_tree(args: argparse.Namespace) -> int:
     print("t_draft(n) ms:  " + ", ".join(f"{n}: {v:.1f}" for n, v in plan["draft_ms"].items()))
     costs = plan.get("step_costs") or {}
     print(f"step costs beyond the forwards (ms, fitted from real steps): per level {costs.get('per_level', 0):.2f}, "
+          f"per node drawn from {costs.get('per_parent', 0):.2f}, "
           f"per step {costs.get('per_step', 0):.2f}, per node {costs.get('per_node', 0):.3f}; "
           f"autoregressive per token {costs.get('ar_per_step', 0):.2f}")
     print(f"{'N':>5} {'D':>3} {'tok/step':>9} {'ms/step':>9} {'speedup':>8}")

@@ -48,8 +48,8 @@ MAX_TREE_BUDGET = 1024
 # Bump when the cost model changes, or what a step costs outside its forwards does, so plans and step
 # costs cached under an older one are made again (3: the app's softmax over a tree's parents only, one
 # gather for the whole cache's compaction, and greedy picks only on the rows the walk reads; 4: step
-# work fitted against each step's own timed target forward, not the curve).
-COST_MODEL = 4
+# work fitted against each step's own timed target forward, not the curve; 5: a cost per node drawn from).
+COST_MODEL = 5
 # (budget, depth) of the trees whose real steps the step costs are fitted from: one level, a few, many.
 CALIBRATION_TREES = ((4, 1), (12, 3), (32, 5))
 
@@ -110,6 +110,7 @@ class StepCosts:
     per_step: float = 0.0    # each step: the verification walk, cache compaction, the trace record
     per_node: float = 0.0    # each tree node: its probabilities and its row of the trace
     ar_per_step: float = 0.0  # autoregressive's own per-token overhead, for an honest predicted speedup
+    per_parent: float = 0.0  # each node that gets children: its draft probabilities and its draws
 
     def to_dict(self) -> dict:
         return {k: round(v, 4) for k, v in asdict(self).items()}
@@ -129,8 +130,10 @@ def tree_cost_ms(parents: list[int], target_ms: dict, draft_ms: dict, pending: i
     """Predicted ms of one step: a draft forward per level that has children, the target, the overheads."""
     shape = TreeShape.from_parents(parents)
     costs = costs or StepCosts()
+    parents_drawn = sum(1 for c in shape.children if c)
     return (draft_forwards_ms(shape, draft_ms, pending) + _interp(target_ms, shape.size)
-            + costs.per_level * shape.depth + costs.per_step + costs.per_node * shape.size)
+            + costs.per_level * shape.depth + costs.per_parent * parents_drawn + costs.per_step
+            + costs.per_node * shape.size)
 
 
 def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, draft_ms: dict,
@@ -155,10 +158,11 @@ def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, dra
         ar = max(0.0, float(np.median(ar_ms)) - _interp(target_ms, 1)) if ar_ms else 0.0
     if not by_tree:
         return StepCosts(ar_per_step=ar)
-    levels, sizes, draft_res, rest_res = [], [], [], []
+    levels, drawn, sizes, draft_res, rest_res = [], [], [], [], []
     for parents, steps in by_tree.items():
         shape = TreeShape.from_parents(list(parents))
         levels.append(shape.depth)
+        drawn.append(sum(1 for c in shape.children if c))
         sizes.append(shape.size)
         draft_res.append(float(np.median([s["draft_ms"] for s in steps])) - draft_forwards_ms(shape, draft_ms))
         if all("target_ms" in s for s in steps):
@@ -166,12 +170,27 @@ def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, dra
         else:
             rest_res.append(float(np.median([s["rest_ms"] for s in steps])) - _interp(target_ms, shape.size))
     levels, sizes = np.array(levels, float), np.array(sizes, float)
-    per_level = max(0.0, float(levels @ np.array(draft_res) / max(levels @ levels, 1e-9)))
+    per_level, per_parent = _draft_costs(levels, np.array(drawn, float), np.array(draft_res))
     per_node = 0.0
     if len(set(sizes)) > 1:
         per_node = max(0.0, float(np.polyfit(sizes, rest_res, 1)[0]))
     per_step = max(0.0, float(np.mean(np.array(rest_res) - per_node * sizes)))
-    return StepCosts(per_level, per_step, per_node, ar)
+    return StepCosts(per_level, per_step, per_node, ar, per_parent)
+
+
+def _draft_costs(levels: np.ndarray, drawn: np.ndarray, residual: np.ndarray) -> tuple[float, float]:
+    """(per level, per node drawn from): the draft phase's residual as a line through the origin in both,
+    neither below zero. Sampled draws cost per node (a softmax and Gumbel keys per row), so a model in
+    levels alone priced a 7-node tree's two levels at what a 32-node tree's five cost each."""
+    def one(x):
+        return max(0.0, float(x @ residual / max(x @ x, 1e-9)))
+
+    if len(levels) < 2 or np.linalg.matrix_rank(np.stack([levels, drawn], 1)) < 2:
+        return one(levels), 0.0
+    (a, b), *_ = np.linalg.lstsq(np.stack([levels, drawn], 1), residual, rcond=None)
+    if a >= 0 and b >= 0:
+        return float(a), float(b)
+    return (one(levels), 0.0) if b < 0 else (0.0, one(drawn))
 
 
 def default_limits(pair) -> tuple[int, int]:

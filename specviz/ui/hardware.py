@@ -87,7 +87,8 @@ def _costs_html(costs: dict) -> str:
     """Sequoia's step costs beyond the forwards: why the predicted times are more than forward times."""
     return ('<div style="color:#374151;margin:2px 0 6px">Beyond its forwards, a step also costs '
             f'<b>{float(costs.get("per_step", 0)):.1f} ms</b> (verification, caches, the trace), '
-            f'<b>{float(costs.get("per_level", 0)):.1f} ms</b> per draft level (drawing the children) and '
+            f'<b>{float(costs.get("per_level", 0)):.1f} ms</b> per draft level, '
+            f'<b>{float(costs.get("per_parent", 0)):.2f} ms</b> per node whose children are drawn and '
             f'<b>{float(costs.get("per_node", 0)):.2f} ms</b> per node: fitted from real steps on this machine, '
             'so deep or wide trees are not mistaken for free.</div>')
 
