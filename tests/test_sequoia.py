@@ -166,7 +166,7 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     # The DP's own trees at fixed sizes, not this plan's limits: the costs belong to the machine.
     assert len(calls) == 1 and [len(t) for t in calls[0][2]] == [4, 12, 32]
     costs = plan["step_costs"]
-    assert set(costs) == {"per_level", "per_step", "per_node", "ar_per_step"}
+    assert set(costs) == {"per_level", "per_parent", "per_step", "per_node", "ar_per_step"}
     assert all(v >= 0 for v in costs.values())
     choice = plan["choice"]
     assert choice["ms_per_step"] == pytest.approx(sizing.tree_cost_ms(
