@@ -69,11 +69,14 @@ def _by_depth(data: dict) -> list[list[float]] | None:
     return None
 
 
-def _under_lower_ranks(data: dict, by_depth) -> list[list[float]] | None:
-    rows = data.get("acceptance_under_lower_ranks")
-    if by_depth and isinstance(rows, list) and len(rows) > 1 and all(isinstance(r, list) and r for r in rows):
-        return rows
-    return None
+def _vectors(data: dict, source: str) -> dict:
+    """What `acceptance_for` returns for a stored measurement: the vector, its per-depth rows and the
+    rows under lower-ranked parents where it has them (those only beside per-depth rows)."""
+    by_depth, lower = _by_depth(data), data.get("acceptance_under_lower_ranks")
+    if not (by_depth and isinstance(lower, list) and len(lower) > 1
+            and all(isinstance(r, list) and r for r in lower)):
+        lower = None
+    return {"acceptance": data["acceptance"], "by_depth": by_depth, "under_lower_ranks": lower, "source": source}
 
 
 def acceptance_for(pair, sampling: SamplingConfig) -> dict:
@@ -81,18 +84,14 @@ def acceptance_for(pair, sampling: SamplingConfig) -> dict:
     key = profile_key(pair.target_name, pair.draft_name, sampling)
     cached = load_cached("acceptance", key)
     if cached and isinstance(cached.get("acceptance"), list):
-        return {"acceptance": cached["acceptance"], "by_depth": _by_depth(cached),
-                "under_lower_ranks": _under_lower_ranks(cached, _by_depth(cached)),
-                "source": f"measured on this machine ({key})"}
+        return _vectors(cached, f"measured on this machine ({key})")
     target, draft = model_id(pair.target_name), model_id(pair.draft_name)
     shipped = _shipped(target, draft)
     if shipped:
         best = min(shipped, key=lambda d: (abs(float(d.get("temperature", 0)) - sampling.temperature),
                                            abs(float(d.get("top_p", 1)) - sampling.top_p)))
-        return {"acceptance": best["acceptance"], "by_depth": _by_depth(best),
-                "under_lower_ranks": _under_lower_ranks(best, _by_depth(best)),
-                "source": f"shipped {Path(best['path']).name} (temperature {best.get('temperature')}, "
-                          f"top-p {best.get('top_p')})"}
+        return _vectors(best, f"shipped {Path(best['path']).name} (temperature {best.get('temperature')}, "
+                              f"top-p {best.get('top_p')})")
     if pair.draft_is_target:
         return {"acceptance": list(SELF_ACCEPTANCE),
                 "source": "default for a target drafting for itself (no measured vector)"}

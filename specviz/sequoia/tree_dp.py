@@ -130,11 +130,10 @@ class _Tables:
     value of a subtree depends on where it hangs, so the table is built for one total
     depth `total`: a subtree with d levels left hangs at level total - d, and its
     children use row total - d. With two parent classes every (d, m) entry exists
-    once per class of the subtree's root (`best_by_class`); `best` is the root's.
+    once per class of the subtree's root; `best` is the root's class.
     """
 
     def __init__(self, rows: np.ndarray, budget: int, depth: int, total: int | None = None):
-        rows = rows if rows.ndim == 3 else (rows[:, None, :] if rows.ndim == 2 else rows[None, None, :])
         total = depth if total is None else total
         n_max, width = budget, min(rows.shape[2], budget - 1)
         self.classes, self.n_max, self.depth = rows.shape[1], n_max, depth
@@ -170,7 +169,6 @@ class _Tables:
                     self.n_children[c, d] = np.where(better, b, self.n_children[c, d])
                     t_prev = t_b
                 best[c, d] = best_d
-        self.best_by_class = best
         self.best = best[0]
 
     def children_sizes(self, m: int, d: int, c: int = 0) -> list[int]:
@@ -224,7 +222,7 @@ def optimal_tree(acceptance, budget: int, depth: int) -> TreeDPResult:
     """The best tree with exactly `budget` nodes and at most `depth` speculated levels."""
     p = check_acceptance(acceptance)
     budget, depth = _check_size(budget, depth)
-    tables = _Tables(p, budget, depth)
+    tables = _Tables(acceptance_rows(p), budget, depth)
     value = tables.best[depth, budget]
     if not np.isfinite(value):
         raise InvalidInput(
