@@ -7,8 +7,10 @@
 # `python -m specviz distill --kind feature --online-features`, starting from the shipped feature draft
 # (`--init-from`; SPECVIZ_FEATURE_FROM_SCRATCH=1 starts from the target's last layer instead; FEATURE_LAYERS=N
 # trains a draft of N decoder layers): the target
-# answers the train prompts (assets/prompts/distill*.jsonl) at five temperatures, the token ids of FEATURE_BATCHES batches are tokenised by every core, and the
+# answers the train prompts (assets/prompts/distill*.jsonl) at ANSWER_TEMPS, the token ids of FEATURE_BATCHES batches are tokenised by every core, and the
 # frozen target computes each batch's features inside the loop (cheaper on a GPU than storing them).
+# ANSWERS / HELDOUT (files, .gz allowed) seed the work dir with answers made beforehand (see below); BATCH, LR,
+# WARMUP, ANSWER_ROWS, ANSWER_TEMPS, SEED, SAVE_EVERY override the recipe's settings.
 # The whole command ends within MINUTES (default 8, for a device call of at most 10): `--minutes` sets
 # the step count from the first steps' pace. OUT_DIR (default $OUT/fd, else out/feature-draft) receives
 # the draft directory, with a checkpoint every 250 steps, and the log goes to OUT_DIR/../train.log as it
@@ -39,8 +41,22 @@ init=(--init-from assets/draft-feature-smollm2-135m)
 # The token loss is weighted 30 x by default (CE_WEIGHT), the shipped head's last CPU phase: 10 x lifted the
 # capacity-bound head by +0.027 / +0.035 / +0.026 at depths 1-3 where 1 x had flattened, and 30 x by another
 # +0.025 / +0.035 / +0.024 (README, *A token-dominated loss*, *A heavier token loss*).
+# Answers carried in (ANSWERS=FILE.jsonl[.gz], made on a CPU beforehand with the same target) cost the lease
+# nothing: the target's sampled answers take minutes on a GPU too (a multinomial over 49k tokens per row per
+# token), and generation skips every (prompt, temperature) the work dir already holds. ANSWER_TEMPS should then
+# name only temperatures the file holds in full; every answer in it is trained on.
+work="${SPECVIZ_FEATURE_WORK:-/tmp/specviz-feature-work}"
+mkdir -p "$work"
+for f in ${ANSWERS:-} ${HELDOUT:-}; do
+  case "$f" in
+    *.gz) zcat "$f" >"$work/$(basename "${f%.gz}")" ;;
+    *) cp "$f" "$work/" ;;
+  esac
+done
+# A batch of 32 rows (4 x the CPU phases' 8) and a rate to match (sqrt scaling from their 3e-4).
 "$py" -m specviz distill --kind feature --online-features --device cuda --out "$dest" "${init[@]}" \
-  --work "${SPECVIZ_FEATURE_WORK:-/tmp/specviz-feature-work}" --steps 30000 --minutes "$left" \
-  --batch 32 --seq-len 256 --feature-batches "${FEATURE_BATCHES:-4000}" --lr 8e-4 --warmup 100 \
-  --answer-rows 4 --answer-temperatures 0,0.5,0.7,0.85,1.0 --gen-batch 96 --unroll 3 --noise 0.1 \
-  --ce-weight "${CE_WEIGHT:-30}" --save-every 250 --log-every 50 --vocab-rows 0 2>&1 | tee "$log"
+  --work "$work" --steps 30000 --minutes "$left" --seed "${SEED:-3}" \
+  --batch "${BATCH:-32}" --seq-len 256 --feature-batches "${FEATURE_BATCHES:-6000}" --lr "${LR:-6e-4}" \
+  --warmup "${WARMUP:-150}" --answer-rows "${ANSWER_ROWS:-12}" --answer-temperatures "${ANSWER_TEMPS:-0,0.7}" \
+  --gen-batch 96 --unroll 3 --noise 0.1 \
+  --ce-weight "${CE_WEIGHT:-30}" --save-every "${SAVE_EVERY:-250}" --log-every 50 --vocab-rows 0 2>&1 | tee "$log"
