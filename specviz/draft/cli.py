@@ -75,6 +75,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
                 "prompts": prompt_files()}
     log(f"target {settings['target']} on {target.device}, draft = target layers {layers}; work dir {work_dir}")
     generate_answers(target, tokenizer, work_dir, args.seed, args.gen_batch, args.gen_tokens, args.heldout_tokens)
+    if args.answers_only:
+        return 0
     train(target, tokenizer, settings, out_dir, work_dir, resume=args.resume)
     if args.vocab_rows:
         write_vocab(tokenizer, work_dir, out_dir, args.seed, args.vocab_rows, args.vocab_text_rows)
@@ -124,6 +126,10 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float
     settings["answer_temperatures"] = list(temps)
     generate_answers(target, tokenizer, work_dir, args.seed, args.gen_batch, args.gen_tokens, args.heldout_tokens,
                      temps)
+    if args.answers_only:
+        # A GPU lease is too short to spend on answers: make them on a CPU first, carry the work dir's files.
+        log(f"answers in {work_dir / 'answers.jsonl'} and {work_dir / 'heldout.jsonl'}; --answers-only: no training")
+        return 0
     if args.online_features:
         stream = online_features(target, tokenizer, work_dir, settings, args.workers or os.cpu_count() or 1)
     else:
@@ -295,6 +301,9 @@ def register(subparsers) -> None:
     p.add_argument("--feature-shards", type=int, default=0, help="--kind feature: train on the first N shards only")
     p.add_argument("--answer-temperatures", default="0,0.7",
                    help="--kind feature: the target answers each train prompt once per temperature")
+    p.add_argument("--answers-only", action="store_true",
+                   help="generate the target's answers into the work dir (resumable) and stop, e.g. on a CPU "
+                        "before a GPU lease (scripts/gpu_pack.sh --answers carries them)")
     p.add_argument("--online-features", action="store_true",
                    help="--kind feature: run the target inside the training loop instead of storing its features "
                         "(pays off on a GPU); --feature-batches then counts the distinct batches of token ids")
