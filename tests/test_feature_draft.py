@@ -15,7 +15,7 @@ from helpers import cache_forward_curves, chi_square_pvalue, exact_distribution,
 
 from specviz.draft.feature import (FeatureDraft, FeatureDraftForward, Int8Linear, is_feature_draft_dir,
                                    load_feature_draft, save_feature_draft)
-from specviz.draft.featuretrain import target_features, unroll_mask, unrolled
+from specviz.draft.featuretrain import evaluate_depths, heldout_features, target_features, unroll_mask, unrolled
 from specviz.engine.lean import LeanLlama, ModelForward
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import OFFLINE_FEATURE_DRAFT_DIR, ModelPair, load_pair
@@ -110,6 +110,67 @@ def test_greedy_with_the_feature_draft_equals_autoregressive(feature_pair, ar_to
     assert accepted > 0
     if tree != "chain":
         assert rejected > 0
+
+
+def _head_without(feature_pair, prompt: str, answer: list[int]):
+    """The shipped draft with a head that lacks every token of `answer` but the prompt's, and those tokens."""
+    shipped = feature_pair.draft
+    prompt_ids = set(make_decoder("ar", feature_pair, prompt, max_new_tokens=1).prompt_ids)
+    removed = set(answer) - prompt_ids
+    keep = torch.tensor([t for t in shipped.vocab_ids.tolist() if t not in removed])
+    draft = FeatureDraft(feature_pair.target, keep, torch.float32, shipped.taps)
+    draft.load_state_dict(shipped.own_state(), strict=False)
+    return draft.eval().requires_grad_(False), removed
+
+
+def test_heldout_agreement_counts_the_head_as_sequoia_widens_it(feature_pair, ar_tokens):
+    """draft-eval's `widen`: a written token joins the head from its first writing on, as in Sequoia."""
+    prompt = PROMPTS[1]
+    draft, removed = _head_without(feature_pair, prompt, ar_tokens[prompt])
+    prompt_ids = make_decoder("ar", feature_pair, prompt, max_new_tokens=1).prompt_ids
+    rows = heldout_features(feature_pair.target, None, [{"prompt_ids": prompt_ids,
+                                                         "answer_ids": ar_tokens[prompt]}], draft.taps)
+    cut, widened = evaluate_depths(draft, rows, 2), evaluate_depths(draft, rows, 2, widen=True)
+    shipped = evaluate_depths(feature_pair.draft, rows, 2, widen=True)
+    # Without rows for the answer's own tokens, only tokens of the prompt can agree.
+    top1 = rows[0]["top1"][len(prompt_ids):].tolist()
+    assert cut["depth1"] <= sum(t not in removed for t in top1) / len(top1)
+    assert widened["depth1"] > cut["depth1"] and widened["depth2"] > cut["depth2"]
+    # ...and every token's first writing stays unguessable: the shipped head (rows for most) does better.
+    assert shipped["depth1"] > widened["depth1"]
+
+
+@pytest.mark.parametrize("tree", ["dp16", "adaptive"])
+def test_the_heads_rows_grow_with_the_tokens_the_target_writes(feature_pair, ar_tokens, tree):
+    """A token the draft's head has no row for can never be drafted; once the target writes it, it can
+    (answers repeat their own words). The head here lacks every token of the answer but the prompt's."""
+    prompt = PROMPTS[1]
+    draft, removed = _head_without(feature_pair, prompt, ar_tokens[prompt])
+    pair = ModelPair(feature_pair.target, draft, feature_pair.tokenizer, feature_pair.target_name, "cut head",
+                     feature_pair.device, feature_pair.dtype)
+    decoder = make_decoder("sequoia", pair, prompt, max_new_tokens=MAX_NEW, **TREES[tree])
+    heads = []
+    trace = decoder.run(on_step=lambda record: heads.append(decoder.draft_fwd and decoder.draft_fwd.vocab_ids))
+    assert trace.token_ids == ar_tokens[prompt]
+    rows = heads[-2].tolist()   # the last step closes the decoder
+    assert len(rows) == len(set(rows)), "a token got two rows"
+    assert set(trace.token_ids[:-1]) <= set(rows)
+    # Written once, drafted and accepted later: at least one removed token came from the draft.
+    drafted = [n.token_id for step in trace.steps[1:] for n in step.payload.nodes
+               if n.status == "accepted" and n.depth > 0]
+    assert removed & set(drafted)
+    # A new row scores its token as the target's own head row does (in int8: one scale per row).
+    feats = torch.randn(3, feature_pair.target.config.hidden_size)
+    new = torch.tensor(sorted(removed)[:5])
+    for int8 in (False, True):
+        fwd = FeatureDraftForward(draft, 8, int8=int8)
+        before = fwd.logits(feats)
+        fwd.widen(new)
+        after = fwd.logits(feats)
+        torch.testing.assert_close(after[:, :before.shape[1]], before)   # a matmul of more rows may round apart
+        assert torch.equal(fwd.vocab_ids[before.shape[1]:], new)
+        whole = FeatureDraftForward(draft, 8, torch.arange(feature_pair.vocab_size), int8=int8)
+        torch.testing.assert_close(after[:, before.shape[1]:], whole.logits(feats)[:, new])
 
 
 def test_adaptive_trees_follow_the_drafts_confidence(feature_pair):

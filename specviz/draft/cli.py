@@ -263,12 +263,16 @@ def _eval_feature(args: argparse.Namespace, feature_dir: Path) -> int:
     target, tokenizer = _load_target(args.target, args.device)
     draft = load_feature_draft(target, feature_dir)
     rows = heldout_answers(target, tokenizer, args.limit, args.tokens)
-    agree = evaluate_depths(draft, heldout_features(target, None, rows, draft.taps), 3)
+    feats = heldout_features(target, None, rows, draft.taps)
+    # As Sequoia runs the head (widened by the prompt's and the written tokens), and the head's own rows.
+    agree = evaluate_depths(draft, feats, 3, widen=True)
+    own_rows = evaluate_depths(draft, feats, 3)
     sizes = [1, 4, 8, 16]
     t_target = measure_forward_times(target, [1, 16], context_len=200, repeats=args.repeats)
     t_draft = measure_forward_times(draft, sizes, context_len=200, repeats=args.repeats)
     result = {"draft": str(feature_dir), "heldout_prompts": len(rows), "positions": agree["positions"],
               "agreement_by_depth": {k: v for k, v in agree.items() if k != "positions"},
+              "agreement_by_depth_head_rows_only": {k: v for k, v in own_rows.items() if k != "positions"},
               "target_ms": {str(k): round(v, 2) for k, v in t_target.items()},
               "draft_level_ms": {str(k): round(v, 2) for k, v in t_draft.items()},
               "draft_level_over_target": round(t_draft[1] / t_target[1], 3),

@@ -461,13 +461,10 @@ class FeatureDraftForward:
         self.int8 = int8_decoding_supported(dev, self.dtype) if int8 is None else int8
         self.vocab_ids = draft.vocab_ids if vocab_ids is None else vocab_ids.to(dev)
         if self.int8:
-            self.draft, full_head = draft.int8_parts()
-            self.head = full_head.rows(self.vocab_ids)
+            self.draft, self._full_head = draft.int8_parts()
         else:
-            self.draft = draft
-            head = draft.head if vocab_ids is None else (
-                draft._target[0].lm_head.weight.detach().index_select(0, self.vocab_ids).to(self.dtype).contiguous())
-            self.head = lambda x: F.linear(x, head)
+            self.draft, self._full_head = draft, draft._target[0].lm_head.weight.detach()
+        self.head = self._head_rows(draft.head if vocab_ids is None and not self.int8 else None)
         self.cos, self.sin = draft.rotary(torch.arange(max_len, device=dev), self.dtype)
         shape = (1, draft.n_kv, max_len, draft.head_dim)
         self.keys = [torch.empty(shape, dtype=self.dtype, device=dev) for _ in range(draft.n_layers)]
@@ -505,3 +502,15 @@ class FeatureDraftForward:
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         return self.head(features)
+
+    def widen(self, token_ids: torch.Tensor) -> None:
+        """Give the head rows for `token_ids` too, after its current rows (so row r keeps its token)."""
+        self.vocab_ids = torch.cat([self.vocab_ids, token_ids.to(self.device, torch.long)])
+        self.head = self._head_rows()
+
+    def _head_rows(self, cut: torch.Tensor | None = None):
+        """The head over `vocab_ids`' rows of the target's head (int8 on a CPU: one scale per row)."""
+        if self.int8:
+            return self._full_head.rows(self.vocab_ids)
+        head = cut if cut is not None else self._full_head.index_select(0, self.vocab_ids).to(self.dtype).contiguous()
+        return lambda x: F.linear(x, head)

@@ -170,12 +170,14 @@ def unrolled(draft: FeatureDraft, ids: torch.Tensor, feats_in: torch.Tensor, ste
 
 
 @torch.inference_mode()
-def evaluate_depths(draft: FeatureDraft, rows: list[dict], depths: int = 3) -> dict:
+def evaluate_depths(draft: FeatureDraft, rows: list[dict], depths: int = 3, widen: bool = False) -> dict:
     """Greedy top-1 agreement with the target at depth 1..depths on held-out continuations.
 
     Slot j (pair (f_j, x_{j+1})) predicts f_{j+1}, whose argmax should equal the
     target's argmax at position j+1; counted where position j+1 is in the
     continuation. Depth d uses d-1 of the draft's own predicted features.
+    widen: the head as Sequoia runs it, with rows for the prompt's tokens and for every
+    token written before the drafted one (`SequoiaDecoder._widen_head`); else the head's own rows.
     """
     hits = [0] * depths
     totals = [0] * depths
@@ -188,13 +190,34 @@ def evaluate_depths(draft: FeatureDraft, rows: list[dict], depths: int = 3) -> d
         target_next = r["top1"].to(ids.device)[1:]   # target argmax at position j+1, for slot j
         n = target_next.numel()
         lo = max(0, n_prompt - 2)
+        extra, known_from = _written_rows(draft.vocab_ids, ids, n_prompt) if widen else (None, None)
         for s, out in enumerate(outs):
             start = max(lo, s)
-            pred = draft.vocab_ids[draft.logits(out[0].float()).argmax(-1)]
+            logits = draft.logits(out[0].float())
+            pred = draft.vocab_ids[logits.argmax(-1)]
+            if extra is not None:
+                # Slot j at depth s + 1 drafts after the committed tokens x_0 .. x_{j+1-s}.
+                slots = torch.arange(out.shape[1], device=ids.device)
+                extra_logits = out[0].float() @ draft._target[0].lm_head.weight[extra].float().T
+                extra_logits.masked_fill_(known_from[None, :] > (slots[:, None] + 1 - s), float("-inf"))
+                both = torch.cat([logits, extra_logits], dim=-1).argmax(-1)
+                pred = torch.cat([draft.vocab_ids, extra])[both]
             hits[s] += int((pred[start:n - 1] == target_next[start:n - 1]).sum())
             totals[s] += n - 1 - start
     return {f"depth{d + 1}": round(hits[d] / max(totals[d], 1), 4) for d in range(depths)} | {
         "positions": totals[0]}
+
+
+def _written_rows(vocab_ids: torch.Tensor, ids: torch.Tensor, n_prompt: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens of a sequence the head lacks, and the position from which Sequoia's head has each:
+    0 for the prompt's (added before the run), else where it is first written."""
+    first: dict[int, int] = {}
+    for pos, t in enumerate(ids.tolist()):
+        first.setdefault(t, 0 if pos < n_prompt else pos)
+    have = set(vocab_ids.tolist())
+    tokens = [t for t in first if t not in have]
+    return (torch.tensor(tokens, dtype=torch.long, device=ids.device),
+            torch.tensor([first[t] for t in tokens], dtype=torch.long, device=ids.device))
 
 
 # ---------------------------------------------------------------------------

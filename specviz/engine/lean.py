@@ -226,7 +226,7 @@ class LeanLlama:
         self.scale = inner.layers[0].self_attn.scaling
         self.embed, self.final_norm = inner.embed_tokens.weight, inner.norm.weight
         # The head's rows and the token id of each row (None: the whole vocabulary, row = token id).
-        full = head.full_weight if isinstance(head, VocabSubsetHead) else head.weight
+        full = self._full_head = head.full_weight if isinstance(head, VocabSubsetHead) else head.weight
         if vocab_ids is not None:
             self.vocab_ids = vocab_ids.to(device)
             self.lm_head = full.index_select(0, self.vocab_ids).contiguous()
@@ -313,6 +313,14 @@ class LeanLlama:
         return self.head(self._rms_norm(x, self.final_norm))
 
     __call__ = forward
+
+    def widen(self, token_ids: torch.Tensor) -> None:
+        """Give a head over a vocabulary subset rows for `token_ids` too, after its current rows."""
+        if self.vocab_ids is None:
+            return   # the whole vocabulary already
+        self.vocab_ids = torch.cat([self.vocab_ids, token_ids.to(self.device, torch.long)])
+        self.lm_head = self._full_head.index_select(0, self.vocab_ids).contiguous()
+        self.head = Matmul(self.lm_head, pack(self.lm_head) if self.packed else None)
 
     def _layers(self, x: torch.Tensor, start: int, end: int, cos, sin, mask, causal: bool,
                 tapped: list | None = None, taps: tuple[int, ...] = ()) -> torch.Tensor:

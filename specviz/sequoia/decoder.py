@@ -142,6 +142,10 @@ class SequoiaDecoder(Decoder):
             self.trace.settings.update(draft_kind="feature", draft_int8=self.draft_fwd.int8)
         else:
             self.draft_fwd = make_forward(pair.draft, max_len, vocab_ids, lean=self.lean)
+        # Tokens the draft's head has rows for (None: all). The target's own words join them as it
+        # writes them: an answer repeats its words, and a token the head lacks can never be drafted.
+        self.head_tokens = set(self.draft_fwd.vocab_ids.tolist()) \
+            if getattr(self.draft_fwd, "vocab_ids", None) is not None and hasattr(self.draft_fwd, "widen") else None
         self.draft_seen = 0
         self._tensors: dict = {}   # depth (or an adaptive tree's parents) -> prepared tensors
 
@@ -212,7 +216,17 @@ class SequoiaDecoder(Decoder):
         times = timer.stop()
         payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
         payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
+        self._widen_head(new_ids)
         return self._emit(new_ids, sources, shape.size, times, payload)
+
+    def _widen_head(self, new_ids: list[int]) -> None:
+        """Rows for the written tokens the draft's head lacks (a few a run; the head is cut anew)."""
+        if self.head_tokens is None:
+            return
+        fresh = [t for t in dict.fromkeys(new_ids) if t not in self.head_tokens and t < self.vocab]
+        if fresh:
+            self.head_tokens.update(fresh)
+            self.draft_fwd.widen(torch.tensor(fresh, dtype=torch.long, device=self.device))
 
     def _prefill(self) -> StepRecord:
         """Step 0: the target reads the prompt and yields the first token, like autoregressive."""
@@ -232,6 +246,7 @@ class SequoiaDecoder(Decoder):
                 self.draft_fwd(ids[:, 1:], feats[:n - 1], 0)
             self.pending_feats = feats[n - 1:]
             self.draft_seen = n - 1
+            self._widen_head([token])
             return self._emit([token], [SOURCE_AR], len(self.prompt_ids), timer.stop())
         if self.pair.draft_is_target and type(self.draft_fwd) is type(self.target_fwd):
             # Same model, same prompt: the draft's cache is a copy, not a second prefill.
@@ -239,6 +254,7 @@ class SequoiaDecoder(Decoder):
         else:
             self.draft_fwd(ids, 0)
         self.draft_seen = len(self.prompt_ids)
+        self._widen_head([token])
         return self._emit([token], [SOURCE_AR], len(self.prompt_ids), timer.stop())
 
     def _draft_tree(self, tt: TreeTensors, committed: int) -> tuple[torch.Tensor, dict, torch.Tensor]:
