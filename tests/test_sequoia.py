@@ -173,10 +173,44 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
         choice["parents"], {int(k): v for k, v in plan["target_ms"].items()},
         {int(k): v for k, v in plan["draft_ms"].items()}, costs=sizing.StepCosts(**costs)), abs=0.01)
     assert len(list(tmp_path.glob("profiles/sequoia-step-costs-*.json"))) == 1
+    # Then it raced that DP tree against the adaptive tree, decoding the same prompts, and chose by the race.
+    race = plan["race"]
+    assert race["tokens"]["tree"] > 0 and race["tokens"]["adaptive"] > 0
+    assert race["adaptive_over_tree"] == pytest.approx(
+        race["adaptive_tokens_per_s"] / race["tree_tokens_per_s"], rel=1e-3)
+    assert plan["chosen"] == ("adaptive" if race["adaptive_over_tree"] >= race["margin"] else "dp")
     for cached_plan in tmp_path.glob("profiles/sequoia-plan-*.json"):
         cached_plan.unlink()   # re-plan from the cached curves and costs: nothing is re-measured
     sizing.plan_tree(pair, SequoiaDecoder, sampling, max_budget=24, max_depth=4)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("adaptive_over_tree", [1.2, 0.9])
+def test_auto_runs_the_tree_that_won_its_race(shallow_pair, ar_tokens, tmp_path, monkeypatch, adaptive_over_tree):
+    """`auto` runs the adaptive tree where it raced faster than the DP tree, else the DP tree; either is exact.
+    The race's outcome is set here (which tree wins is this machine's business); the race itself runs in
+    `test_auto_fits_its_step_costs_from_real_steps_once`."""
+    from specviz.engine import profiler
+    from specviz.sequoia import sizing
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setattr(profiler, "runqueue_wait_seconds", lambda: None)
+    cache_forward_curves(shallow_pair)
+    raced = []
+    monkeypatch.setattr(sizing, "race_trees", lambda pair, sampling, parents, cls: raced.append(parents) or {
+        "prompts": 4, "tokens": {"tree": 256, "adaptive": 256}, "tree_tokens_per_s": 50.0,
+        "adaptive_tokens_per_s": 50.0 * adaptive_over_tree, "adaptive_over_tree": adaptive_over_tree,
+        "margin": sizing.ADAPTIVE_MARGIN, "waiting_share": None})
+    trace = make_decoder("sequoia", shallow_pair, PROMPTS[0], max_new_tokens=MAX_NEW).run()
+    assert trace.token_ids == ar_tokens[PROMPTS[0]]
+    plan = trace.settings["plan"]
+    assert raced == [plan["choice"]["parents"]]   # it raced the DP's own choice
+    shapes = {tuple(n.parent for n in step.payload.nodes) for step in trace.steps[1:]}
+    if adaptive_over_tree > 1:
+        assert trace.settings["tree"] == "adaptive" and trace.settings["tree_sizing"] == "auto"
+        assert "tree_parents" not in trace.settings and len(shapes) > 1   # grown anew each step
+    else:
+        assert trace.settings["tree"] == "auto" and trace.settings["tree_parents"] == plan["choice"]["parents"]
 
 
 @pytest.mark.parametrize("opts", [{"tree_budget": 8}, {"tree_budget": 0, "tree_depth": 2},

@@ -454,8 +454,22 @@ def summarise(records: list[BenchRecord], methods: list[str]) -> list[dict]:
                 "accepted_length": statistics.mean(r.accepted_length for r in recs),
                 "forward_size": statistics.median(r.forward_size for r in recs),
                 "same_as_ar": f"{sum(same)}/{len(same)}" if same else None,
+                **_tree_summary(recs),
             })
     return rows
+
+
+def _tree_summary(recs: list[BenchRecord]) -> dict:
+    """Which Sequoia tree ran (`auto` may run its DP tree or the adaptive one) and its mean depth per step."""
+    settings = recs[0].settings or {}
+    if recs[0].method.partition("@")[0].partition("+")[0] != "sequoia":
+        return {}
+    chosen = " (auto)" if settings.get("tree") == "auto" or settings.get("tree_sizing") == "auto" else ""
+    label = ("adaptive" if settings.get("tree") == "adaptive"
+             else f"{settings.get('tree_budget')}x{settings.get('tree_depth')}") + chosen
+    depths = [max((n["depth"] for n in (step.get("payload") or {}).get("nodes") or []), default=0)
+              for r in recs for step in r.steps[1:]]
+    return {"tree": label, "tree_depth_mean": statistics.mean(depths) if depths else None}
 
 
 def format_table(rows: list[dict]) -> str:
@@ -468,7 +482,8 @@ def format_table(rows: list[dict]) -> str:
         lines.append(f"{r['suite']:<8} {r['method']:<20} {r['tokens_per_second']:>7.1f} "
                      f"{r['tokens_per_second_q1']:>6.1f}-{r['tokens_per_second_q3']:<6.1f} {speed:>8} "
                      f"{speed_iqr:>11} {r['tokens_per_forward']:>7.2f} {r['accepted_length']:>7.2f} "
-                     f"{r['same_as_ar'] or '-':>6}")
+                     f"{r['same_as_ar'] or '-':>6}"
+                     + (f"  {r['tree']}, depth {r['tree_depth_mean']:.1f}" if r.get("tree_depth_mean") else ""))
     return "\n".join(lines)
 
 

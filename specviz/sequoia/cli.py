@@ -116,8 +116,14 @@ def cmd_optimize_tree(args: argparse.Namespace) -> int:
         print(f"{row['budget']:>5} {row['depth']:>3} {row['value']:>9.3f} {row['ms_per_step']:>9.1f} "
               f"{row['predicted_speedup']:>7.2f}x")
     c = plan["choice"]
-    print(f"choice: N={c['budget']} D={c['tree_depth']} ({c['value']:.3f} tokens/step, predicted "
+    print(f"DP choice: N={c['budget']} D={c['tree_depth']} ({c['value']:.3f} tokens/step, predicted "
           f"{c['predicted_speedup']:.2f}x over autoregressive)")
+    race = plan.get("race")
+    if race:
+        print(f"raced on {race['prompts']} prompts here: DP tree {race['tree_tokens_per_s']:.1f} tok/s, adaptive tree "
+              f"{race['adaptive_tokens_per_s']:.1f} tok/s ({race['adaptive_over_tree']:.3f}x; adaptive needs "
+              f"{race['margin']:.2f}x)")
+    print(f"auto runs: {'the adaptive tree' if plan.get('chosen') == 'adaptive' else 'the DP tree'}")
     return 0
 
 

@@ -110,17 +110,20 @@ class SequoiaDecoder(Decoder):
                  tree_parents=None, tree=None, tree_threshold=None):
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens)
         self.adaptive = tree == "adaptive"
-        if self.adaptive:
+        parents, settings = (None, {}) if self.adaptive else resolve_tree(
+            pair, self.sampling, tree_budget, tree_depth, tree_parents, type(self))
+        if parents is None:   # asked for, or `auto` raced it faster on this machine (`sizing.race_trees`)
+            self.adaptive = True
             self.adaptive_plan = adaptive_settings(tree_budget, tree_depth, tree_parents, tree_threshold)
             self.shape = None   # grown each step (`_draft_adaptive`)
             max_nodes, self.max_depth = self.adaptive_plan["max_nodes"], self.adaptive_plan["max_depth"]
             # A level is read only where it can pay for itself (`adaptive.level_pays`), at these costs.
             self.adaptive_costs = adaptive_costs(pair, max_nodes)
+            self.trace.settings.update(settings)
             self.trace.settings.update(tree="adaptive", tree_budget=max_nodes, tree_depth=self.max_depth,
                                        level_cost=round(self.adaptive_costs["draft"][1], 4),
                                        level_cost_from=self.adaptive_costs["from"], **self.adaptive_plan)
         else:
-            parents, settings = resolve_tree(pair, self.sampling, tree_budget, tree_depth, tree_parents, type(self))
             self.shape = TreeShape.from_parents(parents)
             max_nodes, self.max_depth = self.shape.size, self.shape.depth
             self.trace.settings.update(tree_budget=self.shape.size, tree_depth=self.shape.depth,

@@ -363,6 +363,54 @@ def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, d
     return costs, trusted
 
 
+# Prompts `auto` races the DP tree and the adaptive tree on: open ones of several kinds, none a bench prompt.
+RACE_PROMPTS = CALIBRATION_PROMPTS + ("Write a Python function that counts the vowels in a string.",
+                                      "What are some easy ways to save energy at home?")
+RACE_TOKENS = 64
+# The adaptive tree must race this much faster to be chosen: within noise, Sequoia's own DP tree stays.
+ADAPTIVE_MARGIN = 1.03
+
+
+def race_trees(pair, sampling: SamplingConfig, parents: list[int], decoder_cls, tokens: int = RACE_TOKENS) -> dict:
+    """Tokens per second of the DP tree `parents` and of the adaptive tree, decoding the same prompts here.
+
+    The DP tree is optimal for the *average* acceptance; the adaptive tree follows the draft's
+    confidence each step, which pays where acceptance swings (chat) and costs a little where it
+    does not. Which wins depends on the draft and on this machine, so it is measured, not assumed:
+    one step of each decoder per round (a slow spell of a shared machine falls on both), wall time
+    around `step()`, the prefill left out.
+    """
+    ids = {p: encode_prompt(pair.tokenizer, p) for p in RACE_PROMPTS}
+    makers = {"tree": lambda p: decoder_cls(pair, p, ids[p], sampling, tokens, tree_parents=parents),
+              "adaptive": lambda p: decoder_cls(pair, p, ids[p], sampling, tokens, tree="adaptive")}
+
+    def race() -> dict:
+        done = {k: [0, 0.0] for k in makers}   # tokens, ms
+        for prompt in RACE_PROMPTS:
+            decoders = {k: make(prompt) for k, make in makers.items()}
+            try:
+                for decoder in decoders.values():
+                    decoder.step()   # the prefill: the same for both
+                while any(not d.done for d in decoders.values()):
+                    for k, decoder in decoders.items():
+                        if not decoder.done:
+                            t0 = time.perf_counter()
+                            record = decoder.step()
+                            done[k][1] += (time.perf_counter() - t0) * 1000
+                            done[k][0] += len(record.new_token_ids)
+            finally:
+                for decoder in decoders.values():
+                    decoder.close()
+        return done
+
+    done, share = with_contention(race, pair.device)
+    rate = {k: 1000 * n / max(ms, 1e-9) for k, (n, ms) in done.items()}
+    return {"prompts": len(RACE_PROMPTS), "tokens": {k: n for k, (n, _) in done.items()},
+            "tree_tokens_per_s": round(rate["tree"], 2), "adaptive_tokens_per_s": round(rate["adaptive"], 2),
+            "adaptive_over_tree": round(rate["adaptive"] / max(rate["tree"], 1e-9), 4),
+            "margin": ADAPTIVE_MARGIN, "waiting_share": share}
+
+
 def plan_tree(pair, decoder_cls, sampling: SamplingConfig | None = None, max_budget: int | None = None,
               max_depth: int | None = None, refresh: bool = False) -> dict:
     """Everything `--tree auto` decides, as plain data: curves, step costs, table, choice (cached).
@@ -382,7 +430,7 @@ def plan_tree(pair, decoder_cls, sampling: SamplingConfig | None = None, max_bud
     if cached and cached.get("acceptance") == list(acc["acceptance"]) and \
             cached.get("acceptance_by_depth") == acc.get("by_depth") and cached.get("cost_model") == COST_MODEL \
             and cached.get("acceptance_under_lower_ranks") == acc.get("under_lower_ranks") \
-            and cached.get("step_costs") == costs_entry.get("costs"):
+            and cached.get("step_costs") == costs_entry.get("costs") and cached.get("race") is not None:
         return cached
     target_ms, draft_ms, curves_trusted = measured_curves(pair, refresh=refresh)
     costs, trusted = step_costs_for(pair, sampling, acc, target_ms, draft_ms, curves_trusted, decoder_cls,
@@ -391,6 +439,10 @@ def plan_tree(pair, decoder_cls, sampling: SamplingConfig | None = None, max_bud
                             costs=costs, under_lower_ranks=acc.get("under_lower_ranks"))
     plan.update(key=pair.key, device=str(pair.device), dtype=dtype_name(pair.dtype),
                 acceptance_source=acc["source"], temperature=sampling.temperature, top_p=sampling.top_p)
+    race = plan["race"] = race_trees(pair, sampling, plan["choice"]["parents"], decoder_cls)
+    plan["chosen"] = "adaptive" if race["adaptive_over_tree"] >= ADAPTIVE_MARGIN else "dp"
+    share = race["waiting_share"]
+    trusted = trusted and (share is None or share <= CONTENDED_SHARE)
     if trusted:   # a plan from busy cores is used for this run only, like its curves
         save_cached("sequoia-plan", key, plan)
     return plan
@@ -416,6 +468,9 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents, decoder_
     if tree_budget is None and tree_depth is None:
         plan = plan_tree(pair, decoder_cls, sampling)
         choice = plan["choice"]
+        if plan.get("chosen") == "adaptive":   # None: the decoder grows an adaptive tree each step
+            return None, {"tree_sizing": "auto", "acceptance": plan["acceptance"],
+                          "acceptance_source": plan["acceptance_source"], "plan": plan}
         return choice["parents"], {
             "tree": "auto", "acceptance": plan["acceptance"], "acceptance_source": plan["acceptance_source"],
             "predicted_tokens_per_step": choice["value"], "predicted_speedup": choice["predicted_speedup"],

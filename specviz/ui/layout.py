@@ -67,7 +67,9 @@ SIZING_CHOICES = [("fastest (auto)", "auto"), ("illustrative", "illustrative"), 
 TREE_CHOICES = SIZING_CHOICES + [("adaptive (draft's confidence)", "adaptive")]
 SIZING_NOTE = (
     "**fastest (auto)** measures this machine's forward cost and picks the size with the lowest predicted time per "
-    "token — on a CPU often a shallow tree and a small window, which draw poor pictures. **illustrative** uses a "
+    "token — on a CPU often a shallow tree and a small window, which draw poor pictures. For Sequoia it then races "
+    "that DP tree against the adaptive tree on a few prompts and runs the faster (the hardware panel shows the "
+    "race). **illustrative** uses a "
     f"tree of {whatif.ILLUSTRATIVE_TREE['tree_budget']} nodes over {whatif.ILLUSTRATIVE_TREE['tree_depth']} levels "
     f"and a window of W = {whatif.ILLUSTRATIVE_LOOKAHEAD['window']}, N = {whatif.ILLUSTRATIVE_LOOKAHEAD['ngram']} "
     f"(3 levels), G = {whatif.ILLUSTRATIVE_LOOKAHEAD['guesses']}: one target forward over 20 and 27 tokens per "
