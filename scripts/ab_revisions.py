@@ -9,6 +9,7 @@ many runs produced identical tokens.
     .venv/bin/python scripts/ab_revisions.py --old HEAD            # uncommitted work against HEAD
     .venv/bin/python scripts/ab_revisions.py --old 85fbfa8 --prompts 4
     .venv/bin/python scripts/ab_revisions.py --old HEAD~1 --old-assets   # a new draft against the one before
+    .venv/bin/python scripts/ab_revisions.py --old HEAD --interleave --prompts 10   # chat and code alike
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ CONFIGS = {   # name: (method, temperature, decoder options)
     "lookahead 4x3x4": ("lookahead", 0.0, {"window": 4, "ngram": 3, "guesses": 4}),
     "sequoia adaptive": ("sequoia", 0.0, {"tree": "adaptive"}),
     "sequoia adaptive T0.6": ("sequoia", 0.6, {"tree": "adaptive"}),
+    "sequoia adaptive=0.03": ("sequoia", 0.0, {"tree": "adaptive", "tree_threshold": 0.03}),
 }
 
 
-def worker(code_dir: str, threads: int, tokens: int, draft: str | None) -> None:
+def worker(code_dir: str, threads: int, tokens: int, draft: str | None, interleave: bool = False) -> None:
     """Serve runs on stdin (one JSON per line) with the specviz found in code_dir."""
     sys.path.insert(0, code_dir)
     import torch
@@ -57,6 +59,9 @@ def worker(code_dir: str, threads: int, tokens: int, draft: str | None) -> None:
         raise SystemExit(f"imported {specviz.__file__}, not the code in {code_dir}")
     pair = load_pair("default", draft, device="cpu", dtype="bf16")
     prompts = [p["prompt"] for p in read_suites("chat,code")]
+    if interleave:   # chat, code, chat, code, ...: both kinds in the first N
+        chat, code = [p["prompt"] for p in read_suites("chat")], [p["prompt"] for p in read_suites("code")]
+        prompts = [p for pair_ in zip(chat, code) for p in pair_]
     print(json.dumps({"ready": specviz.__file__}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -82,7 +87,8 @@ def export(rev: str, into: Path, with_assets: bool = False) -> Path:
 
 def start(code_dir: Path, args) -> subprocess.Popen:
     cmd = [sys.executable, __file__, "--serve", str(code_dir), "--threads", str(args.threads),
-           "--tokens", str(args.tokens)] + (["--draft", args.draft] if args.draft else [])
+           "--tokens", str(args.tokens)] + (["--draft", args.draft] if args.draft else []) + (
+              ["--interleave"] if args.interleave else [])
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True, cwd=ROOT)
     ready = proc.stdout.readline()
@@ -101,6 +107,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--old", default="HEAD", help="git revision to compare the working tree against")
     p.add_argument("--prompts", type=int, default=8, help="chat and code suite prompts, in order")
+    p.add_argument("--interleave", action="store_true", help="alternate chat and code prompts (both kinds in N)")
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated: " + ", ".join(CONFIGS))
@@ -110,7 +117,7 @@ def main() -> int:
     p.add_argument("--serve", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
-        worker(args.serve, args.threads, args.tokens, args.draft)
+        worker(args.serve, args.threads, args.tokens, args.draft, args.interleave)
         return 0
     configs = {name: CONFIGS[name] for name in args.configs.split(",")}
     with tempfile.TemporaryDirectory() as tmp:
