@@ -216,6 +216,14 @@ def test_hardware_panel_from_recorded_plan():
         "choice": {"budget": 8, "depth": 1, "predicted_speedup": 1.3}}
     _, text = hardware.panel(trace)
     assert "Sequoia" in text and "<b>1.9 ms</b> per draft level" in text and "<b>1.9 ms</b> (verification" in text
+    assert "Sequoia chose" in text and "Raced" not in text
+    # `auto` raced its DP tree against the adaptive tree and runs the winner: the panel says which, and why.
+    trace.runs["sequoia"].settings["plan"] |= {"chosen": "adaptive", "race": {
+        "prompts": 4, "tree_tokens_per_s": 74.7, "adaptive_tokens_per_s": 80.6, "adaptive_over_tree": 1.079,
+        "margin": 1.03}}
+    _, text = hardware.panel(trace)
+    assert "Sequoia planned (DP tree)" in text and "<b>74.7</b> tokens/s" in text and "<b>80.6</b> tokens/s" in text
+    assert "auto runs the adaptive tree" in text
     empty_fig, empty_text = hardware.panel(None)
     assert "No measured plan" in empty_text
 

@@ -118,7 +118,9 @@ def panel_html(plans: dict | None) -> str:
         label = figures.METHOD_LABELS.get(method, method)
         choice = _choice_row(plan)
         if choice:
-            parts.append(f'<div style="font-size:16px;margin:6px 0"><b>{label} chose:</b> '
+            # Sequoia's `auto` may run the adaptive tree instead of the DP tree it planned (the race below).
+            verb = "planned (DP tree)" if plan.get("chosen") == "adaptive" else "chose"
+            parts.append(f'<div style="font-size:16px;margin:6px 0"><b>{label} {verb}:</b> '
                          + ", ".join(f"{k} = {html._fmt(v)}" for k, v in choice.items()) + "</div>")
         race = plan.get("race")
         if race:
