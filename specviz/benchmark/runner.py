@@ -461,9 +461,9 @@ def summarise(records: list[BenchRecord], methods: list[str]) -> list[dict]:
 
 def _tree_summary(recs: list[BenchRecord]) -> dict:
     """Which Sequoia tree ran (`auto` may run its DP tree or the adaptive one) and its mean depth per step."""
-    settings = recs[0].settings or {}
-    if recs[0].method.partition("@")[0].partition("+")[0] != "sequoia":
+    if parse_method(recs[0].method)[0] != "sequoia":
         return {}
+    settings = recs[0].settings or {}
     chosen = " (auto)" if settings.get("tree") == "auto" or settings.get("tree_sizing") == "auto" else ""
     label = ("adaptive" if settings.get("tree") == "adaptive"
              else f"{settings.get('tree_budget')}x{settings.get('tree_depth')}") + chosen

@@ -464,7 +464,7 @@ class FeatureDraftForward:
             self.draft, self._full_head = draft.int8_parts()
         else:
             self.draft, self._full_head = draft, draft._target[0].lm_head.weight.detach()
-        self.head = self._head_rows(draft.head if vocab_ids is None and not self.int8 else None)
+        self.head = self._head_rows()
         self.cos, self.sin = draft.rotary(torch.arange(max_len, device=dev), self.dtype)
         shape = (1, draft.n_kv, max_len, draft.head_dim)
         self.keys = [torch.empty(shape, dtype=self.dtype, device=dev) for _ in range(draft.n_layers)]
@@ -508,9 +508,11 @@ class FeatureDraftForward:
         self.vocab_ids = torch.cat([self.vocab_ids, token_ids.to(self.device, torch.long)])
         self.head = self._head_rows()
 
-    def _head_rows(self, cut: torch.Tensor | None = None):
-        """The head over `vocab_ids`' rows of the target's head (int8 on a CPU: one scale per row)."""
+    def _head_rows(self):
+        """The head over `vocab_ids`' rows of the target's head (int8 on a CPU: one scale per row); the
+        draft's own cut while the rows are its own."""
         if self.int8:
             return self._full_head.rows(self.vocab_ids)
-        head = cut if cut is not None else self._full_head.index_select(0, self.vocab_ids).to(self.dtype).contiguous()
+        head = self.draft.head if self.vocab_ids is self.draft.vocab_ids else (
+            self._full_head.index_select(0, self.vocab_ids).to(self.dtype).contiguous())
         return lambda x: F.linear(x, head)
