@@ -10,7 +10,7 @@
 # answers the train prompts (assets/prompts/distill*.jsonl) at ANSWER_TEMPS, the token ids of FEATURE_BATCHES batches are tokenised by every core, and the
 # frozen target computes each batch's features inside the loop (cheaper on a GPU than storing them).
 # ANSWERS / HELDOUT (files, .gz allowed) seed the work dir with answers made beforehand (see below); BATCH, LR,
-# WARMUP, ANSWER_ROWS, ANSWER_TEMPS, SEED, SAVE_EVERY override the recipe's settings.
+# WARMUP, ANSWER_ROWS, ANSWER_TEMPS, SEED, SAVE_EVERY, GEN_BATCH override the recipe's settings.
 # The whole command ends within MINUTES (default 8, for a device call of at most 10): `--minutes` sets
 # the step count from the first steps' pace. OUT_DIR (default $OUT/fd, else out/feature-draft) receives
 # the draft directory, with a checkpoint every 250 steps, and the log goes to OUT_DIR/../train.log as it
@@ -42,8 +42,8 @@ init=(--init-from assets/draft-feature-smollm2-135m)
 # capacity-bound head by +0.027 / +0.035 / +0.026 at depths 1-3 where 1 x had flattened, and 30 x by another
 # +0.025 / +0.035 / +0.024 (README, *A token-dominated loss*, *A heavier token loss*).
 # Answers carried in (ANSWERS=FILE.jsonl[.gz], made on a CPU beforehand with the same target) cost the lease
-# nothing: the target's sampled answers take minutes on a GPU too (a multinomial over 49k tokens per row per
-# token), and generation skips every (prompt, temperature) the work dir already holds. With answers carried in,
+# nothing, and generation skips every (prompt, temperature) the work dir already holds. On the GPU the answers
+# are sampled there (a device generator), GEN_BATCH rows at a time. With answers carried in,
 # ANSWER_TEMPS defaults to none (a temperature the file holds only in part would be completed here); every
 # answer in the file is trained on.
 work="${SPECVIZ_FEATURE_WORK:-/tmp/specviz-feature-work}"
@@ -64,5 +64,5 @@ done
   --work "$work" --steps 30000 --minutes "$left" --seed "${SEED:-3}" \
   --batch "${BATCH:-32}" --seq-len 256 --feature-batches "${FEATURE_BATCHES:-6000}" --lr "${LR:-6e-4}" \
   --warmup "${WARMUP:-150}" --answer-rows "${ANSWER_ROWS:-12}" --answer-temperatures "${ANSWER_TEMPS-$temps}" \
-  --gen-batch 96 --unroll 3 --noise 0.1 \
+  --gen-batch "${GEN_BATCH:-256}" --unroll 3 --noise 0.1 \
   --ce-weight "${CE_WEIGHT:-30}" --save-every "${SAVE_EVERY:-250}" --log-every 50 --vocab-rows 0 2>&1 | tee "$log"
