@@ -176,6 +176,38 @@ def test_the_shipped_records_make_the_feature_draft_the_default():
     assert models.offline_default_drafts_dir() == feature
 
 
+def test_sampled_answers_are_drawn_on_the_targets_device_and_follow_the_seed(pair, tmp_path, monkeypatch):
+    """`generate_answers` samples with a generator on the target's device (a GPU lease samples there instead of
+    copying every token's 49k probabilities to the host): the same seed writes the same answers, another seed
+    other ones, and the greedy held-out answers do not depend on it."""
+    from specviz.draft import data
+
+    prompts = {"heldout": [{"prompt": SAMPLE[0]}], "train": [{"prompt": SAMPLE[3], "category": "chat"},
+                                                             {"prompt": SAMPLE[4], "category": "chat"}]}
+    monkeypatch.setattr(data, "load_prompts", lambda split: prompts[split])
+    devices = []
+    real_generate = data.generate_batch
+
+    def recording_generate(target, tokenizer, prompt_ids, n_new, temperature, generator):
+        devices.append((generator.device, target.device))
+        return real_generate(target, tokenizer, prompt_ids, n_new, temperature, generator)
+
+    monkeypatch.setattr(data, "generate_batch", recording_generate)
+    written = {}
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        out = tmp_path / name
+        out.mkdir()
+        data.generate_answers(pair.target, pair.tokenizer, out, seed, batch=2, max_new_tokens=12,
+                              heldout_tokens=6, temperatures=(0.9,))
+        written[name] = ([r["answer_ids"] for r in data.read_jsonl(out / "answers.jsonl")],
+                         [r["answer_ids"] for r in data.read_jsonl(out / "heldout.jsonl")])
+    assert all(g == t for g, t in devices) and devices
+    assert written["a"] == written["b"]
+    assert written["a"][0] != written["c"][0]           # sampled: the seed matters
+    assert written["a"][1] == written["c"][1]           # greedy held-out answers: it does not
+    assert all(0 < len(a) <= 12 for a in written["a"][0])
+
+
 def test_the_composed_training_prompts_are_reproducible_and_never_benchmark_prompts(tmp_path, monkeypatch):
     """assets/prompts/distill-more.jsonl and distill-extra.jsonl are what scripts/make_distill_prompts.py writes
     (so they can be regrown, not hand-edited), `distill` trains on them beside distill.jsonl, and none of them
