@@ -750,6 +750,28 @@ def test_dp_with_parent_rank_classes_equals_exhaustive_search():
     assert np.allclose(same.best[np.isfinite(same.best)], per_depth.best[np.isfinite(per_depth.best)])
 
 
+def test_draft_eval_reports_agreement_by_kind_of_prompt(capsys):
+    """`draft-eval` splits its held-out agreement by the prompts' category (as Sequoia runs the head): the
+    categories partition the positions, and the pooled figure is their position-weighted mean."""
+    import json
+
+    from specviz.cli import main
+    from specviz.draft.data import load_prompts
+
+    limit = 6
+    assert main(["draft-eval", "--draft", "feature", "--limit", str(limit), "--tokens", "12", "--repeats", "1",
+                 "--threads", "2"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out[out.index("{"):])
+    by_kind = result["agreement_by_category"]
+    kinds = [str(p.get("category")) for p in load_prompts("heldout")[:limit]]
+    assert sorted(by_kind) == sorted(set(kinds)) and len(by_kind) >= 2
+    assert {k: v["prompts"] for k, v in by_kind.items()} == {k: kinds.count(k) for k in set(kinds)}
+    assert sum(v["positions"] for v in by_kind.values()) == result["positions"]
+    pooled = sum(v["depth1"] * v["positions"] for v in by_kind.values()) / result["positions"]
+    assert abs(pooled - result["agreement_by_depth"]["depth1"]) < 1e-3
+
+
 def test_distill_answers_only_completes_the_answers_and_trains_nothing(tmp_path):
     """`distill --answers-only`, run on a CPU before a GPU lease: it generates exactly the answers the work dir
     lacks (resumable), then stops before any training, so the lease is spent on training alone."""

@@ -248,7 +248,8 @@ def heldout_answers(target, tokenizer, limit: int | None, tokens: int) -> list[d
     for start in range(0, len(prompts), 32):
         ids = [chat_ids(tokenizer, p["prompt"]) for p in prompts[start:start + 32]]
         answers = generate_batch(target, tokenizer, ids, tokens, 0.0, torch.Generator())
-        rows += [{"prompt_ids": p, "answer_ids": a} for p, a in zip(ids, answers)]
+        rows += [{"prompt_ids": p, "answer_ids": a, "category": r.get("category")}
+                 for p, a, r in zip(ids, answers, prompts[start:start + 32])]
     return rows
 
 
@@ -267,12 +268,18 @@ def _eval_feature(args: argparse.Namespace, feature_dir: Path) -> int:
     # As Sequoia runs the head (widened by the prompt's and the written tokens), and the head's own rows.
     agree = evaluate_depths(draft, feats, 3, widen=True)
     own_rows = evaluate_depths(draft, feats, 3)
+    # Per kind of prompt too: prose and code are drafted very differently, and the mean hides which lags.
+    kinds = sorted({str(r["category"]) for r in rows})
+    by_kind = {k: evaluate_depths(draft, [f for f, r in zip(feats, rows) if str(r["category"]) == k], 3, widen=True)
+               for k in kinds}
     sizes = [1, 4, 8, 16]
     t_target = measure_forward_times(target, [1, 16], context_len=200, repeats=args.repeats)
     t_draft = measure_forward_times(draft, sizes, context_len=200, repeats=args.repeats)
     result = {"draft": str(feature_dir), "heldout_prompts": len(rows), "positions": agree["positions"],
               "agreement_by_depth": {k: v for k, v in agree.items() if k != "positions"},
               "agreement_by_depth_head_rows_only": {k: v for k, v in own_rows.items() if k != "positions"},
+              "agreement_by_category": {k: {"prompts": sum(str(r["category"]) == k for r in rows), **v}
+                                        for k, v in by_kind.items()},
               "target_ms": {str(k): round(v, 2) for k, v in t_target.items()},
               "draft_level_ms": {str(k): round(v, 2) for k, v in t_draft.items()},
               "draft_level_over_target": round(t_draft[1] / t_target[1], 3),
