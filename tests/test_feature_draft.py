@@ -13,8 +13,8 @@ import pytest
 import torch
 from helpers import cache_forward_curves, chi_square_pvalue, exact_distribution, tiny_pair
 
-from specviz.draft.feature import (FeatureDraft, FeatureDraftForward, Int8Linear, is_feature_draft_dir,
-                                   load_feature_draft, save_feature_draft)
+from specviz.draft.feature import (FeatureDraft, FeatureDraftForward, Int8Linear, _fbgemm_available,
+                                   is_feature_draft_dir, load_feature_draft, save_feature_draft)
 from specviz.draft.featuretrain import evaluate_depths, heldout_features, target_features, unroll_mask, unrolled
 from specviz.engine.lean import LeanLlama, ModelForward
 from specviz.engine.methods import make_decoder
@@ -170,7 +170,9 @@ def test_the_heads_rows_grow_with_the_tokens_the_target_writes(feature_pair, ar_
         torch.testing.assert_close(after[:, :before.shape[1]], before)   # a matmul of more rows may round apart
         assert torch.equal(fwd.vocab_ids[before.shape[1]:], new)
         whole = FeatureDraftForward(draft, 8, torch.arange(feature_pair.vocab_size), int8=int8)
-        torch.testing.assert_close(after[:, before.shape[1]:], whole.logits(feats)[:, new])
+        column = {t: c for c, t in enumerate(whole.vocab_ids.tolist())}   # the draft's own rows come first
+        assert sorted(column) == list(range(feature_pair.vocab_size))
+        torch.testing.assert_close(after[:, before.shape[1]:], whole.logits(feats)[:, [column[t] for t in new.tolist()]])
 
 
 def test_adaptive_trees_follow_the_drafts_confidence(feature_pair):
@@ -426,10 +428,40 @@ def test_int8_decoding_levels_track_the_trained_draft(pair, request):
     assert draft.decoding_kind.startswith("feature") and "int8" not in draft.decoding_kind   # fp32 stays dense: the int8 kernel is slow with fp32 inputs
 
 
+@pytest.mark.skipif(not _fbgemm_available(), reason="fbgemm is built into x86 PyTorch wheels only")
+@torch.inference_mode()
+def test_fbgemm_and_int8pack_kernels_read_the_same_int8_weights(untrained_pair):
+    """Both kernels compute x W^T from the same int8 rows and scales; fbgemm also rounds x to 8 (7 without
+    VNNI) bits per call, so the two agree within that rounding at a tree level's 1 to 8 rows, in bf16."""
+    gen = torch.Generator().manual_seed(0)
+    weight = (torch.randn(300, 96, generator=gen) * 0.05).to(torch.bfloat16)
+    bias = torch.randn(300, generator=gen).to(torch.bfloat16)
+    fast, slow = Int8Linear(weight, bias), Int8Linear(weight, bias, kernel="int8pack")
+    assert fast.kernel == "fbgemm" and fast.packed is not None and slow.packed is None
+    assert torch.equal(fast.weight, slow.weight) and torch.equal(fast.scales, slow.scales)
+    for rows in (1, 3, 8):
+        x = torch.randn(rows, 96, generator=gen).to(torch.bfloat16)
+        want, got = slow(x).float(), fast(x).float()
+        assert got.dtype == torch.float32 and fast(x).dtype == torch.bfloat16
+        assert (got - want).abs().max() < 0.03 * want.abs().max(), rows
+    # A cut (a head's rows) and a stack (q|k|v) keep the kernel and give the same rows' outputs.
+    ids = torch.tensor([5, 0, 299])
+    x = torch.randn(2, 96, generator=gen).to(torch.bfloat16)
+    assert fast.rows(ids).kernel == "fbgemm"
+    torch.testing.assert_close(fast.rows(ids)(x), fast(x)[:, ids])
+    # The fusion layers keep gpt-fast's kernel: one activation scale over cat(embedding, feature) rounds
+    # the small embedding half away (measured: held-out agreement 0.20 instead of 0.66).
+    layers = untrained_pair.draft.int8_parts()[0]
+    assert layers.fc.kernel == "int8pack" and layers.qkv_proj.kernel == "fbgemm"
+    assert untrained_pair.draft.int8_parts()[2].kernel == "fbgemm"
+
+
 def test_int8_weights_are_quantised_once_until_the_draft_changes(untrained_pair):
     draft = untrained_pair.draft
-    layer, head = draft.int8_parts()
-    assert draft.int8_parts()[0] is layer and draft.int8_parts()[1] is head   # a decoder per prompt reuses them
+    layer, head, own_head = draft.int8_parts()
+    # A decoder per prompt reuses them (the head over the draft's own rows is packed for its kernel once).
+    assert draft.int8_parts()[0] is layer and draft.int8_parts()[1] is head and draft.int8_parts()[2] is own_head
+    torch.testing.assert_close(own_head.weight, head.rows(draft.vocab_ids).weight)
     assert layer.fc is not draft.fc and isinstance(draft.fc, torch.nn.Linear)  # the trained module is untouched
     ids = torch.tensor([3, 17, 40000])
     torch.testing.assert_close(head.rows(ids).weight, Int8Linear(untrained_pair.target.lm_head.weight[ids]).weight)

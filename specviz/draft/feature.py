@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -72,41 +73,88 @@ def int8_decoding_supported(device: torch.device, dtype: torch.dtype) -> bool:
     return device.type == "cpu" and dtype == torch.bfloat16 and hasattr(torch, "_weight_int8pack_mm")
 
 
-class Int8Linear(torch.nn.Module):
-    """y = x W^T (+ b) with W stored as int8 rows and one scale per row (symmetric, per output channel)."""
+def _fbgemm_available() -> bool:
+    """Whether fbgemm's dynamic int8 linear runs here (x86 CPUs: the PyTorch wheels build it in)."""
+    return "fbgemm" in torch.backends.quantized.supported_engines and hasattr(torch.ops.quantized, "linear_dynamic")
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+
+def _has_vnni() -> bool:
+    """VNNI sums u8 x s8 products straight into 32 bits; without it fbgemm's 16-bit pair sums can
+    saturate unless x keeps 7 bits (`reduce_range`), which costs the draft's head ~0.5 points of
+    agreement at a tree level's few rows."""
+    check = getattr(torch.cpu, "_is_vnni_supported", None)
+    return bool(check and check())
+
+
+class Int8Linear(torch.nn.Module):
+    """y = x W^T (+ b) with W stored as int8 rows and one scale per row (symmetric, per output channel).
+
+    Two CPU kernels read the same int8 weights. `_weight_int8pack_mm` (gpt-fast's) keeps x in
+    bf16 but runs one pass over W per row of x, so a tree level of 8 nodes reads the head 8
+    times. fbgemm's dynamic linear (`quantized::linear_dynamic`) also quantises x, per call,
+    to 7-bit integers and reads W once for all rows: with the head cold in cache after a target
+    forward, 0.39 ms against 0.63 ms at one row and 0.42 against 1.83 at eight. It is used where
+    fbgemm is built in (x86; `kernel="int8pack"` forces the other); quantising x moves the
+    draft's features slightly (bounded by `test_int8_decoding_levels_track_the_trained_draft`),
+    never the output, which the target decides.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, kernel: str | None = None,
+                 pack: bool = True):
         super().__init__()
         w = weight.detach().float()
         scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127
         self.register_buffer("weight", (w / scales[:, None]).round().clamp(-127, 127).to(torch.int8))
         self.register_buffer("scales", scales.to(weight.dtype))
         self.bias = None if bias is None else bias.detach()
+        self._pack(kernel, pack)
+
+    @classmethod
+    def _from(cls, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None, kernel: str) -> "Int8Linear":
+        layer = cls.__new__(cls)
+        torch.nn.Module.__init__(layer)
+        layer.register_buffer("weight", weight)
+        layer.register_buffer("scales", scales)
+        layer.bias = bias
+        layer._pack(kernel)
+        return layer
+
+    def _pack(self, kernel: str | None, pack: bool = True) -> None:
+        """Prepare fbgemm's packed copy of the weights (about the same bytes again) where it is used
+        (`pack=False`: a whole head that is only ever cut by `rows`, which packs the cut)."""
+        if kernel is None:
+            kernel = "fbgemm" if _fbgemm_available() else "int8pack"
+        self.kernel, self.packed, self.reduce_range = kernel, None, not _has_vnni()
+        if kernel == "fbgemm" and pack:
+            zeros = torch.zeros(self.weight.shape[0], dtype=torch.long)
+            with warnings.catch_warnings():   # torch deprecates quantized tensors; the kernel stays (torch pinned)
+                warnings.filterwarnings("ignore", message=".*quantized tensor creation.*")
+                qweight = torch._make_per_channel_quantized_tensor(self.weight, self.scales.double(), zeros, 0)
+            bias = None if self.bias is None else self.bias.float()
+            self.packed = torch.ops.quantized.linear_prepack(qweight, bias)
 
     def rows(self, ids: torch.Tensor) -> "Int8Linear":
         """The same layer keeping output rows `ids` (a head over a vocabulary subset): with one scale per
         row, cutting the quantised matrix equals quantising the cut one, and costs no requantisation."""
-        part = Int8Linear.__new__(Int8Linear)
-        torch.nn.Module.__init__(part)
-        part.register_buffer("weight", self.weight.index_select(0, ids).contiguous())
-        part.register_buffer("scales", self.scales.index_select(0, ids).contiguous())
-        part.bias = None if self.bias is None else self.bias.index_select(0, ids)
-        return part
+        return Int8Linear._from(self.weight.index_select(0, ids).contiguous(),
+                                self.scales.index_select(0, ids).contiguous(),
+                                None if self.bias is None else self.bias.index_select(0, ids), self.kernel)
 
     @staticmethod
     def stacked(parts: list["Int8Linear"]) -> "Int8Linear":
         """One layer whose output rows are the parts' in order (q|k|v, gate|up): one kernel call instead
         of several, and exact, since every row keeps its own scale."""
-        layer = Int8Linear.__new__(Int8Linear)
-        torch.nn.Module.__init__(layer)
-        layer.register_buffer("weight", torch.cat([p.weight for p in parts]))
-        layer.register_buffer("scales", torch.cat([p.scales for p in parts]))
-        layer.bias = None if parts[0].bias is None else torch.cat([p.bias for p in parts])
-        return layer
+        bias = None if parts[0].bias is None else torch.cat([p.bias for p in parts])
+        return Int8Linear._from(torch.cat([p.weight for p in parts]), torch.cat([p.scales for p in parts]),
+                                bias, parts[0].kernel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        out = torch._weight_int8pack_mm(x.reshape(-1, shape[-1]), self.weight, self.scales.to(x.dtype))
+        rows = x.reshape(-1, shape[-1])
+        if self.packed is not None:   # the bias is in the packed weights
+            out = torch.ops.quantized.linear_dynamic(rows.float(), self.packed, self.reduce_range).to(x.dtype)
+            return out.view(*shape[:-1], out.shape[-1])
+        out = torch._weight_int8pack_mm(rows, self.weight, self.scales.to(x.dtype))
         out = out.view(*shape[:-1], out.shape[-1])
         return out if self.bias is None else out + self.bias
 
@@ -248,27 +296,31 @@ class FeatureDraft(torch.nn.Module):
         # What the profiler's cache key reads (`engine.profiler.forward_kind`): the head's rows.
         self.lm_head = _HeadInfo(self.vocab_ids)
 
-    def int8_parts(self) -> tuple["FeatureDraft", Int8Linear]:
-        """This draft with int8 linears, and the target's whole head in int8 (rows cut per decoder).
+    def int8_parts(self) -> tuple["FeatureDraft", Int8Linear, Int8Linear]:
+        """This draft with int8 linears, the target's whole head in int8 (rows cut per decoder for the
+        tokens a prompt adds), and the head over the draft's own rows, packed for its kernel.
 
         Quantised once and kept while the weights stay the same (an optimiser step bumps their
-        version counters), so a decoder per prompt does not pay 60 ms of quantisation each time.
+        version counters), so a decoder per prompt does not pay 60 ms of quantisation, nor fbgemm's
+        50 ms of packing the head's 15.7k rows, each time.
         """
         # A draft built under inference_mode has inference tensors, which keep no version counter (and
         # cannot be changed outside inference_mode): their storage is their identity.
         versions = tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in self.parameters())
         cached = self.__dict__.get("_int8_cache")
         if cached is None or cached[0] != versions:
-            head = Int8Linear(self._target[0].lm_head.weight.to(self.fc.weight.dtype))
-            cached = self.__dict__["_int8_cache"] = (versions, int8_copy(self), head)
-        return cached[1], cached[2]
+            head = Int8Linear(self._target[0].lm_head.weight.to(self.fc.weight.dtype), pack=False)
+            cached = self.__dict__["_int8_cache"] = (versions, int8_copy(self), head, head.rows(self.vocab_ids))
+        return cached[1], cached[2], cached[3]
 
     @property
     def decoding_kind(self) -> str:
         """What the decoding forward runs (the profiler's cache key: int8 levels cost less than bf16 ones)."""
-        # "-stacked": q|k|v and gate|up run as one int8 matrix each, so older curves overstate a level.
-        kind = ("feature-int8-stacked" if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype)
-                else "feature")
+        # "-stacked": q|k|v and gate|up run as one int8 matrix each, so older curves overstate a level;
+        # "-fbgemm": and the head and layer run fbgemm's kernel (`Int8Linear`), cheaper again.
+        kind = "feature"
+        if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype):
+            kind = "feature-int8-fbgemm" if _fbgemm_available() else "feature-int8-stacked"
         return kind if self.n_layers == 1 else f"{kind}-{self.n_layers}layers"
 
     @property
@@ -433,8 +485,10 @@ def int8_copy(draft: torch.nn.Module) -> torch.nn.Module:
     module is left as it is.
     """
     clone = copy.copy(draft)
-    modules = {name: Int8Linear(m.weight, m.bias) if isinstance(m, torch.nn.Linear)
-               else int8_copy(m) for name, m in draft._modules.items()}
+    # The fusion layers keep gpt-fast's kernel: fbgemm quantises its input per call with one scale, and
+    # cat(embedding, feature) spans two scales (the embedding's ~0.02 rounds away: agreement 0.20).
+    modules = {name: Int8Linear(m.weight, m.bias, kernel="int8pack" if name in ("fc", "fc_taps") else None)
+               if isinstance(m, torch.nn.Linear) else int8_copy(m) for name, m in draft._modules.items()}
     # A decoder layer's q|k|v and gate|up each become one matrix (as in the target's lean forward):
     # at a tree level's few rows every kernel call costs about as much as its arithmetic.
     for name, parts in (("qkv_proj", ("q_proj", "k_proj", "v_proj")), ("gate_up_proj", ("gate_proj", "up_proj"))):
@@ -449,8 +503,10 @@ class FeatureDraftForward:
 
     `forward(ids, feats, start, positions, mask)` writes the new pairs' K/V into
     slots start.. and returns the predicted features of every new row; `logits`
-    maps features to head logits (rows over `vocab_ids`). On a CPU the linears
-    and the head run in weight-only int8 (`int8_decoding_supported`).
+    maps features to head logits (rows over `vocab_ids`: the draft's own rows
+    first, then those of any other token in the `vocab_ids` given, then the
+    widened ones). On a CPU the linears and the head run in weight-only int8
+    (`int8_decoding_supported`).
     """
 
     def __init__(self, draft: FeatureDraft, max_len: int, vocab_ids: torch.Tensor | None = None,
@@ -459,9 +515,13 @@ class FeatureDraftForward:
         dev = draft.fc.weight.device
         self.device, self.dtype = dev, draft.fc.weight.dtype
         self.int8 = int8_decoding_supported(dev, self.dtype) if int8 is None else int8
-        self.vocab_ids = draft.vocab_ids if vocab_ids is None else vocab_ids.to(dev)
+        own = draft.vocab_ids
+        # The draft's own rows come first: their head is prepared once per draft, not per prompt.
+        self.vocab_ids = own if vocab_ids is None else torch.cat(
+            [own, (ids := vocab_ids.to(dev))[~torch.isin(ids, own)]])
+        self._own_rows = own.numel()
         if self.int8:
-            self.draft, self._full_head = draft.int8_parts()
+            self.draft, self._full_head, self._own_head = draft.int8_parts()
         else:
             self.draft, self._full_head = draft, draft._target[0].lm_head.weight.detach()
         self.head = self._head_rows()
@@ -512,7 +572,11 @@ class FeatureDraftForward:
         """The head over `vocab_ids`' rows of the target's head (int8 on a CPU: one scale per row); the
         draft's own cut while the rows are its own."""
         if self.int8:
-            return self._full_head.rows(self.vocab_ids)
+            own, extra = self._own_head, self.vocab_ids[self._own_rows:]
+            if not extra.numel():
+                return own
+            more = self._full_head.rows(extra)   # a few dozen rows: cut and packed in well under a ms
+            return lambda x: torch.cat([own(x), more(x)], dim=-1)
         head = self.draft.head if self.vocab_ids is self.draft.vocab_ids else (
             self._full_head.index_select(0, self.vocab_ids).to(self.dtype).contiguous())
         return lambda x: F.linear(x, head)
