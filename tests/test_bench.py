@@ -112,3 +112,33 @@ def test_lean_forward_equals_model_forward_on_tiny_llama():
         fast = make_decoder("ar", pair, "", prompt_ids=[1, 2, 3, 4], sampling=cfg, max_new_tokens=12).run()
         slow = HFForward(pair, "", [1, 2, 3, 4], cfg, 12).run()
         assert fast.token_ids == slow.token_ids
+
+
+def test_bench_repeats_interleave_the_methods_and_keep_the_median_run(tmp_path, monkeypatch, capsys):
+    """`--repeats 3`: every (prompt, method) runs three times, round after round in a rotating order (a slow
+    spell of the machine then lands on one run of several methods, not on all of one method's), and the
+    record kept is the run of median speed, with all three speeds beside it."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "suite": "chat", "prompt": "Write a haiku about trees."}) + "\n")
+    calls = []
+    real = bench.run_one
+
+    def counted(method, *args, **kwargs):
+        calls.append(method)
+        return real(method, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "run_one", counted)
+    out_json = tmp_path / "out.json"
+    rc = main(["bench", "--prompts", str(prompts), "--methods", "ar,sequoia", "--max-new-tokens", "6",
+               "--warmup-tokens", "2", "--draft", "self", "--dtype", "fp32", "--tree-budget", "4",
+               "--tree-depth", "2", "--repeats", "3", "--json", str(out_json)])
+    assert rc == 0
+    assert calls == ["ar", "sequoia"] + ["ar", "sequoia", "sequoia", "ar", "ar", "sequoia"]   # warm-up, then rounds
+    run = json.loads(out_json.read_text())
+    assert run["repeats"] == 3 and len(run["records"]) == 2
+    for rec in run["records"]:
+        speeds = rec["settings"]["repeat_tokens_per_second"]
+        assert len(speeds) == 3
+        assert rec["tokens_per_second"] == pytest.approx(sorted(speeds)[1], abs=0.006)
+    assert main(["bench", "--prompts", str(prompts), "--methods", "ar", "--repeats", "0"]) == 2
+    assert "--repeats must be at least 1" in capsys.readouterr().err

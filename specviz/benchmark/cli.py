@@ -39,6 +39,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         prompts = prompts[:args.limit]
     if args.max_new_tokens <= 0:
         raise InvalidInput(f"max new tokens must be at least 1, got {args.max_new_tokens}")
+    if args.repeats < 1:
+        raise InvalidInput(f"--repeats must be at least 1, got {args.repeats}")
     sampling = sampling_from_args(args)
     options = {m: method_options(args, m) for m in ("sequoia", "lookahead")
                if any(runner.parse_method(x)[0] == m for x in methods)}
@@ -55,10 +57,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         given = {k: v for k, v in knobs.items() if v is not None}
         options[method] = {**hf_options.get(method, {}), **given}
     records = runner.run_bench(pair, prompts, methods, sampling, args.max_new_tokens, options, progress=say,
-                                 warmup_tokens=args.warmup_tokens)
+                               warmup_tokens=args.warmup_tokens, repeats=args.repeats)
     rows = runner.summarise(records, methods)
     print(runner.format_table(rows))
-    out = runner.run_info(pair, methods, sampling, args.max_new_tokens, options, argv=sys.argv)
+    out = runner.run_info(pair, methods, sampling, args.max_new_tokens, options, argv=sys.argv, repeats=args.repeats)
     out.update(summary=rows, records=[r.to_dict() for r in records])
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
@@ -90,6 +92,9 @@ def register(subparsers) -> None:
                    help="first grid-search hf-assisted's and hf-prompt-lookup's knobs (one prompt per "
                         "suite), cache the winners for this model pair and use them")
     p.add_argument("--warmup-tokens", type=int, default=None, help="tokens per warm-up run (default 32)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="time every (prompt, method) N times, methods interleaved round after round, and keep "
+                        "the run of median speed (steadier figures on a shared machine; N times as long)")
     g = p.add_argument_group("transformers' peers (default: the cached --tune result, else 5 / 0.0 / 10)")
     g.add_argument("--assistant-tokens", type=int, default=None, help="hf-assisted: num_assistant_tokens")
     g.add_argument("--assistant-confidence", type=float, default=None,

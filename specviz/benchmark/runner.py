@@ -338,9 +338,15 @@ class PauseWatch:
 
 def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling: SamplingConfig,
               max_new_tokens: int, options: dict | None = None,
-              progress: Callable[[str], None] = print, warmup_tokens: int | None = None) -> list[BenchRecord]:
+              progress: Callable[[str], None] = print, warmup_tokens: int | None = None,
+              repeats: int = 1) -> list[BenchRecord]:
+    """Every prompt through every method; with `repeats` > 1 each (prompt, method) runs that many
+    times, the methods interleaved round after round, and the run of median speed is kept (a
+    shared machine's slow spell then moves one of a method's runs, not its figure)."""
     options = options or {}
     check_methods(methods)
+    if repeats < 1:
+        raise InvalidInput(f"--repeats must be at least 1, got {repeats}")
     encoded = [encode_prompt(pair.tokenizer, p["prompt"]) for p in prompts]
     # Warm up on a full-length run: the first forwards at each new cache length are
     # slower (allocator, kernel choice), and that must not be charged to one method.
@@ -351,19 +357,14 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
     records: list[BenchRecord] = []
     watch = PauseWatch()
     for i, (item, ids) in enumerate(zip(prompts, encoded)):
-        by_method = {}
-        # Rotate the order per prompt so no method always runs first (or last) after a pause.
-        order = methods[i % len(methods):] + methods[:i % len(methods)]
-        for method in order:
-            for attempt in range(4):   # a run the process was stopped or starved during is run again
-                watch.take()
-                rec = run_one(method, pair, item, ids, sampling, max_new_tokens, options)
-                paused = watch.take()
-                if paused == 0.0:
-                    break
-                progress(f"  {item['id']} {method}: the process stalled {paused:.1f} s during the run; again")
-            rec.settings = {**rec.settings, "stalled_reruns": attempt, "stalled_s_last": round(paused, 3)}
-            by_method[method] = rec
+        runs: dict[str, list[BenchRecord]] = {m: [] for m in methods}
+        for r in range(repeats):
+            # Rotate the order per prompt and round so no method always runs first (or last) after a pause.
+            k = (i + r) % len(methods)
+            for method in methods[k:] + methods[:k]:
+                runs[method].append(_unstalled_run(method, pair, item, ids, sampling, max_new_tokens, options,
+                                                   watch, progress))
+        by_method = {m: _median_run(runs[m]) for m in methods}
         if "ar" in by_method and sampling.greedy:
             for rec in by_method.values():
                 rec.same_as_ar = rec.token_ids == by_method["ar"].token_ids
@@ -373,6 +374,30 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
             f"{m} {by_method[m].tokens_per_second:.1f}" for m in methods) + " tok/s")
     watch.close()
     return records
+
+
+def _unstalled_run(method: str, pair: ModelPair, item: dict, ids: list[int], sampling: SamplingConfig,
+                   max_new_tokens: int, options: dict, watch: "PauseWatch",
+                   progress: Callable[[str], None]) -> BenchRecord:
+    """One timed run; a run the process was stopped or starved during is run again (up to 3 times)."""
+    for attempt in range(4):
+        watch.take()
+        rec = run_one(method, pair, item, ids, sampling, max_new_tokens, options)
+        paused = watch.take()
+        if paused == 0.0:
+            break
+        progress(f"  {item['id']} {method}: the process stalled {paused:.1f} s during the run; again")
+    rec.settings = {**rec.settings, "stalled_reruns": attempt, "stalled_s_last": round(paused, 3)}
+    return rec
+
+
+def _median_run(runs: list[BenchRecord]) -> BenchRecord:
+    """The run of median tokens/s (the lower middle of an even count), with every run's speed beside it."""
+    ranked = sorted(runs, key=lambda r: r.tokens_per_second)
+    rec = ranked[(len(ranked) - 1) // 2]
+    if len(runs) > 1:
+        rec.settings = {**rec.settings, "repeat_tokens_per_second": [round(r.tokens_per_second, 2) for r in runs]}
+    return rec
 
 
 # -- tuning the peers --------------------------------------------------------------------
@@ -513,11 +538,11 @@ def machine_info(device: torch.device) -> dict:
 
 
 def run_info(pair: ModelPair, methods: list[str], sampling: SamplingConfig, max_new_tokens: int,
-             options: dict, argv: list[str] | None = None) -> dict:
+             options: dict, argv: list[str] | None = None, repeats: int = 1) -> dict:
     from ..engine.models import dtype_name
 
     peers = {m: hf_settings(m, options.get(m, {})) for m in HF_METHODS if m in methods}
-    return {"methods": methods, "max_new_tokens": max_new_tokens, "sampling": sampling.to_dict(),
+    return {"methods": methods, "max_new_tokens": max_new_tokens, "repeats": repeats, "sampling": sampling.to_dict(),
             "target": pair.target_name, "draft": pair.draft_name, "device": str(pair.device),
             "dtype": dtype_name(pair.dtype), **machine_info(pair.device), "peer_settings": peers,
             "options": {m: o for m, o in options.items() if m in ("sequoia", "lookahead")},
