@@ -91,10 +91,11 @@ class Int8Linear(torch.nn.Module):
 
     Two CPU kernels read the same int8 weights. `_weight_int8pack_mm` (gpt-fast's) keeps x in
     bf16 but runs one pass over W per row of x, so a tree level of 8 nodes reads the head 8
-    times. fbgemm's dynamic linear (`quantized::linear_dynamic`) also quantises x, per call,
-    to 7-bit integers and reads W once for all rows: with the head cold in cache after a target
-    forward, 0.39 ms against 0.63 ms at one row and 0.42 against 1.83 at eight. It is used where
-    fbgemm is built in (x86; `kernel="int8pack"` forces the other); quantising x moves the
+    times. fbgemm's dynamic linear (`quantized::linear_dynamic`) also quantises x, per call, to
+    8-bit integers (7 without VNNI, `_has_vnni`) and reads W once for all rows: with the head cold
+    in cache after a target forward, 0.39 ms against 0.63 ms at one row and 0.42 against 1.83 at
+    eight. It is used on a CPU where fbgemm is built in (x86; `kernel="int8pack"` forces the
+    other, which is also what other devices get); quantising x moves the
     draft's features slightly (bounded by `test_int8_decoding_levels_track_the_trained_draft`),
     never the output, which the target decides.
     """
@@ -123,7 +124,7 @@ class Int8Linear(torch.nn.Module):
         """Prepare fbgemm's packed copy of the weights (about the same bytes again) where it is used
         (`pack=False`: a whole head that is only ever cut by `rows`, which packs the cut)."""
         if kernel is None:
-            kernel = "fbgemm" if _fbgemm_available() else "int8pack"
+            kernel = "fbgemm" if _fbgemm_available() and self.weight.device.type == "cpu" else "int8pack"
         self.kernel, self.packed, self.reduce_range = kernel, None, not _has_vnni()
         if kernel == "fbgemm" and pack:
             zeros = torch.zeros(self.weight.shape[0], dtype=torch.long)
