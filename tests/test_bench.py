@@ -125,7 +125,10 @@ def test_bench_repeats_interleave_the_methods_and_keep_the_median_run(tmp_path, 
 
     def counted(method, *args, **kwargs):
         calls.append(method)
-        return real(method, *args, **kwargs)
+        rec = real(method, *args, **kwargs)
+        if method == "sequoia" and calls.count("sequoia") == 3:   # one repeat of one method writes something else
+            rec.token_ids = rec.token_ids[:-1] + [rec.token_ids[-1] + 1]
+        return rec
 
     monkeypatch.setattr(bench, "run_one", counted)
     out_json = tmp_path / "out.json"
@@ -140,5 +143,9 @@ def test_bench_repeats_interleave_the_methods_and_keep_the_median_run(tmp_path, 
         speeds = rec["settings"]["repeat_tokens_per_second"]
         assert len(speeds) == 3
         assert rec["tokens_per_second"] == pytest.approx(sorted(speeds)[1], abs=0.006)
+        assert len(rec["settings"]["repeat_stalled_reruns"]) == 3
+    # fp32 greedy: ar's repeats agree; Sequoia is not "the same as ar" when one of its repeats differed.
+    same = {rec["method"]: rec["same_as_ar"] for rec in run["records"]}
+    assert same == {"ar": True, "sequoia": False}
     assert main(["bench", "--prompts", str(prompts), "--methods", "ar", "--repeats", "0"]) == 2
     assert "--repeats must be at least 1" in capsys.readouterr().err

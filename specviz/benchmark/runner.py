@@ -366,8 +366,9 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
                                                    watch, progress))
         by_method = {m: _median_run(runs[m]) for m in methods}
         if "ar" in by_method and sampling.greedy:
-            for rec in by_method.values():
-                rec.same_as_ar = rec.token_ids == by_method["ar"].token_ids
+            # Every repeat counts: an output that differs from ar's in one run of several is not the same.
+            for m, rec in by_method.items():
+                rec.same_as_ar = all(r.token_ids == by_method["ar"].token_ids for r in runs[m])
         for method in methods:
             records.append(by_method[method])
         progress(f"[{i + 1}/{len(prompts)}] {item['id']}: " + "  ".join(
@@ -396,7 +397,8 @@ def _median_run(runs: list[BenchRecord]) -> BenchRecord:
     ranked = sorted(runs, key=lambda r: r.tokens_per_second)
     rec = ranked[(len(ranked) - 1) // 2]
     if len(runs) > 1:
-        rec.settings = {**rec.settings, "repeat_tokens_per_second": [round(r.tokens_per_second, 2) for r in runs]}
+        rec.settings = {**rec.settings, "repeat_tokens_per_second": [round(r.tokens_per_second, 2) for r in runs],
+                        "repeat_stalled_reruns": [r.settings["stalled_reruns"] for r in runs]}
     return rec
 
 

@@ -74,8 +74,10 @@ def int8_decoding_supported(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 def _fbgemm_available() -> bool:
-    """Whether fbgemm's dynamic int8 linear runs here (x86 CPUs: the PyTorch wheels build it in)."""
-    return "fbgemm" in torch.backends.quantized.supported_engines and hasattr(torch.ops.quantized, "linear_dynamic")
+    """Whether fbgemm's dynamic int8 linear runs here (x86 CPUs: the PyTorch wheels build it in). Weights
+    are packed for the active quantized engine, so it must be fbgemm's (x86's default "x86" routes to it)."""
+    return ("fbgemm" in torch.backends.quantized.supported_engines and hasattr(torch.ops.quantized, "linear_dynamic")
+            and torch.backends.quantized.engine in ("x86", "fbgemm"))
 
 
 def _has_vnni() -> bool:
@@ -307,7 +309,8 @@ class FeatureDraft(torch.nn.Module):
         """
         # A draft built under inference_mode has inference tensors, which keep no version counter (and
         # cannot be changed outside inference_mode): their storage is their identity.
-        versions = tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in self.parameters())
+        versions = tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in self.parameters()) + (
+            self.vocab_ids.data_ptr(), self.vocab_ids.numel())   # the own-rows head is cut by them
         cached = self.__dict__.get("_int8_cache")
         if cached is None or cached[0] != versions:
             head = Int8Linear(self._target[0].lm_head.weight.to(self.fc.weight.dtype), pack=False)
@@ -486,9 +489,13 @@ def int8_copy(draft: torch.nn.Module) -> torch.nn.Module:
     module is left as it is.
     """
     clone = copy.copy(draft)
+    clone.__dict__.pop("_int8_cache", None)   # else each rebuild would keep every earlier copy alive
     # The fusion layers keep gpt-fast's kernel: fbgemm quantises its input per call with one scale, and
     # cat(embedding, feature) spans two scales (the embedding's ~0.02 rounds away: agreement 0.20).
-    modules = {name: Int8Linear(m.weight, m.bias, kernel="int8pack" if name in ("fc", "fc_taps") else None)
+    # Parts that are stacked below are packed only once stacked.
+    stacked_parts = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+    modules = {name: Int8Linear(m.weight, m.bias, kernel="int8pack" if name in ("fc", "fc_taps") else None,
+                                pack=name not in stacked_parts)
                if isinstance(m, torch.nn.Linear) else int8_copy(m) for name, m in draft._modules.items()}
     # A decoder layer's q|k|v and gate|up each become one matrix (as in the target's lean forward):
     # at a tree level's few rows every kernel call costs about as much as its arithmetic.
