@@ -10,6 +10,7 @@ tensors that scatter each level's top-c draws to its child nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -79,12 +80,12 @@ class TreeShape:
     def ancestor_matrix(self) -> torch.Tensor:
         """(n, n) bool: row i attends to column j when j is i itself or an ancestor of i."""
         n = self.size
-        allowed = torch.zeros(n, n, dtype=torch.bool)
-        for i in range(n):
-            allowed[i, i] = True
-            if self.parents[i] >= 0:
-                allowed[i] |= allowed[self.parents[i]]
-        return allowed
+        rows: list[list[bool]] = []
+        for i, parent in enumerate(self.parents):   # built in Python: one tensor call, not n row updates
+            row = list(rows[parent]) if parent >= 0 else [False] * n
+            row[i] = True
+            rows.append(row)
+        return torch.tensor(rows, dtype=torch.bool)
 
 
 def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -111,7 +112,6 @@ class TreeTensors:
         allowed = shape.ancestor_matrix()
         block = additive_mask(allowed, dtype).to(device)
         self.mask_block = block.view(1, 1, n, n)
-        self.draft_masks = [block[s:e, :e].reshape(1, 1, e - s, e) for s, e in shape.level_ranges]
         self.depth_offsets = torch.tensor(shape.depths, dtype=torch.long, device=device)
         self.parents = torch.tensor([max(p, 0) for p in shape.parents], dtype=torch.long, device=device)
         # The nodes with children (the only rows whose softmax the app's tree shows a child's probability
@@ -125,16 +125,29 @@ class TreeTensors:
         # Children per node and the widest fan-out per level: how many draws a level's forward needs.
         self.n_children = [len(c) for c in shape.children]
         self.level_width = [max(self.n_children[s:e]) for s, e in shape.level_ranges]
-        self.draw_row, self.draw_rank = [], []
-        for d in range(shape.depth):
-            s, _ = shape.level_ranges[d]
-            cs, ce = shape.level_ranges[d + 1]
-            self.draw_row.append(torch.tensor([shape.parents[i] - s for i in range(cs, ce)], device=device))
-            self.draw_rank.append(torch.tensor([shape.ranks[i] - 1 for i in range(cs, ce)], device=device))
+        self._block = block
         self.dtype = dtype
         self.device = device
         self._pending_blocks: dict[int, torch.Tensor] = {}   # level 0's causal block, by input length
         self._zeros = torch.zeros(1, 1, n, 0, dtype=dtype, device=device)   # the attend-all prefix, grown on demand
+
+    # A fixed tree's levels are drafted with these; an adaptive or grafted tree (a new shape most steps)
+    # never reads them, so they are built on first use.
+    @cached_property
+    def draft_masks(self) -> list[torch.Tensor]:
+        return [self._block[s:e, :e].reshape(1, 1, e - s, e) for s, e in self.shape.level_ranges]
+
+    @cached_property
+    def draw_row(self) -> list[torch.Tensor]:
+        shape = self.shape
+        return [torch.tensor([shape.parents[i] - shape.level_ranges[d][0] for i in range(*shape.level_ranges[d + 1])],
+                             device=self.device) for d in range(shape.depth)]
+
+    @cached_property
+    def draw_rank(self) -> list[torch.Tensor]:
+        shape = self.shape
+        return [torch.tensor([shape.ranks[i] - 1 for i in range(*shape.level_ranges[d + 1])], device=self.device)
+                for d in range(shape.depth)]
 
     def target_mask(self, prefix_len: int) -> torch.Tensor:
         """(1, 1, n, prefix_len + n): the whole committed prefix, then the tree block."""
