@@ -131,8 +131,8 @@ class TreeTensors:
         self._pending_blocks: dict[int, torch.Tensor] = {}   # level 0's causal block, by input length
         self._zeros = torch.zeros(1, 1, n, 0, dtype=dtype, device=device)   # the attend-all prefix, grown on demand
 
-    # A fixed tree's levels are drafted with these; an adaptive or grafted tree (a new shape most steps)
-    # never reads them, so they are built on first use.
+    # A fixed tree's levels are drafted with these; an adaptive tree (a new shape on most steps) never
+    # reads them, so they are built on first use.
     @cached_property
     def draft_masks(self) -> list[torch.Tensor]:
         return [self._block[s:e, :e].reshape(1, 1, e - s, e) for s, e in self.shape.level_ranges]
