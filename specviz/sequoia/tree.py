@@ -125,7 +125,6 @@ class TreeTensors:
         # Children per node and the widest fan-out per level: how many draws a level's forward needs.
         self.n_children = [len(c) for c in shape.children]
         self.level_width = [max(self.n_children[s:e]) for s, e in shape.level_ranges]
-        self._block = block
         self.dtype = dtype
         self.device = device
         self._pending_blocks: dict[int, torch.Tensor] = {}   # level 0's causal block, by input length
@@ -135,7 +134,8 @@ class TreeTensors:
     # reads them, so they are built on first use.
     @cached_property
     def draft_masks(self) -> list[torch.Tensor]:
-        return [self._block[s:e, :e].reshape(1, 1, e - s, e) for s, e in self.shape.level_ranges]
+        block = self.mask_block[0, 0]
+        return [block[s:e, :e].reshape(1, 1, e - s, e) for s, e in self.shape.level_ranges]
 
     @cached_property
     def draw_row(self) -> list[torch.Tensor]:
