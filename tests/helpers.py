@@ -110,14 +110,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def cache_forward_curves(pair: ModelPair, target_ms: float = 10.0, draft_ms: float = 0.5) -> None:
+def cache_forward_curves(pair: ModelPair, target_ms: float = 10.0, draft_ms: float = 0.5,
+                         target_from: dict[int, float] | None = None) -> None:
     """Flat forward curves in the profile cache ($SPECVIZ_CACHE), as `--tree auto` leaves them measured: an
     adaptive tree then weighs a draft level at draft_ms / target_ms of a target forward (tiny models' weights
-    alone would make the draft half a target, and the tree shallow)."""
+    alone would make the draft half a target, and the tree shallow). target_from {n: ms}: the target's
+    curve rises to these times from size n on."""
     from specviz.engine.profiler import _curve_key, default_sizes, save_cached
     from specviz.sequoia.sizing import DRAFT_SIZES, _model_key
 
     for model, name, sizes, ms in ((pair.target, pair.target_name, default_sizes(pair.device), target_ms),
                                    (pair.draft, pair.draft_name, DRAFT_SIZES, draft_ms)):
         key = _model_key(name, pair)
-        save_cached("forward", _curve_key(model, key, 200), {"key": key, "ms": {str(n): ms for n in sizes}})
+        curve = {str(n): ms for n in sizes}
+        if model is pair.target:
+            curve |= {str(n): t for at, t in sorted((target_from or {}).items()) for n in sizes if n >= at}
+        save_cached("forward", _curve_key(model, key, 200), {"key": key, "ms": curve})

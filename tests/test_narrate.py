@@ -137,6 +137,9 @@ def test_an_adaptive_trees_caption_and_what_if_say_its_shape_was_its_own():
     # What if: the run is marked at its average tree (5 nodes), not at its cap of 24.
     page = plain(whatif.panel_html(trace, 16, 4, 3, 3, 2, None))
     assert "last run (adaptive, 5.0 nodes on average)" in page and "24 nodes" not in page
+    assert "It held at most" not in text   # a budget given, or the default: not the machine's free rows
+    trace.runs["sequoia"].settings.update(tree_budget=8, tree_budget_from="target's free rows")
+    assert "It held at most 8 nodes: this machine's target reads that many" in plain(narrate.caption_html(trace, 3))
 
 
 def test_caption_shortens_long_tokens_with_the_full_text_on_hover():

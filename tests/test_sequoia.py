@@ -200,7 +200,7 @@ def test_auto_runs_the_tree_that_won_its_race(shallow_pair, ar_tokens, tmp_path,
     monkeypatch.setattr(sizing, "race_trees", lambda pair, sampling, parents, cls: raced.append(parents) or {
         "prompts": 4, "tokens": {"tree": 256, "adaptive": 256}, "tree_tokens_per_s": 50.0,
         "adaptive_tokens_per_s": 50.0 * adaptive_over_tree, "adaptive_over_tree": adaptive_over_tree,
-        "margin": sizing.ADAPTIVE_MARGIN, "waiting_share": None})
+        "margin": sizing.ADAPTIVE_MARGIN, "adaptive_rule": sizing.ADAPTIVE_RULE, "waiting_share": None})
     trace = make_decoder("sequoia", shallow_pair, PROMPTS[0], max_new_tokens=MAX_NEW).run()
     assert trace.token_ids == ar_tokens[PROMPTS[0]]
     plan = trace.settings["plan"]
@@ -211,6 +211,23 @@ def test_auto_runs_the_tree_that_won_its_race(shallow_pair, ar_tokens, tmp_path,
         assert "tree_parents" not in trace.settings and len(shapes) > 1   # grown anew each step
     else:
         assert trace.settings["tree"] == "auto" and trace.settings["tree_parents"] == plan["choice"]["parents"]
+
+
+def test_adaptive_trees_hold_only_the_rows_the_target_reads_for_free(shallow_pair, ar_tokens, tmp_path,
+                                                                     monkeypatch):
+    """With the target's forward flat to 8 rows and dear past them, an adaptive tree that the threshold alone
+    would grow wider stops at 8 nodes, says why in its settings, and stays exact."""
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    cache_forward_curves(shallow_pair, target_from={16: 14.0, 64: 40.0})
+    trace = make_decoder("sequoia", shallow_pair, PROMPTS[1], max_new_tokens=MAX_NEW, tree="adaptive",
+                         tree_threshold=0.002).run()
+    assert trace.token_ids == ar_tokens[PROMPTS[1]]
+    assert trace.settings["tree_budget"] == 8 and trace.settings["tree_budget_from"] == "target's free rows"
+    sizes = [len(step.payload.nodes) for step in trace.steps[1:] if step.payload]
+    assert max(sizes) == 8   # reached, never passed
+    wide = make_decoder("sequoia", shallow_pair, PROMPTS[1], max_new_tokens=16, tree="adaptive",
+                        tree_threshold=0.002, tree_budget=24).run()
+    assert max(len(step.payload.nodes) for step in wide.steps[1:] if step.payload) > 8   # a budget given wins
 
 
 @pytest.mark.parametrize("opts", [{"tree_budget": 8}, {"tree_budget": 0, "tree_depth": 2},

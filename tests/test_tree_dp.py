@@ -404,3 +404,40 @@ def test_adaptive_costs_come_from_cached_curves_else_from_the_weights_read(tmp_p
     assert measured["from"] == "measured" and measured["target"][1] == measured["target"][2] == 1.0   # pooled
     assert measured["draft"][1] == pytest.approx(2.0 / 9.5) and measured["target"][8] == pytest.approx(12.0 / 9.5)
     assert all(b >= a for a, b in zip(measured["target"][1:], measured["target"][2:]))
+
+
+def test_free_rows_end_where_the_target_starts_charging_for_rows():
+    from specviz.sequoia.adaptive import free_rows
+
+    # The 2-core CPU's shape: flat to 8 rows (0.3% a row), then about 4% a row.
+    curve = [1.0] + [1.0 + 0.003 * (n - 1) for n in range(1, 9)] + [1.021 + 0.04 * k for k in range(1, 17)]
+    assert free_rows(curve, 0.025, 4, 24) == 8
+    assert free_rows(curve, 0.05, 4, 24) == 24          # a dearer threshold's nodes pay for dearer rows
+    assert free_rows([1.0] * 25, 0.025, 4, 24) == 24    # flat (a GPU, or no measured curve): the cap binds
+    steep = [1.0] + [1.0 + 0.1 * (n - 1) for n in range(1, 25)]
+    assert free_rows(steep, 0.025, 4, 24) == 4          # never below the floor
+
+
+def test_adaptive_budget_is_the_targets_free_rows_unless_given(tmp_path, monkeypatch):
+    from helpers import tiny_pair
+
+    from specviz.engine.profiler import _curve_key, default_sizes, save_cached
+    from specviz.sequoia.sizing import (ADAPTIVE_MAX_NODES, DRAFT_SIZES, _model_key, adaptive_plan)
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    pair = tiny_pair()
+    plan, costs = adaptive_plan(pair)
+    assert costs["from"] == "weights" and plan["max_nodes"] == ADAPTIVE_MAX_NODES
+    assert plan["tree_budget_from"] == "default (no measured curve)"
+    for model, key, ms in ((pair.target, _model_key(pair.target_name, pair), {1: 30.0, 8: 30.6, 16: 40.0, 64: 100.0}),
+                           (pair.draft, _model_key(pair.draft_name, pair), {1: 2.0, 64: 4.0})):
+        sizes = DRAFT_SIZES if model is pair.draft else default_sizes(torch.device("cpu"))
+        curve = {str(n): float(np.interp(n, list(ms), list(ms.values()))) for n in sizes}
+        save_cached("forward", _curve_key(model, key, 200), {"key": key, "ms": curve})
+    plan, costs = adaptive_plan(pair)
+    assert costs["from"] == "measured" and plan["tree_budget_from"] == "target's free rows"
+    assert plan["max_nodes"] == 8 and plan["max_depth"] == 7
+    assert len(costs["target"]) == ADAPTIVE_MAX_NODES + 1   # the costs still span any tree asked for
+    given, _ = adaptive_plan(pair, tree_budget=16, tree_depth=3)
+    assert (given["max_nodes"], given["max_depth"], given["tree_budget_from"]) == (16, 3, "given")
+    assert adaptive_plan(pair, tree_depth=3)[0]["max_depth"] == 3

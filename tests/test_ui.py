@@ -223,7 +223,10 @@ def test_hardware_panel_from_recorded_plan():
         "margin": 1.03}}
     _, text = hardware.panel(trace)
     assert "Sequoia planned (DP tree)" in text and "<b>74.7</b> tokens/s" in text and "<b>80.6</b> tokens/s" in text
-    assert "auto runs the adaptive tree" in text
+    assert "auto runs the adaptive tree" in text and "nodes</b>" not in text   # a race without its budget
+    trace.runs["sequoia"].settings["plan"]["race"] |= {"adaptive_budget": 8, "adaptive_budget_from": "target's free rows"}
+    _, text = hardware.panel(trace)
+    assert "within <b>8 nodes</b>: the target reads that many here for about the price of one" in text
     empty_fig, empty_text = hardware.panel(None)
     assert "No measured plan" in empty_text
 

@@ -492,7 +492,7 @@ def _tree_summary(recs: list[BenchRecord]) -> dict:
         return {}
     settings = recs[0].settings or {}
     chosen = " (auto)" if settings.get("tree") == "auto" or settings.get("tree_sizing") == "auto" else ""
-    label = ("adaptive" if settings.get("tree") == "adaptive"
+    label = (f"adaptive<={settings.get('tree_budget')}" if settings.get("tree") == "adaptive"
              else f"{settings.get('tree_budget')}x{settings.get('tree_depth')}") + chosen
     depths = [max((n["depth"] for n in (step.get("payload") or {}).get("nodes") or []), default=0)
               for r in recs for step in r.steps[1:]]

@@ -49,6 +49,21 @@ def allocate_children(scores: list[float], ranked_probs: list[list[float]], tau:
     return counts
 
 
+def free_rows(target_cost: list[float], row_price: float, least: int, most: int) -> int:
+    """How many nodes a tree may hold before the target's forward starts charging for them.
+
+    target_cost[n]: a target forward over n nodes, in one-token forwards (this machine's measured
+    curve, piecewise linear between the sizes timed). Rows are added while each costs at most
+    `row_price`; the count is kept within [least, most]. On a 2-core CPU the 135M target reads
+    up to 8 rows for 0.3% of a forward each and every row past 8 for about 4%, so its trees are
+    held to 8 nodes; on a GPU the curve stays flat far longer and `most` binds.
+    """
+    n = 1
+    while n < most and target_cost[n + 1] - target_cost[n] <= row_price:
+        n += 1
+    return max(least, n)
+
+
 def scratch_mask(ancestor_slots: list[list[int]], visible_prefix: int, start: int, dtype: torch.dtype,
                  device: torch.device) -> torch.Tensor:
     """Additive mask (1, 1, n, start + n) for one draft level of an adaptive tree.

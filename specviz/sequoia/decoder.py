@@ -40,7 +40,7 @@ from ..trace import (
     TreePayload,
 )
 from .adaptive import allocate_children, level_pays, scratch_mask
-from .sizing import adaptive_costs, adaptive_settings, resolve_tree
+from .sizing import adaptive_plan, resolve_tree
 from .tree import TreeShape, TreeTensors
 from .verify import greedy_walk, sampling_walk
 
@@ -114,11 +114,12 @@ class SequoiaDecoder(Decoder):
             pair, self.sampling, tree_budget, tree_depth, tree_parents, type(self))
         if parents is None:   # asked for, or `auto` raced it faster on this machine (`sizing.race_trees`)
             self.adaptive = True
-            self.adaptive_plan = adaptive_settings(tree_budget, tree_depth, tree_parents, tree_threshold)
+            # A level is read only where it can pay for itself (`adaptive.level_pays`), at these costs;
+            # by default a tree holds only the nodes the target reads for free (`sizing.adaptive_plan`).
+            self.adaptive_plan, self.adaptive_costs = adaptive_plan(pair, tree_budget, tree_depth, tree_parents,
+                                                                    tree_threshold)
             self.shape = None   # grown each step (`_draft_adaptive`)
             max_nodes, self.max_depth = self.adaptive_plan["max_nodes"], self.adaptive_plan["max_depth"]
-            # A level is read only where it can pay for itself (`adaptive.level_pays`), at these costs.
-            self.adaptive_costs = adaptive_costs(pair, max_nodes)
             self.trace.settings.update(settings)
             self.trace.settings.update(tree="adaptive", tree_budget=max_nodes, tree_depth=self.max_depth,
                                        level_cost=round(self.adaptive_costs["draft"][1], 4),

@@ -40,6 +40,7 @@ from ..engine.text import encode_prompt
 from ..errors import InvalidInput
 from ..trace import PHASE_DRAFT, PHASE_TARGET
 from .acceptance import acceptance_for
+from .adaptive import free_rows
 from .tree import TreeShape, check_parents
 from .tree_dp import build_tables, optimal_tree
 
@@ -405,10 +406,12 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], decoder_cls, 
 
     done, share = with_contention(race, pair.device)
     rate = {k: 1000 * n / max(ms, 1e-9) for k, (n, ms) in done.items()}
+    budget = adaptive_plan(pair)[0]
     return {"prompts": len(RACE_PROMPTS), "tokens": {k: n for k, (n, _) in done.items()},
+            "adaptive_budget": budget["max_nodes"], "adaptive_budget_from": budget["tree_budget_from"],
             "tree_tokens_per_s": round(rate["tree"], 2), "adaptive_tokens_per_s": round(rate["adaptive"], 2),
             "adaptive_over_tree": round(rate["adaptive"] / max(rate["tree"], 1e-9), 4),
-            "margin": ADAPTIVE_MARGIN, "waiting_share": share}
+            "margin": ADAPTIVE_MARGIN, "adaptive_rule": ADAPTIVE_RULE, "waiting_share": share}
 
 
 def plan_tree(pair, decoder_cls, sampling: SamplingConfig | None = None, max_budget: int | None = None,
@@ -430,7 +433,8 @@ def plan_tree(pair, decoder_cls, sampling: SamplingConfig | None = None, max_bud
     if cached and cached.get("acceptance") == list(acc["acceptance"]) and \
             cached.get("acceptance_by_depth") == acc.get("by_depth") and cached.get("cost_model") == COST_MODEL \
             and cached.get("acceptance_under_lower_ranks") == acc.get("under_lower_ranks") \
-            and cached.get("step_costs") == costs_entry.get("costs") and cached.get("race") is not None:
+            and cached.get("step_costs") == costs_entry.get("costs") and cached.get("race") is not None \
+            and cached["race"].get("adaptive_rule") == ADAPTIVE_RULE:
         return cached
     target_ms, draft_ms, curves_trusted = measured_curves(pair, refresh=refresh)
     costs, trusted = step_costs_for(pair, sampling, acc, target_ms, draft_ms, curves_trusted, decoder_cls,
@@ -502,6 +506,10 @@ ADAPTIVE_MAX_NODES = 24
 ADAPTIVE_MAX_DEPTH = 8
 ADAPTIVE_MAX_CHILDREN = 4
 ADAPTIVE_THRESHOLD = 0.05
+# Below four nodes a budget from the target's curve would forbid even the nodes the draft is sure of.
+ADAPTIVE_MIN_NODES = 4
+# What the adaptive tree does by default: its `auto` race against the DP tree is rerun when this changes.
+ADAPTIVE_RULE = 2   # 2: the budget is the target's free rows (`adaptive_plan`)
 
 
 def adaptive_settings(tree_budget=None, tree_depth=None, tree_parents=None, threshold=None) -> dict:
@@ -517,6 +525,30 @@ def adaptive_settings(tree_budget=None, tree_depth=None, tree_parents=None, thre
         raise InvalidInput(f"the adaptive tree's threshold must be a probability in (0, 1], got {tau!r}")
     return {"max_nodes": budget, "max_depth": min(depth, budget - 1), "max_children": ADAPTIVE_MAX_CHILDREN,
             "threshold": float(tau)}
+
+
+def adaptive_plan(pair, tree_budget=None, tree_depth=None, tree_parents=None, threshold=None) -> tuple[dict, dict]:
+    """An adaptive tree's limits, and the costs it weighs its draft levels against (`adaptive_costs`).
+
+    Without a budget given, a tree holds as many nodes as the target reads at about the price of one
+    (`adaptive.free_rows`). A node adds its score s to the E tokens a step brings, and its row's cost c
+    to the step's C forwards, so it pays only if s / E > c / C: with E = 2-4 and C about 1.2, a node
+    at the threshold tau pays for a row under tau / 4 to tau / 2 of a forward. The lower end is taken,
+    since nodes past the free rows also pull in the draft levels that drew them. On the 2-core CPU the
+    rows up to 8 cost 0.003 each and every row past them 0.027-0.04 (tau / 4 = 0.0125); held to 8
+    nodes instead of 24, greedy trees ran 1.02-1.035x faster and T=0.6 trees 1.08-1.15x (README,
+    *The race*).
+    """
+    plan = adaptive_settings(tree_budget, tree_depth, tree_parents, threshold)
+    costs = adaptive_costs(pair, plan["max_nodes"])
+    if tree_budget is not None:
+        plan["tree_budget_from"] = "given"
+        return plan, costs
+    budget = free_rows(costs["target"], plan["threshold"] / 4, ADAPTIVE_MIN_NODES, plan["max_nodes"])
+    depth = ADAPTIVE_MAX_DEPTH if tree_depth is None else plan["max_depth"]
+    plan.update(max_nodes=budget, max_depth=min(depth, budget - 1),
+                tree_budget_from="target's free rows" if costs["from"] == "measured" else "default (no measured curve)")
+    return plan, costs
 
 
 def forward_weight_bytes(model) -> int:

@@ -97,10 +97,18 @@ def _race_html(race: dict, chosen: str | None) -> str:
     """Sequoia's `auto` also races the DP tree against the adaptive tree here, and runs the faster."""
     won = "the adaptive tree" if chosen == "adaptive" else "the DP tree"
     return ('<div style="color:#374151;margin:2px 0 6px">The DP tree is optimal for the <i>average</i> acceptance; '
-            'the adaptive tree is shaped each step by the draft\'s confidence. Raced on '
+            'the adaptive tree is shaped each step by the draft\'s confidence' + _budget_note(race) + '. Raced on '
             f'{int(race.get("prompts", 0))} prompts on this machine: DP tree <b>{float(race["tree_tokens_per_s"]):.1f}'
             f'</b> tokens/s, adaptive tree <b>{float(race["adaptive_tokens_per_s"]):.1f}</b> tokens/s, so '
             f'<b>auto runs {won}</b> (the adaptive tree must be {float(race.get("margin", 1)):.2f}x faster).</div>')
+
+
+def _budget_note(race: dict) -> str:
+    budget = race.get("adaptive_budget")
+    if not budget or race.get("adaptive_budget_from") != "target's free rows":
+        return ""
+    return (f', within <b>{int(budget)} nodes</b>: the target reads that many here for about the price of one, '
+            'and charges for every node past them')
 
 
 def panel_html(plans: dict | None) -> str:

@@ -188,7 +188,7 @@ def _int(value, name: str, lo: int, hi: int) -> int:
 def method_options(tree_mode, budget, depth, look_mode, window, ngram, guesses, pool_from_prompt) -> dict:
     """Decoder keyword arguments from the controls ('auto' = None, sizes checked here)."""
     sequoia = {"tree_budget": None, "tree_depth": None}
-    if tree_mode == "adaptive":   # its own limits (24 nodes, 8 levels, threshold 0.05)
+    if tree_mode == "adaptive":   # its own limits (the target's free rows, 8 levels, threshold 0.05)
         sequoia = {"tree": "adaptive", "tree_budget": None, "tree_depth": None}
     elif tree_mode == "illustrative":
         sequoia = dict(whatif.ILLUSTRATIVE_TREE)

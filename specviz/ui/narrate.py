@@ -135,8 +135,9 @@ def sequoia_walk(payload: TreePayload) -> dict:
 
 
 def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0,
-                    threshold: float | None = None) -> str:
-    """threshold: an adaptive tree's (its shape is explained), None for a fixed tree."""
+                    threshold: float | None = None, free_rows: int | None = None) -> str:
+    """threshold: an adaptive tree's (its shape is explained), None for a fixed tree; free_rows: its node
+    budget when that came from the target's measured forward times."""
     p = rec.payload
     if not isinstance(p, TreePayload) or not p.nodes:
         return (f"One target forward over {rec.tokens_processed} token(s) "
@@ -164,7 +165,9 @@ def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0,
                    f"the draft's ranked probabilities on its path (at temperature 1) stayed at least "
                    f"{threshold:g} (and the draft read another level only where it could pay for its cost), "
                    f"so where the draft is sure the tree grows deep, and where it hesitates it stays short and "
-                   f"wide.")
+                   f"wide." + (f" It held at most {free_rows} nodes: this machine's target reads that many for "
+                               f"about the price of one token, and charges for every node past them."
+                               if free_rows else ""))
     if any(n.draft_input for n in p.nodes):
         # A draft with taps also read earlier layers at the root (`sequoia.decoder.feature_input_label`).
         tapped = any("layers" in n.draft_input for n in p.nodes if n.depth == 1)
@@ -284,7 +287,8 @@ def narrate_step(trace: RaceTrace, method: str, step: int, texts: dict[int, str]
     if method == "sequoia":
         settings = run.settings if isinstance(run.settings, dict) else {}
         threshold = settings.get("threshold") if settings.get("tree") == "adaptive" else None
-        return narrate_sequoia(rec, greedy, temperature, threshold)
+        free_rows = settings.get("tree_budget") if settings.get("tree_budget_from") == "target's free rows" else None
+        return narrate_sequoia(rec, greedy, temperature, threshold, free_rows)
     if method == "lookahead":
         key = None
         if isinstance(rec.payload, LookaheadPayload):
