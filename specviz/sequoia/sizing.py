@@ -536,7 +536,7 @@ def adaptive_plan(pair, tree_budget=None, tree_depth=None, tree_parents=None, th
     at the threshold tau pays for a row under tau / 4 to tau / 2 of a forward. The lower end is taken,
     since nodes past the free rows also pull in the draft levels that drew them. On the 2-core CPU the
     rows up to 8 cost 0.003 each and every row past them 0.027-0.04 (tau / 4 = 0.0125); held to 8
-    nodes instead of 24, greedy trees ran 1.02-1.035x faster and T=0.6 trees 1.08-1.15x (README,
+    nodes instead of 24, greedy trees ran 1.02-1.035x faster and T=0.6 trees 1.02-1.15x (README,
     *The race*).
     """
     plan = adaptive_settings(tree_budget, tree_depth, tree_parents, threshold)
