@@ -33,6 +33,10 @@ PHASE_DRAFT = "draft"     # draft-model forwards and sampling the tree
 PHASE_TARGET = "target"   # the target forward
 PHASE_VERIFY = "verify"   # verification walk, cache compaction, bookkeeping
 
+# An adaptive tree's `tree_budget_from` when its budget came from the target's measured forward times (the
+# step caption and the hardware panel explain that budget; a given or default one needs no explaining).
+BUDGET_FROM_FREE_ROWS = "target's free rows"
+
 
 @dataclass
 class TreeNode:

@@ -38,7 +38,7 @@ from ..engine.profiler import (
 from ..engine.sampling import SamplingConfig
 from ..engine.text import encode_prompt
 from ..errors import InvalidInput
-from ..trace import PHASE_DRAFT, PHASE_TARGET
+from ..trace import BUDGET_FROM_FREE_ROWS, PHASE_DRAFT, PHASE_TARGET
 from .acceptance import acceptance_for
 from .adaptive import free_rows
 from .tree import TreeShape, check_parents
@@ -545,9 +545,9 @@ def adaptive_plan(pair, tree_budget=None, tree_depth=None, tree_parents=None, th
         plan["tree_budget_from"] = "given"
         return plan, costs
     budget = free_rows(costs["target"], plan["threshold"] / 4, ADAPTIVE_MIN_NODES, plan["max_nodes"])
-    depth = ADAPTIVE_MAX_DEPTH if tree_depth is None else plan["max_depth"]
-    plan.update(max_nodes=budget, max_depth=min(depth, budget - 1),
-                tree_budget_from="target's free rows" if costs["from"] == "measured" else "default (no measured curve)")
+    plan.update(max_nodes=budget, max_depth=min(plan["max_depth"], budget - 1),
+                tree_budget_from=(BUDGET_FROM_FREE_ROWS if costs["from"] == "measured"
+                                  else "default (no measured curve)"))
     return plan, costs
 
 

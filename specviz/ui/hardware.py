@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from ..trace import BUDGET_FROM_FREE_ROWS
 from . import figures, html, svg
 
 
@@ -105,7 +106,7 @@ def _race_html(race: dict, chosen: str | None) -> str:
 
 def _budget_note(race: dict) -> str:
     budget = race.get("adaptive_budget")
-    if not budget or race.get("adaptive_budget_from") != "target's free rows":
+    if not budget or race.get("adaptive_budget_from") != BUDGET_FROM_FREE_ROWS:
         return ""
     return (f', within <b>{int(budget)} nodes</b>: the target reads that many here for about the price of one, '
             'and charges for every node past them')

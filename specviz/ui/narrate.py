@@ -15,7 +15,7 @@ the live run had:
 
 from __future__ import annotations
 
-from ..trace import LookaheadPayload, RaceTrace, RunTrace, StepRecord, TreePayload
+from ..trace import BUDGET_FROM_FREE_ROWS, LookaheadPayload, RaceTrace, RunTrace, StepRecord, TreePayload
 from .figures import METHOD_COLORS, METHOD_LABELS, _show
 from .html import esc
 
@@ -287,7 +287,7 @@ def narrate_step(trace: RaceTrace, method: str, step: int, texts: dict[int, str]
     if method == "sequoia":
         settings = run.settings if isinstance(run.settings, dict) else {}
         threshold = settings.get("threshold") if settings.get("tree") == "adaptive" else None
-        free_rows = settings.get("tree_budget") if settings.get("tree_budget_from") == "target's free rows" else None
+        free_rows = settings.get("tree_budget") if settings.get("tree_budget_from") == BUDGET_FROM_FREE_ROWS else None
         return narrate_sequoia(rec, greedy, temperature, threshold, free_rows)
     if method == "lookahead":
         key = None
