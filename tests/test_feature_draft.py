@@ -429,6 +429,41 @@ def test_int8_decoding_levels_track_the_trained_draft(pair, request):
 
 
 @pytest.mark.skipif(not _fbgemm_available(), reason="fbgemm is built into x86 PyTorch wheels only")
+@pytest.mark.parametrize("pair", ["feature_pair", "two_layer_pair"])
+@torch.inference_mode()
+def test_fp32_levels_run_the_int8_layers_as_the_decoder_feeds_them(pair, request):
+    """Where fbgemm runs the int8 layers, a level skips the module's bf16 activations (`_Fp32Layer`): the
+    committed pairs in chunks (the later chunk sees the cache and, causally, itself) and a tree level under
+    a mask in the models' dtype (a fixed tree's) predict what the exact draft does, within int8's rounding."""
+    feature_pair = request.getfixturevalue(pair)
+    draft, target = feature_pair.draft, feature_pair.target
+    ids = torch.tensor([feature_pair.tokenizer.encode(
+        "Rivers carve valleys over thousands of years. The water picks up sand and stones, and these scrape "
+        "the riverbed as they roll downstream, so that the valley deepens a little with every flood.")])
+    feats = target_features(target, ids, draft.taps)[0]
+    L = ids.shape[1]
+    fast, exact = FeatureDraftForward(draft, L + 4, int8=True), FeatureDraftForward(draft, L + 4, int8=False)
+    assert fast.layers is not None and len(fast.layers) == draft.n_layers and fast.dtype == torch.float32
+    assert exact.layers is None and exact.dtype == draft.fc.weight.dtype
+    r = L - 5
+    got, want = [], []
+    for fwd, out in ((fast, got), (exact, want)):
+        out.append(fwd(ids[0, 1:r - 3], feats[:r - 4], 0))
+        out.append(fwd(ids[0, r - 3:r + 2], feats[r - 4:r + 1], r - 4))   # 5 rows at slot r - 4: no mask given
+        # Two siblings at depth 1 (slots r + 1, r + 2), each attending to the committed pairs and itself; a
+        # fixed tree's mask comes in the models' dtype (bf16 on a CPU), which the fp32 levels convert.
+        mask = torch.zeros(1, 1, 2, r + 3, dtype=torch.bfloat16 if fwd is fast else fwd.dtype)
+        mask[..., 0, r + 2] = mask[..., 1, r + 1] = torch.finfo(mask.dtype).min
+        level = fwd(ids[0, r + 2:r + 4], out[-1][-1:].expand(2, -1).to(fwd.dtype), r + 1,
+                    positions=torch.tensor([r + 1, r + 1]), mask=mask)
+        out.append(level)
+        assert level.dtype == fwd.dtype
+    cos = torch.nn.functional.cosine_similarity(torch.cat(got).float(), torch.cat(want).float(), dim=-1)
+    assert cos.median() > 0.99 and cos.min() > 0.97, (cos.median(), cos.min())
+    assert torch.isfinite(fast.logits(got[-1])).all()
+
+
+@pytest.mark.skipif(not _fbgemm_available(), reason="fbgemm is built into x86 PyTorch wheels only")
 @torch.inference_mode()
 def test_fbgemm_and_int8pack_kernels_read_the_same_int8_weights(untrained_pair):
     """Both kernels compute x W^T from the same int8 rows and scales; fbgemm also rounds x to 8 (7 without
