@@ -372,7 +372,8 @@ class SequoiaDecoder(Decoder):
             if not any(counts):
                 break
             drawn = (draws if vocab_ids is None else vocab_ids[draws]).tolist()
-            drawn_q = q.gather(-1, draws).tolist()
+            # Greedy draws are the ranked children themselves, so their q is the ranked probabilities.
+            drawn_q = p_list if self.sampling.greedy else q.gather(-1, draws).tolist()
             made = []
             for r, v in enumerate(frontier):
                 if counts[r] and not self.sampling.greedy:
