@@ -605,34 +605,26 @@ class FeatureDraftForward:
             cos, sin = self.cos[start:end], self.sin[start:end]
         else:
             cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
-        if self.layers is not None:
-            return self._fp32_forward(token_ids.view(n), features.view(n, -1), start, end, cos, sin, mask)
-        x = d.fuse(token_ids.view(1, n), features.view(1, n, -1).to(self.dtype))
-        causal = False
-        if mask is None:
-            if n > 1 and start > 0:
-                allowed = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
-                mask = torch.zeros(1, 1, n, end, dtype=self.dtype, device=self.device).masked_fill_(
-                    ~allowed, torch.finfo(self.dtype).min)
-            else:
-                causal = n > 1
-        return d.layers_then_norm(x, cos, sin, lambda i, k, v: self._cache(i, k, v, start, end), mask, causal)[0]
-
-    def _fp32_forward(self, token_ids: torch.Tensor, features: torch.Tensor, start: int, end: int,
-                      cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """`forward` through `_Fp32Layer`s: the fusion in the draft's dtype (gpt-fast's kernel wants
-        bf16), then fp32 to the predicted features."""
-        d = self.draft
-        n = token_ids.numel()
-        x = d.fuse(token_ids, features.to(self.fuse_dtype)).float()
         causal = False
         if mask is None:
             if n > 1 and start > 0:   # new rows see the cache and, causally, each other
-                mask = torch.full((1, 1, n, end), float("-inf"), device=self.device).triu_(start + 1)
+                mask = torch.full((1, 1, n, end), torch.finfo(self.dtype).min, dtype=self.dtype,
+                                  device=self.device).triu_(start + 1)
             else:
                 causal = n > 1
-        elif mask.dtype != torch.float32:
-            mask = mask.float()   # a fixed tree's prepared mask is in the models' dtype
+        elif mask.dtype != self.dtype:
+            mask = mask.to(self.dtype)   # a fixed tree's prepared mask is in the models' dtype
+        if self.layers is not None:
+            return self._fp32_forward(token_ids.view(n), features.view(n, -1), start, end, cos, sin, mask, causal)
+        x = d.fuse(token_ids.view(1, n), features.view(1, n, -1).to(self.dtype))
+        return d.layers_then_norm(x, cos, sin, lambda i, k, v: self._cache(i, k, v, start, end), mask, causal)[0]
+
+    def _fp32_forward(self, token_ids: torch.Tensor, features: torch.Tensor, start: int, end: int,
+                      cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+        """`forward` through `_Fp32Layer`s: the fusion in the draft's dtype (gpt-fast's kernel wants
+        bf16), then fp32 to the predicted features."""
+        d = self.draft
+        x = d.fuse(token_ids, features.to(self.fuse_dtype)).float()
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, self.keys[i], self.values[i], start, end, mask, causal)
