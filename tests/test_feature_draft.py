@@ -664,23 +664,11 @@ def test_online_features_equal_the_stored_recipe_and_a_deadline_ends_the_run(fea
     import json
     import time
 
-    from specviz.draft.data import DistillData, chat_ids
+    from specviz.draft.data import DistillData
     from specviz.draft.featuretrain import fit_steps, online_features, train_feature
-    from specviz.engine.models import OFFLINE_DRAFT_DIR
 
     tok, target = feature_pair.tokenizer, feature_pair.target
-    work = tmp_path / "work"
-    work.mkdir()
-    rows = []
-    for prompt, answer in [("Name a colour.", "Blue is a colour of the sky."), ("Say hi.", "Hi! How are you today?")]:
-        rows.append({"prompt": prompt, "temperature": 0.0, "prompt_ids": chat_ids(tok, prompt),
-                     "answer_ids": tok(answer, add_special_tokens=False)["input_ids"]})
-    (work / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (work / "heldout.jsonl").write_text(json.dumps(rows[0]) + "\n")
-    settings = {"target": "default", "seed": 3, "seq_len": 32, "batch": 2, "answer_rows": 1, "chat_wrap": 0.4,
-                "feature_batches": 12, "vocab_from": str(OFFLINE_DRAFT_DIR), "unroll": 2,
-                "unroll_weights": [1.0, 0.8], "noise": 0.1, "ce_weight": 1.0, "lr": 5e-4, "warmup": 25,
-                "steps": 100_000, "save_every": 40, "log_every": 1000}
+    work, rows, settings = _deadline_run_inputs(tok, tmp_path, save_every=40)
     stream = online_features(target, tok, work, settings, workers=2)
     sequential = DistillData(tok, rows, 3, 32, 2, 1, 0.4)
     assert stream.ids.shape == (12, 2, 32)
@@ -705,6 +693,64 @@ def test_online_features_equal_the_stored_recipe_and_a_deadline_ends_the_run(fea
     assert saved["steps_done"] == settings["steps"]
     assert fit_steps(1000, 30, 0.5, 10.0) == 50 and fit_steps(40, 30, 0.5, 100.0) == 40
     assert fit_steps(1000, 30, 0.5, -5.0) == 30   # past the deadline: stop where it is
+
+
+def _deadline_run_inputs(tok, tmp_path, save_every: int):
+    """A work dir of two tiny answers and the settings of a run that only a deadline ends."""
+    import json
+
+    from specviz.draft.data import chat_ids
+    from specviz.engine.models import OFFLINE_DRAFT_DIR
+
+    work = tmp_path / "work"
+    work.mkdir()
+    rows = []
+    for prompt, answer in [("Name a colour.", "Blue is a colour of the sky."), ("Say hi.", "Hi! How are you today?")]:
+        rows.append({"prompt": prompt, "temperature": 0.0, "prompt_ids": chat_ids(tok, prompt),
+                     "answer_ids": tok(answer, add_special_tokens=False)["input_ids"]})
+    (work / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (work / "heldout.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    settings = {"target": "default", "seed": 3, "seq_len": 32, "batch": 2, "answer_rows": 1, "chat_wrap": 0.4,
+                "feature_batches": 12, "vocab_from": str(OFFLINE_DRAFT_DIR), "unroll": 2,
+                "unroll_weights": [1.0, 0.8], "noise": 0.1, "ce_weight": 1.0, "lr": 5e-4, "warmup": 25,
+                "steps": 100_000, "save_every": save_every, "log_every": 1000}
+    return work, rows, settings
+
+
+@pytest.mark.parametrize("slow_steps", ["after the fit", "during the fit"])
+def test_a_deadline_holds_when_the_machine_changes_pace(feature_pair, tmp_path, slow_steps):
+    """A shared GPU or a loaded CPU changes pace during a run. Slower after the first 20 timed steps, the
+    run still ends by its deadline (the last step's time guards it and checkpoints refit the length);
+    slower only during them, it lengthens again and uses its time instead of stopping early."""
+    import json
+    import time
+
+    from specviz.draft.featuretrain import FIT_AFTER, OnlineFeatures, online_features, train_feature
+
+    class ChangingPace(OnlineFeatures):
+        def __init__(self, stream, slow):
+            super().__init__(stream.target, stream.ids, stream.taps)
+            self.slow = slow
+
+        def batch_at(self, k):
+            if self.slow(k):
+                time.sleep(0.5)   # this tiny run's step takes about 0.2 s here: a 3x slower machine
+            return super().batch_at(k)
+
+    tok, target = feature_pair.tokenizer, feature_pair.target
+    work, _, settings = _deadline_run_inputs(tok, tmp_path, save_every=10)
+    stream = online_features(target, tok, work, settings, workers=1)
+    slow = (lambda k: k >= FIT_AFTER + 5) if slow_steps == "after the fit" else (lambda k: 0 < k < FIT_AFTER)
+    budget = 20.0
+    t0 = time.perf_counter()
+    metrics = train_feature(target, tok, settings, tmp_path / "out", work, resume=False,
+                            stream=ChangingPace(stream, slow), deadline=t0 + budget)
+    elapsed = time.perf_counter() - t0
+    # The slack: one slowed step and the final checkpoint, each well under a second here.
+    assert 0.7 * budget < elapsed < budget + 3, f"{elapsed:.1f} s for a {budget:.0f} s deadline"
+    assert FIT_AFTER < settings["steps"] < 100_000
+    assert len(metrics["loss"]) == settings["steps"] == metrics["agreement"][-1][0]
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["steps_done"] == settings["steps"]
 
 
 def test_a_warm_start_continues_a_shipped_draft_and_keeps_counting(feature_pair, tmp_path):

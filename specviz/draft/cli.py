@@ -322,7 +322,7 @@ def register(subparsers) -> None:
                    help="--online-features: processes that tokenise the batches (0 = one per core)")
     p.add_argument("--minutes", type=float, default=0,
                    help="--kind feature: end the whole command (answers, features, training, checkpoints) within "
-                        "this many minutes: the step count is set from the first steps' pace, --steps stays the "
+                        "this many minutes: the step count follows the recent steps' pace, --steps stays the "
                         "upper bound (for a machine lent for a fixed time)")
     p.add_argument("--unroll", type=int, default=3, help="--kind feature: unrolled steps on the draft's own features")
     p.add_argument("--ce-weight", type=float, default=1.0,

@@ -26,6 +26,7 @@ regresses the final-normed state alone.
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import shutil
@@ -291,6 +292,48 @@ def online_features(target, tokenizer, work_dir: Path, settings: dict, workers: 
     return OnlineFeatures(target, ids, tuple(settings.get("taps", ())))
 
 
+class DeadlinePace:
+    """Fits a run's length to its deadline from the pace of its recent steps.
+
+    The length is first set once FIT_AFTER steps are timed (inside the warmup, whose learning rates do
+    not depend on it), so the run ends on its cosine tail before the deadline, the time left shared with
+    the checkpoints still to come. A lent GPU is shared and a CPU may be loaded by other work, so that
+    pace can turn out wrong either way: the length is refitted after every step to the last steps' pace
+    (the cosine tail stretches or shrinks with it), and a run whose next step, at the last one's pace,
+    would leave no time for the final checkpoint ends now, its checkpoint saved, instead of being cut off
+    by the machine's limit with its last steps lost.
+    """
+
+    def __init__(self, deadline: float, most: int, save_every: int):
+        self.deadline, self.most, self.save_every = deadline, most, save_every
+        # Step durations, checkpoints apart. The first step pays for CUDA's kernels, the allocator and the
+        # caches warming up (on the first H200 lease 85 ms a step read over the first 20 steps, 70 ran after,
+        # which ended the run 1.6 of its 8 minutes early), so it is not kept.
+        self.recent: collections.deque[float] = collections.deque(maxlen=FIT_AFTER - 1)
+        self.timed = 0
+        self.logged: int | None = None
+
+    def steps_after(self, step: int, duration: float, steps: int, checkpoint_seconds: float) -> int:
+        """The run's length once step `step` (0-based) has taken `duration` seconds."""
+        self.timed += 1
+        if self.timed > 1:
+            self.recent.append(duration)
+        if self.timed < FIT_AFTER:
+            return steps
+        left = self.deadline - time.perf_counter() - checkpoint_seconds   # the final checkpoint is reserved
+        per_step = sum(self.recent) / len(self.recent)
+        if self.logged is not None and step + 1 < steps and max(per_step, duration) > left:
+            log(f"the deadline is {max(left + checkpoint_seconds, 0.0):.0f} s away: the run ends at step "
+                f"{step + 1}, not {steps}")
+            return step + 1
+        # A checkpoint every save_every steps is part of a step's cost.
+        fitted = fit_steps(self.most, step + 1, per_step + checkpoint_seconds / self.save_every, left)
+        if self.logged is None or abs(fitted - self.logged) > 0.05 * self.logged:
+            log(f"{left / 60:.1f} min left at {per_step * 1000:.0f} ms/step: the run ends at step {fitted}")
+            self.logged = fitted
+        return fitted
+
+
 def fit_steps(steps: int, step_now: int, per_step: float, seconds_left: float) -> int:
     """Total steps for a run at `step_now` that must end within `seconds_left`, at `per_step` seconds a step;
     `steps` stays the upper bound, and a run never ends before the step it is at."""
@@ -420,10 +463,11 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     if start == 0:
         checkpoint(0)
     steps, t_start = settings["steps"], time.perf_counter()
-    t_first = t_start   # the end of the first step: the pace the deadline is fitted to starts there
+    pace = DeadlinePace(deadline, steps, settings["save_every"]) if deadline is not None else None
     for step in range(start, settings["steps"]):
         if step >= steps:   # --minutes shortened the run
             break
+        t_step = time.perf_counter()
         draft.train()
         for group in optimizer.param_groups:
             # .get: a run resumed from before the taps saved one group without a scale
@@ -458,22 +502,9 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         metrics["tokens_seen"] += ids.numel()
         done = step + 1 - start
         per_step = (time.perf_counter() - t_start) / done
-        if done == 1:
-            # The first step pays for CUDA's kernels, the allocator and the caches warming up (on the first
-            # H200 lease 85 ms a step read over the first 20 steps, 70 ran after), which made the run end
-            # 1.6 of its 8 minutes early: the pace is timed from the second step on.
-            t_first = time.perf_counter()
-        if done == FIT_AFTER and deadline is not None:
-            per_step = (time.perf_counter() - t_first) / (done - 1)
-            # The schedule's length is fixed once the pace is known (inside the warmup, whose learning
-            # rates do not depend on it), so the run ends on its cosine tail before the deadline; the
-            # time left is shared with the checkpoints still to come.
-            left = deadline - time.perf_counter()
-            # A checkpoint every save_every steps is part of a step's cost; the final one is reserved.
-            steps = fit_steps(steps, step + 1, per_step + checkpoint_seconds / settings["save_every"],
-                              left - checkpoint_seconds)
-            settings["steps"] = steps
-            log(f"{left / 60:.1f} min left at {per_step * 1000:.0f} ms/step: the run ends at step {steps}")
+        if pace is not None:
+            steps = settings["steps"] = pace.steps_after(step, time.perf_counter() - t_step, steps,
+                                                         checkpoint_seconds)
         if done == 1 or (step + 1) % settings["log_every"] == 0:
             log(f"step {step + 1}/{steps} loss/step {parts} lr {optimizer.param_groups[0]['lr']:.1e} "
                 f"{ids.numel() / per_step:.0f} tok/s, eta {per_step * (steps - step - 1) / 60:.1f} min")
