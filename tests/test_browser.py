@@ -191,7 +191,7 @@ def _wait_caption(page, needle: str):
 def test_a_workshop_preset_sets_the_model_pair_prompt_and_question(replay_app_url):
     from playwright.sync_api import sync_playwright
 
-    from specviz.ui.layout import FEATURE_PRESET, WORKSHOP
+    from specviz.ui.layout import DEFAULT_PRESET, FEATURE_PRESET, WORKSHOP
 
     name = next(n for n, p in WORKSHOP.items() if p.get("model") == FEATURE_PRESET)
     with sync_playwright() as pw:
@@ -213,6 +213,8 @@ def test_a_workshop_preset_sets_the_model_pair_prompt_and_question(replay_app_ur
             page.get_by_role("option", name=adaptive).click()
             page.wait_for_function("(document.querySelector('#sv-question') || {innerText: ''}).innerText"
                                    ".includes('adaptive tree grow deep')", timeout=30_000)
+            # A preset that names no pair takes back the draft another preset picked.
+            assert page.locator("#sv-model input").input_value() == DEFAULT_PRESET
             page.get_by_text("Method settings").click()   # the accordion renders its controls when opened
             page.wait_for_selector("#sv-tree-mode input", timeout=30_000)
             checked = page.locator("#sv-tree-mode input:checked")

@@ -563,3 +563,20 @@ def test_summary_shows_first_differing_token_of_a_mismatched_trace(client, tmp_p
     summary = visible(replay["summary"])
     assert f"differs from autoregressive at token {index}" in summary, summary
     assert "MISMATCH" in summary and "near-tie" in summary.lower().replace("near tie", "near-tie"), summary
+
+
+def test_a_hub_model_that_is_not_downloaded_fails_at_once_when_the_hub_is_unreachable(monkeypatch, tmp_path):
+    """Offline, transformers retried the Hub for about 46 s before failing, while the app's visitors queued
+    behind the load. One short metadata request decides it; the message names both ways to the offline
+    default (the CLI's flag and the app's model pair)."""
+    import huggingface_hub
+
+    from specviz.engine import models
+    from specviz.errors import ModelLoadError
+
+    # Nothing listens on the discard port, so the Hub is unreachable here whatever this machine's network.
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))   # nothing downloaded
+    with pytest.raises(ModelLoadError, match="cannot be reached") as err:
+        models.load_tokenizer("some-org/not-downloaded-model")
+    assert "--model default" in str(err.value) and models.DEFAULT_DISPLAY_NAME in str(err.value)

@@ -196,7 +196,20 @@ def test_summary_under_sampling_says_same_distribution():
 def test_stats_header():
     run = race_trace().runs["ar"]
     text = html.stats_html("ar", run)
-    assert "Autoregressive" in text and "tokens/forward" in text and "1.00" in text and "length" in text
+    assert "Autoregressive" in text and "tokens/forward" in text and "1.00" in text and "token limit" in text
+    # Stepped back to an earlier step, the header does not yet say how the run ended.
+    back = html.stats_html("ar", run, upto=1)
+    assert "token limit" not in back and f"at step 1 of {len(run.steps)}" in back
+
+
+def test_summary_speaks_plainly_and_waits_for_the_end_when_stepped_back():
+    race = race_trace()
+    final = html.summary_html(race)
+    assert "token limit" in final and "greedy" in final and "{" not in final   # no Python dict
+    early = html.summary_html(race, {m: 1 for m in race.methods})
+    assert "token limit" not in early
+    sampled = html.summary_html(race_trace(temperature=0.8))
+    assert "temperature 0.8" in sampled and "seed" in sampled
 
 
 def test_hardware_panel_from_recorded_plan():

@@ -234,6 +234,11 @@ def dtype_name(dtype: torch.dtype) -> str:
 # ---------------------------------------------------------------------------
 
 
+HUB_PROBE_TIMEOUT_S = 5.0
+OFFLINE_WAYS = f": `--model default` on the command line, or the Model pair '{DEFAULT_DISPLAY_NAME}' in the app."
+OFFLINE_HINT = " Use the offline default" + OFFLINE_WAYS
+
+
 def _resolve(name: str | None, progress: Progress) -> tuple[str, str]:
     """Map a user-facing name to (source to load from, display name)."""
     if is_default(name):
@@ -244,15 +249,40 @@ def _resolve(name: str | None, progress: Progress) -> tuple[str, str]:
         return str(Path(name).expanduser()), name
     if Path(name).expanduser().exists():
         raise ModelLoadError(f"'{name}' is a file; pass the directory that holds config.json")
+    _check_hub_reachable(name)
     return name, name
+
+
+def _check_hub_reachable(repo_id: str) -> None:
+    """Fail in a moment, not after a minute of retries, when a Hub model is neither downloaded nor reachable.
+
+    transformers retries an unreachable Hub with back-off (about 46 s on an offline machine before its error,
+    while the app's visitors queue behind it); one metadata request with a short timeout tells the same.
+    A gated or missing repo answers that request: such errors are left to transformers' own message.
+    """
+    from huggingface_hub import HfApi, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+            return   # downloaded before (or preloaded on a Space): no network needed
+    except Exception:   # a malformed id: transformers says what is wrong with it
+        return
+    try:
+        HfApi().model_info(repo_id, timeout=HUB_PROBE_TIMEOUT_S)
+    except Exception as exc:
+        kinds = {k.__name__ for k in type(exc).__mro__}
+        if kinds & {"TransportError", "ConnectionError", "TimeoutException", "Timeout", "OfflineModeIsEnabled",
+                    "ConnectTimeout", "ReadTimeout"}:
+            raise ModelLoadError(
+                f"could not load model '{repo_id}': it is not downloaded on this machine and the Hugging Face "
+                f"Hub cannot be reached ({type(exc).__name__}).{OFFLINE_HINT}") from None
 
 
 def _load_error(name: str, exc: Exception) -> ModelLoadError:
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     hint = ""
     if not Path(name).exists():
-        hint = (" If the Hugging Face Hub is unreachable (offline), use the offline default:"
-                " --model default.")
+        hint = " If the Hugging Face Hub is unreachable (offline), use the offline default" + OFFLINE_WAYS
     return ModelLoadError(f"could not load model '{name}': {detail}.{hint}")
 
 

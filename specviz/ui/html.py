@@ -20,8 +20,11 @@ SOURCE_STYLE = {
 }
 NEAR_TIE_NOTE = (
     "In bf16/fp16 a forward over many tokens at once can round differently from a one-token forward, "
-    "which can flip a near-tie between the two most likely tokens; from there the texts go separate ways. "
-    "In fp32 the outputs are identical token for token (choose fp32 under Advanced to check).")
+    "which can flip a near-tie between the two most likely tokens; from there the texts go separate ways, "
+    "so the speeds below compare different texts. In fp32 the outputs are identical token for token "
+    "(choose fp32 under Method settings → Precision to check).")
+# Why a run ended, in words (traces store the short codes).
+FINISH_WORDS = {"eos": "end of text", "length": "token limit", "cancelled": "stopped", "error": "error"}
 SAMPLING_NOTE = (
     "Sampling: outputs differ by design (each method draws its own random numbers), but every method "
     "samples exactly from the target model's distribution — the speedup costs no quality.")
@@ -90,6 +93,24 @@ def run_stats(run: RunTrace | None, upto: int | None = None) -> dict:
     }
 
 
+def finish_words(reason: str | None) -> str:
+    return FINISH_WORDS.get(reason, reason or "")
+
+
+def sampling_words(sampling: dict) -> str:
+    """A run's sampling settings as a reader says them: 'greedy', or 'temperature 0.6, top-p 0.9, seed 0'."""
+    temperature = float(sampling.get("temperature", 0.0) or 0.0)
+    if temperature <= 0:
+        return "greedy"
+    parts = [f"temperature {temperature:g}"]
+    if float(sampling.get("top_p", 1.0) or 1.0) < 1.0:
+        parts.append(f"top-p {float(sampling['top_p']):g}")
+    if int(sampling.get("top_k", 0) or 0) > 0:
+        parts.append(f"top-k {int(sampling['top_k'])}")
+    parts.append(f"seed {sampling.get('seed', 0)}")
+    return ", ".join(parts)
+
+
 def stats_html(method: str, run: RunTrace | None, upto: int | None = None, running: bool = False) -> str:
     """The column header: method name, live tokens/s, tokens per forward, steps, elapsed."""
     color = METHOD_COLORS.get(method, "#111827")
@@ -100,8 +121,10 @@ def stats_html(method: str, run: RunTrace | None, upto: int | None = None, runni
         state = "error"
     elif running and (upto is None or upto == len(run.steps)) and not run.finish_reason:
         state = "running…"
+    elif upto is not None and upto < len(run.steps):
+        state = f"at step {upto} of {len(run.steps)}"   # stepping back: how it ended comes later
     else:
-        state = run.finish_reason or ("…" if running else "")
+        state = finish_words(run.finish_reason) or ("…" if running else "")
     st = run_stats(run, upto)
     cells = [("tokens/s", f"{st['tokens_per_second']:.1f}"), ("tokens/forward", f"{st['tokens_per_forward']:.2f}"),
              ("steps", str(st["steps"])), ("tokens", str(st["tokens"])), ("time", f"{st['seconds']:.2f} s")]
@@ -229,6 +252,9 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
         speedup = f"{st['tokens_per_second'] / ar_rate:.2f}×" if ar_rate and m != "ar" and st["tokens"] else (
             "1.00×" if m == "ar" and st["tokens"] else "—")
         acc = "—" if m == "ar" else f"{st['accepted_per_step']:.2f}/step ({st['speculated_share']:.0%} of tokens)"
+        shown = (upto or {}).get(m)
+        # Stepping back through a race: how a run ended is not known yet at that step.
+        finish = "…" if shown is not None and shown < len(run.steps) else finish_words(run.finish_reason)
         rows.append(
             f'<tr><td style="padding:4px 10px;font-weight:700;color:{METHOD_COLORS.get(m)}">'
             f'{esc(METHOD_LABELS.get(m, m))}</td>'
@@ -236,7 +262,7 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
             f'<td style="padding:4px 10px">{st["tokens_per_second"]:.1f}</td>'
             f'<td style="padding:4px 10px">{st["tokens_per_forward"]:.2f}</td>'
             f'<td style="padding:4px 10px">{acc}</td><td style="padding:4px 10px">{st["tokens"]}</td>'
-            f'<td style="padding:4px 10px">{esc(run.finish_reason or "")}</td></tr>')
+            f'<td style="padding:4px 10px">{esc(finish)}</td></tr>')
     table = ('<table style="border-collapse:collapse;font-size:16px;margin-top:6px"><tr style="color:#6b7280;'
              'text-align:left"><th style="padding:4px 10px">method</th><th style="padding:4px 10px">speedup vs AR'
              '</th><th style="padding:4px 10px">tokens/s</th><th style="padding:4px 10px">tokens/forward</th>'
@@ -254,7 +280,7 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
                         f'padding:10px 14px;margin:6px 0;font-size:18px"><b>{icon} {esc(METHOD_LABELS.get(m, m))}:'
                         f'</b> {esc(v["message"])}{extra}</div>')
     meta = (f'<div style="color:#6b7280;font-size:13px;margin-top:6px">{esc(race.target_name)} · draft '
-            f'{esc(race.draft_name)} · {esc(race.device)} {esc(race.dtype)} · sampling {esc(str(race.sampling))}'
+            f'{esc(race.draft_name)} · {esc(race.device)} {esc(race.dtype)} · {esc(sampling_words(race.sampling))}'
             f'{" · stopped early" if race.cancelled else ""}</div>')
     return f'<div class="sv-summary">{"".join(verdicts)}{table}{meta}</div>'
 

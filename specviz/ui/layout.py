@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import threading
 import time
+import traceback
 import weakref
 from pathlib import Path
 
@@ -42,12 +43,13 @@ PRESETS = {
     "Qwen2.5-1.5B-Instruct + Qwen2.5-0.5B-Instruct": ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
 }
 CUSTOM = "Custom model ids…"
+REPEATING_PROMPT = "Write a song whose chorus, 'Row, row, row your boat down the river', is sung after every verse."
 EXAMPLES = {
     "chat": "What are three tips for giving a good talk?",
     "code": "Write a Python function that checks whether a string is a palindrome.",
     "math": "A train travels 120 km in 1.5 hours. What is its average speed in km/h? Explain step by step.",
     "story": "Tell a short story about a robot who learns to paint.",
-    "repeats itself": ("Repeat this list exactly three times: apple, banana, cherry, date, elderberry, fig, grape."),
+    "repeats itself": REPEATING_PROMPT,
 }
 # The API takes the names the page shows; the engine speaks ids.
 METHOD_NAMES = {"ar": "Autoregressive", "sequoia": "Sequoia", "lookahead": "Lookahead"}
@@ -80,10 +82,11 @@ SIZING_NOTE = (
 # Workshop presets: prompt + sizes + temperature together, with one guiding question each.
 WORKSHOP = {
     "Repetitive text: where Lookahead's pool wins": dict(
-        prompt=("Repeat this list exactly three times, one item per line: apple, banana, cherry, date, "
-                "elderberry, fig, grape."),
+        # The offline default sings this chorus over and over for 64 tokens and more (a list to "repeat three
+        # times" it wrote once and ended, 16 tokens: nothing left for the pool to win).
+        prompt=REPEATING_PROMPT,
         temperature=0.0, max_new_tokens=64, tree="illustrative", lookahead="illustrative",
-        question="After the first round of the list, how many tokens does one Lookahead step write? Step to such "
+        question="After the chorus's first line, how many tokens does one Lookahead step write? Step to such "
                  "a step: did those tokens come from the window or from the pool, and who put them there?"),
     "Code: what does a small draft get right?": dict(
         prompt="Write a Python function that checks whether a string is a palindrome.",
@@ -105,8 +108,9 @@ WORKSHOP = {
         prompt="Write a Python function that checks whether a string is a palindrome.",
         temperature=0.0, max_new_tokens=48, tree="illustrative", lookahead="auto",
         question="Hover a level-1 node, then a level-3 node: what did the draft read for each? Does its "
-                 "acceptance fall with depth as it feeds on its own predictions, and is it faster than the "
-                 "default's independent draft (race the first preset again to compare)?"),
+                 "acceptance fall with depth as it feeds on its own predictions? Then pick *Model pair → "
+                 "+ independent draft* (a 4-layer model of its own) and race again: which draft writes more "
+                 "tokens per forward, and which is faster?"),
     "A tree that follows the draft's confidence": dict(
         prompt="Write a Python function that checks whether a string is a palindrome.", temperature=0.0,
         max_new_tokens=64, tree="adaptive", lookahead="auto",
@@ -450,8 +454,9 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
         gr.Markdown("# SpecViz — three decoders race on one prompt\n"
                     "Autoregressive decoding makes one token per target forward. **Sequoia** drafts a tree of "
                     "guesses with a small model and verifies it in one forward; **Lookahead** guesses n-grams "
-                    "by Jacobi iteration with the target itself. Same model, same output (greedy) — different "
-                    "speed.", elem_classes=["sv-title"])
+                    "by Jacobi iteration with the target itself. Same model, same output — different speed: "
+                    "greedy texts are identical token for token in fp32, sampled ones follow the same "
+                    "distribution (in bf16 a rounding near-tie can part the texts; the page marks where).", elem_classes=["sv-title"])
         with gr.Row(equal_height=False):
             workshop = gr.Dropdown(["(none)"] + list(WORKSHOP), value="(none)", scale=2, elem_id="sv-workshop",
                                    label="Workshop preset (sets prompt, sizes and temperature; then ▶ Start race)")
@@ -466,7 +471,9 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                 presets = allowed_presets(limits)
                 preset = gr.Dropdown(presets + ([CUSTOM] if allow_custom else []),
                                      value=presets[0] if presets else (CUSTOM if allow_custom else None),
-                                     label="Model pair (target + draft)", elem_id="sv-model")
+                                     label="Model pair (target + draft)", elem_id="sv-model",
+                                     info="All but the offline default download from the Hugging Face Hub "
+                                          "on first use.")
                 gated_note = limits.gated_notice()   # gated presets need an HF_TOKEN: say so when held back
                 gr.Markdown(gated_note, visible=bool(gated_note), elem_id="sv-gated-note")
                 with gr.Row(visible=False) as custom_row:
@@ -594,6 +601,8 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
             skip = [gr.skip()] * len(full_outputs)
             last_text = last_plot = 0.0
             trace = events = None
+            captioned = False
+            failure = None
             values = (prompt, methods, model, custom_target, custom_draft, dtype, max_new_tokens, temperature,
                       top_p, seed, tree, tree_budget, tree_depth, lookahead, window, ngram, guesses,
                       pool_from_prompt)
@@ -627,23 +636,26 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                         pv = views.plot_views(trace, live=True)
                         out[6:12] = [pv[k] for k in ("tree", "window", "pool", "pool_size", "latency", "cumulative")]
                     out[13] = trace   # kept server-side: Stop and replay see the run so far
+                    if not captioned:   # the step-through waits for the race; say so once, not per update
+                        captioned = True
+                        out[15] = narrate.racing_caption_html()
                     yield out
             except SpecVizError as exc:
-                raise gr.Error(str(exc), print_exception=False) from None
+                failure = str(exc)
             except WorkerUnavailable as exc:
                 slot.discard()   # the next run starts a fresh worker
-                raise gr.Error(f"the decoding worker stopped unexpectedly ({exc}); the next run starts a new "
-                               "one", print_exception=False) from None
+                failure = f"the decoding worker stopped unexpectedly ({exc}); the next run starts a new one"
             except WorkerRunFailed as exc:
-                raise gr.Error(f"the run failed: {exc}", print_exception=False) from None
+                failure = f"the run failed: {exc}"
             except Exception as exc:   # e.g. out of memory while loading: report it, keep the app up
                 if isinstance(exc, WorkerOutOfMemory) or is_out_of_memory(exc):
                     pairs.clear()   # drop loaded weights too: the next run reloads what it needs
                     free_accelerator_memory()
-                    raise gr.Error("out of memory while loading or preparing the models; the server freed "
-                                   "its memory: try a smaller model pair or fewer new tokens",
-                                   print_exception=False) from None
-                raise gr.Error(f"the run failed: {type(exc).__name__}: {exc}") from None
+                    failure = ("out of memory while loading or preparing the models; the server freed "
+                               "its memory: try a smaller model pair or fewer new tokens")
+                else:
+                    traceback.print_exc()   # not a user's mistake: the server's log keeps where it happened
+                    failure = f"the run failed: {type(exc).__name__}: {exc}"
             finally:
                 prune_session_config(demo, session)   # this run's streamed (skipped) figures
                 if events is not None:
@@ -651,6 +663,10 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                     release_freed_memory()
                 if controls.get(session) is control:
                     controls.pop(session, None)
+            if failure is not None:
+                # The status line says it too: a "Loading …" line must not outlive the load that failed.
+                yield status_only(f"⚠ {failure}")
+                raise gr.Error(failure, print_exception=False)
             if trace is not None:
                 message = ("Stopped early (this server's time limit per run)." if trace.cancelled else
                            "Done. Scrub the replay below or download the trace.")
@@ -753,12 +769,15 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
         wi_profile.clear(load_profile, [wi_profile], [profile_state, wi_note], api_visibility="private").then(
             what_if, wi_inputs, whatif_html, api_visibility="private", queue=False)
 
-        def apply_workshop(name):
+        def apply_workshop(name, current_pair):
             preset_values = WORKSHOP.get(name)
             if preset_values is None:
                 return [gr.skip()] * 11 + [gr.Markdown("", visible=False)]
-            # A preset may pick the model pair too, when this server offers it; otherwise the pair stays.
+            # A preset may pick the model pair too, when this server offers it; otherwise the pair stays,
+            # unless it is a draft another preset picked: then the default pair comes back.
             model = preset_values.get("model")
+            if model is None and current_pair in (FEATURE_PRESET, INDEPENDENT_PRESET):
+                model = DEFAULT_PRESET
             model = model if model in presets else gr.skip()
             tree = preset_values.get("tree", "illustrative")
             look = preset_values.get("lookahead", "illustrative")
@@ -769,7 +788,7 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                     sizes["guesses"],
                     gr.Markdown(f"**Question.** {preset_values['question']}", visible=True)]
 
-        workshop.change(apply_workshop, workshop, [preset, prompt, temperature, max_new, tree_mode, budget, depth,
+        workshop.change(apply_workshop, [workshop, preset], [preset, prompt, temperature, max_new, tree_mode, budget, depth,
                                                   look_mode, window, ngram, guesses, question],
                         api_visibility="private", queue=False)
         for button, text in zip(example_buttons, EXAMPLES.values()):

@@ -297,6 +297,13 @@ def narrate_step(trace: RaceTrace, method: str, step: int, texts: dict[int, str]
     return f"{_emitted(rec)}."
 
 
+def racing_caption_html() -> str:
+    """The caption while a race runs: the views show each method's latest step as it happens."""
+    return ('<div class="sv-caption"><b>Racing…</b> The views show each method\'s latest step as it happens. '
+            'When the race ends, step through it here with ◀ / ▶ or the arrow keys, one target forward at a '
+            'time.</div>')
+
+
 def caption_html(trace: RaceTrace | None, upto: int) -> str:
     """The step-through caption: which method ran global step `upto`, and what its step did."""
     if trace is None or not trace.order:

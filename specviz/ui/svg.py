@@ -48,6 +48,10 @@ def _legend(items: list[tuple[str, str]]) -> str:
 # ----------------------------------------------------------------------------- Sequoia's tree
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
     """The speculated tree of one Sequoia step: nodes coloured by outcome, the accepted path thick,
     the bonus token a star; hovering a node shows its token, q and P."""
@@ -92,18 +96,26 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         # Past the last node's label (10 characters) and its own label above the star: never on a node's label.
         x1 = x0 + 105
         bonus = _show(payload.bonus_text or "")
+        # Its label goes above the star, or below it where the top edge would cut it off.
+        label_y = y0 - 14 if y0 - 14 >= 16 else y0 + 30
         edges.append(f'<line x1="{x0:.0f}" y1="{y0:.0f}" x2="{x1:.0f}" y2="{y0:.0f}" stroke="{BONUS_COLOR}" '
                      f'stroke-width="4" stroke-dasharray="7 5"/>')
         marks.append(f'<g class="sv-bonus"><title>{esc(f"bonus / corrected token: {bonus} (id {payload.bonus_token_id}), sampled by the target after the accepted path")}</title>'
                      f'<text x="{x1 - 10:.0f}" y="{y0 + 8:.0f}" fill="{BONUS_COLOR}" font-size="24">★</text>'
-                     f'<text x="{x1 - 4:.0f}" y="{y0 - 14:.0f}" fill="#92400e" font-weight="600" '
+                     f'<text x="{x1 - 4:.0f}" y="{label_y:.0f}" fill="#92400e" font-weight="600" '
                      f'paint-order="stroke" stroke="#fff" stroke-width="4">{esc(short(bonus, TREE_LABEL_CHARS))}</text></g>')
     accepted = len(payload.accepted_path)
-    note = (f"{len(payload.nodes)} nodes (budget {payload.budget}, depth {payload.depth}); {accepted} accepted "
-            f"+ 1 bonus = {accepted + (payload.bonus_token_id is not None)} tokens from one target forward")
+    made = accepted + (payload.bonus_token_id is not None)
+    if len(payload.nodes) == 1:
+        note = ("Only the root: nothing was drafted this step (no room left to speculate, so its one token is the "
+                "target's own), a plain target forward. Step back (◀) to see a tree.")
+    else:
+        note = (f"{plural(len(payload.nodes), 'node')} (budget {payload.budget}, depth {payload.depth}); "
+                f"{accepted} accepted + 1 bonus = {plural(made, 'token')} from one target forward")
     legend = _legend([("accepted", NODE_COLORS["accepted"]), ("rejected", NODE_COLORS["rejected"]),
                       ("not reached", NODE_COLORS["not_reached"]), ("bonus", BONUS_COLOR)])
-    svg = (f'<svg viewBox="0 0 {width} {height}" width="100%" style="max-height:560px">'
+    # A small tree keeps about its drawn size instead of being blown up to the column's width.
+    svg = (f'<svg viewBox="0 0 {width} {height}" width="100%" style="max-height:560px;max-width:{int(1.6 * width)}px">'
            + "".join(edges) + "".join(marks) + "</svg>")
     return _box(title, legend + svg, note)
 
