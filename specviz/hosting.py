@@ -133,8 +133,8 @@ class HostingLimits:
                 or (self.allow_custom_models and not self.allowed_models_explicit)]
         if not held:
             return ""
-        return (f"{', '.join(held)} (gated on the Hugging Face Hub) is not offered: this server has no "
-                "`HF_TOKEN`. Set one whose account accepted the model's licence (on a Space, as a secret) to add it.")
+        return (f"{', '.join(held)} (gated) is not offered: set an HF_TOKEN whose account accepted its licence "
+                "(on a Space, as a secret).")
 
     def check_max_new_tokens(self, max_new_tokens: int) -> None:
         if isinstance(max_new_tokens, (int, float)) and max_new_tokens > self.max_new_tokens:

@@ -189,8 +189,12 @@ def test_summary_shows_first_difference_with_near_tie_note():
 
 
 def test_summary_under_sampling_says_same_distribution():
-    text = html.summary_html(race_trace(temperature=0.8, differ=True))
+    race = race_trace(temperature=0.8, differ=True)
+    text = html.summary_html(race)
     assert "differ by design" in text and "distribution" in text and "differs from" not in text
+    sampled = [m for m in race.methods if m != "ar"]
+    if len(sampled) > 1:   # one note for both speculative methods, naming them
+        assert text.count("differ by design") == 1 and " and ".join(html.METHOD_LABELS[m] for m in sampled) in text
 
 
 def test_stats_header():
@@ -240,6 +244,20 @@ def test_hardware_panel_from_recorded_plan():
     trace.runs["sequoia"].settings["plan"]["race"] |= {"adaptive_budget": 8, "adaptive_budget_from": "target's free rows"}
     _, text = hardware.panel(trace)
     assert "within <b>8 nodes</b>: the target reads that many here for about the price of one" in text
+    # Read by a learner: fields in words, a setting repeated under a second name once, a depth limit the
+    # budget cannot use one row, a cost the fit found to be nothing left out.
+    trace.runs["sequoia"].settings["plan"] |= {
+        "choice": {"budget": 8, "depth": 4, "value": 2.67, "ms_per_step": 32.8, "predicted_speedup": 2.1,
+                   "tree_budget": 8, "tree_depth": 4},
+        "table": [{"budget": 8, "depth": d, "value": 2.81, "ms_per_step": 36.1, "predicted_speedup": 2.01}
+                  for d in (6, 7, 8)] + [{"budget": 8, "depth": 4, "value": 2.67, "ms_per_step": 32.8,
+                                           "predicted_speedup": 2.1}],
+        "step_costs": {"per_level": 0.6, "per_step": 0.7, "per_parent": 0.0, "per_node": 0.04}}
+    _, text = hardware.panel(trace)
+    assert "nodes 8, depth 4, tokens per forward (expected) 2.67" in text and "tree_depth" not in text
+    assert ">ms per step</th>" in text and "ms_per_step" not in text
+    assert text.count("<td style=\"padding:2px 10px\">2.81</td>") == 1
+    assert "0.00 ms" not in text and "<b>0.04 ms</b> per node" in text
     empty_fig, empty_text = hardware.panel(None)
     assert "No measured plan" in empty_text
 
@@ -256,6 +274,26 @@ def test_tree_svg_draws_every_node_coloured_with_hover_and_the_accepted_path():
     assert drawn.count('stroke-width="5"') == len(payload.accepted_path)
     assert 'class="sv-bonus"' in drawn and "·on" in drawn
     assert "accepted + 1 bonus = 3 tokens" in drawn
+
+
+def test_tree_bonus_label_stays_inside_and_a_root_only_step_is_explained():
+    import re
+
+    # Whichever child is accepted (the top one included), the bonus token's label stays inside the drawing.
+    for accepted in (1, 2, 3):
+        nodes = [TreeNode(0, -1, 0, 10, "The", 1.0, 1.0, "root")] + [
+            TreeNode(i, 0, 1, 10 + i, f" w{i}", 0.3, 0.3, "accepted" if i == accepted else "rejected")
+            for i in (1, 2, 3)]
+        drawn = svg.tree_svg(TreePayload(nodes=nodes, accepted_path=[accepted], bonus_token_id=20,
+                                         bonus_text=" uses", budget=4, depth=1, draft_ms=1.0, verify_ms=1.0))
+        bonus = drawn[drawn.index('class="sv-bonus"'):]
+        label_y = [float(y) for y in re.findall(r'<text x="[\d.-]+" y="([\d.-]+)"', bonus)][1]
+        assert label_y >= 16, (accepted, label_y)
+    # The last step of a run may draft nothing: one node, said in words, not "1 nodes".
+    root_only = TreePayload(nodes=[TreeNode(0, -1, 0, 10, "The", 1.0, 1.0, "root")], accepted_path=[],
+                            bonus_token_id=11, bonus_text=" end", budget=1, depth=0, draft_ms=0.0, verify_ms=1.0)
+    drawn = svg.tree_svg(root_only)
+    assert "Only the root" in drawn and "1 nodes" not in drawn and "max-width:" in drawn
 
 
 def test_tree_hover_says_what_a_feature_draft_saw():

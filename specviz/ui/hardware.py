@@ -12,6 +12,7 @@ import json
 
 from ..trace import BUDGET_FROM_FREE_ROWS
 from . import figures, html, svg
+from .html import esc
 
 
 def _device_type(device: str) -> str:
@@ -84,14 +85,43 @@ def _choice_row(plan: dict) -> dict:
     return {k: v for k, v in choice.items() if not isinstance(v, (list, dict))}
 
 
+# The plans' field names, as a reader says them (table headers and the chosen size's line).
+FIELD_WORDS = {"budget": "nodes", "depth": "depth", "value": "tokens per forward (expected)",
+               "ms_per_step": "ms per step", "ms_per_token": "ms per token", "predicted_speedup": "predicted speedup",
+               "window": "W (window)", "ngram": "N (n-gram)", "guesses": "G (guesses)",
+               "tokens_per_step": "tokens per step (expected)", "step_tokens": "tokens in one forward"}
+# Fields that repeat another under a second name (the decoder's settings).
+REPEATED_FIELDS = {"tree_budget": "budget", "tree_depth": "depth"}
+
+
+def _choice_words(choice: dict) -> str:
+    shown = {k: v for k, v in choice.items() if not (k in REPEATED_FIELDS and choice.get(REPEATED_FIELDS[k]) == v)}
+    return ", ".join(f"{FIELD_WORDS.get(k, k.replace('_', ' '))} {html._fmt(v)}" for k, v in shown.items())
+
+
+def _distinct_rows(rows: list[dict]) -> list[dict]:
+    """Rows whose numbers are all the same but the depth limit are one tree (a budget of 8 cannot use 12
+    levels): the shallowest limit stands for them."""
+    seen, out = set(), []
+    for row in sorted(rows, key=lambda r: (-float(r.get("predicted_speedup", 0) or 0), r.get("depth", 0))):
+        key = tuple(sorted((k, str(v)) for k, v in row.items() if k != "depth"))
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+    return out
+
+
 def _costs_html(costs: dict) -> str:
     """Sequoia's step costs beyond the forwards: why the predicted times are more than forward times."""
+    terms = [f'<b>{float(costs.get("per_step", 0)):.1f} ms</b> (verification, caches, the trace)',
+             f'<b>{float(costs.get("per_level", 0)):.1f} ms</b> per draft level']
+    # A term the fit found to be nothing is left out rather than shown as 0.00 ms.
+    for key, what in (("per_parent", "per node whose children are drawn"), ("per_node", "per node")):
+        if float(costs.get(key, 0) or 0) >= 0.005:
+            terms.append(f'<b>{float(costs[key]):.2f} ms</b> {what}')
     return ('<div style="color:#374151;margin:2px 0 6px">Beyond its forwards, a step also costs '
-            f'<b>{float(costs.get("per_step", 0)):.1f} ms</b> (verification, caches, the trace), '
-            f'<b>{float(costs.get("per_level", 0)):.1f} ms</b> per draft level, '
-            f'<b>{float(costs.get("per_parent", 0)):.2f} ms</b> per node whose children are drawn and '
-            f'<b>{float(costs.get("per_node", 0)):.2f} ms</b> per node: fitted from real steps on this machine, '
-            'so deep or wide trees are not mistaken for free.</div>')
+            + ", ".join(terms[:-1]) + " and " + terms[-1]
+            + ': fitted from real steps on this machine, so deep or wide trees are not mistaken for free.</div>')
 
 
 def _race_html(race: dict, chosen: str | None) -> str:
@@ -130,16 +160,17 @@ def panel_html(plans: dict | None) -> str:
             # Sequoia's `auto` may run the adaptive tree instead of the DP tree it planned (the race below).
             verb = "planned (DP tree)" if plan.get("chosen") == "adaptive" else "chose"
             parts.append(f'<div style="font-size:16px;margin:6px 0"><b>{label} {verb}:</b> '
-                         + ", ".join(f"{k} = {html._fmt(v)}" for k, v in choice.items()) + "</div>")
+                         + esc(_choice_words(choice)) + "</div>")
         race = plan.get("race")
         if race:
             parts.append(_race_html(race, plan.get("chosen")))
         costs = plan.get("step_costs")
         if costs:
             parts.append(_costs_html(costs))
-        rows = sorted(plan.get("table") or [], key=lambda r: -float(r.get("predicted_speedup", 0) or 0))
+        rows = _distinct_rows(plan.get("table") or [])
         highlight = {k: choice[k] for k in ("budget", "depth", "window", "ngram", "guesses") if k in choice}
-        parts.append(html.table_html(rows, f"{label}: predicted speedup, best first", highlight or None))
+        parts.append(html.table_html(rows, f"{label}: predicted speedup, best first", highlight or None,
+                                     labels=FIELD_WORDS))
     return "".join(parts)
 
 

@@ -40,7 +40,10 @@ def legend_html() -> str:
         f'<span style="background:{color};border-radius:4px;width:22px;height:16px;display:inline-block;'
         f'margin-right:6px;border:1px solid #cbd5e1"></span>{esc(label)}</span>'
         for color, label in SOURCE_STYLE.values())
-    return f'<div class="sv-legend" style="font-size:15px;line-height:1.9">{items}</div>'
+    # Token texts mark what would otherwise be invisible: a step that wrote only a space must not look empty.
+    marks = ('<span style="color:#4b5563"><b>⏎</b> marks a new line; in the pictures and captions <b>·</b> '
+             'marks a space</span>')
+    return f'<div class="sv-legend" style="font-size:15px;line-height:1.9">{items}{marks}</div>'
 
 
 def _token_span(text: str, source: str, latest: bool) -> str:
@@ -269,8 +272,14 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
              '<th style="padding:4px 10px">accepted speculation</th><th style="padding:4px 10px">tokens</th>'
              '<th style="padding:4px 10px">finish</th></tr>' + "".join(rows) + "</table>")
     verdicts = []
+    sampled = [m for m in race.methods if m != "ar" and losslessness(race, m)["status"] == "sampling"]
+    if len(sampled) > 1:   # one note for every sampled method, not the same paragraph twice
+        names = " and ".join(METHOD_LABELS.get(m, m) for m in sampled)
+        verdicts.append(f'<div class="sv-verdict sv-sampling" style="background:#e0f2fe;border-radius:8px;'
+                        f'padding:10px 14px;margin:6px 0;font-size:18px"><b>ℹ {esc(names)}:</b> '
+                        f'{esc(SAMPLING_NOTE)}</div>')
     for m in race.methods:
-        if m == "ar":
+        if m == "ar" or (len(sampled) > 1 and m in sampled):
             continue
         v = losslessness(race, m)
         color, icon = {"identical": ("#dcfce7", "✓"), "differs": ("#fee2e2", "⚠"),
@@ -285,8 +294,10 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
     return f'<div class="sv-summary">{"".join(verdicts)}{table}{meta}</div>'
 
 
-def table_html(rows: list[dict], title: str, highlight: dict | None = None, limit: int = 12) -> str:
-    """A small table of dict rows (the predicted-speedup tables of the auto choices)."""
+def table_html(rows: list[dict], title: str, highlight: dict | None = None, limit: int = 12,
+               labels: dict | None = None) -> str:
+    """A small table of dict rows (the predicted-speedup tables of the auto choices); `labels` names the
+    columns for a reader."""
     if not rows:
         return f'<div style="color:#6b7280">{esc(title)}: nothing measured yet</div>'
     cols = list(rows[0].keys())
@@ -295,7 +306,8 @@ def table_html(rows: list[dict], title: str, highlight: dict | None = None, limi
         hit = highlight is not None and all(row.get(k) == v for k, v in highlight.items())
         cells = "".join(f'<td style="padding:2px 10px">{_fmt(row.get(c))}</td>' for c in cols)
         body.append(f'<tr style="{"background:#dcfce7;font-weight:700" if hit else ""}">{cells}</tr>')
-    head = "".join(f'<th style="padding:2px 10px;text-align:left">{esc(str(c))}</th>' for c in cols)
+    head = "".join(f'<th style="padding:2px 10px;text-align:left">{esc(str((labels or {}).get(c, c)))}</th>'
+                   for c in cols)
     return (f'<div style="font-size:16px;font-weight:700;margin:8px 0 4px">{esc(title)}</div>'
             f'<table style="border-collapse:collapse;font-size:14px"><tr style="color:#6b7280">{head}</tr>'
             f'{"".join(body)}</table>')

@@ -130,6 +130,7 @@ CSS = """
 html, body { overflow-x: hidden; }
 .gradio-container { max-width: 100% !important; }
 .sv-view, .sv-caption, .sv-whatif { max-width: 100%; overflow-x: auto; }
+#sv-prev, #sv-next { align-self: center; max-height: 44px; }
 #sv-question { background: #eff6ff; border-left: 4px solid #2563eb; padding: 4px 10px; border-radius: 4px; }
 /* Pause what is off screen: Chromium neither lays out nor paints a content-visibility:auto view
    outside the viewport while the race streams into it; scrolled into view, it shows its latest state.
@@ -454,28 +455,28 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
         gr.Markdown("# SpecViz — three decoders race on one prompt\n"
                     "Autoregressive decoding makes one token per target forward. **Sequoia** drafts a tree of "
                     "guesses with a small model and verifies it in one forward; **Lookahead** guesses n-grams "
-                    "by Jacobi iteration with the target itself. Same model, same output — different speed: "
-                    "greedy texts are identical token for token in fp32, sampled ones follow the same "
-                    "distribution (in bf16 a rounding near-tie can part the texts; the page marks where).", elem_classes=["sv-title"])
+                    "by Jacobi iteration with the target itself. Same output (greedy: token for token in fp32; "
+                    "sampled: the same distribution), different speed.", elem_classes=["sv-title"])
+        # At a projector's 1280 x 720 everything up to ▶ Start race fits the first screen: the workshop preset
+        # sits with the model pair, its question under the prompt it asks about, a gated model's note in the
+        # pair's own hint.
         with gr.Row(equal_height=False):
-            workshop = gr.Dropdown(["(none)"] + list(WORKSHOP), value="(none)", scale=2, elem_id="sv-workshop",
-                                   label="Workshop preset (sets prompt, sizes and temperature; then ▶ Start race)")
-            with gr.Column(scale=3):
-                question = gr.Markdown("", elem_id="sv-question", visible=False)
-        with gr.Row():
             with gr.Column(scale=3):
                 prompt = gr.Textbox(label="Prompt", value=init["prompt"], lines=3, max_lines=8, elem_id="sv-prompt")
                 with gr.Row():
-                    example_buttons = [gr.Button(name, size="sm", variant="secondary") for name in EXAMPLES]
+                    example_buttons = [gr.Button(name, size="sm", variant="secondary", min_width=60)
+                                       for name in EXAMPLES]
+                question = gr.Markdown("", elem_id="sv-question", visible=False)
             with gr.Column(scale=2):
+                workshop = gr.Dropdown(["(none)"] + list(WORKSHOP), value="(none)", elem_id="sv-workshop",
+                                       label="Workshop preset (prompt, sizes, temperature; then ▶ Start race)")
                 presets = allowed_presets(limits)
+                gated_note = limits.gated_notice()   # gated presets need an HF_TOKEN: say so when held back
                 preset = gr.Dropdown(presets + ([CUSTOM] if allow_custom else []),
                                      value=presets[0] if presets else (CUSTOM if allow_custom else None),
                                      label="Model pair (target + draft)", elem_id="sv-model",
-                                     info="All but the offline default download from the Hugging Face Hub "
-                                          "on first use.")
-                gated_note = limits.gated_notice()   # gated presets need an HF_TOKEN: say so when held back
-                gr.Markdown(gated_note, visible=bool(gated_note), elem_id="sv-gated-note")
+                                     info=" ".join(["All but the offline default download from the Hugging Face "
+                                                    "Hub on first use.", gated_note]).strip())
                 with gr.Row(visible=False) as custom_row:
                     custom_target = gr.Textbox(label="Target model id", placeholder="org/model")
                     custom_draft = gr.Textbox(label="Draft model id (same tokenizer)", placeholder="org/small-model")

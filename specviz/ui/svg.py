@@ -142,7 +142,7 @@ def window_html(payload: LookaheadPayload | None, step: int | None = None) -> st
     warm = " (warm-up)" if payload.warmup else ""
     return _box(title + warm, f'<table style="border-spacing:3px;font-size:14px;table-layout:fixed"><tr><th></th>{head}</tr>'
                               f'{"".join(rows)}</table>',
-                f"{levels} levels × W={width}; each column is one Jacobi trajectory (column = future position)")
+                f"{plural(levels, 'level')} × W={width}; each column is one Jacobi trajectory (column = future position)")
 
 
 def _line_chart(series: list[tuple[str, str, list[tuple[float, float]]]], x_label: str, y_label: str,
@@ -167,8 +167,9 @@ def _line_chart(series: list[tuple[str, str, list[tuple[float, float]]]], x_labe
              f'<line x1="{left}" y1="10" x2="{left}" y2="{h - bottom}" stroke="#9ca3af"/>',
              f'<text x="{left - 6}" y="16" text-anchor="end" font-size="12">{y_hi:.4g}</text>',
              f'<text x="{left - 6}" y="{h - bottom}" text-anchor="end" font-size="12">0</text>',
-             f'<text x="{w - 8}" y="{h - 6}" text-anchor="end" font-size="12">{esc(x_label)}</text>',
-             f'<text x="{left + 4}" y="{h - bottom + 14}" font-size="12">{esc(y_label)} ↑</text>']
+             # The axis title sits below the tick labels, the unit of y beside its top value: nothing overlaps.
+             f'<text x="{w - 8}" y="{h - 2}" text-anchor="end" font-size="12">{esc(x_label)}</text>',
+             f'<text x="{left + 6}" y="16" font-size="12">{esc(y_label)} ↑</text>']
     for label, color, pts in series:
         coords = []
         for i, (x, y) in enumerate(pts):
@@ -182,7 +183,7 @@ def _line_chart(series: list[tuple[str, str, list[tuple[float, float]]]], x_labe
                      f'<title>{esc(f"{label}: {last_y:.4g} at {last_x:.4g}")}</title></circle>')
     if log_x:
         for x, _ in series[0][2]:
-            parts.append(f'<text x="{sx(x):.1f}" y="{h - bottom + 28}" text-anchor="middle" font-size="11">{x:g}</text>')
+            parts.append(f'<text x="{sx(x):.1f}" y="{h - bottom + 15}" text-anchor="middle" font-size="11">{x:g}</text>')
     else:
         parts.append(f'<text x="{w - 8}" y="{h - bottom + 14}" text-anchor="end" font-size="12">'
                      f'{max(x for x, _ in points):.3g}</text>')

@@ -293,7 +293,9 @@ def panel_html(trace: RaceTrace | None, budget: int, depth: int, window: int, ng
                 'or a saved profile) and the predictions appear here.</div>')
     done = actual(trace)
     legend = ('<div style="font-size:13px;color:#4b5563">○ your sliders · ★ what <b>auto</b> (fastest) chose · '
-              '◆ what the last run actually reached · dashed line: 1x = autoregressive speed</div>')
+              '◆ what the last run actually reached (per decoding step, like the predictions: the prompt\'s '
+              'forward, one token, is left out, so it reads a little above the summary\'s tokens per forward) · '
+              'dashed line: 1x = autoregressive speed</div>')
     parts = [f'<div class="sv-whatif" style="font-size:15px"><div>Costs from {esc(inp["curve_source"])}.</div>',
              legend]
     cols = []
@@ -325,9 +327,9 @@ def panel_html(trace: RaceTrace | None, budget: int, depth: int, window: int, ng
             n_run = got["nodes_per_step"] if adaptive else int(got["settings"].get("tree_budget") or budget)
             size = f"adaptive, {n_run:.1f} nodes on average" if adaptive else f"{n_run} nodes"
             if got["speedup"] is not None:
-                marks.append((f"last run: {size}, {got['tokens_per_step']:.2f} tokens per step, "
+                marks.append((f"last run: {size}, {got['tokens_per_step']:.2f} tokens per decoding step, "
                               f"{got['speedup']:.2f}x measured", "#111827", float(n_run), got["speedup"], "diamond"))
-            got_txt = (f"<li>last run ({size}): {got['tokens_per_step']:.2f} tokens per step"
+            got_txt = (f"<li>last run ({size}): {got['tokens_per_step']:.2f} tokens per decoding step"
                        + (f", <b>{got['speedup']:.2f}x</b> measured" if got["speedup"] is not None else "") + "</li>")
         cols.append(f'<div><b style="color:{METHOD_COLORS["sequoia"]}">Sequoia</b><ul style="margin:2px 0 0 18px;'
                     f'padding:0"><li>your tree ({budget} nodes, depth {sq["depth"]}): {_fmt_point(sq, "predicted")}'
@@ -356,9 +358,9 @@ def panel_html(trace: RaceTrace | None, budget: int, depth: int, window: int, ng
         if got:
             w_run = int(got["settings"].get("window") or window)
             if got["speedup"] is not None:
-                marks.append((f"last run: W={w_run}, {got['tokens_per_step']:.2f} tokens per step, "
+                marks.append((f"last run: W={w_run}, {got['tokens_per_step']:.2f} tokens per decoding step, "
                               f"{got['speedup']:.2f}x measured", "#111827", float(w_run), got["speedup"], "diamond"))
-            got_txt = (f"<li>last run (W={w_run}): {got['tokens_per_step']:.2f} tokens per step"
+            got_txt = (f"<li>last run (W={w_run}): {got['tokens_per_step']:.2f} tokens per decoding step"
                        + (f", <b>{got['speedup']:.2f}x</b> measured" if got["speedup"] is not None else "") + "</li>")
         ill_txt = (f"<li>illustrative (W={ILLUSTRATIVE_LOOKAHEAD['window']}, N={ILLUSTRATIVE_LOOKAHEAD['ngram']}, "
                    f"G={ILLUSTRATIVE_LOOKAHEAD['guesses']}): {_fmt_point(ill, 'predicted')}</li>")
