@@ -718,14 +718,25 @@ def _deadline_run_inputs(tok, tmp_path, save_every: int):
 
 
 @pytest.mark.parametrize("slow_steps", ["after the fit", "during the fit"])
-def test_a_deadline_holds_when_the_machine_changes_pace(feature_pair, tmp_path, slow_steps):
+def test_a_deadline_holds_when_the_machine_changes_pace(feature_pair, tmp_path, slow_steps, monkeypatch):
     """A shared GPU or a loaded CPU changes pace during a run. Slower after the first 20 timed steps, the
-    run still ends by its deadline (the last step's time guards it and checkpoints refit the length);
-    slower only during them, it lengthens again and uses its time instead of stopping early."""
+    run still ends by its deadline (the last step's time guards it, and the length is refitted to the recent
+    pace); slower only during them, it lengthens again and uses its time instead of stopping early."""
     import json
     import time
 
+    from specviz.draft import featuretrain
     from specviz.draft.featuretrain import FIT_AFTER, OnlineFeatures, online_features, train_feature
+
+    lengths, waits = [], []   # the run's length after each step; each step's and checkpoint's seconds
+    fit = featuretrain.DeadlinePace.steps_after
+
+    def recorded(self, step, duration, steps, checkpoint_seconds):
+        lengths.append(fit(self, step, duration, steps, checkpoint_seconds))
+        waits.append(duration + checkpoint_seconds)
+        return lengths[-1]
+
+    monkeypatch.setattr(featuretrain.DeadlinePace, "steps_after", recorded)
 
     class ChangingPace(OnlineFeatures):
         def __init__(self, stream, slow):
@@ -734,22 +745,31 @@ def test_a_deadline_holds_when_the_machine_changes_pace(feature_pair, tmp_path, 
 
         def batch_at(self, k):
             if self.slow(k):
-                time.sleep(0.5)   # this tiny run's step takes about 0.2 s here: a 3x slower machine
+                time.sleep(0.4)   # this tiny run's step takes about 0.2 s here: a 3x slower machine
             return super().batch_at(k)
 
     tok, target = feature_pair.tokenizer, feature_pair.target
     work, _, settings = _deadline_run_inputs(tok, tmp_path, save_every=10)
     stream = online_features(target, tok, work, settings, workers=1)
-    slow = (lambda k: k >= FIT_AFTER + 5) if slow_steps == "after the fit" else (lambda k: 0 < k < FIT_AFTER)
+    slow = (lambda k: k >= FIT_AFTER + 5) if slow_steps == "after the fit" else (lambda k: 0 < k < FIT_AFTER // 2)
     budget = 20.0
     t0 = time.perf_counter()
     metrics = train_feature(target, tok, settings, tmp_path / "out", work, resume=False,
                             stream=ChangingPace(stream, slow), deadline=t0 + budget)
     elapsed = time.perf_counter() - t0
-    # The slack: one slowed step and the final checkpoint, each well under a second here.
-    assert 0.7 * budget < elapsed < budget + 3, f"{elapsed:.1f} s for a {budget:.0f} s deadline"
-    assert FIT_AFTER < settings["steps"] < 100_000
     assert len(metrics["loss"]) == settings["steps"] == metrics["agreement"][-1][0]
+    first = next(n for n in lengths if n != 100_000)   # the length fitted after the first timed steps
+    # A machine so loaded that the timed steps alone spent the budget ends right there (CI beside other work
+    # ran 1.3-1.7 s steps); otherwise the run ends by the deadline, give or take its slowest step and a
+    # checkpoint (under a second each on a quiet machine; the old fit-once code took 43.9 s, "during" 15.2 s).
+    if first > FIT_AFTER:
+        slack = max(waits) + 1.0
+        assert elapsed < budget + slack, f"{elapsed:.1f} s for a {budget:.0f} s deadline (slack {slack:.1f} s)"
+        assert elapsed > 0.7 * budget, f"the run stopped after {elapsed:.1f} s of a {budget:.0f} s budget"
+        if slow_steps == "after the fit":
+            assert settings["steps"] < first   # shortened as the pace fell
+        else:
+            assert settings["steps"] > first   # lengthened as the pace recovered
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["steps_done"] == settings["steps"]
 
 

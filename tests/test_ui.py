@@ -214,6 +214,8 @@ def test_summary_speaks_plainly_and_waits_for_the_end_when_stepped_back():
     assert "token limit" not in early
     sampled = html.summary_html(race_trace(temperature=0.8))
     assert "temperature 0.8" in sampled and "seed" in sampled
+    # An uploaded trace's odd sampling values are shown as they are, not raised as a server error.
+    assert "sampling" in html.sampling_words({"temperature": 0.7, "top_k": "5.5x"})
 
 
 def test_hardware_panel_from_recorded_plan():

@@ -322,7 +322,9 @@ class DeadlinePace:
             return steps
         left = self.deadline - time.perf_counter() - checkpoint_seconds   # the final checkpoint is reserved
         per_step = sum(self.recent) / len(self.recent)
-        if self.logged is not None and step + 1 < steps and max(per_step, duration) > left:
+        # A periodic checkpoint due now comes before the next step, so it must fit too.
+        due = checkpoint_seconds if (step + 1) % self.save_every == 0 else 0.0
+        if self.logged is not None and step + 1 < steps and max(per_step, duration) + due > left:
             log(f"the deadline is {max(left + checkpoint_seconds, 0.0):.0f} s away: the run ends at step "
                 f"{step + 1}, not {steps}")
             return step + 1
@@ -399,6 +401,7 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     optimizer = torch.optim.AdamW(groups, lr=settings["lr"], betas=(0.9, 0.95), weight_decay=0.0)
     metrics: dict = {"loss": [], "agreement": [], "tokens_seen": 0}
     start = 0
+    checkpoint_seconds = 0.0   # the last checkpoint's duration, for fitting the run to a deadline
     # A warm start keeps counting from the shipped draft's steps (what a reader wants to know of a checkpoint);
     # the learning-rate schedule counts this run's steps only.
     steps_before = warm_start(draft, target, init_from, settings, metrics) if init_from is not None else 0
@@ -414,6 +417,8 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         draft.load_state_dict(state["draft"], strict=False)
         optimizer.load_state_dict(state["optimizer"])
         start, metrics = state["step"], state["metrics"]
+        # What a checkpoint cost before: a resumed run reserves it for its final one from its first step.
+        checkpoint_seconds = float(state.get("checkpoint_seconds", 0.0))
         steps_before = state["settings"].get("steps_before", 0)
         previous = {k: v for k, v in state["settings"].items() if k != "history"}
         settings["history"] = state["settings"].get("history", []) + [{**previous, "until_step": start}]
@@ -435,7 +440,6 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     sample = stream.batch_at(0)[1][..., :H].float()
     feat_rms = float(sample.pow(2).mean().sqrt())
 
-    checkpoint_seconds = 0.0   # the last checkpoint's duration, for fitting the run to a deadline
 
     def checkpoint(step: int) -> None:
         nonlocal checkpoint_seconds
@@ -446,7 +450,8 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
             metrics["agreement"].pop()   # a warm start re-measures the step it starts from
         metrics["agreement"].append([steps_before + step, agree])
         torch.save({"draft": {k: v.detach().clone() for k, v in draft.state_dict().items()},
-                    "optimizer": optimizer.state_dict(), "step": step, "metrics": metrics, "settings": settings},
+                    "optimizer": optimizer.state_dict(), "step": step, "metrics": metrics, "settings": settings,
+                    "checkpoint_seconds": checkpoint_seconds},
                    work_dir / "feature_state.pt.tmp")
         (work_dir / "feature_state.pt.tmp").replace(state_path)
         final = {"steps_done": steps_before + step, "heldout_agreement": agree, "heldout_prompts": len(heldout)}

@@ -270,9 +270,11 @@ def _check_hub_reachable(repo_id: str) -> None:
     try:
         HfApi().model_info(repo_id, timeout=HUB_PROBE_TIMEOUT_S)
     except Exception as exc:
+        # Only a connection that could not be made says the Hub is unreachable: a slow reply (a read timeout)
+        # from a reachable Hub is left to transformers, which waits and loads.
         kinds = {k.__name__ for k in type(exc).__mro__}
-        if kinds & {"TransportError", "ConnectionError", "TimeoutException", "Timeout", "OfflineModeIsEnabled",
-                    "ConnectTimeout", "ReadTimeout"}:
+        if kinds & {"ConnectError", "ConnectTimeout", "ConnectionError", "OfflineModeIsEnabled"} and \
+                "ReadTimeout" not in kinds:
             raise ModelLoadError(
                 f"could not load model '{repo_id}': it is not downloaded on this machine and the Hugging Face "
                 f"Hub cannot be reached ({type(exc).__name__}).{OFFLINE_HINT}") from None

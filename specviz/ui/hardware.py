@@ -96,7 +96,7 @@ REPEATED_FIELDS = {"tree_budget": "budget", "tree_depth": "depth"}
 
 def _choice_words(choice: dict) -> str:
     shown = {k: v for k, v in choice.items() if not (k in REPEATED_FIELDS and choice.get(REPEATED_FIELDS[k]) == v)}
-    return ", ".join(f"{FIELD_WORDS.get(k, k.replace('_', ' '))} {html._fmt(v)}" for k, v in shown.items())
+    return ", ".join(f"{esc(FIELD_WORDS.get(k, k.replace('_', ' ')))} {html._fmt(v)}" for k, v in shown.items())
 
 
 def _distinct_rows(rows: list[dict]) -> list[dict]:
@@ -160,7 +160,7 @@ def panel_html(plans: dict | None) -> str:
             # Sequoia's `auto` may run the adaptive tree instead of the DP tree it planned (the race below).
             verb = "planned (DP tree)" if plan.get("chosen") == "adaptive" else "chose"
             parts.append(f'<div style="font-size:16px;margin:6px 0"><b>{label} {verb}:</b> '
-                         + esc(_choice_words(choice)) + "</div>")
+                         + _choice_words(choice) + "</div>")
         race = plan.get("race")
         if race:
             parts.append(_race_html(race, plan.get("chosen")))

@@ -102,14 +102,17 @@ def finish_words(reason: str | None) -> str:
 
 def sampling_words(sampling: dict) -> str:
     """A run's sampling settings as a reader says them: 'greedy', or 'temperature 0.6, top-p 0.9, seed 0'."""
-    temperature = float(sampling.get("temperature", 0.0) or 0.0)
-    if temperature <= 0:
-        return "greedy"
-    parts = [f"temperature {temperature:g}"]
-    if float(sampling.get("top_p", 1.0) or 1.0) < 1.0:
-        parts.append(f"top-p {float(sampling['top_p']):g}")
-    if int(sampling.get("top_k", 0) or 0) > 0:
-        parts.append(f"top-k {int(sampling['top_k'])}")
+    try:
+        temperature = float(sampling.get("temperature", 0.0) or 0.0)
+        if temperature <= 0:
+            return "greedy"
+        parts = [f"temperature {temperature:g}"]
+        if float(sampling.get("top_p", 1.0) or 1.0) < 1.0:
+            parts.append(f"top-p {float(sampling['top_p']):g}")
+        if float(sampling.get("top_k", 0) or 0) > 0:
+            parts.append(f"top-k {sampling['top_k']}")
+    except (TypeError, ValueError, AttributeError):   # an uploaded trace's odd values: show them as they are
+        return f"sampling {sampling}"
     parts.append(f"seed {sampling.get('seed', 0)}")
     return ", ".join(parts)
 

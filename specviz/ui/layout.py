@@ -665,8 +665,13 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
                 if controls.get(session) is control:
                     controls.pop(session, None)
             if failure is not None:
-                # The status line says it too: a "Loading …" line must not outlive the load that failed.
-                yield status_only(f"⚠ {failure}")
+                if control is not None and control.stop.is_set():
+                    return   # Stop has rendered the final view; a late failure must not overwrite it
+                # The status line says it too: a "Loading …" line must not outlive the load that failed, nor
+                # the caption a race that never finished.
+                out = status_only(f"⚠ {failure}")
+                out[15] = views.step_caption(trace, len(trace.order)) if trace is not None else ""
+                yield out
                 raise gr.Error(failure, print_exception=False)
             if trace is not None:
                 message = ("Stopped early (this server's time limit per run)." if trace.cancelled else
