@@ -49,7 +49,9 @@ def legend_html() -> str:
 def _token_span(text: str, source: str, latest: bool) -> str:
     color = SOURCE_STYLE.get(source, SOURCE_STYLE[SOURCE_AR])[0]
     shown = esc(text).replace("\n", "⏎<br>")
-    outline = "box-shadow:0 0 0 2px #111827;" if latest else ""
+    # A token that wraps keeps its outline closed on every line it spans.
+    outline = ("box-shadow:0 0 0 2px #111827;-webkit-box-decoration-break:clone;box-decoration-break:clone;"
+               if latest else "")
     return (f'<span class="sv-tok sv-{source}" style="background:{color};border-radius:3px;'
             f'padding:1px 0;{outline}">{shown}</span>')
 

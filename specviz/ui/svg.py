@@ -233,7 +233,7 @@ def latency_svg(runs: dict[str, RunTrace], upto: dict[str, int] | None = None, l
                       f'color:{METHOD_COLORS.get(method, "#111")};font-weight:600">'
                       f'{esc(METHOD_LABELS.get(method, method))}</span>'
                       f'<svg viewBox="0 0 {max(bar * len(steps), 1):.0f} 64" preserveAspectRatio="none" width="72%" '
-                      f'height="64">{"".join(bars)}</svg><span style="font-size:12px;color:#4b5563">median '
+                      f'height="64">{"".join(bars)}</svg><span style="font-size:12px;color:#4b5563;white-space:nowrap">median '
                       f'{med:.0f} ms<br>max {top:.0f} ms</span></div>')
     if not strips:
         return _empty(title, "latency per step appears here")
