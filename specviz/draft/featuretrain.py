@@ -440,7 +440,6 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     sample = stream.batch_at(0)[1][..., :H].float()
     feat_rms = float(sample.pow(2).mean().sqrt())
 
-
     def checkpoint(step: int) -> None:
         nonlocal checkpoint_seconds
         t0 = time.perf_counter()

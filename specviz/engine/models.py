@@ -272,9 +272,8 @@ def _check_hub_reachable(repo_id: str) -> None:
     except Exception as exc:
         # Only a connection that could not be made says the Hub is unreachable: a slow reply (a read timeout)
         # from a reachable Hub is left to transformers, which waits and loads.
-        kinds = {k.__name__ for k in type(exc).__mro__}
-        if kinds & {"ConnectError", "ConnectTimeout", "ConnectionError", "OfflineModeIsEnabled"} and \
-                "ReadTimeout" not in kinds:
+        if {k.__name__ for k in type(exc).__mro__} & {"ConnectError", "ConnectTimeout", "ConnectionError",
+                                                       "OfflineModeIsEnabled"}:
             raise ModelLoadError(
                 f"could not load model '{repo_id}': it is not downloaded on this machine and the Hugging Face "
                 f"Hub cannot be reached ({type(exc).__name__}).{OFFLINE_HINT}") from None

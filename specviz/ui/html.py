@@ -276,22 +276,18 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
              '</th><th style="padding:4px 10px">tokens/s</th><th style="padding:4px 10px">tokens/forward</th>'
              '<th style="padding:4px 10px">accepted speculation</th><th style="padding:4px 10px">tokens</th>'
              '<th style="padding:4px 10px">finish</th></tr>' + "".join(rows) + "</table>")
-    verdicts = []
-    sampled = [m for m in race.methods if m != "ar" and losslessness(race, m)["status"] == "sampling"]
+    found = [(METHOD_LABELS.get(m, m), losslessness(race, m)) for m in race.methods if m != "ar"]
+    sampled = [label for label, v in found if v["status"] == "sampling"]
     if len(sampled) > 1:   # one note for every sampled method, not the same paragraph twice
-        names = " and ".join(METHOD_LABELS.get(m, m) for m in sampled)
-        verdicts.append(f'<div class="sv-verdict sv-sampling" style="background:#e0f2fe;border-radius:8px;'
-                        f'padding:10px 14px;margin:6px 0;font-size:18px"><b>ℹ {esc(names)}:</b> '
-                        f'{esc(SAMPLING_NOTE)}</div>')
-    for m in race.methods:
-        if m == "ar" or (len(sampled) > 1 and m in sampled):
-            continue
-        v = losslessness(race, m)
+        found = [(" and ".join(sampled), {"status": "sampling", "message": SAMPLING_NOTE})] + [
+            (label, v) for label, v in found if v["status"] != "sampling"]
+    verdicts = []
+    for label, v in found:
         color, icon = {"identical": ("#dcfce7", "✓"), "differs": ("#fee2e2", "⚠"),
                        "sampling": ("#e0f2fe", "ℹ")}.get(v["status"], ("#f3f4f6", "•"))
         extra = f'<div style="font-size:14px;margin-top:4px">{esc(v["explanation"])}</div>' if "explanation" in v else ""
         verdicts.append(f'<div class="sv-verdict sv-{v["status"]}" style="background:{color};border-radius:8px;'
-                        f'padding:10px 14px;margin:6px 0;font-size:18px"><b>{icon} {esc(METHOD_LABELS.get(m, m))}:'
+                        f'padding:10px 14px;margin:6px 0;font-size:18px"><b>{icon} {esc(label)}:'
                         f'</b> {esc(v["message"])}{extra}</div>')
     meta = (f'<div style="color:#6b7280;font-size:13px;margin-top:6px">{esc(race.target_name)} · draft '
             f'{esc(race.draft_name)} · {esc(race.device)} {esc(race.dtype)} · {esc(sampling_words(race.sampling))}'
