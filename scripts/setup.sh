@@ -23,9 +23,11 @@ if [ ! -x .venv/bin/python ]; then
   "$python_bin" -m venv .venv
 fi
 
-req=requirements.txt
+# requirements-local.txt: the development pins (requirements.txt is the Space's, with the torch
+# version ZeroGPU supports).
+req=requirements-local.txt
 [ "$mode" = dev ] && req=requirements-dev.txt
-stamp=".venv/.installed-$mode-$(cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -c1-16)"
+stamp=".venv/.installed-$mode-$(cat requirements-local.txt requirements-dev.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "setup: installing $req into .venv"
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip

@@ -7,6 +7,7 @@ runs, a bounded queue. Every knob can be set explicitly; the README lists them.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping
@@ -23,18 +24,63 @@ PRESET_MODEL_IDS = (
 # Preset models whose Hub repositories are gated (a licence to accept, then a token to download):
 # served only when the server has a Hugging Face token, never preloaded by a public Space.
 GATED_MODEL_IDS = ("meta-llama/Llama-2-7b-chat-hf",)
-# ZeroGPU: what each race asks `spaces.GPU` for. Its own default (60 s) would cut a hosted
-# race (120 s) in half; 120 s is what ZeroGPU grants without special quota.
+# What ZeroGPU builds a Space with. Source: the Hub's documentation, docs/hub/spaces-zerogpu.md in
+# huggingface/hub-docs, "Supported Versions" (read 2026-11-27; that page last changed 2026-07-21).
+# A Space whose README front matter or requirements.txt names another version fails to build
+# ("No candidate PyTorch version found for ZeroGPU"); tests/test_hosting.py checks ours against these.
+ZEROGPU_SUPPORTED_TORCH = ("2.8.0", "2.9.1", "2.10.0", "2.11.0")
+ZEROGPU_SUPPORTED_PYTHON = ("3.10.13", "3.12.12")
+ZEROGPU_SUPPORTED_SOURCE = "huggingface/hub-docs docs/hub/spaces-zerogpu.md, read 2026-11-27"
+
+# ZeroGPU: the most one race may ask `spaces.GPU` for (SPECVIZ_ZEROGPU_DURATION changes it). Each
+# call is checked against the visitor's remaining daily quota (2 minutes for a visitor who is not
+# logged in), so a race asks for what it needs (`zerogpu_race_seconds`), never this cap by habit.
 ZEROGPU_DURATION_S = 120
-# Seconds of a ZeroGPU call spent before the race's clock starts (moving a preset pair onto
-# the GPU): the race stops itself this much before ZeroGPU would end the call.
-ZEROGPU_SETUP_S = 20
+# Seconds of a ZeroGPU call spent before the race's clock starts: attaching the GPU and moving the
+# (already loaded, module-level) pair onto it. The race stops itself this much before ZeroGPU would.
+ZEROGPU_SETUP_S = 10
+# A first `auto` race on a worker measures the target's and draft's forward times (t(n) up to 1024
+# rows) before it decodes; later races read the cached curves.
+ZEROGPU_SIZING_S = 20
+# One target forward of the offline default on a GPU, eager (launch-bound): 14.5 ms on an H200
+# (platform notes, 2026-11-27). Used until this Space has measured its own t(1).
+GPU_FORWARD_MS = 15.0
+# A step's cost in target forwards, and the tokens it makes, as measured on the H200 (Sequoia's
+# 256-node step 35 ms for 4.3 tokens; Lookahead 79 tokens/s): conservative (fewer tokens a step)
+# so that a race rarely meets its own clock.
+STEP_FORWARDS = {"ar": 1.0, "sequoia": 2.5, "lookahead": 1.3}
+TOKENS_PER_STEP = {"ar": 1.0, "sequoia": 2.0, "lookahead": 1.0}
+ZEROGPU_MARGIN = 1.5
+ZEROGPU_MIN_S = 10
+
+
+def on_zerogpu(env: Mapping[str, str] | None = None) -> bool:
+    """True only on ZeroGPU hardware. Every Gradio Space has the `spaces` package, but it switches on
+    only where the platform sets SPACES_ZERO_GPU (as `spaces.config` reads it)."""
+    env = os.environ if env is None else env
+    return (env.get("SPACES_ZERO_GPU") or "").strip().lower() in ("1", "t", "true")
 
 
 def zerogpu_duration(env: Mapping[str, str] | None = None) -> int:
-    """Seconds per race to ask ZeroGPU for: SPECVIZ_ZEROGPU_DURATION, else ZEROGPU_DURATION_S."""
+    """The most seconds one race may ask ZeroGPU for: SPECVIZ_ZEROGPU_DURATION, else ZEROGPU_DURATION_S."""
     env = os.environ if env is None else env
     return _number(env, "SPECVIZ_ZEROGPU_DURATION", ZEROGPU_DURATION_S)
+
+
+def zerogpu_race_seconds(methods, max_new_tokens: int, *, forward_ms: float | None = None,
+                         sizing: bool = False, cap: float = ZEROGPU_DURATION_S) -> int:
+    """Seconds one race asks `spaces.GPU` for: setup, a first `auto` race's sizing, and every method's
+    tokens at its measured step cost, with a margin; at most `cap`.
+
+    `forward_ms` is the target's t(1) on this GPU when the Space has measured it (else GPU_FORWARD_MS);
+    `sizing` says an `auto` size still has to be measured. A race that runs longer than it asked for
+    still ends on its own clock (the run limit is this minus ZEROGPU_SETUP_S) with its tokens kept.
+    """
+    step_s = (forward_ms or GPU_FORWARD_MS) / 1000.0
+    decode_s = sum(max_new_tokens / TOKENS_PER_STEP.get(m, 1.0) * STEP_FORWARDS.get(m, 1.0) * step_s
+                   for m in methods)
+    seconds = ZEROGPU_SETUP_S + (ZEROGPU_SIZING_S if sizing else 0) + ZEROGPU_MARGIN * decode_s
+    return int(min(cap, max(ZEROGPU_MIN_S, math.ceil(seconds))))
 
 
 def hub_token_available(env: Mapping[str, str] | None = None) -> bool:

@@ -49,7 +49,8 @@ def test_zerogpu_call_outlasts_the_race_it_runs():
     hosted = HostingLimits.from_env({"SPACE_ID": "org/specviz"})
     assert hosted.within_gpu_call(120).max_run_seconds == 120 - ZEROGPU_SETUP_S
     assert hosted.within_gpu_call(600).max_run_seconds == hosted.max_run_seconds   # never loosens
-    assert hosted.within_gpu_call(30).max_run_seconds == 15                        # half, never <= 0
+    assert hosted.within_gpu_call(30).max_run_seconds == 30 - ZEROGPU_SETUP_S
+    assert hosted.within_gpu_call(12).max_run_seconds == 6                         # half, never <= 0
 
 
 def test_app_asks_zerogpu_for_the_hosted_duration(monkeypatch):
@@ -74,3 +75,36 @@ def test_app_asks_zerogpu_for_the_hosted_duration(monkeypatch):
         assert getattr(namespace["demo"], "specviz_worker_slot", None) is None   # no worker under ZeroGPU
     finally:
         namespace["demo"].close()
+
+
+@pytest.mark.parametrize("capability, dtype", [((7, 5), "fp16"), ((8, 0), "bf16"), ((9, 0), "bf16"),
+                                               ((12, 0), "bf16")])
+def test_auto_precision_on_a_gpu_follows_its_compute_capability(capability, dtype):
+    # A T4 (sm_75) reports bf16 as supported through emulation, which is slow: fp16 there.
+    from specviz.engine.models import cuda_auto_dtype, dtype_name
+
+    assert dtype_name(cuda_auto_dtype(capability)) == dtype
+
+
+def test_zerogpu_is_detected_by_its_own_switch_only():
+    from specviz.hosting import on_zerogpu
+
+    assert not on_zerogpu({}) and not on_zerogpu({"SPACE_ID": "org/specviz"})   # a T4 or CPU Space
+    assert on_zerogpu({"SPACES_ZERO_GPU": "true"}) and on_zerogpu({"SPACES_ZERO_GPU": "1"})
+    assert not on_zerogpu({"SPACES_ZERO_GPU": "false"})
+
+
+def test_a_race_asks_zerogpu_for_what_it_needs():
+    from specviz.hosting import ZEROGPU_SETUP_S, ZEROGPU_SIZING_S, zerogpu_race_seconds
+
+    three = ["ar", "sequoia", "lookahead"]
+    default_race = zerogpu_race_seconds(three, 96)
+    first_auto_race = zerogpu_race_seconds(three, 96, sizing=True)
+    assert default_race < 30 and first_auto_race == default_race + ZEROGPU_SIZING_S
+    # More tokens, more methods or a slower GPU ask for more; the cap always holds.
+    assert zerogpu_race_seconds(["ar"], 96) < default_race < zerogpu_race_seconds(three, 256)
+    assert zerogpu_race_seconds(three, 96, forward_ms=40) > default_race
+    assert zerogpu_race_seconds(three, 1024, forward_ms=100, cap=90) == 90
+    assert zerogpu_race_seconds(["ar"], 1) > ZEROGPU_SETUP_S   # the setup and a margin, never less
+    # A visitor who is not logged in (2 minutes a day) can run several default races.
+    assert 120 // default_race >= 4

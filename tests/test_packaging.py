@@ -46,13 +46,28 @@ def runtime_asset_files() -> list[Path]:
 # ---------------------------------------------------------------------------- the description
 
 
-def test_requirements_txt_repeats_the_pyproject_pins():
-    assert requirement_lines("requirements.txt") == PYPROJECT["project"]["dependencies"]
+def _pinned(lines: list[str]) -> dict[str, str]:
+    """name -> its version specifier ("" when unpinned)."""
+    from packaging.requirements import Requirement
+
+    return {r.name: str(r.specifier) for r in map(Requirement, lines)}
 
 
-def test_requirements_dev_is_the_app_plus_the_dev_extra():
+def test_requirement_files_repeat_the_pyproject_pins_with_their_own_torch():
+    # The Space (requirements.txt) and a local setup (requirements-local.txt) differ only in torch,
+    # and pyproject.toml, which a `pip install .` reads, accepts both.
+    from packaging.specifiers import SpecifierSet
+
+    space, local = (_pinned(requirement_lines(name)) for name in ("requirements.txt", "requirements-local.txt"))
+    project = _pinned(PYPROJECT["project"]["dependencies"])
+    torch_range = SpecifierSet(project.pop("torch"))
+    assert all(pins.pop("torch").removeprefix("==") in torch_range for pins in (space, local))
+    assert space == local == project
+
+
+def test_requirements_dev_is_the_local_setup_plus_the_dev_extra():
     lines = requirement_lines("requirements-dev.txt")
-    assert lines[0] == "-r requirements.txt"
+    assert lines[0] == "-r requirements-local.txt"
     assert lines[1:] == PYPROJECT["project"]["optional-dependencies"]["dev"]
 
 
@@ -68,11 +83,15 @@ def test_extras_and_console_command():
     assert isinstance(packages, dict) and "find" in packages, "use discovery, not a hand-kept list"
 
 
-def test_torch_pin_is_pypis_build_which_brings_cuda_on_a_space():
-    torch = [r for r in requirement_lines("requirements.txt") if r.startswith("torch")]
-    assert torch == ["torch==2.13.0"]   # no +cpu local version, no CPU-only index in the file
-    assert not any(r.startswith(("--index-url", "--extra-index-url", "-f", "--find-links"))
-                   for r in requirement_lines("requirements.txt"))
+def test_torch_pins_are_pypis_builds_and_the_space_one_is_on_zerogpus_list():
+    from specviz.hosting import ZEROGPU_SUPPORTED_TORCH
+
+    space = [r for r in requirement_lines("requirements.txt") if r.startswith("torch")]
+    assert space == ["torch==2.11.0"] and space[0].split("==")[1] in ZEROGPU_SUPPORTED_TORCH
+    assert [r for r in requirement_lines("requirements-local.txt") if r.startswith("torch")] == ["torch==2.13.0"]
+    for name in ("requirements.txt", "requirements-local.txt"):   # no +cpu local version, no CPU-only index
+        assert not any(r.startswith(("--index-url", "--extra-index-url", "-f", "--find-links"))
+                       for r in requirement_lines(name))
 
 
 def test_assets_dir_in_the_checkout_is_the_repository_folder(monkeypatch):
@@ -177,11 +196,12 @@ def front_matter() -> dict:
 
 
 def test_front_matter_preloads_exactly_the_public_preset_models():
-    from specviz.hosting import GATED_MODEL_IDS
+    from specviz.hosting import GATED_MODEL_IDS, ZEROGPU_SUPPORTED_PYTHON
     from specviz.ui.layout import PRESETS
 
     meta = front_matter()
     assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py"
+    assert meta["python_version"] in ZEROGPU_SUPPORTED_PYTHON   # ZeroGPU builds only these (exact) versions
     assert f"gradio=={meta['sdk_version']}" in PYPROJECT["project"]["dependencies"]
     preload = meta["preload_from_hub"]
     assert not set(preload) & set(GATED_MODEL_IDS)

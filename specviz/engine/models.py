@@ -212,12 +212,21 @@ def _cpu_supports_bf16() -> bool:
         return False
 
 
+def cuda_auto_dtype(capability: tuple[int, int]) -> torch.dtype:
+    """`auto` precision on a GPU of this compute capability: bf16 from Ampere (sm_80) on, fp16 below.
+
+    Below sm_80 there are no bf16 tensor cores; `torch.cuda.is_bf16_supported()` can still say True there
+    (a T4, sm_75, emulates bf16), which made `auto` pick the slow path on the most common Space GPU.
+    """
+    return torch.bfloat16 if tuple(capability) >= (8, 0) else torch.float16
+
+
 def choose_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype in (None, "", "auto"):
         if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            return cuda_auto_dtype(torch.cuda.get_device_capability(device))
         return torch.bfloat16 if _cpu_supports_bf16() else torch.float32
     key = str(dtype).lower()
     if key not in _DTYPES:
