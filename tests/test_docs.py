@@ -196,3 +196,9 @@ def test_the_pages_show_commands_at_all():
     assert {"scripts/app_speed.py", "scripts/gpu/gpu_check.sh", "experiments/ab_revisions.py"} <= set(script_paths())
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "make run" in readme and "make test" in readme and len(readme.splitlines()) <= 300
+
+
+def test_the_readme_links_every_docs_page():
+    linked = {(ROOT / target.partition("#")[0]).resolve() for target in links(ROOT / "README.md")}
+    orphans = [rel(page) for page in PAGES[1:] if page.resolve() not in linked]
+    assert not orphans, orphans
