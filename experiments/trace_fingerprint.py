@@ -10,6 +10,7 @@ Sizes are given explicitly so nothing depends on this machine's measured forward
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import sys
@@ -66,4 +67,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     sys.exit(main())

@@ -7,8 +7,4 @@ what they share (model loading, the lean forward, sampling, profiling, the race)
 offline default's draft and its training; `benchmark/` the `bench` command.
 """
 
-from ._moved import install as _install_moved_names
-
 __version__ = "0.1.0"
-
-_install_moved_names()   # old flat module names (specviz.tree_dp, ...) still import

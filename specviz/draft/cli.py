@@ -314,7 +314,7 @@ def register(subparsers) -> None:
                    help="--kind feature: the target answers each train prompt once per temperature")
     p.add_argument("--answers-only", action="store_true",
                    help="generate the target's answers into the work dir (resumable) and stop, e.g. on a CPU "
-                        "before a GPU lease (scripts/gpu_pack.sh --answers carries them)")
+                        "before a GPU lease (scripts/gpu/gpu_pack.sh --answers carries them)")
     p.add_argument("--online-features", action="store_true",
                    help="--kind feature: run the target inside the training loop instead of storing its features "
                         "(pays off on a GPU); --feature-batches then counts the distinct batches of token ids")

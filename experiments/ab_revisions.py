@@ -1,4 +1,6 @@
-"""A/B in one run: the decoders of an older revision against the working tree's.
+"""Measured an older revision's decoders against the working tree's, paired per prompt: every paired A/B in docs/history.md.
+
+A/B in one run: the decoders of an older revision against the working tree's.
 
 Two worker processes, one per code version, each load the models once; the driver
 sends them the same runs in turn, alternating which goes first per prompt, so that
@@ -6,10 +8,10 @@ a slow spell of this shared machine hits both alike. Reports median tokens/s, th
 geometric mean of the paired per-prompt ratios (new / old), tokens per step, and how
 many runs produced identical tokens.
 
-    .venv/bin/python scripts/ab_revisions.py --old HEAD            # uncommitted work against HEAD
-    .venv/bin/python scripts/ab_revisions.py --old 85fbfa8 --prompts 4
-    .venv/bin/python scripts/ab_revisions.py --old HEAD~1 --old-assets   # a new draft against the one before
-    .venv/bin/python scripts/ab_revisions.py --old HEAD --interleave --prompts 10   # chat and code alike
+    .venv/bin/python experiments/ab_revisions.py --old HEAD            # uncommitted work against HEAD
+    .venv/bin/python experiments/ab_revisions.py --old 85fbfa8 --prompts 4
+    .venv/bin/python experiments/ab_revisions.py --old HEAD~1 --old-assets   # a new draft against the one before
+    .venv/bin/python experiments/ab_revisions.py --old HEAD --interleave --prompts 10   # chat and code alike
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Prepare, on a machine with PyPI, what scripts/gpu_check.sh needs on a GPU machine without network:
+# Prepare, on a machine with PyPI, what scripts/gpu/gpu_check.sh needs on a GPU machine without network:
 #
-#   bash scripts/gpu_pack.sh [--python-version 3.12] [--bundle-mib N] [--dir .gpu] [--train [--answers DIR]]
+#   bash scripts/gpu/gpu_pack.sh [--python-version 3.12] [--bundle-mib N] [--dir .gpu] [--train [--answers DIR]]
 #
-# --train packs only what scripts/gpu_train_feature.sh needs (transformers and gguf, not gradio's server stack),
+# --train packs only what scripts/gpu/gpu_train_feature.sh needs (transformers and gguf, not gradio's server stack),
 # and --answers DIR adds a distill work dir's answers.jsonl (gzipped) and heldout.jsonl, made beforehand on a
 # CPU, so that the lease is spent on training (gpu_train_feature.sh finds them in the bundles).
 #
@@ -16,7 +16,7 @@
 # It then prints the device calls that carry the bundles one after another (the machine keeps what
 # earlier calls left while it stays warm) and run the check with the last one.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 pyver=3.12
 bundle_mib=""
 dir=.gpu
@@ -113,16 +113,16 @@ for i, b in enumerate(bundles, 1):
 EOF
 n=$(find "$dir" -mindepth 1 -maxdepth 1 -type d | wc -l)
 echo
-echo "Device calls (each right after the previous, while the machine is warm; see README 'Checking on a GPU'):"
+echo "Device calls (each right after the previous, while the machine is warm; see docs/gpu.md):"
 for i in $(seq 1 $((n - 1))); do
   echo "  run(carry=[\"$dir/b$i\"], command=\"ls $dir\")"
 done
 if [ -n "$train" ]; then
-  echo "  run(carry=[\"$dir/b$n\"], command=\"bash scripts/gpu_train_feature.sh \$OUT/fd 9\", timeout_s=600)"
+  echo "  run(carry=[\"$dir/b$n\"], command=\"bash scripts/gpu/gpu_train_feature.sh \$OUT/fd 9\", timeout_s=600)"
   exit 0
 fi
-echo "  run(carry=[\"$dir/b$n\"], command=\"bash scripts/gpu_check.sh --only env,exactness\", timeout_s=600)"
-echo "  run(command=\"bash scripts/gpu_check.sh --only sampling\", timeout_s=600)"
-echo "  run(command=\"bash scripts/gpu_check.sh --only bench,profile,race\", timeout_s=600)"
-echo "and, to train the feature draft there (README 'Training the feature draft on a GPU'):"
-echo "  run(command=\"bash scripts/gpu_train_feature.sh \$OUT/fd 9\", timeout_s=600)"
+echo "  run(carry=[\"$dir/b$n\"], command=\"bash scripts/gpu/gpu_check.sh --only env,exactness\", timeout_s=600)"
+echo "  run(command=\"bash scripts/gpu/gpu_check.sh --only sampling\", timeout_s=600)"
+echo "  run(command=\"bash scripts/gpu/gpu_check.sh --only bench,profile,race\", timeout_s=600)"
+echo "and, to train the feature draft there (docs/gpu.md, Training the feature draft on a GPU):"
+echo "  run(command=\"bash scripts/gpu/gpu_train_feature.sh \$OUT/fd 9\", timeout_s=600)"

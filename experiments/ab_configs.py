@@ -1,4 +1,6 @@
-"""A/B of Sequoia decoder settings in one process: the same prompts, settings rotated per prompt.
+"""Measured Sequoia settings against each other in one process (the adaptive tree's budget, threshold, children a node); written up in docs/history.md.
+
+A/B of Sequoia decoder settings in one process: the same prompts, settings rotated per prompt.
 
 Where `ab_revisions.py` compares two versions of the code, this compares settings of one
 (an adaptive tree's budget, a threshold, a fixed tree), each run on every prompt in turn,
@@ -7,9 +9,9 @@ falls on all alike. Sampled rounds use different seeds (a sampled text parts bet
 settings, so one seed per prompt is a small sample). Reports median tokens/s, tokens per
 step, nodes per step and the geometric mean of the paired ratios against the first setting.
 
-    .venv/bin/python scripts/ab_configs.py --suite chat --prompts 8 \\
+    .venv/bin/python experiments/ab_configs.py --suite chat --prompts 8 \\
         '{"budget 24": {"tree": "adaptive", "tree_budget": 24}, "budget 8": {"tree": "adaptive", "tree_budget": 8}}'
-    .venv/bin/python scripts/ab_configs.py --suite code --prompts 16 --temperature 0.6 --rounds 3 '{...}'
+    .venv/bin/python experiments/ab_configs.py --suite code --prompts 16 --temperature 0.6 --rounds 3 '{...}'
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
-"""Where each decoder's step time goes: inside the model forwards, and everything else (Python overhead).
+"""Measured where each decoder's step time goes (model forwards against Python overhead); written up in docs/history.md.
+
+Where each decoder's step time goes: inside the model forwards, and everything else (Python overhead).
 
 Wraps every forward a decoder calls with a timer, runs one prompt per method, and
 prints per step: total ms, ms inside target / draft forwards, and the rest (masks,
 index tensors, sampling, verification, trace records). Single-threaded by default
 so the split is not blurred by thread scheduling.
 
-    .venv/bin/python scripts/step_overhead.py
-    .venv/bin/python scripts/step_overhead.py --threads 2 --tokens 64 --prompt "Write a quicksort in Python."
+    .venv/bin/python experiments/step_overhead.py
+    .venv/bin/python experiments/step_overhead.py --threads 2 --tokens 64 --prompt "Write a quicksort in Python."
 """
 
 from __future__ import annotations

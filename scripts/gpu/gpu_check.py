@@ -1,10 +1,10 @@
-"""The pieces of scripts/gpu_check.sh, one subcommand each; every one runs on a CPU too (`--device cpu`).
+"""The pieces of scripts/gpu/gpu_check.sh, one subcommand each; every one runs on a CPU too (`--device cpu`).
 
-    python scripts/gpu_check.py exactness --device cuda --out DIR   # greedy == ar in fp32; bf16 agreement
-    python scripts/gpu_check.py sampling  --device cuda --out DIR   # chi-square exactness on tiny models
-    python scripts/gpu_check.py profile   --device cuda --out DIR   # t(n) of the target and the draft
-    python scripts/gpu_check.py race      --device cuda --out DIR   # the app over HTTP with gradio_client
-    python scripts/gpu_check.py bench-table BENCH.json --out FILE   # the README's GPU table from a bench run
+    python scripts/gpu/gpu_check.py exactness --device cuda --out DIR   # greedy == ar in fp32; bf16 agreement
+    python scripts/gpu/gpu_check.py sampling  --device cuda --out DIR   # chi-square exactness on tiny models
+    python scripts/gpu/gpu_check.py profile   --device cuda --out DIR   # t(n) of the target and the draft
+    python scripts/gpu/gpu_check.py race      --device cuda --out DIR   # the app over HTTP with gradio_client
+    python scripts/gpu/gpu_check.py bench-table BENCH.json --out FILE   # the GPU table of docs/benchmarks.md from a bench run
 
 Each writes NAME.json (and a Markdown NAME.md) under --out and exits 1 when its check
 fails (a decoder differing from ar in fp32, a chi-square p-value under 1e-3, a race
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))   # helpers.py: tiny models, exact enumeration, chi-square
 
@@ -311,7 +311,7 @@ def cmd_bench_table(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/gpu_check.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="scripts/gpu/gpu_check.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, func in (("exactness", cmd_exactness), ("sampling", cmd_sampling), ("profile", cmd_profile),
                        ("race", cmd_race)):

