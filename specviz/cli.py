@@ -13,6 +13,7 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 
 from .cliargs import (
     add_method_args,
@@ -58,30 +59,24 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def app_builders():
-    """The app's `build_demo` and `launch_kwargs`, from the package alone (app.py is not in the wheel).
-
-    `specviz.serve`, where present, is the one place the served app is put together; until then
-    the UI's own builders are the same app `app.py` serves off ZeroGPU."""
-    try:
-        serve = importlib.import_module("specviz.serve")
-    except ModuleNotFoundError as exc:
-        if exc.name != "specviz.serve":
-            raise
-        from .ui import build_demo, launch_kwargs
-
-        return build_demo, launch_kwargs
-    return serve.build_demo, serve.launch_kwargs
-
-
 def cmd_app(args: argparse.Namespace) -> int:
-    if args.hosted:   # read by specviz.hosting when the app is built: the public server's limits
-        os.environ["SPECVIZ_HOSTED"] = "1"
-    build_demo, launch_kwargs = app_builders()
-    demo = build_demo()
+    """Serve the app from the package alone (app.py is not in the wheel).
+
+    `specviz.serve`, where this package has it, is the one place the served app is put together
+    (ZeroGPU's path included); until then the UI's own builders are the app `app.py` serves off
+    ZeroGPU. The module is looked for beside this file, not imported blindly: an editable install
+    of another checkout would otherwise lend its own."""
     print(f"SpecViz on http://{args.host}:{args.port}" + (" (hosted limits)" if args.hosted else ""),
           file=sys.stderr, flush=True)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs())
+    if (Path(__file__).parent / "serve.py").exists():
+        serve = importlib.import_module(f"{__package__}.serve")
+        serve.serve(host=args.host, port=args.port, share=args.share, hosted=True if args.hosted else None)
+        return 0
+    from .ui import build_demo, launch_kwargs
+
+    if args.hosted:   # read by specviz.hosting when the app is built: the public server's limits
+        os.environ["SPECVIZ_HOSTED"] = "1"
+    build_demo().launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs())
     return 0
 
 

@@ -62,6 +62,20 @@ def _get(url: str, deadline: float, proc: subprocess.Popen) -> str:
     raise AssertionError(f"no page at {url} within {STARTUP_S} s")
 
 
+def _stop(proc: subprocess.Popen) -> None:
+    """The app and any race worker it started (its own session, so its own process group)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=30)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def test_installed_package_serves_the_app(installed, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPECVIZ_ASSETS", "SPECVIZ_HOSTED")}
     env |= {"PYTHONPATH": str(installed), "GRADIO_ANALYTICS_ENABLED": "False"}
@@ -72,10 +86,5 @@ def test_installed_package_serves_the_app(installed, tmp_path):
     try:
         page = _get(f"http://127.0.0.1:{port}/", time.monotonic() + STARTUP_S, proc)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)   # the app and any race worker it started: its own session
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _stop(proc)
     assert "SpecViz" in page and "gradio" in page.lower()
