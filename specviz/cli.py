@@ -1,7 +1,7 @@
 """Command line: `python -m specviz <command>`.
 
 This module holds the commands that belong to no single method (`generate`,
-`fetch-model`) and gathers the others from their rooms: each method's folder,
+`fetch-model`, `app`) and gathers the others from their rooms: each method's folder,
 the draft and the benchmark register their own subcommands. User mistakes
 (SpecVizError) print one line, `error: ...`, and exit with status 2; only
 genuine bugs produce a traceback.
@@ -82,10 +82,11 @@ def cmd_app(args: argparse.Namespace) -> int:
 
 def add_app_parser(sub) -> None:
     p = sub.add_parser("app", help="serve the SpecViz app (the race in a browser)",
-                       description="Serve the SpecViz app, the same one its Hugging Face Space runs; open the printed address in a browser.")
+                       description="Serve the SpecViz app, the same one its Hugging Face Space runs; "
+                                   "open the printed address in a browser.")
     p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                    help="interface to listen on (0.0.0.0: every interface); default 127.0.0.1")
-    p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+    p.add_argument("--port", type=int, default=os.environ.get("GRADIO_SERVER_PORT", "7860"),
                    help="default 7860")
     p.add_argument("--share", action="store_true", help="also open a temporary public gradio.live link")
     p.add_argument("--hosted", action="store_true",
