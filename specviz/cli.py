@@ -1,7 +1,7 @@
 """Command line: `python -m specviz <command>`.
 
 This module holds the commands that belong to no single method (`generate`,
-`fetch-model`) and gathers the others from their rooms: each method's folder,
+`fetch-model`, `app`) and gathers the others from their rooms: each method's folder,
 the draft and the benchmark register their own subcommands. User mistakes
 (SpecVizError) print one line, `error: ...`, and exit with status 2; only
 genuine bugs produce a traceback.
@@ -10,6 +10,7 @@ genuine bugs produce a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .cliargs import (
@@ -17,10 +18,11 @@ from .cliargs import (
     add_model_args,
     add_sampling_args,
     load_pair_for,
-    method_options,
     sampling_from_args,
+    spec_options,
 )
 from .errors import SpecVizError
+from .methodspec import parse_spec
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -28,11 +30,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .engine.text import validate_prompt
 
     validate_prompt(args.prompt)
-    decoder_class(args.method)  # unknown / unimplemented methods fail before loading models
+    spec = parse_spec(args.method)
+    decoder_class(spec.method)  # unknown / unimplemented methods fail before loading models
+    spec.check_one_draft(args.draft)
     sampling = sampling_from_args(args)
-    options = method_options(args, args.method)
-    pair = load_pair_for(args, [args.method])
-    decoder = make_decoder(args.method, pair, args.prompt, sampling=sampling,
+    options = spec_options(args, spec)
+    pair = load_pair_for(args, [spec.text])
+    decoder = make_decoder(spec.method, pair, args.prompt, sampling=sampling,
                            max_new_tokens=args.max_new_tokens, **options)
     if args.json:
         trace = decoder.run()
@@ -40,8 +44,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         trace = decoder.run(on_step=lambda r: print("".join(r.new_token_texts), end="", flush=True))
         s = trace.summary()
-        print(f"\n\n[{s['method']}] {s['new_tokens']} tokens, {s['target_forwards']} target forwards, "
-              f"{s['tokens_per_second']:.1f} tokens/s ({s['finish_reason']})", file=sys.stderr)
+        drafted = f", draft: {pair.draft_name}" if spec.drafts else ""
+        print(f"\n\n[{spec.text}] {s['new_tokens']} tokens, {s['target_forwards']} target forwards, "
+              f"{s['tokens_per_second']:.1f} tokens/s ({s['finish_reason']}{drafted})", file=sys.stderr)
     return 0
 
 
@@ -50,6 +55,32 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
 
     print(offline_default_dir())
     return 0
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    """Serve the app from the package alone (app.py is not in the wheel): `specviz.serve` puts it
+    together for `app.py` and for this command alike."""
+    from .serve import serve
+
+    print(f"SpecViz on http://{args.host}:{args.port}" + (" (hosted limits)" if args.hosted else ""),
+          file=sys.stderr, flush=True)
+    serve(host=args.host, port=args.port, share=args.share, hosted=True if args.hosted else None)
+    return 0
+
+
+def add_app_parser(sub) -> None:
+    p = sub.add_parser("app", help="serve the SpecViz app (the race in a browser)",
+                       description="Serve the SpecViz app, the same one its Hugging Face Space runs; "
+                                   "open the printed address in a browser.")
+    p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                   help="interface to listen on (0.0.0.0: every interface); default 127.0.0.1")
+    p.add_argument("--port", type=int, default=os.environ.get("GRADIO_SERVER_PORT", "7860"),
+                   help="default 7860")
+    p.add_argument("--share", action="store_true", help="also open a temporary public gradio.live link")
+    p.add_argument("--hosted", action="store_true",
+                   help="apply the public server's limits (as SPECVIZ_HOSTED=1 does): shorter races, "
+                        "only the configured models")
+    p.set_defaults(func=cmd_app)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("generate", help="run one prompt through one method")
-    p.add_argument("--method", default="ar", help="ar | sequoia | lookahead")
+    p.add_argument("--method", default="ar",
+                   help="a method spec: ar | sequoia[+feature|+independent|+self][@BUDGETxDEPTH|@adaptive[=T]] "
+                        "| lookahead[@WxNxG]")
     p.add_argument("--prompt", required=True)
     p.add_argument("--json", action="store_true", help="print the whole run as one JSON object")
     add_model_args(p)
@@ -74,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     benchmark_cli.register(sub)
     p = sub.add_parser("fetch-model", help="download and convert the offline default model now")
     p.set_defaults(func=cmd_fetch_model)
+    add_app_parser(sub)
     for room in (draft_cli, sequoia_cli, lookahead_cli):
         room.register(sub)
     return parser

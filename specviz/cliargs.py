@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from .errors import InvalidInput
+from .methodspec import MethodSpec, command_needs_draft, parse_specs
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -16,7 +17,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default="default",
                    help="target: a Hugging Face id, a local directory, or 'default' (offline SmolLM2-135M-Instruct)")
     g.add_argument("--draft", default=None,
-                   help="draft for Sequoia (same tokenizer); default: the shipped draft for the offline "
+                   help="draft for Sequoia (same tokenizer), for every method spec that names none of its own "
+                        "(sequoia+feature / +independent / +self do); default: the shipped draft for the offline "
                         "default, otherwise the target itself ('self')")
     g.add_argument("--dtype", default="auto", help="auto | fp32 | bf16 | fp16")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda")
@@ -82,13 +84,35 @@ def sampling_from_args(args: argparse.Namespace):
                           seed=args.seed).validated()
 
 
+def spec_options(args: argparse.Namespace, spec: MethodSpec) -> dict:
+    """A one-method command's decoder options: the size flags, or the spec's sizes (not both)."""
+    options = method_options(args, spec.method)
+    if not spec.sizes:
+        return options
+    flagged = [k for k, v in options.items() if v is not None and k != "pool_from_prompt"]
+    if flagged:
+        raise InvalidInput(f"'{spec.text}' gives its sizes already; drop the size options ({', '.join(flagged)})")
+    return {**options, **spec.sizes}
+
+
 def needs_draft(methods: list[str]) -> bool:
-    return any(m in ("sequoia", "hf-assisted") for m in methods)
+    return command_needs_draft(parse_specs(methods))
+
+
+def command_draft(args: argparse.Namespace, specs: list[MethodSpec]) -> str | None:
+    """The draft a command loads with its target: `--draft` when a spec drafts without naming its own
+    draft; the one draft the specs name when they all name the same; else none (the target alone)."""
+    if command_needs_draft(specs):
+        return args.draft
+    named = {s.draft for s in specs if s.drafts}
+    return named.pop() if len(named) == 1 else "self"
 
 
 def load_pair_for(args: argparse.Namespace, methods: list[str]):
-    """The model pair a command needs: the draft only where a method drafts (else the target alone)."""
+    """The model pair a command needs: the draft only where a method drafts (else the target alone).
+
+    Sizes play no part: `sequoia` and `sequoia@3x3` load (and run) the same draft."""
     from .engine.models import load_pair
 
-    draft = args.draft if needs_draft(methods) else "self"
+    draft = command_draft(args, parse_specs(methods))
     return load_pair(args.model, draft, device=args.device, dtype=args.dtype)

@@ -37,7 +37,8 @@ def test_bench_two_prompts_with_report(tmp_path):
     prompts.write_text(json.dumps({"id": "a", "suite": "chat", "prompt": "Write a haiku about trees."}) + "\n"
                        + json.dumps({"id": "b", "suite": "rewrite", "prompt":
                                      'Rewrite more formally: "the meeting got moved to Thursday"'}) + "\n")
-    methods = _existing(["ar", "sequoia", "lookahead"]) + ["hf-generate", "hf-assisted", "hf-prompt-lookup"]
+    methods = _existing(["ar", "sequoia", "lookahead"]) + ["hf-generate", "hf-static", "hf-assisted",
+                                                           "hf-prompt-lookup"]
     out_json, report = tmp_path / "out.json", tmp_path / "report"
     rc = main(["bench", "--prompts", str(prompts), "--methods", ",".join(methods), "--max-new-tokens", "8",
                "--warmup-tokens", "4", "--draft", "self", "--dtype", "fp32", "--assistant-tokens", "3",
@@ -55,6 +56,13 @@ def test_bench_two_prompts_with_report(tmp_path):
         assert rec["same_as_ar"] is not None  # greedy: compared with ar's output
         if rec["method"].startswith("hf-"):
             assert rec["same_as_ar"], rec["method"]  # transformers' peers are exact in fp32 greedy
+    # Every record names the draft it ran: the target itself here (--draft self), none where nothing drafts.
+    assert {r["method"]: r["draft_kind"] for r in records if r["draft_kind"]} == {
+        m: "self" for m in methods if m in ("sequoia", "hf-assisted")}
+    static = [r for r in records if r["method"] == "hf-static"]
+    # transformers compiles a static cache's forward only on CUDA; on this CPU it runs as it is.
+    assert all(r["settings"]["cache_implementation"] == "static" and r["settings"]["compiled"] is False
+               and r["target_forwards"] == r["new_tokens"] for r in static)
     assisted = [r for r in records if r["method"] == "hf-assisted"]
     # A self-draft is always right: 3 drafted + 1 bonus per verification forward, counted on the
     # target only (the draft's forwards run on a separate module).
@@ -67,6 +75,7 @@ def test_bench_two_prompts_with_report(tmp_path):
     for method in methods:
         assert f"| {method} |" in table
     assert "num_assistant_tokens=3" in table and "prompt_lookup_num_tokens=3" in table
+    assert "uncompiled (transformers compiles only on CUDA)" in table
     for name in ("speedup", "tokens_per_second_vs_size"):
         html = (report / f"{name}.html").read_text()
         assert "plotly" in html.lower() and len(html) > 1000

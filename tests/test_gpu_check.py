@@ -151,3 +151,21 @@ def test_bench_table_piece(tmp_path):
     table = (tmp_path / "gpu-table.md").read_text()
     assert "NVIDIA H100 80GB HBM3" in table
     assert "| suite | ar | sequoia | lookahead | hf-generate |" in table and "| chat | 1.00x | 1.10x |" in table
+
+
+def test_bench_table_sets_every_method_against_hf_static(tmp_path):
+    """The GPU table's baseline is transformers' compiled static-cache `generate`, and the bench step runs it."""
+    methods = ["ar", "sequoia", "hf-static"]
+    summary = [{"suite": "all", "method": m, "speedup_vs_ar": s, "tokens_per_second": t, "same_as_ar": "3/3"}
+               for m, s, t in zip(methods, (1.0, 1.8, 4.0), (70.0, 126.0, 280.0))]
+    bench = {"machine": "NVIDIA H200", "device": "cuda:0", "dtype": "bf16", "max_new_tokens": 128,
+             "sampling": {"temperature": 0}, "methods": methods, "summary": summary, "options": {},
+             "peer_settings": {"hf-static": {"cache_implementation": "static", "max_cache_len": 400}}}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    done = subprocess.run([sys.executable, str(HELPER), "bench-table", str(tmp_path / "bench.json"),
+                           "--out", str(tmp_path / "gpu-table.md")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    table = (tmp_path / "gpu-table.md").read_text()
+    assert "Tokens/s over `hf-static` (all prompts): ar 0.25x, sequoia 0.45x." in table
+    assert "hf-static: generate(cache_implementation=\"static\"), compiled by transformers" in table
+    assert "hf-static," in (HELPER.parent / "gpu_check.sh").read_text()

@@ -299,6 +299,10 @@ def cmd_bench_table(args) -> int:
              "Median speedup over `ar` per prompt:", "", speedup_matrix(rows, methods), "",
              "Tokens/s (median over all prompts): " + ", ".join(
                  f"{m} {tps[('all', m)]:.1f}" for m in methods if ("all", m) in tps) + "."]
+    if ("all", "hf-static") in tps:   # the baseline a GPU user would pick: transformers' compiled static cache
+        lines.append("Tokens/s over `hf-static` (all prompts): " + ", ".join(
+            f"{m} {tps[('all', m)] / tps[('all', 'hf-static')]:.2f}x" for m in methods
+            if ("all", m) in tps and m != "hf-static") + ".")
     same = {r["method"]: r["same_as_ar"] for r in rows if r["suite"] == "all" and r["same_as_ar"]}
     if same:
         lines.append("Greedy outputs identical to `ar` (all prompts): " +

@@ -7,7 +7,8 @@
 #   env        nvidia-smi, torch/CUDA versions, which packages came from the carried wheels
 #   exactness  every decoder greedy-equal to autoregressive in fp32; bf16 agreement reported
 #   sampling   the chi-square sampling-exactness checks, run on CUDA
-#   bench      python -m specviz bench: all methods and transformers' peers on the offline pair, bf16,
+#   bench      python -m specviz bench: all methods and transformers' peers on the offline pair, bf16
+#              (hf-static: generate with a static cache, which transformers compiles on CUDA),
 #              plus DIR/gpu-table.md, the table for docs/benchmarks.md
 #   profile    the profiler's t(n) curve of the target and the draft on the GPU
 #   race       races through the app (both ways it can run) with gradio_client
@@ -130,7 +131,7 @@ bench_step() {
   local tokens=128 per_suite=3
   [ -n "$quick" ] && { tokens=16; per_suite=1; }
   "$py" -m specviz bench --suite chat,code,math,rewrite --per-suite "$per_suite" \
-    --methods ar,sequoia,lookahead,hf-generate,hf-assisted,hf-prompt-lookup \
+    --methods ar,sequoia,lookahead,hf-generate,hf-static,hf-assisted,hf-prompt-lookup \
     --max-new-tokens "$tokens" --device cuda --dtype bf16 \
     --json "$out/bench.json" --report "$out/bench-report" \
   && "$py" scripts/gpu/gpu_check.py bench-table "$out/bench.json" --out "$out/gpu-table.md"

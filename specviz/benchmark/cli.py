@@ -24,6 +24,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods:
         raise InvalidInput("--methods is empty")
+    if len(set(methods)) < len(methods):
+        raise InvalidInput(f"--methods names a method twice: {args.methods}")
     runner.check_methods(methods)  # unknown / unimplemented methods fail before loading models
     if args.sweep:
         methods += runner.sweep_methods(methods)
@@ -47,7 +49,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     pair = load_pair_for(args, methods)
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     hf_options = runner.tuned_options(pair, sampling)
-    if args.tune and any(m in ("hf-assisted", "hf-prompt-lookup") for m in methods):
+    if args.tune and any(runner.parse_method(m)[0] in ("hf-assisted", "hf-prompt-lookup") for m in methods):
         tune_prompts = limit_per_suite(prompts, 1)
         hf_options = runner.tune_hf(pair, tune_prompts, sampling, args.max_new_tokens, methods, progress=say)
     overrides = {"hf-assisted": {"assistant_tokens": args.assistant_tokens,
@@ -79,9 +81,11 @@ def register(subparsers) -> None:
     p.add_argument("--prompts", nargs="+", default=None,
                    help="JSONL files of {\"prompt\", \"id\"?, \"suite\"?} (with or instead of --suite)")
     p.add_argument("--methods", default="ar,hf-generate",
-                   help="ar, sequoia, lookahead, hf-generate, hf-assisted, hf-prompt-lookup; fixed sizes "
-                        "as sequoia@BUDGETxDEPTH, lookahead@WxNxG; another of the offline default's drafts "
-                        "as sequoia+independent / sequoia+feature")
+                   help="method specs, comma-separated: ar, sequoia, lookahead, and transformers' hf-generate, "
+                        "hf-static (static cache; compiled on CUDA only), hf-assisted, hf-prompt-lookup; fixed "
+                        "sizes as sequoia@BUDGETxDEPTH, sequoia@adaptive[=T], lookahead@WxNxG (sizes never "
+                        "change the draft); a draft other than --draft's as sequoia+feature / +independent / "
+                        "+self (e.g. sequoia+independent@32x6). Every record names the draft it ran")
     p.add_argument("--limit", type=int, default=0, help="only the first N prompts")
     p.add_argument("--per-suite", type=int, default=0, help="only the first N prompts of each suite")
     p.add_argument("--json", default=None, help="write every record and the summary here")

@@ -22,15 +22,16 @@ def _fmt(value, spec: str, suffix: str = "") -> str:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| suite | method | tokens/s (median, IQR) | speedup vs ar (median, IQR) | tokens / target forward "
-             "| mean accepted length | same as ar |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| suite | method | draft | tokens/s (median, IQR) | speedup vs ar (median, IQR) "
+             "| tokens / target forward | mean accepted length | same as ar | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         tps = f"{r['tokens_per_second']:.1f} ({r['tokens_per_second_q1']:.1f}-{r['tokens_per_second_q3']:.1f})"
         speed = "-" if r["speedup_vs_ar"] is None else (
             f"**{r['speedup_vs_ar']:.2f}x** ({r['speedup_q1']:.2f}-{r['speedup_q3']:.2f})")
-        lines.append(f"| {r['suite']} | {r['method']} | {tps} | {speed} | {r['tokens_per_forward']:.2f} "
-                     f"| {r['accepted_length']:.2f} | {r['same_as_ar'] or '-'} |")
+        lines.append(f"| {r['suite']} | {r['method']} | {r.get('draft') or '-'} | {tps} | {speed} "
+                     f"| {r['tokens_per_forward']:.2f} | {r['accepted_length']:.2f} | {r['same_as_ar'] or '-'} "
+                     f"| {r.get('note') or ''} |")
     return "\n".join(lines)
 
 
@@ -44,6 +45,16 @@ def speedup_matrix(rows: list[dict], methods: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _drafts_line(run: dict) -> str:
+    """Which draft each drafting method ran (older runs recorded only the command's draft)."""
+    drafts = run.get("drafts")
+    if drafts is None:
+        return f"draft: {run.get('draft', '?')}"
+    if not drafts:
+        return "no method ran a draft"
+    return "drafts: " + "; ".join(f"{method}: {name}" for method, name in drafts.items())
+
+
 def header(run: dict) -> str:
     sampling = run.get("sampling", {})
     mode = "greedy" if not sampling.get("temperature") else (
@@ -54,7 +65,7 @@ def header(run: dict) -> str:
         f"- Machine: {run.get('machine', '?')} ({run.get('device', '?')}), dtype {run.get('dtype', '?')}",
         f"- Versions: torch {run.get('torch', '?')}, transformers {run.get('transformers', '?')}, "
         f"Python {run.get('python', '?')}",
-        f"- Target: {run.get('target', '?')}; draft: {run.get('draft', '?')}",
+        f"- Target: {run.get('target', '?')}; " + _drafts_line(run),
         f"- {run.get('max_new_tokens')} new tokens, {mode}; date {run.get('date', '?')}",
     ]
     if "hf-assisted" in peers:
@@ -65,6 +76,11 @@ def header(run: dict) -> str:
     if "hf-prompt-lookup" in peers:
         lines.append(f"- hf-prompt-lookup: prompt_lookup_num_tokens="
                      f"{peers['hf-prompt-lookup']['prompt_lookup_num_tokens']}")
+    if "hf-static" in peers:
+        on_cuda = str(run.get("device", "")).startswith("cuda")
+        lines.append("- hf-static: generate(cache_implementation=\"static\"), "
+                     + ("compiled by transformers (CUDA graphs)" if on_cuda
+                        else "uncompiled: transformers compiles it only on CUDA"))
     for method, opts in (run.get("options") or {}).items():
         given = {k: v for k, v in opts.items() if v is not None}
         lines.append(f"- {method}: {given if given else 'auto sizes'}")

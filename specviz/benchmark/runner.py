@@ -7,16 +7,19 @@ around the whole call, building the decoder included for ours and `generate`
 for transformers' peers (`hf-*`), whose target forwards are counted by a
 forward hook on the target.
 
-A method name may carry fixed sizes: `sequoia@32x6` (tree budget x depth) and
-`lookahead@5x4x5` (window x n-gram x guesses), or `sequoia@adaptive` (`=0.03`: its threshold); `--sweep` adds a few of each, for
-the tokens/s-against-size figure of the report.
+Methods are method specs (`specviz.methodspec`): a name may carry fixed sizes,
+`sequoia@32x6` (tree budget x depth), `lookahead@5x4x5` (window x n-gram x guesses) or
+`sequoia@adaptive` (`=0.03`: its threshold); `--sweep` adds a few of each, for the
+tokens/s-against-size figure of the report. Sizes never change the draft.
 
-It may also name another draft for the same target after a `+`:
+A spec may also name another draft for the same target after a `+`:
 `sequoia+independent` runs Sequoia with the offline default's independent
-(layer-pruned, distilled) draft while plain `sequoia` uses the pair's draft (the
-feature draft on the offline default), so one run compares both drafts; the
-second draft shares the loaded target. `hf-assisted` needs a transformers model
-as its assistant, so with a feature draft it uses the independent draft.
+(layer-pruned, distilled) draft while plain `sequoia` (and `sequoia@32x6`) uses the
+command's draft (the feature draft on the offline default), so one run compares both
+drafts; the second draft shares the loaded target. Every record names the draft it ran.
+`hf-assisted` needs a transformers model as its assistant, so with a feature draft it
+uses the independent draft (and its records say so). `hf-static` is `generate` with a
+static cache, which transformers compiles on CUDA and runs uncompiled on a CPU.
 """
 
 from __future__ import annotations
@@ -39,8 +42,8 @@ from ..engine.profiler import load_cached, save_cached
 from ..engine.sampling import SamplingConfig
 from ..engine.text import encode_prompt
 from ..errors import InvalidInput
+from ..methodspec import HF_METHODS, MethodSpec, parse_spec
 
-HF_METHODS = ("hf-generate", "hf-assisted", "hf-prompt-lookup")
 ALL_METHODS = tuple(METHODS) + HF_METHODS
 
 # Sizes `--sweep` adds: Sequoia (tree budget, depth) and Lookahead (W, N, G).
@@ -70,6 +73,8 @@ class BenchRecord:
     steps: list[dict] = field(default_factory=list)
     same_as_ar: bool | None = None
     forward_sizes: list[int] = field(default_factory=list)  # tokens the target took per forward, after prefill
+    draft: str | None = None        # the draft model that ran (its display name); None for a method with no draft
+    draft_kind: str | None = None   # its short name: feature / independent / self / the model id
 
     @property
     def tokens_per_forward(self) -> float:
@@ -96,71 +101,62 @@ class BenchRecord:
         return data
 
 
-DRAFT_VARIANTS = ("independent", "feature")
+def draft_kind(pair: ModelPair) -> str:
+    """A pair's draft in a word: self, feature, independent, or (a draft model of its own) its name."""
+    from ..engine.models import offline_default_draft_dir
 
-
-def split_draft(spec: str) -> tuple[str, str | None]:
-    """`sequoia+independent@32x6` -> ("sequoia@32x6", "independent")."""
-    head, at, sizes = spec.partition("@")
-    base, plus, draft = head.partition("+")
-    if plus and draft not in DRAFT_VARIANTS:
-        raise InvalidInput(f"unknown draft '{draft}' in '{spec}' (choose from {', '.join(DRAFT_VARIANTS)})")
-    return base + at + sizes, (draft or None)
+    if pair.draft_is_target:
+        return "self"
+    if getattr(pair.draft, "is_feature_draft", False):
+        return "feature"
+    independent = offline_default_draft_dir()
+    if pair.draft_dir is not None and independent is not None and Path(pair.draft_dir) == Path(independent):
+        return "independent"
+    return pair.draft_name
 
 
 def pair_with_draft(pair: ModelPair, draft: str | None) -> ModelPair:
-    """The pair with another of the offline default's drafts (same target object), cached on the pair."""
-    if draft is None:
+    """The pair with the draft a spec names (same target object), cached on the pair; None: the pair itself."""
+    if draft is None or draft_kind(pair) == draft:
         return pair
     cache = pair.__dict__.setdefault("_bench_pairs", {})
     if draft not in cache:
-        from ..draft.feature import feature_draft_display_name, load_feature_draft
-        from ..draft.pruned import draft_display_name, load_offline_draft
-        from ..engine.models import offline_default_draft_dir, offline_feature_draft_dir
-
-        if draft == "independent":
-            where = offline_default_draft_dir()
-            if where is None:
-                raise InvalidInput("no independent draft is shipped (assets/draft-smollm2-135m)")
-            model, name = load_offline_draft(pair.target, where), draft_display_name(where)
-        else:
-            where = offline_feature_draft_dir()
-            if where is None:
-                raise InvalidInput("no feature draft is shipped (assets/draft-feature-smollm2-135m)")
-            model, name = load_feature_draft(pair.target, where), feature_draft_display_name(where)
-        cache[draft] = ModelPair(pair.target, model, pair.tokenizer, pair.target_name, name, pair.device,
-                                 pair.dtype, where)
+        cache[draft] = _load_named_draft(pair, draft)
     return cache[draft]
+
+
+def _load_named_draft(pair: ModelPair, draft: str) -> ModelPair:
+    from ..draft.feature import feature_draft_display_name, load_feature_draft
+    from ..draft.pruned import draft_display_name, load_offline_draft
+    from ..engine.models import DEFAULT_DISPLAY_NAME, offline_default_draft_dir, offline_feature_draft_dir
+
+    if draft == "self":
+        return ModelPair(pair.target, pair.target, pair.tokenizer, pair.target_name, pair.target_name + " (self)",
+                         pair.device, pair.dtype)
+    if pair.target_name != DEFAULT_DISPLAY_NAME:
+        raise InvalidInput(f"the {draft} draft is trained for the offline default, not {pair.target_name}")
+    if draft == "independent":
+        where = offline_default_draft_dir()
+        if where is None:
+            raise InvalidInput("no independent draft is shipped (assets/draft-smollm2-135m)")
+        model, name = load_offline_draft(pair.target, where), draft_display_name(where)
+    else:
+        where = offline_feature_draft_dir()
+        if where is None:
+            raise InvalidInput("no feature draft is shipped (assets/draft-feature-smollm2-135m)")
+        model, name = load_feature_draft(pair.target, where), feature_draft_display_name(where)
+    return ModelPair(pair.target, model, pair.tokenizer, pair.target_name, name, pair.device, pair.dtype, where)
 
 
 def parse_method(spec: str) -> tuple[str, dict]:
     """`sequoia@32x6` -> ("sequoia", {tree_budget: 32, tree_depth: 6}); plain names -> ({})."""
-    spec, _ = split_draft(spec)
-    base, _, sizes = spec.partition("@")
-    if base not in ALL_METHODS:
-        raise InvalidInput(f"unknown method '{base}' (choose from {', '.join(ALL_METHODS)})")
-    if not sizes:
-        return base, {}
-    if base == "sequoia" and sizes.partition("=")[0] == "adaptive":   # sequoia@adaptive, sequoia@adaptive=0.03
-        threshold = sizes.partition("=")[2]
-        try:
-            return base, {"tree": "adaptive"} | ({"tree_threshold": float(threshold)} if threshold else {})
-        except ValueError:
-            raise InvalidInput(f"cannot read the threshold in '{spec}': use sequoia@adaptive=0.05") from None
-    try:
-        numbers = [int(x) for x in sizes.split("x")]
-    except ValueError:
-        numbers = []
-    if base == "sequoia" and len(numbers) == 2:
-        return base, {"tree_budget": numbers[0], "tree_depth": numbers[1]}
-    if base == "lookahead" and len(numbers) == 3:
-        return base, {"window": numbers[0], "ngram": numbers[1], "guesses": numbers[2]}
-    raise InvalidInput(f"cannot read sizes in '{spec}': use sequoia@BUDGETxDEPTH or lookahead@WxNxG")
+    parsed = parse_spec(spec)
+    return parsed.method, parsed.sizes
 
 
 def check_methods(methods: list[str]) -> list[str]:
     for m in methods:
-        base, _ = parse_method(m)
+        base = parse_spec(m).method
         if base not in HF_METHODS:
             decoder_class(base)  # a method not written yet fails here, before models load
     return methods
@@ -194,14 +190,19 @@ class _ForwardCounter:
         self._handle.remove()
 
 
+def assisted_pair(pair: ModelPair) -> ModelPair:
+    """The pair whose draft assisted generation runs: a feature draft is no transformers model, so the
+    offline default's independent draft stands in for it (and the records name that one)."""
+    return pair_with_draft(pair, "independent") if getattr(pair.draft, "is_feature_draft", False) else pair
+
+
 def _assistant(pair: ModelPair):
     """The draft for assisted generation, as a module distinct from the target.
 
     With the target as its own draft, the forward hook on the target would count the
     draft's forwards too, so the draft becomes a second module sharing the same weights.
     """
-    if getattr(pair.draft, "is_feature_draft", False):
-        return pair_with_draft(pair, "independent").draft   # assisted generation needs a transformers model
+    pair = assisted_pair(pair)
     if not pair.draft_is_target:
         return pair.draft
     clone = getattr(pair, "_bench_assistant", None)
@@ -227,6 +228,10 @@ def hf_settings(method: str, options: dict) -> dict:
     if method == "hf-prompt-lookup":
         return {"prompt_lookup_num_tokens": int(
             options.get("prompt_lookup_tokens", HF_DEFAULTS["prompt_lookup_tokens"]))}
+    if method == "hf-static":
+        # One cache length for every prompt of a run (run_bench sets it), so that on CUDA transformers
+        # compiles once, in the warm-up, rather than again for each prompt length.
+        return {"cache_implementation": "static", "max_cache_len": options.get("max_cache_len")}
     return {}
 
 
@@ -244,6 +249,8 @@ def _hf_kwargs(method: str, pair: ModelPair, sampling: SamplingConfig, settings:
         kwargs["assistant_model"] = assistant
     elif method == "hf-prompt-lookup":
         kwargs["prompt_lookup_num_tokens"] = settings["prompt_lookup_num_tokens"]
+    elif method == "hf-static":
+        kwargs.update({k: v for k, v in settings.items() if v is not None})
     return kwargs
 
 
@@ -254,7 +261,9 @@ def run_hf(method: str, pair: ModelPair, prompt_ids: list[int], sampling: Sampli
     ids = torch.tensor([prompt_ids], device=pair.device)
     if sampling.seed is not None:
         torch.manual_seed(sampling.seed)
-    counter = _ForwardCounter(pair.target)
+    # No hook on hf-static's target: on CUDA transformers compiles the call, and a Python hook inside it
+    # would be compiled too. Plain decoding's forwards are known anyway: the prefill, then one per token.
+    counter = _ForwardCounter(pair.target) if method != "hf-static" else None
     try:
         # The peers run under the same attention kernels as our decoders, so a comparison on CUDA
         # is not skewed by cuDNN's per-shape plans (engine.lean.attention_backends).
@@ -268,12 +277,17 @@ def run_hf(method: str, pair: ModelPair, prompt_ids: list[int], sampling: Sampli
                 torch.cuda.synchronize()
             wall = time.perf_counter() - start
     finally:
-        counter.close()
+        if counter is not None:
+            counter.close()
+    tokens = out[0, len(prompt_ids):].tolist()
     settings = {**{k: v for k, v in kwargs.items() if k != "assistant_model"}, **settings}
     if "assistant_model" in kwargs:
-        settings["assistant"] = (pair_with_draft(pair, "independent").draft_name
-                                 if getattr(pair.draft, "is_feature_draft", False) else pair.draft_name)
-    return out[0, len(prompt_ids):].tolist(), counter.sizes, wall, settings
+        settings["assistant"] = assisted_pair(pair).draft_name
+    if method == "hf-static":
+        # transformers compiles the forward only on CUDA-like devices (GenerationMixin._valid_auto_compile_criteria)
+        settings["compiled"] = "_compiled_call" in pair.target.__dict__ and pair.device.type != "cpu"
+        return tokens, [len(prompt_ids)] + [1] * (len(tokens) - 1), wall, settings
+    return tokens, counter.sizes, wall, settings
 
 
 # -- the benchmark -----------------------------------------------------------------------
@@ -281,14 +295,18 @@ def run_hf(method: str, pair: ModelPair, prompt_ids: list[int], sampling: Sampli
 
 def run_one(method: str, pair: ModelPair, item: dict, prompt_ids: list[int], sampling: SamplingConfig,
             max_new_tokens: int, options: dict) -> BenchRecord:
-    base, sizes = parse_method(method)
-    pair = pair_with_draft(pair, split_draft(method)[1])
+    spec = parse_spec(method)
+    base, sizes = spec.method, spec.sizes
+    pair = pair_with_draft(pair, spec.draft)
+    ran = _drafted_by(spec, pair)
+    drafted = {"draft": ran.draft_name, "draft_kind": draft_kind(ran)} if ran is not None else {}
     if base in HF_METHODS:
         tokens, forward_sizes, wall, settings = run_hf(base, pair, prompt_ids, sampling, max_new_tokens,
                                                        options.get(base, {}))
         text = pair.tokenizer.decode(tokens, skip_special_tokens=True)
         return BenchRecord(item["id"], item["suite"], method, tokens, text, len(forward_sizes), wall,
-                           len(tokens) / wall if wall > 0 else 0.0, settings, forward_sizes=forward_sizes[1:])
+                           len(tokens) / wall if wall > 0 else 0.0, settings, forward_sizes=forward_sizes[1:],
+                           **drafted)
     kwargs = {**options.get(base, {}), **sizes}
     if pair.device.type == "cuda":
         torch.cuda.synchronize()
@@ -301,7 +319,14 @@ def run_one(method: str, pair: ModelPair, item: dict, prompt_ids: list[int], sam
     return BenchRecord(item["id"], item["suite"], method, trace.token_ids, trace.text, trace.target_forwards,
                        wall, n / wall if wall > 0 else 0.0, trace.settings,
                        [s.to_dict() for s in trace.steps],
-                       forward_sizes=[s.tokens_processed for s in trace.steps[1:]])
+                       forward_sizes=[s.tokens_processed for s in trace.steps[1:]], **drafted)
+
+
+def _drafted_by(spec: MethodSpec, pair: ModelPair) -> ModelPair | None:
+    """The pair whose draft the spec runs on `pair` (None for a method that runs no draft)."""
+    if not spec.drafts:
+        return None
+    return assisted_pair(pair) if spec.method == "hf-assisted" else pair
 
 
 class PauseWatch:
@@ -348,6 +373,9 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
     if repeats < 1:
         raise InvalidInput(f"--repeats must be at least 1, got {repeats}")
     encoded = [encode_prompt(pair.tokenizer, p["prompt"]) for p in prompts]
+    if any(parse_spec(m).method == "hf-static" for m in methods):
+        longest = max(len(ids) for ids in encoded) + max_new_tokens
+        options = {**options, "hf-static": {**options.get("hf-static", {}), "max_cache_len": longest}}
     # Warm up on a full-length run: the first forwards at each new cache length are
     # slower (allocator, kernel choice), and that must not be charged to one method.
     warm = min(max_new_tokens, warmup_tokens if warmup_tokens is not None else 32)
@@ -481,9 +509,23 @@ def summarise(records: list[BenchRecord], methods: list[str]) -> list[dict]:
                 "accepted_length": statistics.mean(r.accepted_length for r in recs),
                 "forward_size": statistics.median(r.forward_size for r in recs),
                 "same_as_ar": f"{sum(same)}/{len(same)}" if same else None,
+                "draft": _one_draft(recs), "note": _note(recs),
                 **_tree_summary(recs),
             })
     return rows
+
+
+def _one_draft(recs: list[BenchRecord]) -> str | None:
+    """The draft a method's records ran (one per spec; several would be a bug, so they are all shown)."""
+    kinds = list(dict.fromkeys(r.draft_kind for r in recs if r.draft_kind))
+    return "/".join(kinds) if kinds else None
+
+
+def _note(recs: list[BenchRecord]) -> str | None:
+    if parse_spec(recs[0].method).method != "hf-static":
+        return None
+    compiled = any((r.settings or {}).get("compiled") for r in recs)
+    return "compiled by transformers" if compiled else "uncompiled (transformers compiles only on CUDA)"
 
 
 def _tree_summary(recs: list[BenchRecord]) -> dict:
@@ -500,17 +542,18 @@ def _tree_summary(recs: list[BenchRecord]) -> dict:
 
 
 def format_table(rows: list[dict]) -> str:
-    header = (f"{'suite':<8} {'method':<20} {'tok/s':>7} {'IQR':>13} {'speedup':>8} {'IQR':>11} "
+    header = (f"{'suite':<8} {'method':<20} {'draft':<11} {'tok/s':>7} {'IQR':>13} {'speedup':>8} {'IQR':>11} "
               f"{'tok/fwd':>7} {'acc.len':>7} {'same':>6}")
     lines = [header, "-" * len(header)]
     for r in rows:
         speed = f"{r['speedup_vs_ar']:.2f}x" if r["speedup_vs_ar"] is not None else "-"
         speed_iqr = (f"{r['speedup_q1']:.2f}-{r['speedup_q3']:.2f}" if r["speedup_vs_ar"] is not None else "-")
-        lines.append(f"{r['suite']:<8} {r['method']:<20} {r['tokens_per_second']:>7.1f} "
+        lines.append(f"{r['suite']:<8} {r['method']:<20} {r.get('draft') or '-':<11} {r['tokens_per_second']:>7.1f} "
                      f"{r['tokens_per_second_q1']:>6.1f}-{r['tokens_per_second_q3']:<6.1f} {speed:>8} "
                      f"{speed_iqr:>11} {r['tokens_per_forward']:>7.2f} {r['accepted_length']:>7.2f} "
                      f"{r['same_as_ar'] or '-':>6}"
-                     + (f"  {r['tree']}, depth {r['tree_depth_mean']:.1f}" if r.get("tree_depth_mean") else ""))
+                     + (f"  {r['tree']}, depth {r['tree_depth_mean']:.1f}" if r.get("tree_depth_mean") else "")
+                     + (f"  {r['note']}" if r.get("note") else ""))
     return "\n".join(lines)
 
 
@@ -539,13 +582,25 @@ def machine_info(device: torch.device) -> dict:
     return info
 
 
+def method_drafts(pair: ModelPair, methods: list[str]) -> dict[str, str]:
+    """Each drafting method's draft, by name, as its records name it."""
+    drafts = {}
+    for method in methods:
+        spec = parse_spec(method)
+        ran = _drafted_by(spec, pair_with_draft(pair, spec.draft))
+        if ran is not None:
+            drafts[method] = ran.draft_name
+    return drafts
+
+
 def run_info(pair: ModelPair, methods: list[str], sampling: SamplingConfig, max_new_tokens: int,
              options: dict, argv: list[str] | None = None, repeats: int = 1) -> dict:
     from ..engine.models import dtype_name
 
     peers = {m: hf_settings(m, options.get(m, {})) for m in HF_METHODS if m in methods}
     return {"methods": methods, "max_new_tokens": max_new_tokens, "repeats": repeats, "sampling": sampling.to_dict(),
-            "target": pair.target_name, "draft": pair.draft_name, "device": str(pair.device),
+            "target": pair.target_name, "draft": pair.draft_name, "drafts": method_drafts(pair, methods),
+            "device": str(pair.device),
             "dtype": dtype_name(pair.dtype), **machine_info(pair.device), "peer_settings": peers,
             "options": {m: o for m, o in options.items() if m in ("sequoia", "lookahead")},
             "command": " ".join(["python -m specviz", *(argv or [])[1:]]) if argv else None,
