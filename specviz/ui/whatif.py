@@ -19,15 +19,11 @@ import json
 import math
 from functools import lru_cache
 
+from ..request import ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE  # noqa: F401 (the panel's names for them)
 from ..trace import PHASE_DRAFT, PHASE_TARGET, RaceTrace, TreePayload
 from . import hardware
 from .figures import METHOD_COLORS
 from .html import esc
-
-# The "illustrative" sizes (issue 14): shapes that teach (several tree levels, several window
-# levels) rather than the fastest on a CPU. Their predicted cost is shown in the panel.
-ILLUSTRATIVE_TREE = {"tree_budget": 20, "tree_depth": 5}
-ILLUSTRATIVE_LOOKAHEAD = {"window": 5, "ngram": 4, "guesses": 4}
 
 
 def _curve(data) -> dict[int, float]:
