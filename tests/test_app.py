@@ -356,3 +356,39 @@ def test_api_refuses_unknown_choices_with_the_choices(client):
         client.predict(PROMPT, tree="huge", api_name="/race")
     with pytest.raises(Exception, match="unknown method 'Medusa'"):
         client.predict(PROMPT, methods=["Medusa"], api_name="/race")
+
+
+def api_doc() -> str:
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
+
+
+def test_api_doc_lists_every_parameter_with_its_default_and_range():
+    from specviz.request import RANGES, RaceRequest
+
+    section = api_doc().split("\n## Parameters\n", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.+?) \|", section, re.M))
+    defaults = RaceRequest().to_dict()
+    for name in RaceRequest.names():
+        assert name in rows, f"docs/api.md does not list {name}"
+        if name == "prompt":
+            continue
+        shown = json.dumps(defaults[name]) if not isinstance(defaults[name], float) else repr(defaults[name])
+        assert rows[name] == f"`{shown}`", (name, rows[name], shown)
+    for name, r in RANGES.items():
+        lo, hi = (str(int(v)) if r.whole else f"{v:g}" for v in (r.lo, r.hi))
+        line = next(line for line in section.splitlines() if line.startswith(f"| `{name}` |"))
+        assert f"{lo} to {hi}" in line, (name, line)
+
+
+def test_api_doc_example_runs_against_the_app():
+    from specviz.ui import build_demo
+
+    code = re.findall(r"```python\n(.*?)```", api_doc(), re.S)[0]
+    with served(build_demo(defaults=SMALL)) as url:
+        namespace: dict = {}
+        exec(compile(code.replace("http://127.0.0.1:7860/", url), "docs/api.md", "exec"), namespace)
+    result = namespace["result"]
+    assert set(result["methods"]) == {"ar", "sequoia", "lookahead"}
+    assert all(run["identical_to_ar"] is True for run in result["methods"].values())
