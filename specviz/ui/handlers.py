@@ -82,11 +82,13 @@ class PageHandlers:
         prune_session_config(self.demo, session)   # what the last run's final view left behind
         control = self._register(session)
         trace, failure = None, None
+        latest: list[RaceTrace] = []   # the race so far, for the caption of a race that fails midway
         try:
             race_request = RaceRequest.from_values(**settings).validated(self.limits)
-            trace = yield from self._stream(race_request, control)
+            trace = yield from self._stream(race_request, control, latest)
         except Exception as exc:
             failure = self.racer.failure(exc)
+            trace = latest[-1] if latest else None
         finally:
             prune_session_config(self.demo, session)   # this run's streamed (skipped) figures
             release_freed_memory()
@@ -111,12 +113,12 @@ class PageHandlers:
             self.controls[session] = control
         return control
 
-    def _stream(self, request: RaceRequest, control: RaceControl | None):
+    def _stream(self, request: RaceRequest, control: RaceControl | None, latest: list):
         """Yield the page's updates while the race runs; return its final trace (None if stopped)."""
         with closing(self.racer.events(request, control)) as events:   # closed at once, also on Stop
-            return (yield from self._updates(events, control))
+            return (yield from self._updates(events, control, latest))
 
-    def _updates(self, events, control: RaceControl | None):
+    def _updates(self, events, control: RaceControl | None, latest: list):
         last_text = last_plot = 0.0
         captioned = False
         trace = None
@@ -127,6 +129,7 @@ class PageHandlers:
                 yield self.status_only(event[1])
                 continue
             _, trace, done = event
+            latest[:] = [trace]
             if done:
                 return trace
             now = time.monotonic()
