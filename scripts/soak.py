@@ -138,7 +138,7 @@ def main() -> int:
                            custom_draft="", dtype=args.dtype, max_new_tokens=args.max_new_tokens, temperature=0.0 if i % 2 else 0.7,
                            top_p=1.0 if i % 2 else 0.9, seed=i, tree="manual", tree_budget=8,
                            tree_depth=3, lookahead="manual", window=3, ngram=3, guesses=3, pool_from_prompt=True,
-                           api_name="/race")
+                           api_name="/race_stream")
             if i + 1 == args.warmup:
                 gc.collect()
                 baseline = rss_mb()

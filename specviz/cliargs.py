@@ -53,8 +53,19 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
                    help="seed the n-gram pool with the prompt's n-grams")
 
 
+def check_ranges(args: argparse.Namespace, *names: str) -> None:
+    """The settings the command line shares with the app's race take the same ranges (specviz.request)."""
+    from .request import RANGES
+
+    for name in names:
+        if getattr(args, name, None) is not None:
+            RANGES[name].check(getattr(args, name))
+
+
 def method_options(args: argparse.Namespace, method: str) -> dict:
     """The decoder keyword arguments a method takes, from the command line."""
+    check_ranges(args, *{"sequoia": ("tree_budget", "tree_depth"),
+                         "lookahead": ("window", "ngram", "guesses")}.get(method, ()))
     if method == "sequoia":
         if args.tree == "adaptive":
             return {"tree": "adaptive", "tree_budget": args.tree_budget, "tree_depth": args.tree_depth,
@@ -80,6 +91,7 @@ def method_options(args: argparse.Namespace, method: str) -> dict:
 def sampling_from_args(args: argparse.Namespace):
     from .engine.sampling import SamplingConfig
 
+    check_ranges(args, "temperature", "top_p", "seed")
     return SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                           seed=args.seed).validated()
 

@@ -267,6 +267,9 @@ class RaceTrace:
     vocab_size: int = 0
     cancelled: bool = False
     schema_version: int = RACE_SCHEMA_VERSION
+    # The race's settings as asked for (`specviz.request.RaceRequest.to_dict`); None in traces
+    # recorded before requests were kept, or by races started without one. Written only when set.
+    request: dict | None = None
 
     @property
     def greedy(self) -> bool:
@@ -280,7 +283,7 @@ class RaceTrace:
         return counts
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "kind": "specviz-race",
             "schema_version": self.schema_version,
             "prompt": self.prompt,
@@ -297,6 +300,9 @@ class RaceTrace:
             "order": self.order,
             "runs": {m: t.to_dict() for m, t in self.runs.items()},
         }
+        if self.request is not None:
+            data["request"] = self.request
+        return data
 
     def to_json(self, **kwargs) -> str:
         return json.dumps(self.to_dict(), **kwargs)
@@ -349,6 +355,7 @@ class RaceTrace:
                 dtype=str(data.get("dtype", "")),
                 vocab_size=_typed(data.get("vocab_size", 0), int, "vocab_size"),
                 cancelled=bool(data.get("cancelled", False)),
+                request=_typed(data["request"], dict, "request") if data.get("request") is not None else None,
             )
         except InvalidInput:
             raise

@@ -59,7 +59,7 @@ def _outputs(result):
 
 @pytest.fixture(scope="module")
 def greedy_run(client):
-    return _outputs(client.predict(**run_args(), api_name="/race"))
+    return _outputs(client.predict(**run_args(), api_name="/race_stream"))
 
 
 def test_greedy_race_gives_identical_texts_and_full_trace(greedy_run):
@@ -129,19 +129,19 @@ def test_replay_of_saved_trace_needs_no_model(client, greedy_run, tmp_path):
 
 def test_bad_input_gives_clear_error(client):
     with pytest.raises(Exception, match="prompt is empty"):
-        client.predict(**run_args(prompt="   "), api_name="/race")
+        client.predict(**run_args(prompt="   "), api_name="/race_stream")
     with pytest.raises(Exception, match="choose at least one method"):
-        client.predict(**run_args(methods=[]), api_name="/race")
+        client.predict(**run_args(methods=[]), api_name="/race_stream")
     with pytest.raises(Exception, match="greater than maximum|max new tokens"):
-        client.predict(**run_args(max_new=10 ** 6), api_name="/race")
+        client.predict(**run_args(max_new=10 ** 6), api_name="/race_stream")
     with pytest.raises(Exception, match="tree depth must be smaller"):
-        client.predict(**{**run_args(), "tree_budget": 3, "tree_depth": 5}, api_name="/race")
+        client.predict(**{**run_args(), "tree_budget": 3, "tree_depth": 5}, api_name="/race_stream")
     with pytest.raises(Exception, match="less than minimum"):
-        client.predict(**run_args(temperature=-1), api_name="/race")
+        client.predict(**run_args(temperature=-1), api_name="/race_stream")
     with pytest.raises(Exception, match="seed must be between"):
-        client.predict(**run_args(seed=-5), api_name="/race")
+        client.predict(**run_args(seed=-5), api_name="/race_stream")
     with pytest.raises(Exception, match="W \\(window\\) must be between"):
-        client.predict(**{**run_args(), "window": 0}, api_name="/race")
+        client.predict(**{**run_args(), "window": 0}, api_name="/race_stream")
 
 
 def test_bad_trace_upload_gives_clear_error(client, tmp_path):
@@ -204,7 +204,7 @@ def test_illustrative_sizes_over_the_api(client):
 
     args = run_args(max_new=6)
     args.update(tree="illustrative", lookahead="illustrative")
-    out = _outputs(client.predict(**args, api_name="/race"))
+    out = _outputs(client.predict(**args, api_name="/race_stream"))
     with open(out["file"], encoding="utf-8") as fh:
         runs = json.load(fh)["runs"]
     if "sequoia" in runs:
@@ -226,7 +226,7 @@ def test_feature_draft_preset_races_exactly_and_its_tree_says_what_the_draft_saw
 
     args = run_args(methods=("ar", "sequoia"), max_new=16)
     args.update(model=FEATURE_PRESET)
-    out = _outputs(client.predict(**args, api_name="/race"))
+    out = _outputs(client.predict(**args, api_name="/race_stream"))
     with open(out["file"], encoding="utf-8") as fh:
         trace = json.load(fh)
     runs = trace["runs"]
@@ -248,7 +248,7 @@ def test_adaptive_tree_over_the_api(client):
     equals autoregressive, the shapes vary, and the caption says the shape was the step's own."""
     args = run_args(methods=("ar", "sequoia"), max_new=24)
     args.update(tree="adaptive")
-    out = _outputs(client.predict(**args, api_name="/race"))
+    out = _outputs(client.predict(**args, api_name="/race_stream"))
     with open(out["file"], encoding="utf-8") as fh:
         trace = json.load(fh)
     runs = trace["runs"]
@@ -261,3 +261,134 @@ def test_adaptive_tree_over_the_api(client):
                 if method == "sequoia" and len((steps[k].get("payload") or {}).get("nodes") or []) > 1)
     view = _outputs(client.predict(upto, api_name="/show_step"))
     assert "shape is this step's own (adaptive)" in html.unescape(view["caption"])
+
+
+# -- the HTTP API's /race: one race as one JSON result --------------------------------------------------
+
+# The app's defaults (the page's initial values and the API's alike), pinned small: 'auto' would profile first.
+SMALL = {"max_new_tokens": 12, "dtype": "fp32", "tree": "manual", "tree_budget": 8, "tree_depth": 3,
+         "lookahead": "manual", "window": 3, "ngram": 3, "guesses": 3}
+METHOD_FIELDS = {"text", "token_ids", "tokens", "tokens_per_second", "tokens_per_forward", "speedup",
+                 "identical_to_ar"}
+
+
+@pytest.fixture(scope="module")
+def api_result():
+    """A race asked for with the prompt alone, on an app whose defaults are small."""
+    from specviz.ui import build_demo
+
+    with served(build_demo(defaults=SMALL)) as url:
+        client = gradio_client.Client(url, verbose=False)
+        params = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/race"]["parameters"]
+        yield client.predict("Write a haiku about trees", api_name="/race"), params
+
+
+def test_api_race_needs_only_the_prompt_and_defaults_the_rest(api_result):
+    from specviz.request import RaceRequest
+
+    result, params = api_result
+    assert [p["parameter_name"] for p in params] == RaceRequest.names()
+    assert [p["parameter_name"] for p in params if not p["parameter_has_default"]] == ["prompt"]
+    defaults = {p["parameter_name"]: p["parameter_default"] for p in params}
+    assert {k: defaults[k] for k in SMALL} == SMALL
+    asked = result["request"]   # the validated request, as the trace records it
+    assert asked["prompt"] == "Write a haiku about trees" and asked["methods"] == ["ar", "sequoia", "lookahead"]
+    assert {k: asked[k] for k in SMALL} == SMALL and asked["temperature"] == 0.0
+
+
+def test_api_race_result_names_each_methods_text_speed_and_verdict(api_result):
+    result, _ = api_result
+    methods = result["methods"]
+    assert set(methods) == {"ar", "sequoia", "lookahead"}
+    for name, method in methods.items():
+        assert METHOD_FIELDS <= set(method), name
+        assert method["error"] is None, method["error"]
+        assert method["tokens"] == len(method["token_ids"]) > 0
+        assert method["tokens_per_second"] > 0 and method["tokens_per_forward"] >= 1
+        assert method["speedup"] > 0
+    ar = methods["ar"]
+    assert ar["identical_to_ar"] is True and ar["speedup"] == 1.0 and ar["tokens_per_forward"] == 1.0
+    # Greedy fp32: token for token what autoregressive wrote, and said so.
+    for name in ("sequoia", "lookahead"):
+        assert methods[name]["token_ids"] == ar["token_ids"], name
+        assert methods[name]["text"] == ar["text"], name
+        assert methods[name]["identical_to_ar"] is True, methods[name]["verdict"]
+    assert result["dtype"] == "fp32" and result["cancelled"] is False
+
+
+def test_api_race_trace_is_a_downloaded_file_that_replays(api_result):
+    from specviz.trace import RaceTrace
+
+    result, _ = api_result
+    raw = open(result["trace"], encoding="utf-8").read()   # gradio_client downloaded the served file
+    trace = RaceTrace.from_json(raw)
+    assert trace.request == result["request"]
+    for name, method in result["methods"].items():
+        assert trace.runs[name].token_ids == method["token_ids"]
+        assert trace.runs[name].text == method["text"]
+    assert trace.options["sequoia"] == {"tree_budget": 8, "tree_depth": 3}
+
+
+def test_api_and_page_take_the_same_ranges(client):
+    """The page's sliders end where the request's ranges end, and the API refuses just past them."""
+    from specviz.request import RANGES
+    from specviz.ui import build_demo
+
+    demo = build_demo(worker=False)
+    sliders = {c.elem_id: c for c in demo.blocks.values() if isinstance(c, gr.Slider) and c.elem_id}
+    assert (sliders["sv-temperature"].minimum, sliders["sv-temperature"].maximum) == (
+        RANGES["temperature"].lo, RANGES["temperature"].hi)
+    assert (sliders["sv-max-new"].minimum, sliders["sv-max-new"].maximum) == (
+        RANGES["max_new_tokens"].lo, RANGES["max_new_tokens"].hi)
+    top_p = next(c for c in demo.blocks.values() if isinstance(c, gr.Slider) and c.label == "Top-p")
+    assert (top_p.minimum, top_p.maximum) == (RANGES["top_p"].lo, RANGES["top_p"].hi)
+    manual = {"tree": "manual", "lookahead": "manual"}
+    for name, r in RANGES.items():
+        step = 1 if r.whole else 0.01
+        for value in (r.lo - step, r.hi + step):
+            with pytest.raises(Exception, match=re.escape(f"{r.label} must be between")) as info:
+                client.predict(PROMPT, **{**manual, name: value}, api_name="/race")
+            assert "Traceback" not in str(info.value)
+
+
+def test_api_refuses_unknown_choices_with_the_choices(client):
+    with pytest.raises(Exception, match="unknown tree 'huge'; choose from auto, illustrative, manual, adaptive"):
+        client.predict(PROMPT, tree="huge", api_name="/race")
+    with pytest.raises(Exception, match="unknown method 'Medusa'"):
+        client.predict(PROMPT, methods=["Medusa"], api_name="/race")
+
+
+def api_doc() -> str:
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
+
+
+def test_api_doc_lists_every_parameter_with_its_default_and_range():
+    from specviz.request import RANGES, RaceRequest
+
+    section = api_doc().split("\n## Parameters\n", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.+?) \|", section, re.M))
+    defaults = RaceRequest().to_dict()
+    for name in RaceRequest.names():
+        assert name in rows, f"docs/api.md does not list {name}"
+        if name == "prompt":
+            continue
+        shown = json.dumps(defaults[name]) if not isinstance(defaults[name], float) else repr(defaults[name])
+        assert rows[name] == f"`{shown}`", (name, rows[name], shown)
+    for name, r in RANGES.items():
+        lo, hi = (str(int(v)) if r.whole else f"{v:g}" for v in (r.lo, r.hi))
+        line = next(line for line in section.splitlines() if line.startswith(f"| `{name}` |"))
+        assert f"{lo} to {hi}" in line, (name, line)
+
+
+def test_api_doc_example_runs_against_the_app():
+    from specviz.ui import build_demo
+
+    code = re.findall(r"```python\n(.*?)```", api_doc(), re.S)[0]
+    with served(build_demo(defaults=SMALL)) as url:
+        namespace: dict = {}
+        exec(compile(code.replace("http://127.0.0.1:7860/", url), "docs/api.md", "exec"), namespace)
+    result = namespace["result"]
+    assert set(result["methods"]) == {"ar", "sequoia", "lookahead"}
+    assert all(run["identical_to_ar"] is True for run in result["methods"].values())

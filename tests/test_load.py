@@ -71,7 +71,7 @@ def test_eight_concurrent_clients_complete_or_hear_queue_is_full(server_url, exp
     def visit(i: int) -> None:
         start.wait()
         try:
-            job = clients[i].submit(**run_args(), api_name="/race")
+            job = clients[i].submit(**run_args(), api_name="/race_stream")
             while not job.done():
                 status = job.status()
                 if status.code == Status.IN_QUEUE and status.rank is not None:
@@ -108,5 +108,5 @@ def test_eight_concurrent_clients_complete_or_hear_queue_is_full(server_url, exp
           f"max queue position seen {max(positions, default=0)}, {time.monotonic() - began:.1f} s")
 
     # The server is still up and answers a normal request afterwards.
-    after = gradio_client.Client(server_url, verbose=False).predict(**run_args(), api_name="/race")
+    after = gradio_client.Client(server_url, verbose=False).predict(**run_args(), api_name="/race_stream")
     assert column_texts(after) == [expected_text] * 3

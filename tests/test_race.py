@@ -179,3 +179,92 @@ def test_unreadable_and_huge_traces_are_rejected(saved_race):
         RaceTrace.from_json(saved_race.to_json(), max_bytes=1000)
     with pytest.raises(InvalidInput, match="loaded model has"):
         RaceTrace.from_json(saved_race.to_json(), vocab_size=100)
+
+
+# -- one race request: checked once, run as it is, recorded in the trace ---------------------------------
+
+
+class OnePair:
+    """The session's fp32 pair for every (target, draft, dtype): no second load."""
+
+    def __init__(self, pair):
+        self.pair, self.asked = pair, []
+
+    def get(self, target, draft, dtype):
+        self.asked.append((target, draft, dtype))
+        return self.pair
+
+
+def test_race_events_run_the_request_and_the_trace_records_it(pair_fp32):
+    from specviz.engine.race import race_events
+    from specviz.request import RaceRequest
+
+    request = RaceRequest(prompt=PROMPT, methods=("Autoregressive", "lookahead"), dtype="fp32", max_new_tokens=5,
+                          lookahead="manual", window=3, ngram=3, guesses=3, tree_budget=999).validated()
+    assert request.methods == ("ar", "lookahead") and request.tree_budget is None   # unused sizes are not kept
+    pairs = OnePair(pair_fp32)
+    events = list(race_events(pairs, request))
+    assert pairs.asked == [("default", None, "fp32")]
+    trace = events[-1][1]
+    assert events[-1][0] == "end" and trace.runs["ar"].token_ids == trace.runs["lookahead"].token_ids
+    assert len(trace.runs["ar"].token_ids) == 5
+    assert trace.options == request.method_options() == {
+        "ar": {}, "lookahead": {"window": 3, "ngram": 3, "guesses": 3, "pool_from_prompt": True}}
+    assert trace.request == request.to_dict()
+    again = RaceTrace.from_json(trace.to_json())
+    assert RaceRequest.from_dict(again.request) == request
+
+
+def test_a_trace_without_a_request_loads_and_writes_as_before(pair_fp32):
+    trace = start_race(pair_fp32, PROMPT, ["ar"], max_new_tokens=2).run()
+    data = trace.to_dict()
+    assert "request" not in data   # a race started without one writes the JSON it always wrote
+    loaded = RaceTrace.from_json(json.dumps(data))
+    assert loaded.request is None and loaded.to_dict() == data
+    with pytest.raises(InvalidInput, match="'request' should be dict"):
+        RaceTrace.from_json(json.dumps({**data, "request": [1, 2]}))
+
+
+REQUEST_CASES = {
+    # settings -> the one message the request gives (the page, the API and the worker all see this one)
+    "tree budget below": (dict(tree="manual", tree_budget=1), "tree budget must be between 2 and 1024, got 1"),
+    "tree budget above": (dict(tree="manual", tree_budget=1025), "tree budget must be between 2 and 1024"),
+    "tree depth not below budget": (dict(tree="manual", tree_budget=4, tree_depth=4), "smaller than the tree budget"),
+    "temperature above": (dict(temperature=2.5), "temperature must be between 0 and 2, got 2.5"),
+    "temperature not a number": (dict(temperature="hot"), "temperature must be a number"),
+    "top-p below": (dict(top_p=0.01), "top-p must be between 0.05 and 1"),
+    "seed above": (dict(seed=2**31), "seed must be between 0 and 2147483647"),
+    "window above": (dict(lookahead="manual", window=65), "W \\(window\\) must be between 1 and 64"),
+    "max new tokens fraction": (dict(max_new_tokens=3.5), "max new tokens must be a whole number"),
+    "unknown tree": (dict(tree="big"), "unknown tree 'big'"),
+    "unknown dtype": (dict(dtype="fp8"), "unknown dtype 'fp8'"),
+    "custom without a target": (dict(model="Custom model ids…"), "enter a target model id"),
+}
+
+
+@pytest.mark.parametrize("case", list(REQUEST_CASES))
+def test_race_request_is_checked_in_one_place(case):
+    from specviz.request import RaceRequest
+
+    settings, message = REQUEST_CASES[case]
+    with pytest.raises(InvalidInput, match=message):
+        RaceRequest(prompt=PROMPT, **settings).validated()
+
+
+def test_sizes_outside_manual_mode_are_not_checked_and_the_cli_shares_the_ranges():
+    import argparse
+
+    from specviz.cliargs import add_method_args, add_sampling_args, method_options, sampling_from_args
+    from specviz.request import RaceRequest
+
+    auto = RaceRequest(prompt=PROMPT, tree_budget=0, window=0).validated()   # 'auto' sizes: the numbers wait
+    assert auto.method_options()["sequoia"] == {"tree_budget": None, "tree_depth": None}
+    parser = argparse.ArgumentParser()
+    add_sampling_args(parser)
+    add_method_args(parser)
+    with pytest.raises(InvalidInput, match="tree budget must be between 2 and 1024, got 1025"):
+        method_options(parser.parse_args(["--tree-budget", "1025", "--tree-depth", "3"]), "sequoia")
+    with pytest.raises(InvalidInput, match="temperature must be between 0 and 2, got 3"):
+        sampling_from_args(parser.parse_args(["--temperature", "3"]))
+    assert method_options(parser.parse_args(["--window", "64", "--ngram", "16", "--guesses", "64"]),
+                          "lookahead")["window"] == 64

@@ -260,7 +260,7 @@ def visible(fragment) -> str:
 
 
 def assert_answers_normally(client) -> dict:
-    out = outputs(client.predict(**run_args(methods=("ar",)), api_name="/race"))
+    out = outputs(client.predict(**run_args(methods=("ar",)), api_name="/race_stream"))
     assert visible(out["text_ar"]).strip(), out["text_ar"]
     return out
 
@@ -289,21 +289,23 @@ APP_CASES = {
 }
 
 
+@pytest.mark.parametrize("endpoint", ["/race", "/race_stream"])   # the HTTP API's race and the page's
 @pytest.mark.parametrize("case", list(APP_CASES))
-def test_app_bad_input_is_a_clear_error(client, case):
+def test_app_bad_input_is_a_clear_error(client, case, endpoint):
     overrides, fragment = APP_CASES[case]
     with pytest.raises(Exception, match=re.compile(fragment, re.IGNORECASE)) as info:
-        client.predict(**run_args(**overrides), api_name="/race")
+        client.predict(**run_args(**overrides), api_name=endpoint)
     assert "Traceback" not in str(info.value)
 
 
 def test_app_model_allow_list_when_hosted():
     """Hosted (SPACE_ID set): no custom ids; an explicit allow-list binds presets and custom ids alike."""
     from specviz.hosting import HostingLimits
-    from specviz.ui.layout import CUSTOM, allowed_presets, race_events
+    from specviz.request import RaceRequest
+    from specviz.ui.layout import CUSTOM, allowed_presets
 
-    def run(limits, **overrides):
-        list(race_events(None, limits, None, *run_args(**overrides).values()))
+    def run(limits, **overrides):   # the request's one check, before anything loads
+        RaceRequest(**run_args(**overrides)).validated(limits)
 
     hosted = HostingLimits.from_env({"SPACE_ID": "org/specviz"})
     with pytest.raises(Exception, match="custom model ids are switched off"):
@@ -327,7 +329,7 @@ def test_one_visitors_run_is_invisible_to_another(app_client):
     """A second visitor (another session) sees none of the first one's trace, and cannot stop its run."""
     client, url, demo = app_client
     secret = "The secret word is pineapple. Say it back."
-    mine = outputs(client.predict(**run_args(prompt=secret, methods=("ar",)), api_name="/race"))
+    mine = outputs(client.predict(**run_args(prompt=secret, methods=("ar",)), api_name="/race_stream"))
     assert "pineapple" in mine["caption"] + mine["summary"] + Path(mine["file"]).read_text()
     other = gradio_client.Client(url, verbose=False)
     for api in ("/next", "/prev", "/stop"):
@@ -372,7 +374,7 @@ def test_app_model_load_failure_leaves_app_working(client, tmp_path):
     # A directory with no model in it fails at once (a Hub id would first wait on the unreachable network).
     (tmp_path / "config.json").write_text("{not a config")
     with pytest.raises(Exception, match="could not load model"):
-        client.predict(**run_args(model=CUSTOM, custom_target=str(tmp_path), methods=("ar",)), api_name="/race")
+        client.predict(**run_args(model=CUSTOM, custom_target=str(tmp_path), methods=("ar",)), api_name="/race_stream")
     assert_answers_normally(client)
 
 
@@ -380,7 +382,7 @@ def test_app_draft_with_another_tokenizer_is_refused(client, other_tokenizer_dir
     from specviz.ui.layout import CUSTOM
 
     with pytest.raises(Exception, match="different tokenizers"):
-        client.predict(**run_args(model=CUSTOM, custom_target="default", custom_draft=other_tokenizer_dir), api_name="/race")
+        client.predict(**run_args(model=CUSTOM, custom_target="default", custom_draft=other_tokenizer_dir), api_name="/race_stream")
 
 
 def _fail_on_step(monkeypatch, exc_factory, fail_at=2):
@@ -397,7 +399,7 @@ def _fail_on_step(monkeypatch, exc_factory, fail_at=2):
 
 def test_decoder_raising_mid_run_shows_error_in_its_column_only(client, monkeypatch):
     _fail_on_step(monkeypatch, lambda: RuntimeError("injected fault in the AR decoder"))
-    out = outputs(client.predict(**run_args(), api_name="/race"))
+    out = outputs(client.predict(**run_args(), api_name="/race_stream"))
     assert "injected fault" in out["stats_ar"] or "injected fault" in out["text_ar"]
     trace = json.loads(Path(out["file"]).read_text())
     assert trace["runs"]["ar"]["finish_reason"] == "error"
@@ -412,7 +414,7 @@ def test_decoder_raising_mid_run_shows_error_in_its_column_only(client, monkeypa
 def test_simulated_cuda_oom_is_reported_and_recovered(client, monkeypatch):
     oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
     _fail_on_step(monkeypatch, lambda: oom("CUDA out of memory. Tried to allocate 2.00 GiB"), fail_at=1)
-    out = outputs(client.predict(**run_args(), api_name="/race"))
+    out = outputs(client.predict(**run_args(), api_name="/race_stream"))
     shown = visible(out["stats_ar"]) + visible(out["text_ar"])
     assert "out of memory" in shown.lower(), shown
     monkeypatch.undo()
@@ -427,7 +429,7 @@ def test_simulated_oom_while_loading_is_reported(client, monkeypatch):
 
     monkeypatch.setattr("specviz.engine.models.load_pair", oom_load)
     with pytest.raises(Exception, match="out of memory"):
-        client.predict(**run_args(model=CUSTOM, custom_target="some-org/other-model", methods=("ar",)), api_name="/race")
+        client.predict(**run_args(model=CUSTOM, custom_target="some-org/other-model", methods=("ar",)), api_name="/race_stream")
     monkeypatch.undo()
     assert_answers_normally(client)
 
@@ -459,7 +461,7 @@ def _slow_steps(monkeypatch, delay=0.2):
 def _streaming_slow_run(client, monkeypatch):
     """A slowed 200-token AR run, once it has streamed a few updates."""
     _slow_steps(monkeypatch)
-    job = client.submit(**run_args(methods=("ar",), max_new=200), api_name="/race")
+    job = client.submit(**run_args(methods=("ar",), max_new=200), api_name="/race_stream")
     deadline = time.monotonic() + 60
     while len(job.outputs()) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -488,7 +490,7 @@ def test_closed_browser_tab_ends_the_run(app_client, closed_races, monkeypatch):
 
     client, url, demo = app_client
     _slow_steps(monkeypatch)
-    fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "race")
+    fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "race_stream")
     base = f"{url}gradio_api"
     session = "closed-tab-session"
     joined = httpx.post(f"{base}/queue/join", json={
@@ -529,7 +531,8 @@ def test_stop_button_ends_the_run(app_client, closed_races, monkeypatch):
 def test_run_time_limit_stops_with_clear_message(pair_fp32, monkeypatch):
     """SPECVIZ_MAX_RUN_SECONDS: the race ends at the limit with a message, and is closed."""
     from specviz.hosting import HostingLimits
-    from specviz.ui.layout import race_events
+    from specviz.request import RaceRequest
+    from specviz.ui.racing import race_events
 
     class OnePair:   # the session's fp32 pair, so no second load
         def get(self, *args):
@@ -537,7 +540,8 @@ def test_run_time_limit_stops_with_clear_message(pair_fp32, monkeypatch):
 
     _slow_steps(monkeypatch, delay=0.1)
     limits = HostingLimits.from_env({"SPECVIZ_MAX_RUN_SECONDS": "0.5"})
-    events = list(race_events(OnePair(), limits, None, *run_args(methods=("ar",), max_new=200).values()))
+    request = RaceRequest(**run_args(methods=("ar",), max_new=200)).validated(limits)
+    events = list(race_events(OnePair(), limits, None, request))
     statuses = [e[1] for e in events if e[0] == "status"]
     assert any("time limit" in s for s in statuses), statuses
     final = events[-1]
@@ -548,7 +552,7 @@ def test_run_time_limit_stops_with_clear_message(pair_fp32, monkeypatch):
 
 def test_summary_shows_first_differing_token_of_a_mismatched_trace(client, tmp_path):
     """Losslessness watch: a greedy trace whose Sequoia text differs must say where, not hide it."""
-    out = outputs(client.predict(**run_args(methods=("ar", "sequoia")), api_name="/race"))
+    out = outputs(client.predict(**run_args(methods=("ar", "sequoia")), api_name="/race_stream"))
     trace = json.loads(Path(out["file"]).read_text())
     trace["dtype"] = "bf16"
     steps = [s for s in trace["runs"]["sequoia"]["steps"] if s["new_token_ids"]]

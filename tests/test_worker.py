@@ -88,7 +88,7 @@ def app():
 
 def test_race_runs_in_the_worker_and_gives_identical_greedy_texts(app):
     client, demo = app
-    out = client.predict(**run_args(), api_name="/race")
+    out = client.predict(**run_args(), api_name="/race_stream")
     ar, sequoia, lookahead = texts(out)
     assert ar and ar == sequoia == lookahead
     slot = demo.specviz_worker_slot
@@ -100,7 +100,7 @@ def test_race_runs_in_the_worker_and_gives_identical_greedy_texts(app):
 
 
 def _start_long_race(client, demo):
-    job = client.submit(**run_args(max_new=400, methods=("Autoregressive",)), api_name="/race")
+    job = client.submit(**run_args(max_new=400, methods=("Autoregressive",)), api_name="/race_stream")
     wait_for(lambda: demo.specviz_worker_slot.worker is not None and demo.specviz_worker_slot.worker.busy,
              timeout=120, what="the worker to start racing")
     time.sleep(1.0)   # some steps under way
@@ -116,7 +116,7 @@ def test_stop_ends_the_workers_race_and_it_serves_the_next(app):
     wait_for(lambda: not worker.busy, timeout=30, what="the worker's race to end after Stop")
     job.cancel()
     assert worker_children() == [worker.pid]   # the same worker, idle, no second process
-    ar, sequoia, lookahead = texts(client.predict(**run_args(), api_name="/race"))
+    ar, sequoia, lookahead = texts(client.predict(**run_args(), api_name="/race_stream"))
     assert ar == sequoia == lookahead
 
 
@@ -137,7 +137,7 @@ def test_killed_worker_is_reported_and_replaced(app):
     with pytest.raises(Exception, match="worker stopped unexpectedly") as info:
         job.result(timeout=60)
     assert "Traceback" not in str(info.value)
-    ar, sequoia, lookahead = texts(client.predict(**run_args(), api_name="/race"))
+    ar, sequoia, lookahead = texts(client.predict(**run_args(), api_name="/race_stream"))
     assert ar == sequoia == lookahead
     new = demo.specviz_worker_slot.worker.pid
     assert new != old and worker_children() == [new]
@@ -151,7 +151,7 @@ def test_app_decodes_in_process_when_the_worker_cannot_start(monkeypatch):
     demo = build_demo(worker=True)
     with served(demo) as url:
         client = gradio_client.Client(url, verbose=False)
-        ar, sequoia, lookahead = texts(client.predict(**run_args(), api_name="/race"))
+        ar, sequoia, lookahead = texts(client.predict(**run_args(), api_name="/race_stream"))
         assert ar and ar == sequoia == lookahead
         slot = demo.specviz_worker_slot
         assert slot.failed and "could not start" in slot.failed and slot.worker is None
@@ -219,3 +219,24 @@ def test_contention_is_detected_from_profiled_forward_times():
     assert forward_slowdown([calm_then_busy], {"1": 80.0}) >= 2.0
     assert forward_slowdown([run(31.0)], {}) == pytest.approx(1.0)
     assert forward_slowdown([run(31.0)], None) == pytest.approx(1.0)
+
+
+def test_api_race_runs_in_the_worker_and_stop_ends_it(app):
+    """The HTTP API's /race goes the page's way: into the worker, and /stop in its session ends it."""
+    client, demo = app
+    settings = {k: v for k, v in run_args().items() if k != "prompt"}
+    result = client.predict(PROMPT, **settings, api_name="/race")
+    methods = result["methods"]
+    assert methods["ar"]["text"] and all(m["identical_to_ar"] is True for m in methods.values())
+    worker = demo.specviz_worker_slot.worker
+    assert worker.alive and worker_children() == [worker.pid]
+
+    job = client.submit(PROMPT, **{**settings, "methods": ["Autoregressive"], "max_new_tokens": 400},
+                        api_name="/race")
+    wait_for(lambda: worker.busy, timeout=120, what="the worker to start the API's race")
+    time.sleep(1.0)
+    client.predict(api_name="/stop")
+    stopped = job.result(timeout=60)
+    assert stopped["cancelled"] is True and 0 < stopped["methods"]["ar"]["tokens"] < 400
+    assert stopped["methods"]["ar"]["finish_reason"] == "cancelled"
+    wait_for(lambda: not worker.busy, timeout=30, what="the worker to go idle")

@@ -236,7 +236,7 @@ def _race(client, dtype: str, max_new: int, sizes: str) -> dict:
         custom_target="", custom_draft="", dtype=dtype, max_new_tokens=max_new, temperature=0.0, top_p=1.0,
         seed=0, tree=sizes, tree_budget=8 if manual else 16, tree_depth=3 if manual else 4, lookahead=sizes,
         window=3, ngram=3, guesses=3, pool_from_prompt=True, api_name="/race")
-    trace_file = next(v for v in result if isinstance(v, str) and v.endswith(".json"))
+    trace_file = result["trace"]   # /race answers one JSON object; its trace is a downloaded file
     runs = json.loads(Path(trace_file).read_text(encoding="utf-8"))["runs"]
     ar = runs["ar"]["token_ids"]
     return {"dtype": dtype, "sizes": sizes, "device": runs["ar"].get("device"),

@@ -237,48 +237,54 @@ class PairCache:
             self.pairs.clear()
 
 
-def race_events(pairs, request: dict, should_stop: Callable[[], bool] = lambda: False,
-                on_start: Callable[[Race], None] | None = None):
+def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,
+                on_start: Callable[[Race], None] | None = None, max_run_seconds: float | None = None):
     """One race as a stream of plain, picklable events, wherever it runs (worker or app).
 
     ("status", text), ("start", RaceTrace), ("step", method, record, finish_reason,
     error) per target forward, and a final ("end", RaceTrace) once every cache is
-    freed. `request` holds validated values: target, draft, dtype, prompt, methods,
-    sampling (SamplingConfig), max_new_tokens, options, max_run_seconds, label.
+    freed. `request` is a validated `specviz.request.RaceRequest`; the trace records
+    it. `max_run_seconds` is the deployment's limit on one race (None: no limit).
     Errors raise (the worker turns them into an ("error", ...) event).
     """
-    import time
-
-    yield ("status", f"Loading {request.get('label') or request['target']}…")
-    pair = pairs.get(request["target"], request.get("draft"), request.get("dtype") or "auto")
-    options = request.get("options") or {}
-    methods = list(request["methods"])
+    yield ("status", f"Loading {request.label}…")
+    target, draft = request.models()
+    pair = pairs.get(target, draft, request.dtype or "auto")
+    options = request.method_options()
+    methods = list(request.methods)
     auto = [m for m in methods if m in ("sequoia", "lookahead") and
             all(v is None for k, v in options.get(m, {}).items() if k != "pool_from_prompt")]
     note = " ('auto' sizes: the first run on this machine measures forward times first)" if auto else ""
     yield ("status", f"Preparing the decoders{note}…")
-    race = start_race(pair, request["prompt"], methods, sampling=request.get("sampling"),
-                      max_new_tokens=request["max_new_tokens"], options={m: options.get(m, {}) for m in methods})
+    race = start_race(pair, request.prompt, methods, sampling=request.sampling(),
+                      max_new_tokens=request.max_new_tokens, options=options)
+    race.trace.request = request.to_dict()
     if on_start is not None:
         on_start(race)
     try:
         yield ("status", "Racing…")
         yield ("start", race.trace)
-        limit = request.get("max_run_seconds")
-        deadline = None if limit is None else time.monotonic() + float(limit)
-        while not race.done and not should_stop():
-            if deadline is not None and time.monotonic() > deadline:
-                yield ("status", f"Stopped at this server's time limit of {float(limit):g} s per run.")
-                break
-            stepped = race.step()
-            if stepped is None:
-                break
-            method, record = stepped
-            run = race.runs[method]
-            yield ("step", method, record, run.finish_reason, run.error)
+        yield from _race_steps(race, should_stop, max_run_seconds)
     finally:
         race.close()   # frees every decoder's cache, also on Stop or a closed tab
     yield ("end", race.trace)
+
+
+def _race_steps(race: Race, should_stop: Callable[[], bool], max_run_seconds: float | None):
+    """One ("step", ...) event per target forward until the race ends, is stopped or runs out of time."""
+    import time
+
+    deadline = None if max_run_seconds is None else time.monotonic() + float(max_run_seconds)
+    while not race.done and not should_stop():
+        if deadline is not None and time.monotonic() > deadline:
+            yield ("status", f"Stopped at this server's time limit of {float(max_run_seconds):g} s per run.")
+            return
+        stepped = race.step()
+        if stepped is None:
+            return
+        method, record = stepped
+        run = race.runs[method]
+        yield ("step", method, record, run.finish_reason, run.error)
 
 
 CONTENDED_RATIO = 2.0   # a target forward this many times its profiled cost: the CPU was shared

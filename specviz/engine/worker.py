@@ -152,13 +152,14 @@ class RaceWorker:
         except (EOFError, OSError):
             return True   # the next recv reports the exit
 
-    def race(self, request: dict) -> Iterator[tuple]:
-        """Send one race and yield its events up to and including "end" or "error".
+    def race(self, request, max_run_seconds: float | None = None) -> Iterator[tuple]:
+        """Send one race (a validated `specviz.request.RaceRequest`, which pickles as it is) and yield
+        its events up to and including "end" or "error".
 
         Closing the generator early (Stop, a closed tab) tells the worker to stop
         and drains what it still sends, so the next race starts clean.
         """
-        self._send(("race", request))
+        self._send(("race", request, max_run_seconds))
         self.busy = True
         finished = False
         try:
@@ -233,7 +234,8 @@ def _serve(conn: Connection) -> None:
             return
         if message[0] == "race":
             stop = _StopWatch(conn)
-            for event in _guarded(race_events(pairs, message[1], stop), pairs):
+            request, max_run_seconds = message[1], message[2]
+            for event in _guarded(race_events(pairs, request, stop, max_run_seconds=max_run_seconds), pairs):
                 conn.send(event)
             if stop.app_gone:
                 return

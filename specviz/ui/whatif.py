@@ -19,15 +19,11 @@ import json
 import math
 from functools import lru_cache
 
+from ..request import ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE  # noqa: F401 (the panel's names for them)
 from ..trace import PHASE_DRAFT, PHASE_TARGET, RaceTrace, TreePayload
 from . import hardware
 from .figures import METHOD_COLORS
 from .html import esc
-
-# The "illustrative" sizes (issue 14): shapes that teach (several tree levels, several window
-# levels) rather than the fastest on a CPU. Their predicted cost is shown in the panel.
-ILLUSTRATIVE_TREE = {"tree_budget": 20, "tree_depth": 5}
-ILLUSTRATIVE_LOOKAHEAD = {"window": 5, "ngram": 4, "guesses": 4}
 
 
 def _curve(data) -> dict[int, float]:
@@ -298,83 +294,90 @@ def panel_html(trace: RaceTrace | None, budget: int, depth: int, window: int, ng
               'dashed line: 1x = autoregressive speed</div>')
     parts = [f'<div class="sv-whatif" style="font-size:15px"><div>Costs from {esc(inp["curve_source"])}.</div>',
              legend]
-    cols = []
-    # Sequoia
-    sq = sequoia_point(inp, budget, depth)
-    if sq is None:
-        cols.append('<div><b style="color:%s">Sequoia</b>: no acceptance vector for this pair yet (run Sequoia '
-                    'once).</div>' % METHOD_COLORS["sequoia"])
-    else:
-        line = [(float(n), p["speedup"]) for n in range(2, 129, 2)
-                if (p := sequoia_point(inp, n, min(depth, n - 1))) is not None]
-        marks = [(f"your tree: {budget} nodes, depth {sq['depth']}: {sq['speedup']:.2f}x", METHOD_COLORS["sequoia"],
-                  float(budget), sq["speedup"], "circle")]
-        auto = (inp.get("sequoia_plan") or {}).get("choice")
-        auto_txt = ""
-        if auto:
-            ap = sequoia_point(inp, int(auto["budget"]), int(auto.get("tree_depth", auto["depth"])))
-            if ap:
-                marks.append((f"auto: {ap['budget']} nodes, depth {ap['depth']}: {ap['speedup']:.2f}x",
-                              "#16a34a", float(ap["budget"]), ap["speedup"], "star"))
-                auto_txt = (f"<li>fastest (auto): {ap['budget']} nodes, depth {ap['depth']}: "
-                            f"{_fmt_point(ap, 'predicted')}</li>")
-        ill = sequoia_point(inp, ILLUSTRATIVE_TREE["tree_budget"], ILLUSTRATIVE_TREE["tree_depth"])
-        got = done.get("sequoia")
-        got_txt = ""
-        if got:
-            # An adaptive run's tree changed every step: place it at its average size, not its cap.
-            adaptive = got["settings"].get("tree") == "adaptive"
-            n_run = got["nodes_per_step"] if adaptive else int(got["settings"].get("tree_budget") or budget)
-            size = f"adaptive, {n_run:.1f} nodes on average" if adaptive else f"{n_run} nodes"
-            if got["speedup"] is not None:
-                marks.append((f"last run: {size}, {got['tokens_per_step']:.2f} tokens per decoding step, "
-                              f"{got['speedup']:.2f}x measured", "#111827", float(n_run), got["speedup"], "diamond"))
-            got_txt = (f"<li>last run ({size}): {got['tokens_per_step']:.2f} tokens per decoding step"
-                       + (f", <b>{got['speedup']:.2f}x</b> measured" if got["speedup"] is not None else "") + "</li>")
-        cols.append(f'<div><b style="color:{METHOD_COLORS["sequoia"]}">Sequoia</b><ul style="margin:2px 0 0 18px;'
-                    f'padding:0"><li>your tree ({budget} nodes, depth {sq["depth"]}): {_fmt_point(sq, "predicted")}'
-                    f'</li>{auto_txt}<li>illustrative ({ILLUSTRATIVE_TREE["tree_budget"]} nodes, depth '
-                    f'{ILLUSTRATIVE_TREE["tree_depth"]}): {_fmt_point(ill, "predicted")}</li>{got_txt}</ul>'
-                    + _chart(f"Sequoia: predicted speedup against tree budget (depth {depth})", "tree budget n",
-                             [("predicted speedup", METHOD_COLORS["sequoia"], line, False)], marks) + "</div>")
-    # Lookahead
-    la = lookahead_point(inp, window, ngram, guesses)
-    if la is not None:
-        line = [(float(wv), p["speedup"]) for wv in range(1, 33) if (p := lookahead_point(inp, wv, ngram, guesses))]
-        marks = [(f"your W={window}, N={ngram}, G={guesses}: {la['speedup']:.2f}x", METHOD_COLORS["lookahead"],
-                  float(window), la["speedup"], "circle")]
-        auto = (inp.get("lookahead_plan") or {}).get("choice")
-        auto_txt = ""
-        if auto:
-            ap = lookahead_point(inp, auto["window"], auto["ngram"], auto["guesses"])
-            if ap:
-                marks.append((f"auto: W={ap['window']}, N={ap['ngram']}, G={ap['guesses']}: {ap['speedup']:.2f}x "
-                              f"(at its own N and G)", "#16a34a", float(ap["window"]), ap["speedup"], "star"))
-                auto_txt = (f"<li>fastest (auto): W={ap['window']}, N={ap['ngram']}, G={ap['guesses']}: "
-                            f"{_fmt_point(ap, 'predicted')}</li>")
-        ill = lookahead_point(inp, **ILLUSTRATIVE_LOOKAHEAD)
-        got = done.get("lookahead")
-        got_txt = ""
-        if got:
-            w_run = int(got["settings"].get("window") or window)
-            if got["speedup"] is not None:
-                marks.append((f"last run: W={w_run}, {got['tokens_per_step']:.2f} tokens per decoding step, "
-                              f"{got['speedup']:.2f}x measured", "#111827", float(w_run), got["speedup"], "diamond"))
-            got_txt = (f"<li>last run (W={w_run}): {got['tokens_per_step']:.2f} tokens per decoding step"
-                       + (f", <b>{got['speedup']:.2f}x</b> measured" if got["speedup"] is not None else "") + "</li>")
-        ill_txt = (f"<li>illustrative (W={ILLUSTRATIVE_LOOKAHEAD['window']}, N={ILLUSTRATIVE_LOOKAHEAD['ngram']}, "
-                   f"G={ILLUSTRATIVE_LOOKAHEAD['guesses']}): {_fmt_point(ill, 'predicted')}</li>")
-        cols.append(f'<div><b style="color:{METHOD_COLORS["lookahead"]}">Lookahead</b><ul style="margin:2px 0 0 18px;'
-                    f'padding:0"><li>your W={window}, N={ngram}, G={guesses} (one forward over {la["step_tokens"]} '
-                    f'tokens): {_fmt_point(la, "predicted")}</li>{auto_txt}{ill_txt}{got_txt}</ul>'
-                    + _chart(f"Lookahead: predicted speedup against W (N={ngram}, G={guesses})", "window W",
-                             [("predicted speedup", METHOD_COLORS["lookahead"], line, False)], marks) + "</div>")
+    cols = [_sequoia_column(inp, done, budget, depth), _lookahead_column(inp, done, window, ngram, guesses)]
+    cols = [col for col in cols if col]
     parts.append('<div class="sv-whatif-cols">' + "".join(cols) + "</div>")
     parts.append('<div style="font-size:13px;color:#4b5563;margin-top:4px">Lookahead\'s tokens per step are a '
                  'model (a prior calibrated on the offline default, see <code>lookahead/sizing.py</code>); '
                  'text that repeats itself or quotes the prompt does better. On a GPU, t(n) stays nearly flat to '
                  'n = 64 or more, so the best sizes grow: upload a profile measured there to see it.</div></div>')
     return "".join(parts)
+
+
+def _sequoia_column(inp: dict, done: dict, budget: int, depth: int) -> str:
+    """The panel's Sequoia column: predictions at the sliders' tree, auto's, the illustrative one, the last run."""
+    sq = sequoia_point(inp, budget, depth)
+    if sq is None:
+        return ('<div><b style="color:%s">Sequoia</b>: no acceptance vector for this pair yet (run Sequoia '
+                'once).</div>' % METHOD_COLORS["sequoia"])
+    line = [(float(n), p["speedup"]) for n in range(2, 129, 2)
+            if (p := sequoia_point(inp, n, min(depth, n - 1))) is not None]
+    marks = [(f"your tree: {budget} nodes, depth {sq['depth']}: {sq['speedup']:.2f}x", METHOD_COLORS["sequoia"],
+              float(budget), sq["speedup"], "circle")]
+    auto = (inp.get("sequoia_plan") or {}).get("choice")
+    auto_txt = ""
+    if auto:
+        ap = sequoia_point(inp, int(auto["budget"]), int(auto.get("tree_depth", auto["depth"])))
+        if ap:
+            marks.append((f"auto: {ap['budget']} nodes, depth {ap['depth']}: {ap['speedup']:.2f}x",
+                          "#16a34a", float(ap["budget"]), ap["speedup"], "star"))
+            auto_txt = (f"<li>fastest (auto): {ap['budget']} nodes, depth {ap['depth']}: "
+                        f"{_fmt_point(ap, 'predicted')}</li>")
+    ill = sequoia_point(inp, ILLUSTRATIVE_TREE["tree_budget"], ILLUSTRATIVE_TREE["tree_depth"])
+    got = done.get("sequoia")
+    got_txt = ""
+    if got:
+        # An adaptive run's tree changed every step: place it at its average size, not its cap.
+        adaptive = got["settings"].get("tree") == "adaptive"
+        n_run = got["nodes_per_step"] if adaptive else int(got["settings"].get("tree_budget") or budget)
+        size = f"adaptive, {n_run:.1f} nodes on average" if adaptive else f"{n_run} nodes"
+        if got["speedup"] is not None:
+            marks.append((f"last run: {size}, {got['tokens_per_step']:.2f} tokens per decoding step, "
+                          f"{got['speedup']:.2f}x measured", "#111827", float(n_run), got["speedup"], "diamond"))
+        got_txt = (f"<li>last run ({size}): {got['tokens_per_step']:.2f} tokens per decoding step"
+                   + (f", <b>{got['speedup']:.2f}x</b> measured" if got["speedup"] is not None else "") + "</li>")
+    return (f'<div><b style="color:{METHOD_COLORS["sequoia"]}">Sequoia</b><ul style="margin:2px 0 0 18px;'
+            f'padding:0"><li>your tree ({budget} nodes, depth {sq["depth"]}): {_fmt_point(sq, "predicted")}'
+            f'</li>{auto_txt}<li>illustrative ({ILLUSTRATIVE_TREE["tree_budget"]} nodes, depth '
+            f'{ILLUSTRATIVE_TREE["tree_depth"]}): {_fmt_point(ill, "predicted")}</li>{got_txt}</ul>'
+            + _chart(f"Sequoia: predicted speedup against tree budget (depth {depth})", "tree budget n",
+                     [("predicted speedup", METHOD_COLORS["sequoia"], line, False)], marks) + "</div>")
+
+
+def _lookahead_column(inp: dict, done: dict, window: int, ngram: int, guesses: int) -> str:
+    """The panel's Lookahead column ("" when nothing predicts it yet)."""
+    la = lookahead_point(inp, window, ngram, guesses)
+    if la is None:
+        return ""
+    line = [(float(wv), p["speedup"]) for wv in range(1, 33) if (p := lookahead_point(inp, wv, ngram, guesses))]
+    marks = [(f"your W={window}, N={ngram}, G={guesses}: {la['speedup']:.2f}x", METHOD_COLORS["lookahead"],
+              float(window), la["speedup"], "circle")]
+    auto = (inp.get("lookahead_plan") or {}).get("choice")
+    auto_txt = ""
+    if auto:
+        ap = lookahead_point(inp, auto["window"], auto["ngram"], auto["guesses"])
+        if ap:
+            marks.append((f"auto: W={ap['window']}, N={ap['ngram']}, G={ap['guesses']}: {ap['speedup']:.2f}x "
+                          f"(at its own N and G)", "#16a34a", float(ap["window"]), ap["speedup"], "star"))
+            auto_txt = (f"<li>fastest (auto): W={ap['window']}, N={ap['ngram']}, G={ap['guesses']}: "
+                        f"{_fmt_point(ap, 'predicted')}</li>")
+    ill = lookahead_point(inp, **ILLUSTRATIVE_LOOKAHEAD)
+    got = done.get("lookahead")
+    got_txt = ""
+    if got:
+        w_run = int(got["settings"].get("window") or window)
+        if got["speedup"] is not None:
+            marks.append((f"last run: W={w_run}, {got['tokens_per_step']:.2f} tokens per decoding step, "
+                          f"{got['speedup']:.2f}x measured", "#111827", float(w_run), got["speedup"], "diamond"))
+        got_txt = (f"<li>last run (W={w_run}): {got['tokens_per_step']:.2f} tokens per decoding step"
+                   + (f", <b>{got['speedup']:.2f}x</b> measured" if got["speedup"] is not None else "") + "</li>")
+    ill_txt = (f"<li>illustrative (W={ILLUSTRATIVE_LOOKAHEAD['window']}, N={ILLUSTRATIVE_LOOKAHEAD['ngram']}, "
+               f"G={ILLUSTRATIVE_LOOKAHEAD['guesses']}): {_fmt_point(ill, 'predicted')}</li>")
+    return (f'<div><b style="color:{METHOD_COLORS["lookahead"]}">Lookahead</b><ul style="margin:2px 0 0 18px;'
+            f'padding:0"><li>your W={window}, N={ngram}, G={guesses} (one forward over {la["step_tokens"]} '
+            f'tokens): {_fmt_point(la, "predicted")}</li>{auto_txt}{ill_txt}{got_txt}</ul>'
+            + _chart(f"Lookahead: predicted speedup against W (N={ngram}, G={guesses})", "window W",
+                     [("predicted speedup", METHOD_COLORS["lookahead"], line, False)], marks) + "</div>")
 
 
 WHATIF_CSS = """

@@ -1,0 +1,241 @@
+"""What the page's events do: race, stop, step through, replay, what-if, workshop presets.
+
+`PageHandlers` holds the app's shared parts (the `Racer`, the session controls, the
+trace files) and answers each event with values by output name (`controls.Outputs`);
+`wiring` connects its methods to the components. No gradio component is built here.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import closing
+from pathlib import Path
+
+import gradio as gr
+
+from ..engine.race import release_freed_memory
+from ..errors import SpecVizError
+from ..request import DEFAULT_PRESET, FEATURE_PRESET, ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE, INDEPENDENT_PRESET
+from ..request import RaceRequest
+from ..trace import RaceTrace
+from . import hardware, html, narrate, views, whatif
+from .content import LIVE_VIEW_INTERVAL_S, TEXT_INTERVAL_S, WORKSHOP
+from .controls import STEP_OUTPUTS, Page
+from .racing import RaceControl, Racer, TraceFiles, contention_note, prune_session_config
+
+WHATIF_SIZES = ("tree_budget", "tree_depth", "window", "ngram", "guesses")
+
+
+def session_of(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or "local"
+
+
+class PageHandlers:
+    """The page's event handlers, sharing one app's racer, sessions' controls and trace files."""
+
+    def __init__(self, page: Page, racer: Racer, in_process_controls: bool, presets: list[str]):
+        self.page = page
+        self.outputs = page.race_outputs
+        self.racer = racer
+        self.limits = racer.limits
+        # Across ZeroGPU's process boundary a control cannot reach the race (garbage collection frees it).
+        self.in_process_controls = in_process_controls
+        self.controls: dict[str, RaceControl] = {}   # session hash -> its running race's control
+        self.trace_files = TraceFiles()
+        self.presets = presets
+        self.demo: gr.Blocks | None = None   # set once the Blocks exist (sessions' state lives there)
+
+    # -- the views -------------------------------------------------------------------------------
+
+    def status_only(self, text: str) -> list:
+        return self.outputs.pack(status=text)
+
+    def full_view(self, trace: RaceTrace | None, upto: int | None = None, status_text: str | None = None,
+                  with_file: bool = True) -> dict:
+        """Every output's value at step `upto` of `trace` (None: its end), by output name."""
+        total = len(trace.order) if trace else 0
+        upto = total if upto is None else max(0, min(int(upto), total))
+        curve, hw = hardware.panel(trace, self.racer.pairs)
+        values = {**views.text_views(trace, upto), **views.plot_views(trace, upto),
+                  "summary": html.summary_html(trace, trace.steps_done(upto)) if trace else "", "trace": trace,
+                  "slider": gr.Slider(minimum=0, maximum=max(total, 1), value=upto, step=1),
+                  "caption": views.step_caption(trace, upto),
+                  "file": self.trace_files.write(trace) if (trace and with_file) else None,
+                  "hw_html": hw, "hw_plot": curve}
+        if status_text is not None:
+            values["status"] = status_text
+        return values
+
+    def live_view(self, trace: RaceTrace, with_plots: bool) -> dict:
+        """The streamed update: texts always, the views when their (slower) turn has come."""
+        values = {**views.text_views(trace, None, running=True), "trace": trace}   # Stop and replay see it
+        if with_plots:
+            values.update(views.plot_views(trace, live=True))
+        return values
+
+    # -- the race ----------------------------------------------------------------------------------
+
+    def race(self, settings: dict, request: gr.Request | None = None):
+        """The Start race button: stream the race's texts and views, then its full view. `settings`: the
+        18 race settings by name (see `api.takes_race_settings`)."""
+        session = session_of(request)
+        prune_session_config(self.demo, session)   # what the last run's final view left behind
+        control = self._register(session)
+        trace, failure = None, None
+        latest: list[RaceTrace] = []   # the race so far, for the caption of a race that fails midway
+        try:
+            race_request = RaceRequest.from_values(**settings).validated(self.limits)
+            trace = yield from self._stream(race_request, control, latest)
+        except Exception as exc:
+            failure = self.racer.failure(exc)
+            trace = latest[-1] if latest else None
+        finally:
+            prune_session_config(self.demo, session)   # this run's streamed (skipped) figures
+            release_freed_memory()
+            if self.controls.get(session) is control:
+                self.controls.pop(session, None)
+        if control is not None and control.stop.is_set():
+            return   # Stop has rendered the final view; a late update must not overwrite it
+        if failure is not None:
+            # The status line says it too: a "Loading …" line must not outlive the load that failed, nor
+            # the caption a race that never finished.
+            yield self.outputs.pack(status=f"⚠ {failure}",
+                                    caption=views.step_caption(trace, len(trace.order)) if trace is not None else "")
+            raise gr.Error(failure, print_exception=False)
+        if trace is not None:
+            message = ("Stopped early (this server's time limit per run)." if trace.cancelled else
+                       "Done. Scrub the replay below or download the trace.")
+            yield self.outputs.pack(**self.full_view(trace, status_text=message + contention_note(trace)))
+
+    def _register(self, session: str) -> RaceControl | None:
+        control = RaceControl() if self.in_process_controls else None
+        if control is not None:
+            self.controls[session] = control
+        return control
+
+    def _stream(self, request: RaceRequest, control: RaceControl | None, latest: list):
+        """Yield the page's updates while the race runs; return its final trace (None if stopped)."""
+        with closing(self.racer.events(request, control)) as events:   # closed at once, also on Stop
+            return (yield from self._updates(events, control, latest))
+
+    def _updates(self, events, control: RaceControl | None, latest: list):
+        last_text = last_plot = 0.0
+        captioned = False
+        trace = None
+        for event in events:
+            if control is not None and control.stop.is_set():
+                return None   # Stop has rendered the final view; a late yield must not overwrite it
+            if event[0] == "status":
+                yield self.status_only(event[1])
+                continue
+            _, trace, done = event
+            latest[:] = [trace]
+            if done:
+                return trace
+            now = time.monotonic()
+            if now - last_text < TEXT_INTERVAL_S:
+                continue   # the next update carries these tokens too
+            last_text = now
+            with_plots = now - last_plot >= LIVE_VIEW_INTERVAL_S
+            last_plot = now if with_plots else last_plot
+            values = self.live_view(trace, with_plots)
+            if not captioned:   # the step-through waits for the race; say so once, not per update
+                captioned = True
+                values["caption"] = narrate.racing_caption_html()
+            yield self.outputs.pack(**values)
+        return trace
+
+    def stop(self, trace, request: gr.Request | None = None):
+        control = self.controls.pop(session_of(request), None)
+        if control is not None:
+            control.close()
+        if trace is None:
+            return self.status_only("Stopped.")
+        return self.outputs.pack(**self.full_view(trace, status_text="Stopped. The run so far is kept for replay."))
+
+    # -- stepping and replay -------------------------------------------------------------------------
+
+    def show_step(self, trace, upto):
+        if trace is None:
+            return self.outputs.pack()
+        # Only the step-dependent views change; the state, file, hardware panel and status stay.
+        values = self.full_view(trace, upto, with_file=False)
+        return self.outputs.pack(**{name: values[name] for name in STEP_OUTPUTS})
+
+    def shift(self, trace, upto, delta: int):
+        if trace is None:
+            return self.outputs.pack()
+        return self.show_step(trace, max(0, min(len(trace.order), int(upto or 0) + delta)))
+
+    def previous(self, trace, upto):
+        return self.shift(trace, upto, -1)
+
+    def next(self, trace, upto):
+        return self.shift(trace, upto, 1)
+
+    def load_trace(self, path):
+        if not path:
+            return self.outputs.pack()
+        try:
+            trace = RaceTrace.from_json(Path(path).read_bytes(), max_bytes=self.limits.max_trace_bytes)
+        except SpecVizError as exc:
+            raise gr.Error(str(exc), print_exception=False) from None
+        except OSError as exc:
+            raise gr.Error(f"could not read the uploaded file: {exc}", print_exception=False) from None
+        return self.outputs.pack(**self.full_view(
+            trace, with_file=False, status_text=f"Replaying an uploaded trace: {len(trace.order)} steps, "
+                                                f"{', '.join(trace.methods)} on {trace.target_name or 'unknown model'}."))
+
+    # -- workshop mode -------------------------------------------------------------------------------
+
+    @staticmethod
+    def what_if(trace, n, d, w, ngram, g, profile):
+        try:
+            return whatif.panel_html(trace, int(n), int(d), int(w), int(ngram), int(g), profile)
+        except Exception as exc:   # a prediction must never break the page
+            return f'<div style="color:#b91c1c">the prediction failed: {html.esc(str(exc))}</div>'
+
+    @staticmethod
+    def load_profile(path):
+        if not path:
+            return None, "Costs: this machine's (or this run's) measured t(n)."
+        try:
+            profile = whatif.load_profile(path)
+        except SpecVizError as exc:
+            raise gr.Error(str(exc), print_exception=False) from None
+        return profile, f"Costs: the uploaded profile ({profile['name']}), {len(profile['target_ms'])} sizes."
+
+    @staticmethod
+    def sync_sliders(trace):
+        """Start the what-if sliders at the sizes the run actually used."""
+        out = {name: gr.skip() for name in WHATIF_SIZES}
+        for m, names in (("sequoia", ("tree_budget", "tree_depth")), ("lookahead", ("window", "ngram", "guesses"))):
+            run = trace.runs.get(m) if trace else None
+            settings = run.settings if run is not None and isinstance(run.settings, dict) else {}
+            for name in names:
+                value = settings.get(name)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out[name] = int(value)
+        return [out[name] for name in WHATIF_SIZES]
+
+    def apply_workshop(self, name, current_pair) -> dict:
+        """A workshop preset's prompt, sizes and temperature (and pair), with its question; by component."""
+        page = self.page
+        preset = WORKSHOP.get(name)
+        if preset is None:
+            return {page.question: gr.Markdown("", visible=False)}
+        # A preset may pick the model pair too, when this server offers it; otherwise the pair stays,
+        # unless it is a draft another preset picked: then the default pair comes back.
+        model = preset.get("model")
+        if model is None and current_pair in (FEATURE_PRESET, INDEPENDENT_PRESET):
+            model = DEFAULT_PRESET
+        sizes = {**ILLUSTRATIVE_TREE, **ILLUSTRATIVE_LOOKAHEAD}
+        sizes.update({k: preset[k] for k in sizes if k in preset})
+        values = {page.prompt: preset["prompt"], page.temperature: preset["temperature"],
+                  page.max_new_tokens: preset["max_new_tokens"], page.tree: preset.get("tree", "illustrative"),
+                  page.lookahead: preset.get("lookahead", "illustrative"),
+                  **{getattr(page, k): v for k, v in sizes.items()},
+                  page.question: gr.Markdown(f"**Question.** {preset['question']}", visible=True)}
+        if model in self.presets:
+            values[page.model] = model
+        return values

@@ -1,0 +1,221 @@
+"""Running a race for the app: in the worker process, in this process, or under ZeroGPU.
+
+`Racer` is what the page's handlers and the HTTP API share: it takes a validated
+`RaceRequest` and yields ("status", text) and ("trace", RaceTrace, done) events
+wherever the race runs, and turns what can go wrong into one message for a visitor
+(`Racer.failure`). `RaceControl` lets Stop end a session's race; `TraceFiles`
+keeps the downloadable traces; `prune_session_config` keeps a session's state bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import traceback
+import weakref
+from pathlib import Path
+
+import gradio as gr
+
+from ..engine.race import free_accelerator_memory, is_out_of_memory
+from ..engine.worker import WorkerUnavailable
+from ..errors import InvalidInput, SpecVizError
+from ..trace import RaceTrace
+from . import hardware
+
+
+class RaceControl:
+    """Lets the Stop button end this session's race at once (between two steps)."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.race = None     # the in-process race, when the race runs here
+        self.worker = None   # the worker running it, when it runs there
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.worker is not None:
+            self.worker.stop()
+        if self.race is not None:
+            self.race.close()
+
+
+class WorkerOutOfMemory(RuntimeError):
+    """The worker ran out of memory loading or preparing models (it freed them)."""
+
+
+class WorkerRunFailed(RuntimeError):
+    """The worker's race failed with an unexpected error (its message says which)."""
+
+
+def race_events(pairs, limits, control: RaceControl | None, request):
+    """The race run in this process, as ("status", str) and ("trace", RaceTrace, done) events.
+
+    It is the function ZeroGPU runs on the GPU (and the fallback when the worker
+    cannot start), so it takes and yields picklable values only. `request` is validated.
+    """
+    from ..engine import race as engine
+
+    def attach(race):
+        if control is not None:
+            control.race = race
+
+    should_stop = (lambda: control.stop.is_set()) if control is not None else (lambda: False)
+    trace = None
+    for event in engine.race_events(pairs, request, should_stop, on_start=attach,
+                                    max_run_seconds=limits.max_run_seconds):
+        if event[0] == "status":
+            yield event
+        elif event[0] == "start":
+            trace = event[1]   # the live trace: the race appends to it as it steps
+            yield ("trace", trace, False)
+        elif event[0] == "step":
+            yield ("trace", trace, False)
+        elif event[0] == "end":
+            yield ("trace", event[1], True)
+
+
+def worker_race_events(worker, limits, control: RaceControl | None, request):
+    """The same events, from a race the worker process runs; the trace here is a mirror it streams."""
+    if control is not None:
+        control.worker = worker
+    trace = None
+    for event in worker.race(request, limits.max_run_seconds):
+        kind = event[0]
+        if kind == "status":
+            yield event
+        elif kind == "start":
+            trace = event[1]
+            yield ("trace", trace, False)
+        elif kind == "step":
+            _, method, record, finish_reason, error = event
+            run = trace.runs[method]
+            if record is not None:
+                run.steps.append(record)
+                trace.order.append([method, record.step])
+            run.finish_reason, run.error = finish_reason, error
+            if not worker.pending():   # several steps waiting: show them as one update
+                yield ("trace", trace, False)
+        elif kind == "end":
+            yield ("trace", event[1], True)
+        elif kind == "error":
+            _, what, message = event
+            if what == "input":
+                raise InvalidInput(message)
+            if what == "oom":
+                raise WorkerOutOfMemory(message)
+            raise WorkerRunFailed(message)
+
+
+class Racer:
+    """The app's one way to run a race: in its worker when there is one, else in this process
+    (`compute`, which ZeroGPU's `spaces.GPU` may wrap)."""
+
+    def __init__(self, pairs, limits, slot, compute):
+        self.pairs, self.limits, self.slot, self.compute = pairs, limits, slot, compute
+
+    def events(self, request, control: RaceControl | None):
+        """("status", text) and ("trace", RaceTrace, done) events of one race of a validated request."""
+        runner = self.slot.get() if self.slot is not None else None
+        if runner is not None:
+            yield from worker_race_events(runner, self.limits, control, request)
+            return
+        events = self.compute(control, request)
+        try:
+            if self.slot is not None and self.slot.failed:
+                yield ("status", f"Decoding in the app's own process: the worker could not start "
+                                 f"({self.slot.failed}). Speeds may be lower than standalone.")
+            yield from events
+        finally:
+            events.close()   # runs the race's `finally` now (caches freed), not at garbage collection
+
+    def failure(self, exc: Exception) -> str:
+        """The one line a visitor reads for a race that raised `exc`; frees what the failure left behind."""
+        if isinstance(exc, SpecVizError):
+            return str(exc)
+        if isinstance(exc, WorkerUnavailable):
+            self.slot.discard()   # the next run starts a fresh worker
+            return f"the decoding worker stopped unexpectedly ({exc}); the next run starts a new one"
+        if isinstance(exc, WorkerRunFailed):
+            return f"the run failed: {exc}"
+        if isinstance(exc, WorkerOutOfMemory) or is_out_of_memory(exc):   # e.g. while loading
+            self.pairs.clear()   # drop loaded weights too: the next run reloads what it needs
+            free_accelerator_memory()
+            return ("out of memory while loading or preparing the models; the server freed "
+                    "its memory: try a smaller model pair or fewer new tokens")
+        traceback.print_exc()   # not a user's mistake: the server's log keeps where it happened
+        return f"the run failed: {type(exc).__name__}: {exc}"
+
+
+class TraceFiles:
+    """Downloadable trace files in one folder of this app, the oldest removed beyond `keep`.
+
+    Gradio copies each file into its own cache (purged by `delete_cache`) when it is
+    sent, so only the last few need to stay here; a long-running Space's disk stays bounded.
+    """
+
+    def __init__(self, keep: int = 32):
+        self.keep = keep
+        self.folder = Path(tempfile.mkdtemp(prefix="specviz-traces-"))
+        self.lock = threading.Lock()
+        weakref.finalize(self, shutil.rmtree, self.folder, True)   # gone when the app is
+
+    def write(self, trace: RaceTrace) -> str:
+        with self.lock:
+            folder = Path(tempfile.mkdtemp(dir=self.folder))   # one folder each: the download keeps its name
+            path = folder / "specviz-trace.json"
+            path.write_text(trace.to_json())
+            old = sorted(self.folder.iterdir(), key=lambda p: p.stat().st_mtime)[:-self.keep]
+            for stale in old:
+                for f in stale.iterdir():
+                    f.unlink(missing_ok=True)
+                stale.rmdir()
+            return str(path)
+
+
+def prune_session_config(demo: gr.Blocks, session_hash: str | None) -> int:
+    """Drop the stale component copies Gradio leaves in one session's config; returns how many.
+
+    Gradio 6 answers each `gr.skip()` for an output by building a new component (with a
+    fresh id) as this session's copy of it; the next real value for that output then files
+    that copy under its fresh id too, with the serialised value (a whole Plotly figure) in
+    `config_values`. Nothing removes those entries, and a streamed race skips the throttled
+    figures on most steps, so one session's state grew by ~2 MB per run (issue #8's soak).
+    Only the ids of the app's own components are ever looked up again, so every other entry
+    is dropped: a session's state stays bounded however many races it runs.
+    """
+    try:
+        session = demo.state_holder.session_data.get(session_hash)
+        if session is None:
+            return 0
+        live = demo.blocks   # id -> every component and layout block of this app (no gr.render here)
+        dropped = 0
+        for table in (session.blocks_config.blocks, session.config_values):
+            for key in list(table):   # a snapshot: Gradio may set entries from its event loop meanwhile
+                if key not in live:
+                    table.pop(key, None)
+                    dropped += 1
+        return dropped
+    except AttributeError:   # another Gradio layout of the session state: leave it alone
+        return 0
+
+
+def use_worker(env=None) -> bool:
+    """Decode in a worker process unless SPECVIZ_WORKER=0 (see specviz.engine.worker)."""
+    env = os.environ if env is None else env
+    return env.get("SPECVIZ_WORKER", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def contention_note(trace: RaceTrace) -> str:
+    """A warning when the race's forwards ran far slower than this machine's profiled t(n)."""
+    from ..engine.race import CONTENDED_RATIO, forward_slowdown
+
+    curve = hardware.target_curve(hardware.plans_for(trace))
+    slowdown = forward_slowdown(trace.runs.values(), curve)
+    if slowdown is None or slowdown < CONTENDED_RATIO:
+        return ""
+    return (f" ⚠ The target's forwards ran {slowdown:.1f}x slower than this machine runs them undisturbed: "
+            "something else was using the processor (another program, or a busy browser tab on the same "
+            "machine), so the speeds above are lower than the decoders' own and their ratios may be off.")

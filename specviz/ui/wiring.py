@@ -1,0 +1,69 @@
+"""Which event of which component runs which handler, and which endpoints the HTTP API lists.
+
+Public endpoints: `/race` (one race as JSON, see `api`), and the page's own events:
+`/race_stream` (the Start button's streaming race, whose outputs are the page's
+components), `/stop`, `/show_step`, `/prev`, `/next`, `/load_trace`. Everything else
+(what-if, workshop, examples) is private to the page.
+"""
+
+from __future__ import annotations
+
+import os
+
+import gradio as gr
+
+from ..request import CUSTOM, RaceRequest
+from .api import RaceApi, takes_race_settings
+from .content import EXAMPLES
+from .controls import Page
+from .handlers import WHATIF_SIZES, PageHandlers
+
+
+def wire(page: Page, handlers: PageHandlers, defaults: RaceRequest) -> None:
+    """Connect every event of the page, and add the `/race` endpoint."""
+    outputs = page.race_outputs.components
+    # No progress overlay: Gradio animates a spinner and a timer on every output for the
+    # whole race, which alone kept a same-machine browser's renderer busy; the status
+    # line and the streaming columns show progress instead.
+    run_event = page.run_btn.click(
+        takes_race_settings(handlers.race, stream=True), page.race_inputs(), outputs, api_name="race_stream",
+        api_description="The page's own race: streams the page's components (texts, views, status). "
+                        "For one race as one JSON result, call /race.", concurrency_limit=1, concurrency_id="race",
+        show_progress=os.environ.get("SPECVIZ_PROGRESS", "hidden"))
+    page.stop_btn.click(handlers.stop, [page.trace], outputs, cancels=[run_event], api_name="stop", queue=False)
+    stepping = [page.trace, page.step_slider]
+    page.step_slider.release(handlers.show_step, stepping, outputs, api_name="show_step", show_progress="hidden")
+    # Not queued: stepping (also by the arrow keys) answers at once, even while another race runs.
+    page.prev_btn.click(handlers.previous, stepping, outputs, api_name="prev", show_progress="hidden", queue=False)
+    page.next_btn.click(handlers.next, stepping, outputs, api_name="next", show_progress="hidden", queue=False)
+    load_event = page.upload.upload(handlers.load_trace, [page.upload], outputs, api_name="load_trace")
+    _wire_whatif(page, handlers, (run_event, load_event))
+    _wire_workshop(page, handlers)
+    # The same queue as the page's race: one race at a time, whoever asks.
+    gr.api(RaceApi(handlers, served_by=page.trace_file).endpoint(defaults), api_name="race",
+           concurrency_limit=1, concurrency_id="race")
+
+
+def _wire_whatif(page: Page, handlers: PageHandlers, new_trace_events) -> None:
+    """Workshop mode: the what-if panel follows the sliders, an uploaded profile and each new trace."""
+    sliders = [page.wi_sliders[name] for name in WHATIF_SIZES]
+    inputs = [page.trace, *sliders, page.profile]
+    private = dict(api_visibility="private", queue=False)
+    for event in new_trace_events:
+        event.then(handlers.sync_sliders, [page.trace], sliders, **private).then(
+            handlers.what_if, inputs, page.whatif_html, **private)
+    for slider in sliders:
+        slider.release(handlers.what_if, inputs, page.whatif_html, show_progress="hidden", **private)
+    for listener in (page.wi_profile.upload, page.wi_profile.clear):
+        listener(handlers.load_profile, [page.wi_profile], [page.profile, page.wi_note],
+                 api_visibility="private").then(handlers.what_if, inputs, page.whatif_html, **private)
+
+
+def _wire_workshop(page: Page, handlers: PageHandlers) -> None:
+    set_by_preset = [page.model, page.prompt, page.temperature, page.max_new_tokens, page.tree, page.tree_budget,
+                     page.tree_depth, page.lookahead, page.window, page.ngram, page.guesses, page.question]
+    private = dict(api_visibility="private", queue=False)
+    page.workshop.change(handlers.apply_workshop, [page.workshop, page.model], set_by_preset, **private)
+    for button, text in zip(page.example_buttons, EXAMPLES.values()):
+        button.click(lambda t=text: t, None, page.prompt, **private)
+    page.model.change(lambda p: gr.Row(visible=p == CUSTOM), page.model, page.custom_row, **private)
