@@ -42,7 +42,7 @@ PRESETS = {
 }
 CUSTOM = "Custom model ids…"
 
-Dtype = Literal["auto", "fp32", "bf16"]
+Dtype = Literal["auto", "fp32", "bf16", "fp16"]
 # Sizing modes: 'auto' = fastest on this hardware, 'illustrative' = shapes that teach (several levels;
 # their cost is shown), 'manual' = the numbers given; Sequoia's tree may also be 'adaptive' (grown each
 # step from the draft's confidence, EAGLE-2's dynamic tree, within its own limits).

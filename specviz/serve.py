@@ -11,6 +11,7 @@ path: a decoding worker process and the device torch finds.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Mapping
 
 from .hosting import HostingLimits, on_zerogpu, zerogpu_duration, zerogpu_race_seconds
@@ -29,10 +30,11 @@ def zerogpu_spaces(env: Mapping[str, str] | None = None):
 class ZeroGpu:
     """ZeroGPU's `spaces.GPU` around the race generator, asking per race for what that race needs.
 
-    `pairs` holds the pairs loaded at start-up; a race's seconds come from its request (methods, new
-    tokens, whether an `auto` size still has to be measured) and this GPU's measured t(1) once a race
-    has measured it, at most `cap` (SPECVIZ_ZEROGPU_DURATION). The race's own clock stops it
-    ZEROGPU_SETUP_S before that, with its tokens kept (`HostingLimits.within_gpu_call`).
+    `build_demo` wraps its generator with this (`__call__`) and fits each race's run limit inside
+    `seconds(request)`. The seconds come from the request (methods, new tokens, whether an `auto` size
+    still has to be measured on this GPU) and this GPU's t(1) once a race has measured it, at most `cap`
+    (SPECVIZ_ZEROGPU_DURATION); the race's own clock stops it ZEROGPU_SETUP_S before that, with its
+    tokens kept (`HostingLimits.within_gpu_call`).
     """
 
     def __init__(self, spaces, pairs, cap: float):
@@ -40,40 +42,43 @@ class ZeroGpu:
         self.pairs = pairs
         self.cap = cap
 
-    def wrap(self, compute, request_of):
-        """`compute` under `spaces.GPU`, with a dynamic duration: ZeroGPU calls `duration` with the
-        generator's own arguments, and `request_of(*args)` finds the race request among them."""
-        return self.spaces.GPU(duration=lambda *args, **kwargs: self.seconds(request_of(*args, **kwargs)))(compute)
+    def __call__(self, compute):
+        # ZeroGPU calls `duration` with the generator's own arguments: (control, request).
+        return self.spaces.GPU(duration=lambda control, request: self.seconds(request))(compute)
 
     def seconds(self, request) -> int:
-        methods = list(request["methods"])
-        forward_ms, measured = self.measured_forward_ms(request)
-        options = request.get("options") or {}
-        auto = any(m in ("sequoia", "lookahead") and all(
-            v is None for k, v in options.get(m, {}).items() if k != "pool_from_prompt") for m in methods)
-        return zerogpu_race_seconds(methods, int(request["max_new_tokens"]), forward_ms=forward_ms,
-                                    sizing=auto and not measured, cap=self.cap)
+        """Seconds for one race of a validated `specviz.request.RaceRequest`."""
+        options = request.method_options()
+        auto = any(all(v is None for k, v in options[m].items() if k not in ("tree", "pool_from_prompt"))
+                   for m in options if m in ("sequoia", "lookahead"))
+        forward_ms = self.measured_forward_ms(request)
+        return zerogpu_race_seconds(request.methods, int(request.max_new_tokens), forward_ms=forward_ms,
+                                    sizing=auto and forward_ms is None, cap=self.cap)
 
-    def measured_forward_ms(self, request) -> tuple[float | None, bool]:
-        """This GPU's t(1) for the request's target when a race here has measured it (else None), and
-        whether it has: a loaded pair whose curve is cached needs no sizing run."""
+    def measured_forward_ms(self, request) -> float | None:
+        """This GPU's t(1) for the request's target when a race here has measured it, else None (and
+        then an `auto` size still has to be measured)."""
         from .engine.profiler import cached_forward_curve
 
-        pair = self.pairs.loaded(request["target"], request.get("draft"), request.get("dtype") or "auto")
-        if pair is None:
-            return None, False
-        curve = cached_forward_curve(pair.target, pair.key + ":target")
-        return (curve[1], True) if curve else (None, False)
+        target, draft = request.models()
+        pair = self.pairs.loaded(target, draft, request.dtype or "auto")
+        curve = cached_forward_curve(pair.target, pair.key + ":target") if pair is not None else None
+        return curve[1] if curve else None
 
 
 def preload_pairs(pairs, limits: HostingLimits) -> list[tuple]:
-    """Load every preset pair this deployment serves (gated ones need a token) now, onto the GPU."""
-    from .ui.layout import PRESETS, allowed_presets
+    """Load every preset pair this deployment serves (gated ones only with a token) now. A pair that
+    fails to load is reported and left to load when a race asks for it: the app still starts."""
+    from .request import PRESETS, allowed_presets
 
     loaded = []
     for label in allowed_presets(limits):
         target, draft = PRESETS[label]
-        pairs.get(target, draft, "auto")
+        try:
+            pairs.get(target, draft, "auto")
+        except Exception as exc:   # the Hub unreachable at start-up, say: the page says so on first use
+            print(f"specviz: could not preload {label}: {exc}", file=sys.stderr)
+            continue
         loaded.append((target, draft))
     return loaded
 
@@ -86,11 +91,14 @@ def make_demo(env: Mapping[str, str] | None = None):
 
     if spaces is None:
         return build_demo()
-    limits = HostingLimits.from_env(env)
-    from .ui.layout import PRESETS
+    import torch
 
-    # Every preset stays loaded (one pair more for a custom id or another precision), on `cuda`.
-    pairs = PairCache(max_pairs=len(PRESETS) + 1, device="cuda")
+    from .request import PRESETS
+
+    limits = HostingLimits.from_env(env)
+    # Every preset stays loaded (one pair more for a custom id or another precision), on `cuda`
+    # (emulated by ZeroGPU outside a call; a machine with no GPU at all keeps torch's own choice).
+    pairs = PairCache(max_pairs=len(PRESETS) + 1, device="cuda" if torch.cuda.is_available() else None)
     preload_pairs(pairs, limits)
     return build_demo(gpu=ZeroGpu(spaces, pairs, cap=zerogpu_duration(env)), pairs=pairs)
 

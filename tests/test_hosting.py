@@ -53,28 +53,74 @@ def test_zerogpu_call_outlasts_the_race_it_runs():
     assert hosted.within_gpu_call(12).max_run_seconds == 6                         # half, never <= 0
 
 
-def test_app_asks_zerogpu_for_the_hosted_duration(monkeypatch):
-    # app.py as a ZeroGPU Space runs it: `spaces` importable, `spaces.GPU(duration=...)` a decorator.
+class StandInSpaces:
+    """The `spaces` package as app.py meets it on a Space: `spaces.GPU(duration=...)` a decorator.
+    It records what it is asked and runs the function as it is (here, on the CPU)."""
+
+    def __init__(self):
+        self.durations, self.wrapped = [], []
+
+    def GPU(self, fn=None, *, duration=60):
+        self.durations.append(duration)
+        return lambda f: self.wrapped.append(f) or f
+
+
+def run_app(monkeypatch, env: dict) -> tuple:
+    """app.py run as a Space runs it, with a stand-in `spaces` importable and `env` set."""
     import runpy
     import sys
     import types
     from pathlib import Path
 
-    asked, wrapped = [], []
-
-    def GPU(fn=None, *, duration=60):
-        asked.append(duration)
-        return lambda f: wrapped.append(f) or f
-
-    monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=GPU))
-    monkeypatch.setenv("SPECVIZ_ZEROGPU_DURATION", "110")
+    spaces = StandInSpaces()
+    monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=spaces.GPU))
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     app = Path(__file__).resolve().parent.parent / "app.py"
-    namespace = runpy.run_path(str(app), run_name="app_under_zerogpu")
+    return runpy.run_path(str(app), run_name="app_on_a_space")["demo"], spaces
+
+
+def test_a_space_without_zerogpu_keeps_the_ordinary_path(monkeypatch):
+    # Every Gradio Space can import `spaces` (a T4, a CPU Space): only SPACES_ZERO_GPU switches it on.
+    demo, spaces = run_app(monkeypatch, {"SPACE_ID": "org/specviz"})
     try:
-        assert asked == [110] and len(wrapped) == 1
-        assert getattr(namespace["demo"], "specviz_worker_slot", None) is None   # no worker under ZeroGPU
+        assert spaces.durations == [] and spaces.wrapped == []
+        assert demo.specviz_worker_slot is not None   # the decoding worker process, as locally
+        assert demo.specviz_pairs.pairs == {}         # nothing loaded before a race asks
     finally:
-        namespace["demo"].close()
+        demo.close()
+
+
+def test_zerogpu_preloads_the_pairs_and_asks_per_race(monkeypatch):
+    from gradio_client import Client
+
+    from helpers import served
+    from specviz.hosting import ZEROGPU_SETUP_S, HostingLimits
+    from specviz.request import RaceRequest
+
+    served_models = "default,feature,independent"
+    demo, spaces = run_app(monkeypatch, {"SPACE_ID": "org/specviz", "SPACES_ZERO_GPU": "true",
+                                         "SPECVIZ_ALLOWED_MODELS": served_models, "SPECVIZ_ZEROGPU_DURATION": "110"})
+    try:
+        assert len(spaces.wrapped) == 1 and demo.specviz_worker_slot is None   # no worker under ZeroGPU
+        # Every preset pair this Space serves is loaded before the first visitor, onto the GPU where there is one.
+        assert {(t, d) for t, d, _ in demo.specviz_pairs.pairs} == {
+            ("default", None), ("default", "feature"), ("default", "independent")}
+        # ZeroGPU calls the duration with the generator's arguments: each race asks for its own seconds.
+        duration = spaces.durations[0]
+        limits = HostingLimits.from_env()
+        small = duration(None, RaceRequest(prompt="Hi", methods=("ar",), max_new_tokens=16).validated(limits))
+        large = duration(None, RaceRequest(prompt="Hi", max_new_tokens=256).validated(limits))
+        assert ZEROGPU_SETUP_S < small < large <= 110
+        with served(demo) as url:   # a race through /race uses the preloaded pair and loads nothing more
+            result = Client(url, verbose=False).predict(
+                "Write a haiku about trees", max_new_tokens=8, tree="manual", tree_budget=6, tree_depth=3,
+                lookahead="manual", window=3, ngram=3, guesses=3, api_name="/race")
+        assert all(run["tokens"] == 8 and run["error"] is None for run in result["methods"].values())
+        assert len(demo.specviz_pairs.pairs) == 3
+    finally:
+        demo.close()
 
 
 @pytest.mark.parametrize("capability, dtype", [((7, 5), "fp16"), ((8, 0), "bf16"), ((9, 0), "bf16"),

@@ -216,8 +216,9 @@ class PairCache:
     weights leaks nothing between visitors. One lock serialises loading.
     """
 
-    def __init__(self, max_pairs: int = 2):
+    def __init__(self, max_pairs: int = 2, device: str | None = None):
         self.max_pairs = max_pairs
+        self.device = device   # None: the GPU when there is one (`load_pair`'s choice)
         self.pairs: dict[tuple, object] = {}
         self.lock = threading.Lock()
 
@@ -229,8 +230,13 @@ class PairCache:
             if key not in self.pairs:
                 while len(self.pairs) >= self.max_pairs:   # evict the oldest to bound memory
                     self.pairs.pop(next(iter(self.pairs)))
-                self.pairs[key] = load_pair(target, draft, dtype=dtype)
+                self.pairs[key] = load_pair(target, draft, dtype=dtype, device=self.device)
             return self.pairs[key]
+
+    def loaded(self, target: str, draft: str | None, dtype: str):
+        """The pair if it is loaded already, else None (never loads)."""
+        with self.lock:
+            return self.pairs.get((target, draft, dtype))
 
     def clear(self) -> None:
         with self.lock:

@@ -92,20 +92,23 @@ def initial_request(defaults: dict | None, limits, presets: list[str]) -> RaceRe
 
 
 def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = None,
-               gpu_duration: float | None = None) -> gr.Blocks:
-    """The app. `gpu` wraps the compute generator (ZeroGPU's `spaces.GPU`) when given, and
-    `gpu_duration` is the seconds that wrapper grants one race (the run limit fits inside it);
-    `defaults` overrides the controls' initial values and the HTTP API's defaults alike (tests pin
-    small explicit sizes); `worker` decodes in a worker process (default: yes, except under
-    ZeroGPU or SPECVIZ_WORKER=0)."""
-    pairs = PairCache()
+               gpu_duration: float | None = None, pairs: PairCache | None = None) -> gr.Blocks:
+    """The app. `gpu` wraps the compute generator (ZeroGPU's `spaces.GPU`) when given; when it also
+    has `seconds(request)` (`specviz.serve.ZeroGpu`), each race's run limit fits the seconds it
+    asked for, else `gpu_duration` is the seconds every call is granted. `defaults` overrides the
+    controls' initial values and the HTTP API's defaults alike (tests pin small explicit sizes);
+    `worker` decodes in a worker process (default: yes, except under ZeroGPU or SPECVIZ_WORKER=0);
+    `pairs` are model pairs loaded beforehand (ZeroGPU's, placed on the GPU at start-up)."""
+    pairs = PairCache() if pairs is None else pairs
     limits = hosting_limits()
     if gpu_duration is not None:
         limits = limits.within_gpu_call(gpu_duration)
+    seconds_for = getattr(gpu, "seconds", None)
 
     def compute(control, request):
         # A closure, so ZeroGPU pickles only the request and the yields, never the model cache.
-        yield from race_events(pairs, limits, control, request)
+        race_limits = limits if seconds_for is None else limits.within_gpu_call(seconds_for(request))
+        yield from race_events(pairs, race_limits, control, request)
 
     if gpu is not None:
         compute = gpu(compute)
@@ -129,6 +132,7 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
 
     demo.queue(max_size=limits.queue_size, default_concurrency_limit=1)
     demo.specviz_worker_slot = slot   # for the tests and for whoever embeds the app: None = in-process
+    demo.specviz_pairs = pairs
     if slot is not None:
         close_server = demo.close
 
