@@ -161,15 +161,8 @@ def unknown_flags(help_text: str, used: dict[str, set[str]]) -> dict[str, set[st
             if flag and not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text)}
 
 
-# `specviz app` is documented ahead of its merge (it comes with the branch that adds it); until then its
-# check is an expected failure that says so, never a silent skip.
-ARRIVING = {"app"}
-
-
 @pytest.mark.parametrize("sub", specviz_commands())
 def test_each_specviz_command_shown_answers_help_and_knows_its_flags(sub):
-    if sub in ARRIVING and sub not in subcommands():
-        pytest.xfail(f"`specviz {sub}` is not on this branch yet")
     pages = shown()[("specviz", sub)]
     assert not sub or sub in subcommands(), f"`specviz {sub}` is shown in {sorted(pages[''])} but is no command"
     done = run_help("-m", "specviz", *([sub] if sub else []))
