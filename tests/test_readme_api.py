@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-gradio_client = pytest.importorskip("gradio_client")
-gr = pytest.importorskip("gradio")   # module level: Gradio resolves handlers' `gr.Request` annotations here
+# Required dependencies: a missing one fails collection loudly instead of skipping.
+import gradio as gr  # noqa: E402,F401   module level: Gradio resolves handlers' `gr.Request` annotations here
+import gradio_client  # noqa: E402
 
 from helpers import served  # noqa: E402
 
