@@ -54,8 +54,9 @@ def tiny_pair(vocab_size: int = 6, target_seed: int = 0, draft_seed: int | None 
                      f"tiny-{draft_seed}", torch.device("cpu"), torch.float32)
 
 
-def tiny_feature_pair(taps: tuple[int, ...] = (), logit_scale: float = 3.0) -> ModelPair:
-    """A tiny target with a feature (EAGLE-style) draft built from it and perturbed, so it disagrees often."""
+def tiny_feature_pair(taps: tuple[int, ...] = (), logit_scale: float = 3.0, noise: float = 0.3) -> ModelPair:
+    """A tiny target with a feature (EAGLE-style) draft built from it and perturbed (weights + noise x N(0, 1)),
+    so it disagrees often."""
     from specviz.draft.feature import FeatureDraft
 
     pair = tiny_pair(draft_seed=None, logit_scale=logit_scale)
@@ -63,7 +64,7 @@ def tiny_feature_pair(taps: tuple[int, ...] = (), logit_scale: float = 3.0) -> M
     draft = FeatureDraft(pair.target, torch.arange(pair.target.config.vocab_size), torch.float32, taps)
     with torch.no_grad():
         for p in draft.parameters():
-            p.add_(0.3 * torch.randn_like(p))
+            p.add_(noise * torch.randn_like(p))
     draft.eval().requires_grad_(False)
     return ModelPair(pair.target, draft, pair.tokenizer, pair.target_name, "tiny-feature", pair.device, pair.dtype)
 
