@@ -27,7 +27,6 @@ sys.path.insert(0, str(ROOT / "tests"))
 from mutants import MUTANTS  # noqa: E402
 
 VERIFY_RULES = ["tests/test_verification.py", "-k", "enumeration or by_sampling or rule_is_exact"]
-TINY_SEQUOIA = ["tests/test_sampling_exact.py", "-k", "test_sampling_is_exact and sequoia-independent-fixed and T1"]
 GREEDY_SEQUOIA = ["tests/test_sequoia.py", "-k", "greedy_equals_autoregressive and (chain or dp8)"]
 # The tests each mutant is run against: narrow enough to be quick, chosen so a killed mutant says which
 # kind of test guards that part of the core.
@@ -36,8 +35,8 @@ SELECTIONS = {
     "rejected-left-in-q": VERIFY_RULES,
     "bonus-from-raw-target": VERIFY_RULES,
     "lookahead-fallback-raw-p": ["tests/test_lookahead.py", "-k", "sampling_verify"],
-    "tree-positions-off-by-one": TINY_SEQUOIA,
-    "tree-mask-skips-self": TINY_SEQUOIA,
+    "tree-positions-off-by-one": GREEDY_SEQUOIA,
+    "tree-mask-skips-self": GREEDY_SEQUOIA,
     "kv-keeps-rejected-slot": GREEDY_SEQUOIA,
     "sampler-ignores-temperature": ["tests/test_sampling_exact.py", "-k", "test_sampling_is_exact and ar and T0.6"],
 }
