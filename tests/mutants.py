@@ -22,7 +22,7 @@ class Mutant:
     name: str
     module: str        # where the function is defined
     function: str      # "name" or "Class.method"
-    old: str           # source text that must occur exactly once in the function
+    old: str           # source text that must occur exactly once in the function (a method's dedented)
     new: str
     bug: str           # what the planted bug is, in words
 
@@ -41,14 +41,15 @@ MUTANTS = [
            "            final = probs if residual is None else residual\n", "            final = probs\n",
            "Lookahead's fallback token is drawn from P, rejected candidates' tokens included"),
     Mutant("tree-positions-off-by-one", "specviz.sequoia.tree", "TreeTensors.__init__",
-           "torch.tensor(shape.depths, dtype=torch.long", "torch.tensor([d + 1 for d in shape.depths], dtype=torch.long",
+           "torch.tensor(shape.depths, dtype=torch.long",
+           "torch.tensor([d + 1 for d in shape.depths], dtype=torch.long",
            "every tree node sits one position too far from the root"),
     Mutant("tree-mask-skips-self", "specviz.sequoia.tree", "TreeShape.ancestor_matrix",
-           "            row[i] = True\n", "            row[max(i - 1, 0)] = True\n",
+           "        row[i] = True\n", "        row[max(i - 1, 0)] = True\n",
            "a tree node attends to the node before it instead of itself (off by one in the mask)"),
     Mutant("kv-keeps-rejected-slot", "specviz.sequoia.decoder", "SequoiaDecoder._compact",
-           "        keep = torch.tensor(path, dtype=torch.long, device=self.device) + root_slot\n",
-           "        keep = torch.arange(len(path), dtype=torch.long, device=self.device) + root_slot\n",
+           "    keep = torch.tensor(path, dtype=torch.long, device=self.device) + root_slot\n",
+           "    keep = torch.arange(len(path), dtype=torch.long, device=self.device) + root_slot\n",
            "cache compaction keeps the first len(path) tree slots, rejected siblings included"),
     Mutant("sampler-ignores-temperature", "specviz.engine.sampling", "probs_from_logits",
            "    scores = logits.float() / cfg.temperature\n", "    scores = logits.float()\n",

@@ -150,3 +150,13 @@ def test_the_sample_size_has_power_against_a_wrong_temperature(setting):
     exact = exact_distribution(model, [1, 2, 3], sampling, N_TOKENS)
     wrong = exact_distribution(model, [1, 2, 3], shifted_temperature(sampling, WRONG_TEMPERATURE), N_TOKENS)
     assert chi_square_power(exact, wrong, N_SAMPLES, ALPHA) >= 0.99
+
+
+def test_every_mutant_can_still_be_planted():
+    """The controls and `scripts/mutation_check.py` plant these bugs by rewriting source text: after a
+    refactor that moved the text, this fails and names the mutant to re-point, rather than testing nothing."""
+    from mutants import MUTANTS
+
+    for mutant in MUTANTS:
+        with mutated(mutant.name):
+            pass
