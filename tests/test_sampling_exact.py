@@ -6,7 +6,8 @@ and transformers' warpers). The first token comes from the prefill, so a specula
 to 4th, and the fixed tree is four levels deep.
 
 A test that cannot fail proves nothing, so every family also has negative controls at the same N, which
-the same check must reject: a sampler at a 12% too high temperature and, where the family has them, a
+the same check must reject: the autoregressive sampler at a 12% too high temperature (and a power
+calculation for that error against every family's target), and for the speculative families a
 verification with a planted bug (`mutants.py`: no residual, a rejected token left in q, Lookahead's
 fallback drawn from P). The tiny models' logits are scaled so that each setting's distributions are
 neither flat (a flat one hides a wrong temperature) nor nearly deterministic (one hides everything).
