@@ -18,3 +18,14 @@ def pair_fp32():
 
     torch.manual_seed(0)
     return load_pair("default", "self", device="cpu", dtype="fp32")
+
+
+def pytest_configure(config):
+    """SPECVIZ_MUTANT=name plants one of `mutants.MUTANTS` for the whole run (`scripts/mutation_check.py`)."""
+    import os
+
+    name = os.environ.get("SPECVIZ_MUTANT")
+    if name:
+        import mutants
+
+        mutants.apply(name)

@@ -3,6 +3,9 @@
 Tiny models (vocabulary of a few tokens, two layers) make the exact
 autoregressive distribution of the first few generated tokens computable by
 enumeration, which is what the statistical exactness tests compare against.
+That reference is independent of the package's own sampling code: float64
+logits through transformers' temperature / top-k / top-p warpers, so a
+decoder and its reference never share a bug in `probs_from_logits`.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ from contextlib import contextmanager
 import torch
 from scipy import stats
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, TemperatureLogitsWarper,
+                          TopKLogitsWarper, TopPLogitsWarper)
 
 from specviz.engine.models import ModelPair
-from specviz.engine.sampling import SamplingConfig, probs_from_logits
+from specviz.engine.sampling import SamplingConfig
 
 
 def tiny_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
@@ -41,41 +45,90 @@ def tiny_model(vocab_size: int = 6, seed: int = 0, layers: int = 2, logit_scale:
     return model.float().eval()
 
 
-def tiny_pair(vocab_size: int = 6, target_seed: int = 0, draft_seed: int | None = 1) -> ModelPair:
+def tiny_pair(vocab_size: int = 6, target_seed: int = 0, draft_seed: int | None = 1,
+              logit_scale: float = 3.0) -> ModelPair:
     """Target and a deliberately different draft (draft_seed=None: the target drafts for itself)."""
-    target = tiny_model(vocab_size, target_seed)
-    draft = target if draft_seed is None else tiny_model(vocab_size, draft_seed, layers=1)
+    target = tiny_model(vocab_size, target_seed, logit_scale=logit_scale)
+    draft = target if draft_seed is None else tiny_model(vocab_size, draft_seed, layers=1, logit_scale=logit_scale)
     return ModelPair(target, draft, tiny_tokenizer(vocab_size), f"tiny-{target_seed}",
                      f"tiny-{draft_seed}", torch.device("cpu"), torch.float32)
 
 
+def tiny_feature_pair(taps: tuple[int, ...] = (), logit_scale: float = 3.0, noise: float = 0.3) -> ModelPair:
+    """A tiny target with a feature (EAGLE-style) draft built from it and perturbed (weights + noise x N(0, 1)),
+    so it disagrees often."""
+    from specviz.draft.feature import FeatureDraft
+
+    pair = tiny_pair(draft_seed=None, logit_scale=logit_scale)
+    torch.manual_seed(3)
+    draft = FeatureDraft(pair.target, torch.arange(pair.target.config.vocab_size), torch.float32, taps)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(noise * torch.randn_like(p))
+    draft.eval().requires_grad_(False)
+    return ModelPair(pair.target, draft, pair.tokenizer, pair.target_name, "tiny-feature", pair.device, pair.dtype)
+
+
+def reference_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """The sampling distribution in float64, by transformers' warpers (temperature, then top-k, then top-p),
+    written apart from `specviz.engine.sampling`."""
+    scores = logits.double().reshape(-1, logits.shape[-1])
+    scores = TemperatureLogitsWarper(float(sampling.temperature))(None, scores)
+    if sampling.top_k > 0:
+        scores = TopKLogitsWarper(int(sampling.top_k))(None, scores)
+    if sampling.top_p < 1.0:
+        scores = TopPLogitsWarper(float(sampling.top_p))(None, scores)
+    return scores.softmax(dim=-1).reshape(logits.shape)
+
+
 @torch.inference_mode()
-def exact_distribution(model, prompt_ids: list[int], sampling: SamplingConfig, n_tokens: int = 3) -> dict:
-    """P(first n generated tokens = s) for every sequence s, by enumerating the vocabulary."""
+def exact_distribution(model, prompt_ids: list[int], sampling: SamplingConfig, n_tokens: int = 4) -> dict:
+    """P(first n generated tokens = s) for every sequence s, by enumerating the vocabulary.
+
+    One batched forward over every (n-1)-token continuation of the prompt gives each position's logits;
+    `reference_probs` turns them into distributions.
+    """
     vocab = model.config.vocab_size
+    heads = list(itertools.product(range(vocab), repeat=n_tokens - 1))
+    ids = torch.tensor([prompt_ids + list(h) for h in heads])
+    logits = model(ids).logits[:, len(prompt_ids) - 1:]
+    probs = reference_probs(logits, sampling)           # (len(heads), n_tokens, vocab), float64
     dist: dict[tuple, float] = {}
-    for seq in itertools.product(range(vocab), repeat=n_tokens):
-        ids = torch.tensor([prompt_ids + list(seq[:-1])])
-        logits = model(ids).logits[0, len(prompt_ids) - 1:]
-        probs = probs_from_logits(logits, sampling)
-        p = 1.0
-        for i, tok in enumerate(seq):
-            p *= float(probs[i, tok])
-        if p > 0:
-            dist[seq] = p
+    for row, head in enumerate(heads):
+        prefix = 1.0
+        for i, tok in enumerate(head):
+            prefix *= float(probs[row, i, tok])
+        if prefix == 0.0:   # a head no sampler can emit
+            continue
+        for last in range(vocab):
+            p = prefix * float(probs[row, n_tokens - 1, last])
+            if p > 0:
+                dist[head + (last,)] = p
     return dist
 
 
-def chi_square_pvalue(samples: list[tuple], exact: dict, min_expected: float = 5.0) -> float:
-    """Goodness of fit of `samples` to `exact`; rare outcomes are pooled so every cell expects >= 5."""
+def chi_square_pvalue(samples: list[tuple], exact: dict, min_expected: float = 5.0, control: bool = False) -> float:
+    """Goodness of fit of `samples` to `exact`; rare outcomes are pooled so every cell expects >= 5.
+
+    A sample with probability 0 fails the test outright (control=True: the p-value is 0 instead, as a
+    negative control's rejection)."""
     n = len(samples)
     counts: dict[tuple, int] = {}
     for s in samples:
         counts[s] = counts.get(s, 0) + 1
     unexpected = [s for s in counts if s not in exact]
+    if unexpected and control:
+        return 0.0
     assert not unexpected, f"sampled sequences with probability 0: {unexpected[:5]}"
+    observed, expected = _pooled_cells(counts, exact, n, min_expected)
+    scale = sum(observed) / sum(expected)
+    return float(stats.chisquare(observed, [e * scale for e in expected]).pvalue)
+
+
+def _pooled_cells(counts: dict, exact: dict, n: int, min_expected: float) -> tuple[list, list]:
+    """Observed and expected counts per cell, the outcomes expected fewer than `min_expected` times pooled."""
     observed, expected = [], []
-    pooled_obs, pooled_exp = 0, 0.0
+    pooled_obs, pooled_exp = 0.0, 0.0
     for seq, p in sorted(exact.items(), key=lambda kv: -kv[1]):
         if p * n >= min_expected:
             observed.append(counts.get(seq, 0))
@@ -86,8 +139,44 @@ def chi_square_pvalue(samples: list[tuple], exact: dict, min_expected: float = 5
     if pooled_exp > 0:
         observed.append(pooled_obs)
         expected.append(pooled_exp)
-    scale = sum(observed) / sum(expected)
-    return float(stats.chisquare(observed, [e * scale for e in expected]).pvalue)
+    return observed, expected
+
+
+def chi_square_power(exact: dict, alternative: dict, n: int, alpha: float = 1e-3) -> float:
+    """Probability that `chi_square_pvalue` at n samples rejects (p < alpha) samples drawn from `alternative`:
+    the noncentral chi-square with noncentrality n * sum((a - p)^2 / p) over the test's pooled cells.
+    Mass the alternative puts where `exact` has none is rejected outright, so it counts as power."""
+    outside = sum(p for s, p in alternative.items() if s not in exact)
+    _, expected = _pooled_cells({}, exact, n, 5.0)
+    alt_counts = {s: p * n for s, p in alternative.items() if s in exact}
+    alt_cells, exp_cells = _pooled_cells(alt_counts, exact, n, 5.0)
+    lam = sum((a - e) ** 2 / e for a, e in zip(alt_cells, exp_cells))
+    df = len(exp_cells) - 1
+    inside = float(stats.ncx2.sf(stats.chi2.isf(alpha, df), df, lam))
+    return 1.0 - (1.0 - outside) ** n * (1.0 - inside)
+
+
+def sample_sequences(method: str, pair: ModelPair, prompt_ids: list[int], sampling: SamplingConfig, n: int,
+                     n_tokens: int = 4, on_trace=None, **options) -> list[tuple]:
+    """The first `n_tokens` tokens of n seeded runs (seeds 0 .. n-1). The first comes from the prefill, so
+    a speculative step drafts the 2nd to `n_tokens`-th; max_new_tokens leaves a depth-`n_tokens` tree room.
+    `on_trace(trace)` sees every run's trace."""
+    from specviz.engine.methods import make_decoder
+
+    samples = []
+    for seed in range(n):
+        cfg = SamplingConfig(sampling.temperature, sampling.top_p, sampling.top_k, seed=seed)
+        trace = make_decoder(method, pair, "", prompt_ids=prompt_ids, max_new_tokens=n_tokens + 2, sampling=cfg,
+                             **options).run()
+        samples.append(tuple(trace.token_ids[:n_tokens]))
+        if on_trace is not None:
+            on_trace(trace)
+    return samples
+
+
+def shifted_temperature(sampling: SamplingConfig, factor: float = 1.12) -> SamplingConfig:
+    """The same settings at a temperature `factor` times too high: a negative control's wrong sampler."""
+    return SamplingConfig(sampling.temperature * factor, sampling.top_p, sampling.top_k)
 
 
 @contextmanager

@@ -19,17 +19,21 @@ CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-HAVE_SEQUOIA = importlib.util.find_spec("specviz.sequoia.decoder") is not None
+
+
+def in_ci(environ=os.environ) -> bool:
+    """CI=true (or 1, yes): GitHub Actions and most CI services set it."""
+    return environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
 def _need_browser():
-    reason = None
+    """Playwright is a required test dependency: missing, it fails. Chromium is a system package: missing,
+    the browser tests fail under CI and are skipped (loudly, with the reason) on a developer's machine."""
+    if importlib.util.find_spec("playwright") is None:
+        pytest.fail("the playwright package is not installed (pip install -r requirements-dev.txt)")
     if not Path(CHROMIUM).exists():
         reason = f"Chromium not found at {CHROMIUM} (apt-get install chromium)"
-    elif importlib.util.find_spec("playwright") is None:
-        reason = "the playwright package is not installed"
-    if reason:
-        if os.environ.get("CI"):
+        if in_ci():
             pytest.fail(f"{reason}; CI must run the browser test")
         pytest.skip(f"{reason}; skipping the browser test outside CI")
 
@@ -88,22 +92,21 @@ def test_page_runs_a_race_and_draws_the_tree(app_url):
             for m in ("ar", "sequoia", "lookahead"):
                 text = page.locator(f"#sv-text-{m}").inner_text()
                 assert text.strip() and "waiting" not in text, (m, text)
-            if HAVE_SEQUOIA:
-                points = page.locator("#sv-tree svg circle")
-                page.wait_for_function(
-                    "document.querySelectorAll('#sv-tree svg circle').length >= 1", timeout=30_000)
-                # The race's last Sequoia step may hold only the root: with one token left to write, the
-                # tree is trimmed to it. Stepping back reaches a step whose whole tree is drawn. With the
-                # feature draft Sequoia writes the 24 tokens in about 7 steps, done long before the others,
-                # so the way back crosses many of their steps (about 30 in a race of 52).
-                page.locator("#sv-caption").click()
-                for _ in range(60):
-                    if points.count() > 1:
-                        break
-                    page.keyboard.press("ArrowLeft")
-                    page.wait_for_timeout(300)
-                assert points.count() > 1
-                assert "identical to autoregressive" in page.locator("#sv-summary").inner_text()
+            points = page.locator("#sv-tree svg circle")
+            page.wait_for_function(
+                "document.querySelectorAll('#sv-tree svg circle').length >= 1", timeout=30_000)
+            # The race's last Sequoia step may hold only the root: with one token left to write, the
+            # tree is trimmed to it. Stepping back reaches a step whose whole tree is drawn. With the
+            # feature draft Sequoia writes the 24 tokens in about 7 steps, done long before the others,
+            # so the way back crosses many of their steps (about 30 in a race of 52).
+            page.locator("#sv-caption").click()
+            for _ in range(60):
+                if points.count() > 1:
+                    break
+                page.keyboard.press("ArrowLeft")
+                page.wait_for_timeout(300)
+            assert points.count() > 1
+            assert "identical to autoregressive" in page.locator("#sv-summary").inner_text()
             # Views below the fold are paused while off screen (content-visibility: auto, no layout or
             # paint) and, scrolled into view, show the race's final state.
             latency = page.locator("#sv-latency")
@@ -282,3 +285,13 @@ def test_keyboard_steps_a_replay_and_the_page_fits_projector_and_full_hd(replay_
         finally:
             browser.close()
     assert not errors, errors
+
+
+def test_a_missing_chromium_fails_under_ci_and_skips_loudly_elsewhere(monkeypatch):
+    monkeypatch.setitem(globals(), "CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI must run the browser test"):
+        _need_browser()
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match="Chromium not found"):
+        _need_browser()

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from helpers import cache_forward_curves, chi_square_pvalue, exact_distribution, tiny_pair
+from helpers import tiny_feature_pair
 
 from specviz.draft.feature import (FeatureDraft, FeatureDraftForward, Int8Linear, _fbgemm_available,
                                    is_feature_draft_dir, load_feature_draft, save_feature_draft)
@@ -518,55 +518,11 @@ def test_unroll_mask_is_a_tree_chain():
     assert m[j, 12:].tolist() == [False, False, False, False, True, False]
 
 
-def _tiny_feature_pair(taps: tuple[int, ...] = ()):
-    pair = tiny_pair(draft_seed=None)
-    torch.manual_seed(3)
-    draft = FeatureDraft(pair.target, torch.arange(pair.target.config.vocab_size), torch.float32, taps)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    draft.eval().requires_grad_(False)
-    return ModelPair(pair.target, draft, pair.tokenizer, pair.target_name, "tiny-feature", pair.device, pair.dtype)
-
-
-SAMPLING_TREE = [-1, 0, 0, 0, 1, 1, 2, 4, 4, 7]
-
-
-# The adaptive tree's shape depends on the draft's ranked probabilities at every node, and so on the tokens drawn
-# above it (at this threshold the first step's shape varies with the seed): exactness must not.
-# "taps": the draft also reads the tiny target's first layer at true positions.
-SAMPLING_TREES = {"fixed": {"tree_parents": SAMPLING_TREE},
-                  "adaptive": {"tree": "adaptive", "tree_threshold": 0.04, "tree_budget": 10, "tree_depth": 3},
-                  "fixed, taps": {"tree_parents": SAMPLING_TREE, "taps": (0,)}}
-
-
-@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.6, 0.9)])
-@pytest.mark.parametrize("tree", list(SAMPLING_TREES))
-def test_sampling_with_a_feature_draft_is_exact(one_thread, tmp_path, monkeypatch, temperature, top_p, tree):
-    options = dict(SAMPLING_TREES[tree])
-    pair = _tiny_feature_pair(options.pop("taps", ()))
-    if tree == "adaptive":   # a cheap draft level, so trees grow deep enough to test
-        monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
-        cache_forward_curves(pair)
-    prompt_ids = [1, 2, 3]
-    exact = exact_distribution(pair.target, prompt_ids, SamplingConfig(temperature, top_p))
-    samples, depths, shapes = [], [], set()
-    for seed in range(3000):
-        trace = make_decoder("sequoia", pair, "", prompt_ids=prompt_ids, max_new_tokens=6,
-                             sampling=SamplingConfig(temperature, top_p, seed=seed), **options).run()
-        samples.append(tuple(trace.token_ids[:3]))
-        depths.append(len(trace.steps[1].payload.accepted_path))
-        shapes.add(tuple(n.parent for n in trace.steps[1].payload.nodes))   # same context, drawn shapes
-    assert chi_square_pvalue(samples, exact) > 1e-3
-    assert min(depths) == 0 and max(depths) >= 2
-    assert len(shapes) >= (2 if tree == "adaptive" else 1)   # the shape itself depended on the draws
-
-
 def test_comb_tree_and_acceptance_by_depth(one_thread):
     parents = comb_tree(3, 3)
     shape = TreeShape.from_parents(parents)
     assert shape.depth == 3 and shape.size == 10 and shape.children[1] == [4, 5, 6] and shape.children[4] == [7, 8, 9]
-    pair = _tiny_feature_pair()
+    pair = tiny_feature_pair()
     result = profile_acceptance_by_depth(pair, ["x"], 3, 3, SamplingConfig(0.0), steps=20, max_new_tokens=12,
                                          show_progress=False, save=False)
     assert len(result["acceptance_by_depth"]) == 3 and result["acceptance"] == result["acceptance_by_depth"][0]
@@ -606,6 +562,22 @@ def _all_trees(n: int):
     yield from rec([-1])
 
 
+def expected_tokens(parents: list[int], by_depth, lower=None) -> float:
+    """A tree's expected tokens per step, F(T), from its definition and written apart from `tree_value`:
+    1 for the root plus, for every node, the probability that the walk reaches and accepts it, a child at
+    level L and rank r accepted with by_depth[L - 1][r - 1] (the last row for deeper levels), or the
+    `lower` row when its parent was drawn at rank 2 or below."""
+    children = {i: [j for j, p in enumerate(parents) if p == i] for i in range(len(parents))}
+
+    def value(node: int, depth: int, rank: int) -> float:
+        table = lower if lower is not None and depth >= 1 and rank >= 2 else by_depth
+        row = table[min(depth, len(table) - 1)]
+        return 1.0 + sum((row[r] if r < len(row) else 0.0) * value(kid, depth + 1, r + 1)
+                         for r, kid in enumerate(children[node]))
+
+    return value(0, 0, 1)
+
+
 def test_per_depth_dp_equals_exhaustive_search():
     rows = [[0.6, 0.15, 0.05], [0.45, 0.15, 0.05], [0.3, 0.12, 0.05]]
     tables = build_tables(None, 8, 4, by_depth=rows)
@@ -614,13 +586,14 @@ def test_per_depth_dp_equals_exhaustive_search():
         for parents in _all_trees(n):
             shape = TreeShape.from_parents(parents)
             if shape.depth <= d and max(len(c) for c in shape.children) <= 3:
-                best = max(best, tree_value(parents, None, by_depth=rows))
+                best = max(best, expected_tokens(parents, rows))
+                assert tree_value(parents, None, by_depth=rows) == pytest.approx(expected_tokens(parents, rows))
         value = tables.best[d, n]
         if best < 0:
             assert not np.isfinite(value)
             continue
         assert value == pytest.approx(best, abs=1e-9), (n, d)
-        assert tree_value(tables.parents(n, d), None, by_depth=rows) == pytest.approx(value, abs=1e-9)
+        assert expected_tokens(tables.parents(n, d), rows) == pytest.approx(value, abs=1e-9)
     flat = build_tables(rows[0], 12, 5)
     same = build_tables(rows[0], 12, 5, by_depth=[rows[0], rows[0]])
     assert np.array_equal(np.isfinite(flat.best), np.isfinite(same.best))
@@ -864,14 +837,15 @@ def test_dp_with_parent_rank_classes_equals_exhaustive_search():
         for parents in _all_trees(n):
             shape = TreeShape.from_parents(parents)
             if shape.depth <= d and max(len(c) for c in shape.children) <= 3:
-                best = max(best, tree_value(parents, None, by_depth=rows, under_lower_ranks=lower))
+                best = max(best, expected_tokens(parents, rows, lower))
+                assert tree_value(parents, None, by_depth=rows, under_lower_ranks=lower) == \
+                    pytest.approx(expected_tokens(parents, rows, lower))
         value = tables.best[d, n]
         if best < 0:
             assert not np.isfinite(value)
             continue
         assert value == pytest.approx(best, abs=1e-9), (n, d)
-        assert tree_value(tables.parents(n, d), None, by_depth=rows, under_lower_ranks=lower) == \
-            pytest.approx(value, abs=1e-9)
+        assert expected_tokens(tables.parents(n, d), rows, lower) == pytest.approx(value, abs=1e-9)
     # The lower class changes the choice: the rank-2 node's child of the per-depth tree becomes a
     # third child of the root.
     plain = build_tables(None, 8, 4, by_depth=rows)

@@ -3,10 +3,11 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from helpers import chi_square_pvalue, exact_distribution, tiny_model, tiny_pair, tiny_tokenizer
+from helpers import tiny_model, tiny_tokenizer
 
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import check_same_tokenizer, load_pair
@@ -16,14 +17,32 @@ from specviz.errors import InvalidInput, ModelLoadError
 from specviz.trace import RunTrace
 
 PROMPTS = ["Write a haiku about trees", "Write a Python function that reverses a string."]
+SUITES_DIR = Path(__file__).resolve().parents[1] / "assets" / "suites"
+GENERATE_TOKENS = 64
 
 
-@pytest.mark.parametrize("prompt", PROMPTS)
+def suite_prompts() -> list:
+    """The first and last prompt of every bench suite on disk (a new suite file is covered too)."""
+    cases = []
+    for path in sorted(SUITES_DIR.glob("*.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        picks = sorted({0, len(rows) - 1})
+        cases += [pytest.param(rows[i]["prompt"], id=rows[i].get("id", f"{path.stem}-{i}")) for i in picks]
+    return cases
+
+
+def test_every_suite_is_covered_by_the_generate_reference():
+    assert {p.id.rsplit("-", 1)[0] for p in suite_prompts()} >= {"chat", "code", "math", "rewrite"}
+
+
+@pytest.mark.parametrize("prompt", suite_prompts())
 def test_ar_greedy_equals_generate(pair_fp32, prompt):
-    decoder = make_decoder("ar", pair_fp32, prompt, max_new_tokens=40)
+    """Our autoregressive decoder, which the speculative decoders' greedy tests compare with, is itself
+    transformers' `generate`, token id for token id, in fp32 on every bench suite."""
+    decoder = make_decoder("ar", pair_fp32, prompt, max_new_tokens=GENERATE_TOKENS)
     trace = decoder.run()
     ids = torch.tensor([decoder.prompt_ids])
-    expected = pair_fp32.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=40,
+    expected = pair_fp32.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=GENERATE_TOKENS,
                                          do_sample=False)[0, ids.shape[1]:].tolist()
     assert trace.token_ids == expected
     assert trace.target_forwards == len(trace.token_ids)
@@ -54,19 +73,6 @@ def test_trace_round_trips_through_json(pair_fp32):
     again = RunTrace.from_dict(json.loads(trace.to_json()))
     assert again.token_ids == trace.token_ids and again.text == trace.text
     assert again.to_dict() == trace.to_dict()
-
-
-def test_ar_sampling_matches_exact_distribution():
-    pair = tiny_pair(draft_seed=None)
-    cfg = SamplingConfig(temperature=1.0)
-    prompt_ids = [1, 2, 3]
-    exact = exact_distribution(pair.target, prompt_ids, cfg)
-    samples = []
-    for seed in range(1500):
-        d = make_decoder("ar", pair, "", prompt_ids=prompt_ids, max_new_tokens=3,
-                         sampling=SamplingConfig(1.0, seed=seed))
-        samples.append(tuple(d.run().token_ids))
-    assert chi_square_pvalue(samples, exact) > 1e-3
 
 
 def test_detokenizer_pieces_join_to_full_decode(pair_fp32):

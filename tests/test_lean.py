@@ -133,7 +133,7 @@ def test_sampling_stays_exact_when_the_draft_cannot_propose_some_tokens(one_thre
                      "tiny-subset", pair.device, pair.dtype)
     prompt_ids = [1, 3, 3]   # the prompt widens the head by token 1, never by 4
     sampling = SamplingConfig(0.9, 1.0)
-    exact = exact_distribution(pair.target, prompt_ids, sampling)
+    exact = exact_distribution(pair.target, prompt_ids, sampling, n_tokens=3)
     samples, drafted, drafted_unwritten = [], set(), set()
     for seed in range(2500):
         trace = make_decoder("sequoia", pair, "", prompt_ids=prompt_ids, max_new_tokens=5,

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-gradio_client = pytest.importorskip("gradio_client")
+# A required dependency: a missing one fails collection loudly instead of skipping.
+import gradio_client  # noqa: E402
 from gradio_client.utils import QueueError, Status  # noqa: E402
 
 CLIENTS = 8
@@ -36,6 +37,30 @@ def server_url():
         demo = build_demo()
     with served(demo) as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def expected_ids(pair_fp32):
+    """Plain autoregressive decoding's token ids, which all three columns must have written."""
+    from specviz.autoregressive.decoder import AutoregressiveDecoder
+    from specviz.engine.sampling import SamplingConfig
+    from specviz.engine.text import encode_prompt
+
+    ids = encode_prompt(pair_fp32.tokenizer, PROMPT)
+    return AutoregressiveDecoder(pair_fp32, PROMPT, ids, SamplingConfig(), MAX_NEW).run().token_ids
+
+
+def race_token_ids(result) -> list[list[int]]:
+    """The three methods' token ids, from the race's downloadable trace (the columns show only text)."""
+    import os
+    from pathlib import Path
+
+    from specviz.trace import RaceTrace
+
+    files = [r for r in result if isinstance(r, str) and r.endswith(".json") and os.path.isfile(r)]
+    assert len(files) == 1, f"no single trace file among the race's outputs: {files}"
+    runs = RaceTrace.from_json(Path(files[0]).read_text()).runs
+    return [runs[m].token_ids for m in ("ar", "sequoia", "lookahead")]
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +87,7 @@ def column_texts(result) -> list[str]:
     return [htmllib.unescape(re.sub(r"<[^>]+>", "", frag)).replace("⏎", "\n") for frag in result[3:6]]
 
 
-def test_eight_concurrent_clients_complete_or_hear_queue_is_full(server_url, expected_text):
+def test_eight_concurrent_clients_complete_or_hear_queue_is_full(server_url, expected_text, expected_ids):
     clients = [gradio_client.Client(server_url, verbose=False) for _ in range(CLIENTS)]
     outcomes: list[tuple[str, object] | None] = [None] * CLIENTS
     positions: list[int] = []
@@ -98,6 +123,7 @@ def test_eight_concurrent_clients_complete_or_hear_queue_is_full(server_url, exp
     assert len(done) + len(busy) == CLIENTS
     assert 1 <= len(done) <= CLIENTS and len(done) >= min(CLIENTS, QUEUE_SIZE)
     for result in done:
+        assert race_token_ids(result) == [expected_ids] * 3
         assert column_texts(result) == [expected_text] * 3
     for message in busy:
         assert "queue is full" in message.lower()
@@ -109,4 +135,5 @@ def test_eight_concurrent_clients_complete_or_hear_queue_is_full(server_url, exp
 
     # The server is still up and answers a normal request afterwards.
     after = gradio_client.Client(server_url, verbose=False).predict(**run_args(), api_name="/race_stream")
+    assert race_token_ids(after) == [expected_ids] * 3
     assert column_texts(after) == [expected_text] * 3

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import chi_square_pvalue, exact_distribution, tiny_pair
+from helpers import chi_square_pvalue, tiny_pair
 
 from specviz.engine.methods import make_decoder
 from specviz.engine.sampling import SamplingConfig
@@ -191,22 +191,6 @@ def test_eos_stops_like_autoregressive(pair_fp32):
 # -- tiny models: sampling exactness and edge cases ------------------------------------------
 
 TINY_PROMPT = [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2]
-
-
-@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.6, 0.9)])
-def test_sampling_is_exact(temperature, top_p, one_thread):
-    pair = tiny_pair(draft_seed=None)
-    exact = exact_distribution(pair.target, TINY_PROMPT, SamplingConfig(temperature, top_p), n_tokens=3)
-    samples, runs_with_ngram = [], 0
-    for seed in range(3000):
-        sampling = SamplingConfig(temperature=temperature, top_p=top_p, seed=seed)
-        trace = make_decoder("lookahead", pair, "", sampling=sampling, max_new_tokens=3, prompt_ids=TINY_PROMPT,
-                             window=3, ngram=3, guesses=3).run()
-        samples.append(tuple(trace.token_ids))
-        runs_with_ngram += any(s == SOURCE_NGRAM for step in trace.steps for s in step.token_sources)
-    # Candidates were verified and accepted in a good share of the runs, so the test has teeth.
-    assert runs_with_ngram > 300, runs_with_ngram
-    assert chi_square_pvalue(samples, exact) > 1e-3
 
 
 def test_same_seed_same_output(one_thread):

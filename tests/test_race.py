@@ -5,7 +5,6 @@ All on the real offline default (fp32), with few tokens per run.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -18,7 +17,7 @@ from specviz.errors import InvalidInput
 from specviz.trace import RaceTrace
 
 PROMPT = "Name three colours."
-HAVE = {m: importlib.util.find_spec(f"specviz.{m}.decoder") is not None for m in ("sequoia", "lookahead")}
+ALL_METHODS = ["ar", "sequoia", "lookahead"]
 SMALL = {"sequoia": {"tree_budget": 6, "tree_depth": 3}, "lookahead": {"window": 3, "ngram": 3, "guesses": 3}}
 
 
@@ -68,7 +67,7 @@ def test_least_compute_first_lets_the_behind_decoder_catch_up(pair_fp32):
 
 
 def test_race_of_all_methods_is_scheduled_by_least_compute(pair_fp32):
-    methods = ["ar"] + [m for m in ("sequoia", "lookahead") if HAVE[m]]
+    methods = ALL_METHODS
     race = start_race(pair_fp32, PROMPT, methods, max_new_tokens=8, options=SMALL)
     trace = race.run()
     check_least_compute_order(trace)
@@ -120,8 +119,6 @@ def test_start_race_rejects_bad_shared_input(pair_fp32):
 
 
 def test_bad_method_option_is_shown_in_that_column_only(pair_fp32):
-    if not HAVE["lookahead"]:
-        pytest.skip("specviz/decoders/lookahead.py not written yet")
     race = start_race(pair_fp32, PROMPT, ["ar", "lookahead"], max_new_tokens=3,
                       options={"lookahead": {"window": 0, "ngram": 3, "guesses": 3}})
     trace = race.run()
@@ -131,7 +128,7 @@ def test_bad_method_option_is_shown_in_that_column_only(pair_fp32):
 
 @pytest.fixture(scope="module")
 def saved_race(pair_fp32):
-    methods = ["ar"] + [m for m in ("sequoia", "lookahead") if HAVE[m]]
+    methods = ALL_METHODS
     return start_race(pair_fp32, PROMPT, methods, max_new_tokens=6, options=SMALL).run()
 
 
@@ -141,8 +138,7 @@ def test_race_trace_json_round_trip(saved_race, pair_fp32):
     assert back.to_dict() == json.loads(text)
     assert back.runs["ar"].text == saved_race.runs["ar"].text
     assert back.steps_done(len(back.order)) == {m: len(r.steps) for m, r in back.runs.items()}
-    if HAVE["sequoia"]:
-        assert any(s.payload is not None and hasattr(s.payload, "nodes") for s in back.runs["sequoia"].steps)
+    assert any(s.payload is not None and hasattr(s.payload, "nodes") for s in back.runs["sequoia"].steps)
     # Loads with no model at all (vocabulary taken from the trace itself).
     assert RaceTrace.from_json(text.encode()).vocab_size == pair_fp32.vocab_size
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-gradio_client = pytest.importorskip("gradio_client")
+# A required dependency: a missing one fails collection loudly instead of skipping.
+import gradio_client  # noqa: E402
 
 from specviz.autoregressive.decoder import AutoregressiveDecoder  # noqa: E402
 from specviz.engine.race import Race  # noqa: E402

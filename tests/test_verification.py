@@ -64,6 +64,160 @@ def test_rule_is_exact_by_enumeration(seed, c):
     assert torch.allclose(dist, p, atol=1e-12)
 
 
+def acceptance_threshold(accepted) -> float:
+    """The u under which `accepted(u)` holds. A child is accepted exactly when its uniform falls below a
+    threshold (min(1, P / q) by the rule), so bisection finds it from the function's decisions alone."""
+    if not accepted(0.0):
+        return 0.0
+    if accepted(1.0):
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(48):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if accepted(mid) else (lo, mid)
+    return 1.0 if hi == 1.0 else (lo + hi) / 2   # u < 1 always accepts: a threshold of 1 (P >= q)
+
+
+def emitted_by_verify_children(p: torch.Tensor, q: torch.Tensor, c: int) -> torch.Tensor:
+    """P(the token one node emits = t), enumerating every ordered draw of c children from q and every
+    accept/reject branch of the package's `verify_children`; each branch's probability comes from the
+    threshold its decisions reveal, and the bonus from the P it returns."""
+    out = torch.zeros_like(p, dtype=torch.float64)
+    for seq, prob in without_replacement_sequences(q, c):
+        rejecting: list[float] = []   # uniforms that reject the children tested so far
+        weight = prob
+        for i, tok in enumerate(seq):
+            def accepted(u, i=i):
+                return verify_children(p, q, seq, rejecting + [u] + [1.0] * (c - i - 1))[0] == i
+            t = acceptance_threshold(accepted)
+            out[tok] += weight * t
+            weight *= 1 - t
+            if weight == 0:
+                break
+            rejecting.append((t + 1) / 2)
+        else:
+            hit, p_bonus = verify_children(p, q, seq, rejecting)
+            assert hit is None
+            out += weight * p_bonus.double()
+    return out
+
+
+@pytest.mark.parametrize("seed,c", [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)])
+def test_verify_children_is_exact_by_enumeration(seed, c):
+    gen = torch.Generator().manual_seed(seed)
+    p = torch.softmax(torch.randn(5, generator=gen, dtype=torch.float64) * 2, -1)
+    q = torch.softmax(torch.randn(5, generator=gen, dtype=torch.float64) * 2, -1)
+    p[int(p.argmin())] = 0.0   # a token the target never emits, which the draft offers
+    p /= p.sum()
+    torch.testing.assert_close(emitted_by_verify_children(p, q, c), p, atol=1e-10, rtol=0)
+
+
+class ScriptedDraws:
+    """Stands in for the walk's random draws: uniforms from a script (0.5 once it runs out), and the
+    bonus token's distribution recorded rather than sampled."""
+
+    def __init__(self, script: list[list[float]]):
+        self.script, self.sizes, self.bonus_p = script, [], None
+
+    def rand(self, n, generator=None, device=None):
+        k = len(self.sizes)
+        self.sizes.append(n)
+        return torch.tensor(self.script[k] if k < len(self.script) else [0.5] * n, dtype=torch.float64)
+
+    def sample(self, p, generator=None):
+        self.bonus_p = p.double().clone()
+        return torch.tensor(0)
+
+
+def run_walk(monkeypatch, script, children, tokens, target_probs, draft_probs):
+    import specviz.sequoia.verify as verify
+
+    draws = ScriptedDraws(script)
+    shim = type("TorchWithScriptedRand", (), {"rand": staticmethod(draws.rand),
+                                              "__getattr__": lambda self, name: getattr(torch, name)})()
+    monkeypatch.setattr(verify, "torch", shim)
+    monkeypatch.setattr(verify, "sample", draws.sample)
+    walk = sampling_walk(children, tokens, target_probs, draft_probs, torch.Generator())
+    monkeypatch.undo()
+    return walk, draws
+
+
+def walk_outcomes(monkeypatch, children, tokens, target_probs, draft_probs):
+    """[(probability, accepted node ids, bonus distribution)] over every branch of the package's walk."""
+    outcomes = []
+
+    def explore(script, weight):
+        walk, draws = run_walk(monkeypatch, script, children, tokens, target_probs, draft_probs)
+        k = len(script)   # the call this branch decides: the k-th node on the path
+        if len(draws.sizes) <= k:
+            outcomes.append((weight, walk.accepted, draws.bonus_p))
+            return
+        kids = children[0 if k == 0 else walk.accepted[k - 1]]
+        rejecting = []
+        for i, kid in enumerate(kids):
+            def accepted(u, i=i, kid=kid):
+                w, _ = run_walk(monkeypatch, script + [rejecting + [u] + [1.0] * (len(kids) - i - 1)], children,
+                                tokens, target_probs, draft_probs)
+                return len(w.accepted) > k and w.accepted[k] == kid
+            t = acceptance_threshold(accepted)
+            if t > 0:
+                explore(script + [rejecting + [t / 2] + [0.5] * (len(kids) - i - 1)], weight * t)
+            weight *= 1 - t
+            if weight == 0:
+                return
+            rejecting.append((t + 1) / 2)
+        explore(script + [rejecting], weight)
+
+    explore([], 1.0)
+    return outcomes
+
+
+def test_sampling_walk_is_exact_by_enumeration(monkeypatch):
+    """Every tree a draft can draw (root with two children, the first with one), every branch of the walk:
+    the first three tokens (continued by the target where the walk emits fewer) follow the target."""
+    vocab = 4
+    gen = torch.Generator().manual_seed(11)
+    table_p = torch.softmax(torch.randn(vocab + 1, vocab + 1, vocab, generator=gen, dtype=torch.float64) * 2, -1)
+    table_q = torch.softmax(torch.randn(vocab + 1, vocab + 1, vocab, generator=gen, dtype=torch.float64) * 2, -1)
+
+    def target(ctx):   # P after the context (up to two tokens), a fixed random table
+        padded = (vocab, vocab, *ctx)[-2:]
+        return table_p[padded[0], padded[1]]
+
+    def draft(ctx):
+        padded = (vocab, vocab, *ctx)[-2:]
+        return table_q[padded[0], padded[1]]
+
+    parents = [-1, 0, 0, 1]
+    children = [[1, 2], [3], [], []]
+    emitted: dict[tuple, float] = {}
+    for (a, b), p_ab in without_replacement_sequences(draft(()), 2):
+        for (c,), p_c in without_replacement_sequences(draft((a,)), 1):
+            tokens = [0, a, b, c]
+            paths = [(), (a,), (b,), (a, c)]
+            target_probs = torch.stack([target(path) for path in paths])
+            for weight, accepted, bonus_p in walk_outcomes(monkeypatch, children, tokens, target_probs,
+                                                           {0: draft(()), 1: draft((a,))}):
+                assert [parents[n] for n in accepted] == ([0] + accepted)[:len(accepted)]   # a path from the root
+                head = tuple(tokens[n] for n in accepted)
+                for bonus in range(vocab):
+                    for seq, p in continued(head + (bonus,), 3, target):
+                        emitted[seq] = emitted.get(seq, 0.0) + p_ab * p_c * weight * float(bonus_p[bonus]) * p
+    for seq in itertools.product(range(vocab), repeat=3):
+        exact = float(target(())[seq[0]] * target(seq[:1])[seq[1]] * target(seq[:2])[seq[2]])
+        assert abs(emitted.get(seq, 0.0) - exact) < 1e-9, (seq, emitted.get(seq), exact)
+
+
+def continued(seq: tuple, length: int, target):
+    """The sequence cut or continued by the target to `length` tokens, with the continuation's probability."""
+    if len(seq) >= length:
+        yield seq[:length], 1.0
+        return
+    for tok in range(int(target(()).numel())):
+        for longer, p in continued(seq + (tok,), length, target):
+            yield longer, float(target(seq)[tok]) * p
+
+
 def test_verify_children_matches_target_by_sampling():
     gen = torch.Generator().manual_seed(7)
     p = torch.softmax(torch.randn(6, generator=gen) * 2, -1)

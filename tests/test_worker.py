@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-gradio_client = pytest.importorskip("gradio_client")
-gr = pytest.importorskip("gradio")
+# Required dependencies: a missing one fails collection loudly instead of skipping.
+import gradio as gr  # noqa: E402,F401
+import gradio_client  # noqa: E402
 
 from helpers import served  # noqa: E402
 
@@ -41,6 +42,24 @@ def texts(result) -> list[str]:
     import re
 
     return [html.unescape(re.sub(r"<[^>]+>", "", frag)) for frag in result[3:6]]
+
+
+def race_token_ids(result) -> dict[str, list[int]]:
+    """Each method's token ids, read from the race's downloadable trace (the columns show only text)."""
+    from specviz.trace import RaceTrace
+
+    files = [r for r in result if isinstance(r, str) and r.endswith(".json") and os.path.isfile(r)]
+    assert len(files) == 1, f"no single trace file among the race's outputs: {files}"
+    trace = RaceTrace.from_json(Path(files[0]).read_text())
+    return {method: run.token_ids for method, run in trace.runs.items()}
+
+
+def assert_identical_greedy(result) -> None:
+    """Greedy fp32: Sequoia and Lookahead wrote autoregressive's tokens, id for id (and so its text)."""
+    ids = race_token_ids(result)
+    assert ids["ar"] and ids["ar"] == ids["sequoia"] == ids["lookahead"], ids
+    ar, sequoia, lookahead = texts(result)
+    assert ar and ar == sequoia == lookahead
 
 
 def worker_children() -> list[int]:
@@ -89,8 +108,7 @@ def app():
 def test_race_runs_in_the_worker_and_gives_identical_greedy_texts(app):
     client, demo = app
     out = client.predict(**run_args(), api_name="/race_stream")
-    ar, sequoia, lookahead = texts(out)
-    assert ar and ar == sequoia == lookahead
+    assert_identical_greedy(out)
     slot = demo.specviz_worker_slot
     assert slot is not None and slot.worker is not None and slot.worker.alive
     assert worker_children() == [slot.worker.pid]
@@ -116,8 +134,7 @@ def test_stop_ends_the_workers_race_and_it_serves_the_next(app):
     wait_for(lambda: not worker.busy, timeout=30, what="the worker's race to end after Stop")
     job.cancel()
     assert worker_children() == [worker.pid]   # the same worker, idle, no second process
-    ar, sequoia, lookahead = texts(client.predict(**run_args(), api_name="/race_stream"))
-    assert ar == sequoia == lookahead
+    assert_identical_greedy(client.predict(**run_args(), api_name="/race_stream"))
 
 
 def test_closed_tab_ends_the_workers_race(app):
@@ -137,8 +154,7 @@ def test_killed_worker_is_reported_and_replaced(app):
     with pytest.raises(Exception, match="worker stopped unexpectedly") as info:
         job.result(timeout=60)
     assert "Traceback" not in str(info.value)
-    ar, sequoia, lookahead = texts(client.predict(**run_args(), api_name="/race_stream"))
-    assert ar == sequoia == lookahead
+    assert_identical_greedy(client.predict(**run_args(), api_name="/race_stream"))
     new = demo.specviz_worker_slot.worker.pid
     assert new != old and worker_children() == [new]
 
@@ -151,8 +167,7 @@ def test_app_decodes_in_process_when_the_worker_cannot_start(monkeypatch):
     demo = build_demo(worker=True)
     with served(demo) as url:
         client = gradio_client.Client(url, verbose=False)
-        ar, sequoia, lookahead = texts(client.predict(**run_args(), api_name="/race_stream"))
-        assert ar and ar == sequoia == lookahead
+        assert_identical_greedy(client.predict(**run_args(), api_name="/race_stream"))
         slot = demo.specviz_worker_slot
         assert slot.failed and "could not start" in slot.failed and slot.worker is None
     assert set(worker_children()) == others
@@ -192,8 +207,14 @@ def test_thread_policy_leaves_a_core_locally_and_uses_all_when_hosted():
     assert thread_policy({"SPACE_ID": "me/specviz"}, cores=8).threads == 8
     assert thread_policy({"SPECVIZ_HOSTED": "1"}, cores=2).threads == 2
     assert thread_policy({"SPECVIZ_THREADS": "3", "SPACE_ID": "x"}, cores=8).threads == 3
-    env = worker_env(thread_policy({}, cores=4), base={})
-    assert env["OMP_NUM_THREADS"] == "3" and "specviz" not in env["PYTHONPATH"].split(os.pathsep)[0][-1:]
+    env = worker_env(thread_policy({}, cores=4), base={"PYTHONPATH": "/elsewhere"})
+    assert env["OMP_NUM_THREADS"] == "3"
+    # The worker imports this very package: the first entry is the folder that holds it, the caller's follow.
+    first, *rest = env["PYTHONPATH"].split(os.pathsep)
+    import specviz
+
+    assert (Path(first) / "specviz" / "__init__.py").resolve() == Path(specviz.__file__).resolve()
+    assert rest == ["/elsewhere"]
 
 
 def test_contention_is_detected_from_profiled_forward_times():
