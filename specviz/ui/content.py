@@ -45,7 +45,12 @@ SIZING_NOTE = (
     "shows by how much on this machine. **adaptive** grows each step's tree from the draft's own confidence "
     "(EAGLE-2's dynamic tree): deep where the draft is sure, short where it hesitates, so the shape changes "
     "from step to step; still exact.")
-# Workshop presets: prompt + sizes + temperature together, with one guiding question each.
+# Workshop presets: prompt + sizes + temperature + precision together, with one guiding question each.
+# Every preset races in fp32: greedy speculation is exact token for token only there (in bf16, the CPU's
+# 'auto', a batched forward may round a near-tie the other way, and the page then says where the texts
+# part), so a greedy preset's three texts are identical and its question stays on what it asks; the
+# sampled preset matches the greedy one it is compared with, so their trees differ by temperature alone.
+PRESET_DTYPE = "fp32"
 WORKSHOP = {
     "Repetitive text: where Lookahead's pool wins": dict(
         # The offline default sings this chorus over and over for 64 tokens and more (a list to "repeat three
@@ -104,6 +109,17 @@ html, body { overflow-x: hidden; }
 #sv-tree, #sv-caption, #sv-window, #sv-pool, #sv-cumulative, #sv-latency, #sv-pool-size, #sv-hw-curve {
   content-visibility: auto; contain-intrinsic-size: auto 420px; }
 """ + narrate.CAPTION_CSS + whatif.WHATIF_CSS
+
+# On ▶ Start race, the race comes into view: the button row at the top of the screen, the status line, the
+# legend and the three columns with their live numbers under it (at 1280 x 720 the controls above would
+# otherwise leave the columns below the first screen, and a projected room would see nothing happen).
+SCROLL_TO_RACE_JS = """
+() => {
+  var start = document.getElementById('sv-run');
+  var row = start && (start.closest('.row') || start.parentElement);
+  if (row) row.scrollIntoView({block: 'start', behavior: 'instant'});
+}
+"""
 
 # Prev / Next from the keyboard (ArrowLeft / ArrowRight), unless the focus is in a text field or slider.
 KEYS_JS = """

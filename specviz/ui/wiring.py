@@ -14,9 +14,9 @@ import gradio as gr
 
 from ..request import CUSTOM, RaceRequest
 from .api import RaceApi, takes_race_settings
-from .content import EXAMPLES
+from .content import EXAMPLES, SCROLL_TO_RACE_JS
 from .controls import Page
-from .handlers import WHATIF_SIZES, PageHandlers
+from .handlers import PRESET_SETTINGS, WHATIF_SIZES, PageHandlers
 
 
 def wire(page: Page, handlers: PageHandlers, defaults: RaceRequest) -> None:
@@ -30,6 +30,8 @@ def wire(page: Page, handlers: PageHandlers, defaults: RaceRequest) -> None:
         api_description="The page's own race: streams the page's components (texts, views, status). "
                         "For one race as one JSON result, call /race.", concurrency_limit=1, concurrency_id="race",
         show_progress=os.environ.get("SPECVIZ_PROGRESS", "hidden"))
+    # In the browser, at once: the race's columns come into view while the race loads.
+    page.run_btn.click(None, None, None, js=SCROLL_TO_RACE_JS, queue=False, api_visibility="private")
     page.stop_btn.click(handlers.stop, [page.trace], outputs, cancels=[run_event], api_name="stop", queue=False)
     stepping = [page.trace, page.step_slider]
     page.step_slider.release(handlers.show_step, stepping, outputs, api_name="show_step", show_progress="hidden")
@@ -60,8 +62,7 @@ def _wire_whatif(page: Page, handlers: PageHandlers, new_trace_events) -> None:
 
 
 def _wire_workshop(page: Page, handlers: PageHandlers) -> None:
-    set_by_preset = [page.model, page.prompt, page.temperature, page.max_new_tokens, page.tree, page.tree_budget,
-                     page.tree_depth, page.lookahead, page.window, page.ngram, page.guesses, page.question]
+    set_by_preset = [getattr(page, name) for name in PRESET_SETTINGS] + [page.question]
     private = dict(api_visibility="private", queue=False)
     page.workshop.change(handlers.apply_workshop, [page.workshop, page.model], set_by_preset, **private)
     for button, text in zip(page.example_buttons, EXAMPLES.values()):
