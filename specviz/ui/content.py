@@ -110,14 +110,17 @@ html, body { overflow-x: hidden; }
   content-visibility: auto; contain-intrinsic-size: auto 420px; }
 """ + narrate.CAPTION_CSS + whatif.WHATIF_CSS
 
-# On ▶ Start race, the race comes into view: the button row at the top of the screen, the status line, the
-# legend and the three columns with their live numbers under it (at 1280 x 720 the controls above would
-# otherwise leave the columns below the first screen, and a projected room would see nothing happen).
-SCROLL_TO_RACE_JS = """
+# Run once the page has loaded (Gradio's `js`; a <script> in the head is not run by Gradio 6): on ▶ Start race
+# the race comes into view at once, the button row at the top of the screen with the status line, the legend
+# and the three columns with their live numbers under it. At 1280 x 720 the controls above would otherwise
+# leave the columns below the first screen, and a projected room would see nothing happen.
+PAGE_JS = """
 () => {
-  var start = document.getElementById('sv-run');
-  var row = start && (start.closest('.row') || start.parentElement);
-  if (row) row.scrollIntoView({block: 'start', behavior: 'instant'});
+  document.addEventListener('click', function (e) {
+    var start = e.target && e.target.closest && e.target.closest('#sv-run');
+    if (!start) return;
+    (start.closest('.row') || start).scrollIntoView({block: 'start', behavior: 'instant'});
+  }, true);
 }
 """
 

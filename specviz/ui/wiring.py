@@ -14,7 +14,7 @@ import gradio as gr
 
 from ..request import CUSTOM, RaceRequest
 from .api import RaceApi, takes_race_settings
-from .content import EXAMPLES, SCROLL_TO_RACE_JS
+from .content import EXAMPLES
 from .controls import Page
 from .handlers import PRESET_SETTINGS, WHATIF_SIZES, PageHandlers
 
@@ -30,8 +30,6 @@ def wire(page: Page, handlers: PageHandlers, defaults: RaceRequest) -> None:
         api_description="The page's own race: streams the page's components (texts, views, status). "
                         "For one race as one JSON result, call /race.", concurrency_limit=1, concurrency_id="race",
         show_progress=os.environ.get("SPECVIZ_PROGRESS", "hidden"))
-    # In the browser, at once: the race's columns come into view while the race loads.
-    page.run_btn.click(None, None, None, js=SCROLL_TO_RACE_JS, queue=False, api_visibility="private")
     page.stop_btn.click(handlers.stop, [page.trace], outputs, cancels=[run_event], api_name="stop", queue=False)
     stepping = [page.trace, page.step_slider]
     page.step_slider.release(handlers.show_step, stepping, outputs, api_name="show_step", show_progress="hidden")
