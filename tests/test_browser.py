@@ -274,12 +274,15 @@ def test_a_workshop_preset_sets_the_model_pair_prompt_and_question(replay_app_ur
             browser.close()
 
 
-# Every mark and label of the tree: nodes' circles and labels, the bonus star and its label.
+# Every mark and label of the tree: nodes' circles and labels, the bonus star, its label and its line.
+# The bonus star's dashed line counts as a mark too (its box widened by its stroke).
 TREE_BOXES_JS = """
-() => Array.from(document.querySelectorAll('#sv-tree svg circle, #sv-tree svg text')).map(e => {
-  const r = e.getBoundingClientRect();
-  return {what: e.tagName + ':' + (e.textContent || ''), l: r.left, t: r.top, r: r.right, b: r.bottom};
-})
+() => Array.from(document.querySelectorAll('#sv-tree svg circle, #sv-tree svg text, #sv-tree svg line.sv-bonus-edge'))
+  .map(e => {
+    const r = e.getBoundingClientRect(), pad = e.tagName === 'line' ? 1.5 : 0;
+    return {what: e.tagName + ':' + (e.textContent || ''), l: r.left - pad, t: r.top - pad, r: r.right + pad,
+            b: r.bottom + pad};
+  })
 """
 
 

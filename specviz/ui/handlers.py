@@ -19,7 +19,7 @@ from ..request import DEFAULT_PRESET, FEATURE_PRESET, ILLUSTRATIVE_LOOKAHEAD, IL
 from ..request import RaceRequest
 from ..trace import RaceTrace
 from . import hardware, html, narrate, views, whatif
-from .content import LIVE_VIEW_INTERVAL_S, PRESET_DTYPE, TEXT_INTERVAL_S, WORKSHOP
+from .content import LIVE_VIEW_INTERVAL_S, TEXT_INTERVAL_S, WORKSHOP
 from .controls import STEP_OUTPUTS, Page
 from .racing import RaceControl, Racer, TraceFiles, contention_note, prune_session_config
 
@@ -241,7 +241,7 @@ def preset_settings(name, current_pair, presets) -> dict | None:
 
     A preset may pick the model pair too, when this server offers it (`presets`); otherwise the pair
     stays, unless it is a draft another preset picked: then the default pair comes back. Its precision
-    is the preset's (fp32 unless it names another: greedy speculation is exact token for token there).
+    is the preset's ('auto' unless it names one: a preset that asks about identical texts names fp32).
     """
     preset = WORKSHOP.get(name)
     if preset is None:
@@ -252,7 +252,7 @@ def preset_settings(name, current_pair, presets) -> dict | None:
     sizes = {**ILLUSTRATIVE_TREE, **ILLUSTRATIVE_LOOKAHEAD}
     sizes.update({k: preset[k] for k in sizes if k in preset})
     settings = {"prompt": preset["prompt"], "temperature": preset["temperature"],
-                "max_new_tokens": preset["max_new_tokens"], "dtype": preset.get("dtype", PRESET_DTYPE),
+                "max_new_tokens": preset["max_new_tokens"], "dtype": preset.get("dtype", "auto"),
                 "tree": preset.get("tree", "illustrative"), "lookahead": preset.get("lookahead", "illustrative"),
                 **sizes, "question": preset["question"]}
     if model in presets:

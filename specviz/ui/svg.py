@@ -70,27 +70,41 @@ def _overlaps(a, b, gap: float = 2.0) -> bool:
     return a[0] < b[2] + gap and b[0] < a[2] + gap and a[1] < b[3] + gap and b[1] < a[3] + gap
 
 
-def _bonus_place(x0: float, y0: float, column_end: float, drawn: list, bonus: str, right_edge: float,
+def _bonus_line(start: tuple[float, float], sx: float, sy: float) -> tuple[float, float, float, float]:
+    """The dashed line from the end of the last node's label to the star, as (x1, y1, x2, y2)."""
+    return (start[0], start[1], sx - 14, sy)
+
+
+def _line_box(line: tuple[float, float, float, float], half: float = 2.0) -> tuple[float, float, float, float]:
+    x1, y1, x2, y2 = line
+    return (min(x1, x2), min(y1, y2) - half, max(x1, x2), max(y1, y2) + half)
+
+
+def _bonus_place(start: tuple[float, float], column_end: float, drawn: list, bonus: str, right_edge: float,
                  height: float) -> tuple[float, float, float, float]:
-    """(star x, star y, label x, label baseline) for the bonus star after the node at (x0, y0), clear of
-    every node and label already `drawn`: past the labels of the node's column, beside the node first, then
-    a row above or below, and past the whole drawing as the last resort."""
+    """(star x, star y, label x, label baseline) for the bonus star after the last node, whose label ends at
+    `start`; the star, its label and the dashed line to it clear of every node and label already `drawn`:
+    past the labels of the node's column, on the node's row first, then a row above or below, and past the
+    whole drawing as the last resort."""
+    x0, y0 = start
+
     def boxes(sx, sy, lx, ly):
-        return [_text_box(sx - 10, sy + 8, "★", STAR_PX), _text_box(lx, ly, bonus)]
+        return [_text_box(sx - 10, sy + 8, "★", STAR_PX), _text_box(lx, ly, bonus),
+                _line_box(_bonus_line(start, sx, sy))]
 
     def fits(sx, sy, lx, ly):
         inside = all(b[1] >= 2 and b[3] <= height - 2 for b in boxes(sx, sy, lx, ly))
         return inside and not any(_overlaps(b, d) for b in boxes(sx, sy, lx, ly) for d in drawn)
 
     tries = []
-    for sx in (max(x0 + 40, column_end + 22), right_edge + 22):
+    for sx in (max(x0 + 36, column_end + 36), right_edge + 24):
         for dy in (0, -26, 26, -52, 52):
             sy = y0 + dy
             tries += [(sx, sy, sx + 20, sy + 5), (sx, sy, sx - 4, sy - 20), (sx, sy, sx - 4, sy + 30)]
     for place in tries:
         if fits(*place):
             return place
-    sx = right_edge + 22   # nothing fits: beside the drawing's right edge, the label after the star
+    sx = right_edge + 24   # nothing fits: beside the drawing's right edge, the label after the star
     return (sx, y0, sx + 20, y0 + 5)
 
 
@@ -115,6 +129,7 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
     by_id = {n.id: n for n in payload.nodes}
     edges, marks, drawn = [], [], []
     label_end: dict[float, float] = {}   # a column's x -> where its longest label ends
+    label_box: dict[int, tuple] = {}     # node id -> its label's box
     for n in payload.nodes:
         if n.parent >= 0 and n.parent in pos:
             (x0, y0), (x1, y1) = xy(n.parent), xy(n.id)
@@ -126,8 +141,9 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         color = NODE_COLORS.get(n.status, NODE_COLORS["not_reached"])
         label = short(("▶ " if n.parent < 0 else "") + _show(n.text), TREE_LABEL_CHARS)
         radius = 9 if n.id in on_path or n.parent < 0 else 7
-        drawn += [(x - radius, y - radius, x + radius, y + radius), _text_box(x + 12, y + 5, label)]
-        label_end[x] = max(label_end.get(x, 0.0), drawn[-1][2])
+        label_box[n.id] = _text_box(x + 12, y + 5, label)
+        drawn += [(x - radius, y - radius, x + radius, y + radius), label_box[n.id]]
+        label_end[x] = max(label_end.get(x, 0.0), label_box[n.id][2])
         tip = (f"{_show(n.text)} (id {n.token_id}) — {n.status}, depth {n.depth}\n"
                f"draft q = {n.draft_prob:.3f}, target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), chr(10))}")
         marks.append(f'<g class="sv-node sv-{n.status}" font-size="{LABEL_PX}"><title>{esc(tip)}</title>'
@@ -140,10 +156,14 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         last = payload.accepted_path[-1] if payload.accepted_path else payload.nodes[0].id
         x0, y0 = xy(last)
         bonus = short(_show(payload.bonus_text or ""), TREE_LABEL_CHARS)
-        sx, sy, lx, ly = _bonus_place(x0, y0, label_end[x0], drawn, bonus, right_edge, height)
+        # The dashed line starts where the node's label ends: drawn through the label, it showed between
+        # the glyphs (a root-only step read "▶▾·Avoid").
+        start = (label_box[last][2] + 3, y0)
+        sx, sy, lx, ly = _bonus_place(start, label_end[x0], drawn, bonus, right_edge, height)
         right_edge = max(right_edge, _text_box(sx - 10, sy + 8, "★", STAR_PX)[2], _text_box(lx, ly, bonus)[2])
-        edges.append(f'<line x1="{x0:.0f}" y1="{y0:.0f}" x2="{sx - 10:.0f}" y2="{sy:.0f}" stroke="{BONUS_COLOR}" '
-                     f'stroke-width="4" stroke-dasharray="7 5"/>')
+        x1, y1, x2, y2 = _bonus_line(start, sx, sy)
+        edges.append(f'<line class="sv-bonus-edge" x1="{x1:.0f}" y1="{y1:.0f}" x2="{x2:.0f}" y2="{y2:.0f}" '
+                     f'stroke="{BONUS_COLOR}" stroke-width="4" stroke-dasharray="7 5"/>')
         marks.append(f'<g class="sv-bonus"><title>{esc(f"bonus / corrected token: {bonus} (id {payload.bonus_token_id}), sampled by the target after the accepted path")}</title>'
                      f'<text x="{sx - 10:.0f}" y="{sy + 8:.0f}" fill="{BONUS_COLOR}" font-size="{STAR_PX}">★</text>'
                      f'<text x="{lx:.0f}" y="{ly:.0f}" fill="#92400e" font-weight="600" font-size="{LABEL_PX}" '
