@@ -12,8 +12,8 @@ so a prediction that is right in every part is right in the whole. The run's own
 prediction takes every cost from the run (machine load shifts them from run to run)
 and predicts only tokens per step: Sequoia's from acceptance counted on the run's own
 trees (per level and rank, evaluated on each step's tree by `tree_dp.tree_value`),
-Lookahead's from the per-token rate its verified n-grams matched at and how many
-were verified each step. Pure functions of trace data.
+Lookahead's from the rates its verified n-grams matched at, position by position,
+and how many were verified each step. Pure functions of trace data.
 """
 
 from __future__ import annotations
@@ -183,40 +183,55 @@ def draft_ms_per_level(run: RunTrace | None) -> float | None:
 
 
 def lookahead_rates(run: RunTrace | None) -> dict | None:
-    """The per-token rate the run's verified n-grams matched at, and how many it verified per step.
+    """The rates the run's verified n-grams matched at, token by token, and how many it verified per step.
 
-    Each candidate is checked token by token until one differs: `matched` over `checked` is the
-    chance its next token is right, given the ones before it were (the model's `a`)."""
+    Each candidate is checked token by token until one differs: at position k, `rates[k-1]` is the share
+    of the candidates checked there whose k-th token was right (their first k-1 were); `rate` is the same
+    over all positions (the model's single `a`). Text that repeats itself matches its later tokens far
+    more often than its first, which one rate would miss."""
     if run is None:
         return None
-    matched = checked = 0
+    longest = 1
+    hits: dict[int, int] = {}
+    tries: dict[int, int] = {}
     per_step = []
     for rec in run.steps[1:]:
         p = rec.payload
         if not isinstance(p, LookaheadPayload):
             continue
-        longest = max((p.ngram_size or 2) - 1, 1)
+        longest = max(longest, (p.ngram_size or 2) - 1)
         per_step.append(len(p.candidates))
         for cand in p.candidates:
-            matched += cand.match_length
-            checked += cand.match_length + (cand.match_length < longest)
+            for k in range(1, min(cand.match_length + 1, (p.ngram_size or 2) - 1) + 1):
+                tries[k] = tries.get(k, 0) + 1
+                hits[k] = hits.get(k, 0) + (k <= cand.match_length)
     if not per_step:
         return None
-    return {"rate": matched / checked if checked else 0.0, "candidates": per_step}
+    total = sum(tries.values())
+    rate = sum(hits.values()) / total if total else 0.0
+    rates = [hits[k] / tries[k] if tries.get(k) else rate for k in range(1, longest + 1)]
+    return {"rate": rate, "rates": rates, "candidates": per_step}
 
 
-def lookahead_expected(rate: float, ngram: int, candidates: float) -> float:
-    """1 + sum over k < N of P(some candidate matches k tokens), candidates independent at `rate` a token."""
-    return 1.0 + sum(1.0 - (1.0 - rate ** k) ** candidates for k in range(1, ngram))
+def lookahead_expected(rate, ngram: int, candidates: float) -> float:
+    """1 + sum over k < N of P(some candidate matches k tokens), candidates independent; `rate` is one
+    per-token rate or one per position (a candidate matches k tokens with the product of the first k)."""
+    rates = [float(rate)] * (ngram - 1) if isinstance(rate, (int, float)) else list(rate)
+    rates += [rates[-1] if rates else 0.0] * (ngram - 1 - len(rates))
+    expected, whole = 1.0, 1.0
+    for k in range(1, ngram):
+        whole *= rates[k - 1]
+        expected += 1.0 - (1.0 - whole) ** candidates
+    return expected
 
 
 def lookahead_tokens_per_step(run: RunTrace | None) -> float | None:
-    """Predicted tokens per step, step by step from the candidates it verified, at the run's matching rate."""
+    """Predicted tokens per step, step by step from the candidates it verified, at the run's matching rates."""
     rates = lookahead_rates(run)
     if rates is None:
         return None
     ngram = int(run.settings.get("ngram") or 2) if isinstance(run.settings, dict) else 2
-    return _mean(lookahead_expected(rates["rate"], ngram, c) for c in rates["candidates"])
+    return _mean(lookahead_expected(rates["rates"], ngram, c) for c in rates["candidates"])
 
 
 # ----------------------------------------------------------------------------- the run's own prediction

@@ -147,7 +147,7 @@ def _run_costs(trace: RaceTrace | None) -> dict:
     if rates and rates["candidates"]:
         useful = min(int(la.settings.get("guesses") or 0), int(la.settings.get("window") or 0)) or 1
         mean_candidates = sum(rates["candidates"]) / len(rates["candidates"])
-        costs.update(lookahead_rate=rates["rate"], pool_fill=min(mean_candidates / useful, 1.0))
+        costs.update(lookahead_rate=rates["rates"], pool_fill=min(mean_candidates / useful, 1.0))
     return costs
 
 
@@ -368,7 +368,8 @@ def panel_html(trace: RaceTrace | None, budget: int, depth: int, window: int, ng
     cols = [col for col in cols if col]
     parts.append('<div class="sv-whatif-cols">' + "".join(cols) + "</div>")
     parts.append('<div style="font-size:13px;color:#4b5563;margin-top:4px">Lookahead\'s tokens per step are a '
-                 'model: each verified n-gram\'s next token is right at the rate this run\'s n-grams matched '
+                 'model: each verified n-gram\'s next token is right at the rate this run\'s n-grams matched at that '
+                 'position '
                  '(before a run, a prior calibrated on the offline default, see <code>lookahead/sizing.py</code>); '
                  'text that repeats itself or quotes the prompt does better. On a GPU, t(n) stays nearly flat to '
                  'n = 64 or more, so the best sizes grow: upload a profile measured there to see it.</div></div>')
@@ -407,7 +408,7 @@ def run_parts_html(trace: RaceTrace | None) -> str:
             '</table></div><div style="font-size:13px;color:#4b5563">Every cost is this run\'s own mean (the '
             'machine\'s load changes them from run to run); only tokens per step is predicted: Sequoia\'s from '
             'how often each level\'s k-th child was accepted on its trees, Lookahead\'s from the rate its n-grams '
-            'matched at. A step\'s time is its target forward + its draft + the rest; the prompt\'s forward is '
+            'matched at, position by position. A step\'s time is its target forward + its draft + the rest; the prompt\'s forward is '
             'counted once, as the summary counts it.</div>')
 
 
