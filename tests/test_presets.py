@@ -194,8 +194,14 @@ def test_what_if_predicts_each_run_from_its_own_costs_and_shows_the_parts(runs):
 
 
 def test_each_presets_page_is_saved_as_a_screenshot(runs):
-    """What a learner sees after each preset's race (replayed from its trace): question, columns, what-if."""
-    from test_browser import CHROMIUM, FLAGS, _need_browser, _wait_caption
+    """What a learner sees after each preset's race (replayed from its trace), at 1280x720: the question
+    and the columns, the tree and caption at a step with a tree, and the what-if panel."""
+    save_screenshots({name: ARTIFACTS / f"{_slug(name)}.json" for name in runs})
+
+
+def save_screenshots(traces: dict) -> None:
+    """Three 1280x720 screenshots per preset {name: trace file} in test-artifacts/presets/."""
+    from test_browser import CHROMIUM, FLAGS, _need_browser
 
     _need_browser()
     from playwright.sync_api import sync_playwright
@@ -210,28 +216,54 @@ def test_each_presets_page_is_saved_as_a_screenshot(runs):
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
             try:
-                for name, trace in runs.items():
+                for name, path in traces.items():
                     page = browser.new_page(viewport={"width": 1280, "height": 720})
-                    page.goto(f"http://127.0.0.1:{port}/", wait_until="load", timeout=60_000)
-                    page.wait_for_selector("#sv-run", timeout=60_000)
-                    page.locator("#sv-workshop input").click()
-                    page.get_by_role("option", name=name).click()
-                    page.wait_for_function("(document.querySelector('#sv-question') || {innerText: ''})"
-                                           ".innerText.includes('Question')", timeout=30_000)
-                    page.locator("#sv-replay").get_by_text("Replay:").first.click()
-                    page.locator("#sv-upload input[type=file]").set_input_files(
-                        str(ARTIFACTS / f"{_slug(name)}.json"))
-                    total = len(trace.order)
-                    _wait_caption(page, f"Step {total} of {total}")
-                    page.locator("#sv-whatif-box").get_by_text("What if").first.click()
-                    page.wait_for_function("(document.querySelector('#sv-whatif') || {innerText: ''})"
-                                           ".innerText.includes('part by part')", timeout=90_000)
-                    for view in ("#sv-tree", "#sv-cumulative", "#sv-whatif"):
-                        page.locator(view).scroll_into_view_if_needed()
-                        page.wait_for_timeout(200)
-                    page.screenshot(path=str(ARTIFACTS / f"{_slug(name)}.png"), full_page=True)
+                    _replay_with_preset(page, f"http://127.0.0.1:{port}/", name, Path(path))
+                    _shoot(page, name)
                     page.close()
             finally:
                 browser.close()
     finally:
         demo.close()
+
+
+def _replay_with_preset(page, url: str, name: str, path: Path) -> None:
+    from test_browser import _wait_caption
+
+    page.goto(url, wait_until="load", timeout=60_000)
+    page.wait_for_selector("#sv-run", timeout=60_000)
+    page.locator("#sv-workshop input").click()
+    page.get_by_role("option", name=name).click()
+    page.wait_for_function("(document.querySelector('#sv-question') || {innerText: ''}).innerText"
+                           ".includes('Question')", timeout=30_000)
+    page.locator("#sv-replay").get_by_text("Replay:").first.click()
+    page.locator("#sv-upload input[type=file]").set_input_files(str(path))
+    total = len(json.loads(path.read_text())["order"])
+    _wait_caption(page, f"Step {total} of {total}")
+
+
+def _shoot(page, name: str) -> None:
+    slug = _slug(name)
+    page.locator("#sv-question").scroll_into_view_if_needed()
+    page.evaluate("window.scrollTo(0, document.querySelector('#sv-question').getBoundingClientRect().top "
+                  "+ window.scrollY - 8)")
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(ARTIFACTS / f"{slug}-race.png"))
+    # Back from the end to the latest Sequoia step whose tree has more than its root.
+    page.locator("#sv-caption").click()
+    for _ in range(40):
+        if page.locator("#sv-tree svg circle").count() > 1 and "Sequoia ran" in page.locator("#sv-caption").inner_text():
+            break
+        page.keyboard.press("ArrowLeft")
+        page.wait_for_timeout(250)
+    page.evaluate("window.scrollTo(0, document.querySelector('#sv-stepper').getBoundingClientRect().top "
+                  "+ window.scrollY - 4)")
+    page.wait_for_timeout(400)
+    page.screenshot(path=str(ARTIFACTS / f"{slug}-tree.png"))
+    page.locator("#sv-whatif-box").get_by_text("What if").first.click()
+    page.wait_for_function("(document.querySelector('#sv-whatif') || {innerText: ''}).innerText"
+                           ".includes('part by part')", timeout=90_000)
+    page.evaluate("window.scrollTo(0, document.querySelector('#sv-whatif').getBoundingClientRect().top "
+                  "+ window.scrollY - 4)")
+    page.wait_for_timeout(400)
+    page.screenshot(path=str(ARTIFACTS / f"{slug}-whatif.png"))
