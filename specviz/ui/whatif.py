@@ -407,7 +407,8 @@ def run_parts_html(trace: RaceTrace | None) -> str:
             '<th colspan="2">speedup</th><th>gap</th></tr><tr><th></th>' + sub + '<th></th></tr>' + "".join(rows) +
             '</table></div><div style="font-size:13px;color:#4b5563">Every cost is this run\'s own mean (the '
             'machine\'s load changes them from run to run); only tokens per step is predicted: Sequoia\'s from '
-            'how often each level\'s k-th child was accepted on its trees, Lookahead\'s from the rate its n-grams '
+            'how often each level\'s k-th child was accepted on its trees (an adaptive tree: how often a child '
+            'drawn with the draft\'s confidence q was), Lookahead\'s from the rate its n-grams '
             'matched at, position by position. A step\'s time is its target forward + its draft + the rest; the prompt\'s forward is '
             'counted once, as the summary counts it.</div>')
 
