@@ -210,7 +210,7 @@ def test_what_if_predicts_a_run_from_its_own_parts_and_shows_them_beside_the_mea
     # The sliders' predictions take the same parts: the run's t(n) and acceptance, its prompt forward.
     inp = whatif.inputs(trace)
     assert inp["target_ms"][5] == 10.0 and inp["by_depth"][0] == [1.0, 0.0]
-    assert "this run's measured costs" in inp["curve_source"]
+    assert "this run's own step times" in inp["curve_source"]
 
 
 # ----------------------------------------------------------------------------- recorded races, real model

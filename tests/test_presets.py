@@ -254,7 +254,8 @@ def _shoot(page, name: str) -> None:
     # Back from the end to the latest Sequoia step whose tree has more than its root.
     page.locator("#sv-caption").click()
     for _ in range(40):
-        if page.locator("#sv-tree svg circle").count() > 1 and "Sequoia ran" in page.locator("#sv-caption").inner_text():
+        caption = page.locator("#sv-caption").inner_text()
+        if page.locator("#sv-tree svg circle").count() > 1 and "Sequoia ran" in caption:
             break
         page.keyboard.press("ArrowLeft")
         page.wait_for_timeout(250)

@@ -164,7 +164,7 @@ def inputs(trace: RaceTrace | None, profile: dict | None = None) -> dict:
     run = _run_costs(trace) if not profile else {}
     run_curve = trace_curve(trace) if run else {}
     if run_curve:
-        target, source = _run_curve(run_curve, plan_curve), "this run's measured costs (its own step times)"
+        target, source = _run_curve(run_curve, plan_curve), "this run's own step times"
     elif plan_curve:
         target, source = plan_curve, "this machine's measured t(n) (the plan 'auto' cached)"
     else:
@@ -409,7 +409,8 @@ def run_parts_html(trace: RaceTrace | None) -> str:
             'machine\'s load changes them from run to run); only tokens per step is predicted: Sequoia\'s from '
             'how often each level\'s k-th child was accepted on its trees (an adaptive tree: how often a child '
             'drawn with the draft\'s confidence q was), Lookahead\'s from the rate its n-grams '
-            'matched at, position by position. A step\'s time is its target forward + its draft + the rest; the prompt\'s forward is '
+            'matched at, position by position. A step\'s time is its target forward + its draft + the rest; '
+            'the prompt\'s forward is '
             'counted once, as the summary counts it.</div>')
 
 
