@@ -112,7 +112,7 @@ html, body { overflow-x: hidden; }
   content-visibility: auto; contain-intrinsic-size: auto 420px; }
 """ + narrate.CAPTION_CSS + whatif.WHATIF_CSS
 
-# Run once the page has loaded (Gradio's `js`; a <script> in the head is not run by Gradio 6): on ▶ Start race
+# Run once the page has loaded (Gradio's launch `js`; a `js` on the button's click did not fire): on ▶ Start race
 # the race comes into view at once, the button row at the top of the screen with the status line, the legend
 # and the three columns with their live numbers under it. At 1280 x 720 the controls above would otherwise
 # leave the columns below the first screen, and a projected room would see nothing happen.
