@@ -121,6 +121,39 @@ def test_page_runs_a_race_and_draws_the_tree(app_url):
     assert not errors, errors
 
 
+def _in_view(page, selector: str) -> dict:
+    box = page.locator(selector).bounding_box()
+    view = page.viewport_size
+    return {"box": box, "inside": box is not None and box["y"] >= 0 and box["x"] >= 0
+            and box["y"] + box["height"] <= view["height"] and box["x"] + box["width"] <= view["width"]}
+
+
+def test_starting_a_race_brings_its_columns_into_view_at_1280x720(app_url):
+    """A projector's screen: after ▶ Start race the three columns, their live numbers and the first lines
+    of their texts are on screen, without the room scrolling to find them."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 720})
+            page.goto(app_url, wait_until="load", timeout=60_000)
+            page.wait_for_selector("#sv-run", timeout=60_000)
+            page.locator("#sv-run").click()
+            page.wait_for_timeout(800)
+            for m in ("ar", "sequoia", "lookahead"):
+                stats = _in_view(page, f"#sv-stats-{m}")
+                assert stats["inside"], (m, stats, page.viewport_size)
+                text_top = page.locator(f"#sv-text-{m}").bounding_box()
+                assert 0 <= text_top["y"] and text_top["y"] + 40 <= 720, (m, text_top)
+            assert _in_view(page, "#sv-status")["inside"]
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "race-started-1280x720.png"))
+            page.wait_for_selector("#sv-summary .sv-summary", timeout=280_000)   # the race ends before the next test
+        finally:
+            browser.close()
+
+
 def test_stop_ends_the_run_and_keeps_it_for_replay(long_app_url):
     from playwright.sync_api import sync_playwright
 
@@ -165,6 +198,24 @@ def replay_trace(tmp_path_factory, pair_fp32):
                                                                 "pool_from_prompt": True}})
     path = tmp_path_factory.mktemp("replay") / "specviz-trace.json"
     path.write_text(race.run().to_json())
+    return path
+
+
+@pytest.fixture(scope="module")
+def root_only_trace(tmp_path_factory, pair_fp32):
+    """A recorded greedy race whose Sequoia run ends on a root-only step: with one token left to write, the
+    tree is trimmed to its root (the target drafting for itself writes 6 tokens a step: 1 + 3 x 6 + 1 = 20)."""
+    from specviz.engine.race import start_race
+
+    for tokens in (20, 14, 26, 19, 21):
+        race = start_race(pair_fp32, "What are three tips for giving a good talk?", ["ar", "sequoia"],
+                          max_new_tokens=tokens, options={"sequoia": {"tree_budget": 20, "tree_depth": 5}})
+        trace = race.run()
+        last = trace.runs["sequoia"].steps[-1].payload
+        if last is not None and len(last.nodes) == 1:
+            break
+    path = tmp_path_factory.mktemp("root-only") / "specviz-trace.json"
+    path.write_text(trace.to_json())
     return path
 
 
@@ -222,6 +273,67 @@ def test_a_workshop_preset_sets_the_model_pair_prompt_and_question(replay_app_ur
             page.wait_for_selector("#sv-tree-mode input", timeout=30_000)
             checked = page.locator("#sv-tree-mode input:checked")
             assert checked.count() == 1 and "adaptive" in checked.evaluate("e => e.value + ' ' + e.parentElement.innerText")
+        finally:
+            browser.close()
+
+
+# Every mark and label of the tree: nodes' circles and labels, the bonus star, its label and its line.
+# The bonus star's dashed line counts as a mark too (its box widened by its stroke).
+TREE_BOXES_JS = """
+() => Array.from(document.querySelectorAll('#sv-tree svg circle, #sv-tree svg text, #sv-tree svg line.sv-bonus-edge'))
+  .map(e => {
+    const r = e.getBoundingClientRect(), pad = e.tagName === 'line' ? 1.5 : 0;
+    return {what: e.tagName + ':' + (e.textContent || ''), l: r.left - pad, t: r.top - pad, r: r.right + pad,
+            b: r.bottom + pad};
+  })
+"""
+
+
+def _overlapping(boxes: list[dict], slack: float = 0.5) -> list[tuple[str, str]]:
+    """Pairs of marks or labels whose boxes overlap by more than `slack` pixels each way."""
+    pairs = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            if (min(a["r"], b["r"]) - max(a["l"], b["l"]) > slack
+                    and min(a["b"], b["b"]) - max(a["t"], b["t"]) > slack):
+                pairs.append((a["what"], b["what"]))
+    return pairs
+
+
+def test_no_mark_or_label_of_the_tree_overlaps_another_at_any_step(replay_app_url, root_only_trace):
+    """Every step of a recorded race whose last Sequoia step holds only the root (the bonus star beside its
+    label), at 1280x720 and 1920x1080: no two of the tree's circles and labels overlap."""
+    import json
+
+    from playwright.sync_api import sync_playwright
+
+    total = len(json.loads(root_only_trace.read_text())["order"])
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        try:
+            for width, height in SIZES:
+                page = browser.new_page(viewport={"width": width, "height": height})
+                page.goto(replay_app_url, wait_until="load", timeout=60_000)
+                page.wait_for_selector("#sv-run", timeout=60_000)
+                page.locator("#sv-replay").get_by_text("Replay:").first.click()
+                page.locator("#sv-upload input[type=file]").set_input_files(str(root_only_trace))
+                _wait_caption(page, f"Step {total} of {total}")
+                page.locator("#sv-caption").click()
+                page.locator("#sv-tree").scroll_into_view_if_needed()
+                seen_root_only = False
+                for upto in range(total, 0, -1):
+                    if upto < total:
+                        page.keyboard.press("ArrowLeft")
+                        _wait_caption(page, f"Step {upto} of {total}")
+                    boxes = page.evaluate(TREE_BOXES_JS)
+                    assert not _overlapping(boxes), (width, upto, _overlapping(boxes))
+                    circles = [b for b in boxes if b["what"].startswith("circle")]
+                    if len(circles) == 1 and any("★" in b["what"] for b in boxes):
+                        seen_root_only = True
+                        if upto == total:
+                            page.screenshot(path=str(ARTIFACTS / f"tree-root-only-{width}x{height}.png"))
+                assert seen_root_only, "the recorded race has no root-only Sequoia step to check"
+                page.close()
         finally:
             browser.close()
 

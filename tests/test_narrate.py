@@ -188,6 +188,31 @@ def test_what_if_predicts_from_the_acceptance_vector_and_curve_and_marks_the_run
     assert "last run" in page   # what the run reached is marked
 
 
+def test_what_if_predicts_a_run_from_its_own_parts_and_shows_them_beside_the_measured_ones():
+    from specviz.ui import measured
+
+    trace = race()
+    trace.runs["ar"].steps.append(rec(1, [12], [" sat"], ["ar"]))   # a decoding step: the run's step time
+    sq = trace.runs["sequoia"]
+    # Counted on the run's one tree: the root's first child was the accepted one; below it, neither.
+    acc = measured.tree_acceptance(sq)
+    assert acc["by_depth"][0] == [1.0, 0.0] and acc["by_depth"][1][0] < 1e-5
+    got = measured.run_prediction(trace, "sequoia")
+    pred, meas = got["predicted"], got["measured"]
+    assert pred.tokens_per_step == pytest.approx(2.0) and meas.tokens_per_step == 2.0
+    assert (pred.target_ms, pred.draft_ms, pred.other_ms, pred.prefill_ms) == (10.0, 0.0, 0.0, 10.0)
+    # As the summary measures it: 3 tokens in 10 + 10 ms against autoregressive's 2 in 10 + 10 ms.
+    assert got["predicted_speedup"] == pytest.approx(1.5) and got["measured_speedup"] == pytest.approx(1.5)
+    page = whatif.panel_html(trace, 5, 2, 3, 3, 2, None)
+    assert 'class="sv-parts-sequoia"' in page and 'class="sv-parts-lookahead"' in page
+    text = plain(page)
+    assert "part by part" in text and "prompt's forward" in text and "+0%" in text
+    # The sliders' predictions take the same parts: the run's t(n) and acceptance, its prompt forward.
+    inp = whatif.inputs(trace)
+    assert inp["target_ms"][5] == 10.0 and inp["by_depth"][0] == [1.0, 0.0]
+    assert "this run's own step times" in inp["curve_source"]
+
+
 # ----------------------------------------------------------------------------- recorded races, real model
 
 

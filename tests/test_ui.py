@@ -337,3 +337,22 @@ def test_window_html_is_levels_by_w():
     grid, levels, width = figures.window_grid(payload)
     drawn = svg.window_html(payload, step=0)
     assert drawn.count("<tr><th style") == levels and drawn.count("<td title=") == levels * width
+
+
+def test_tree_svg_puts_the_bonus_star_clear_of_a_root_only_steps_label():
+    """A root-only step (the race's last token): the star and its label sit past the root's label."""
+    import re
+
+    from specviz.trace import TreeNode, TreePayload
+    from specviz.ui import svg
+
+    root = TreeNode(0, -1, 0, 1, "\n Avoid", 1.0, 1.0, "root")
+    payload = TreePayload(nodes=[root], accepted_path=[], bonus_token_id=5, bonus_text=" persuasive", budget=20,
+                          depth=5, draft_ms=0.0, verify_ms=0.0)
+    out = svg.tree_svg(payload)
+    texts = re.findall(r'<text x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)</text>', out)
+    (lx, ly, label), = [t for t in texts if t[2].startswith("▶")]
+    (sx, sy, _), = [t for t in texts if t[2] == "★"]
+    assert float(sx) >= float(lx) + svg.text_width(label)   # the star starts where the label ends
+    boxes = [svg._text_box(float(x), float(y), t, svg.STAR_PX if t == "★" else svg.LABEL_PX) for x, y, t in texts]
+    assert not any(svg._overlaps(a, b, gap=0) for i, a in enumerate(boxes) for b in boxes[i + 1:])

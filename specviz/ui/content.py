@@ -45,7 +45,12 @@ SIZING_NOTE = (
     "shows by how much on this machine. **adaptive** grows each step's tree from the draft's own confidence "
     "(EAGLE-2's dynamic tree): deep where the draft is sure, short where it hesitates, so the shape changes "
     "from step to step; still exact.")
-# Workshop presets: prompt + sizes + temperature together, with one guiding question each.
+# Workshop presets: prompt + sizes + temperature (+ precision) together, with one guiding question each.
+# A preset that asks whether the texts are identical races in fp32, where greedy speculation is exact token
+# for token (in bf16, the CPU's 'auto', a batched forward may round a near-tie the other way, and the page
+# then says where the texts part); the sampled preset it is compared with does too, so their trees differ by
+# temperature alone. The others keep the page's 'auto' precision: on a CPU, fp32's multi-token forwards and
+# full-precision draft cost about three times bf16's, which would hide what their questions ask about speed.
 WORKSHOP = {
     "Repetitive text: where Lookahead's pool wins": dict(
         # The offline default sings this chorus over and over for 64 tokens and more (a list to "repeat three
@@ -60,12 +65,14 @@ WORKSHOP = {
         question="Step through Sequoia: which tokens does the draft get accepted — keywords, punctuation and "
                  "indentation, or names? Why would that be?"),
     "Open chat, greedy (T = 0)": dict(
-        prompt="What are three tips for giving a good talk?", temperature=0.0, max_new_tokens=48,
+        prompt="What are three tips for giving a good talk?", temperature=0.0, max_new_tokens=48, dtype="fp32",
         tree="illustrative", lookahead="illustrative",
-        question="Note Sequoia's tokens per forward and check the three texts are identical. Will the "
-                 "T = 1.0 preset keep them identical — and will its tree accept as much?"),
+        question="Note Sequoia's tokens per forward and check the three texts are identical (this preset runs "
+                 "in fp32, where greedy speculation is exact token for token; on a CPU fp32 is slower than the "
+                 "default bf16, so read tokens per forward rather than speed). Will the T = 1.0 preset keep "
+                 "them identical — and will its tree accept as much?"),
     "Open chat, sampled (T = 1.0)": dict(
-        prompt="What are three tips for giving a good talk?", temperature=1.0, max_new_tokens=48,
+        prompt="What are three tips for giving a good talk?", temperature=1.0, max_new_tokens=48, dtype="fp32",
         tree="illustrative", lookahead="illustrative",
         question="The texts now differ from autoregressive, yet the method is exact. Step to a Sequoia rejection: "
                  "read its q and P — where did the bonus token come from, and why does that keep the output exact?"),
@@ -104,6 +111,20 @@ html, body { overflow-x: hidden; }
 #sv-tree, #sv-caption, #sv-window, #sv-pool, #sv-cumulative, #sv-latency, #sv-pool-size, #sv-hw-curve {
   content-visibility: auto; contain-intrinsic-size: auto 420px; }
 """ + narrate.CAPTION_CSS + whatif.WHATIF_CSS
+
+# Run once the page has loaded (Gradio's launch `js`; a `js` on the button's click did not fire): on ▶ Start race
+# the race comes into view at once, the button row at the top of the screen with the status line, the legend
+# and the three columns with their live numbers under it. At 1280 x 720 the controls above would otherwise
+# leave the columns below the first screen, and a projected room would see nothing happen.
+PAGE_JS = """
+() => {
+  document.addEventListener('click', function (e) {
+    var start = e.target && e.target.closest && e.target.closest('#sv-run');
+    if (!start) return;
+    (start.closest('.row') || start).scrollIntoView({block: 'start', behavior: 'instant'});
+  }, true);
+}
+"""
 
 # Prev / Next from the keyboard (ArrowLeft / ArrowRight), unless the focus is in a text field or slider.
 KEYS_JS = """

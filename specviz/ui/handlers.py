@@ -219,23 +219,42 @@ class PageHandlers:
         return [out[name] for name in WHATIF_SIZES]
 
     def apply_workshop(self, name, current_pair) -> dict:
-        """A workshop preset's prompt, sizes and temperature (and pair), with its question; by component."""
+        """A workshop preset's prompt, sizes, temperature and precision (and pair), with its question; by
+        component."""
         page = self.page
-        preset = WORKSHOP.get(name)
-        if preset is None:
+        settings = preset_settings(name, current_pair, self.presets)
+        if settings is None:
             return {page.question: gr.Markdown("", visible=False)}
-        # A preset may pick the model pair too, when this server offers it; otherwise the pair stays,
-        # unless it is a draft another preset picked: then the default pair comes back.
-        model = preset.get("model")
-        if model is None and current_pair in (FEATURE_PRESET, INDEPENDENT_PRESET):
-            model = DEFAULT_PRESET
-        sizes = {**ILLUSTRATIVE_TREE, **ILLUSTRATIVE_LOOKAHEAD}
-        sizes.update({k: preset[k] for k in sizes if k in preset})
-        values = {page.prompt: preset["prompt"], page.temperature: preset["temperature"],
-                  page.max_new_tokens: preset["max_new_tokens"], page.tree: preset.get("tree", "illustrative"),
-                  page.lookahead: preset.get("lookahead", "illustrative"),
-                  **{getattr(page, k): v for k, v in sizes.items()},
-                  page.question: gr.Markdown(f"**Question.** {preset['question']}", visible=True)}
-        if model in self.presets:
-            values[page.model] = model
+        question = settings.pop("question")
+        values = {getattr(page, key): value for key, value in settings.items()}
+        values[page.question] = gr.Markdown(f"**Question.** {question}", visible=True)
         return values
+
+
+# The race settings a workshop preset sets (the rest stay as the page has them).
+PRESET_SETTINGS = ("model", "prompt", "temperature", "max_new_tokens", "dtype", "tree", "tree_budget", "tree_depth",
+                   "lookahead", "window", "ngram", "guesses")
+
+
+def preset_settings(name, current_pair, presets) -> dict | None:
+    """A workshop preset's race settings by `RaceRequest` name, and its `question`; None for no preset.
+
+    A preset may pick the model pair too, when this server offers it (`presets`); otherwise the pair
+    stays, unless it is a draft another preset picked: then the default pair comes back. Its precision
+    is the preset's ('auto' unless it names one: a preset that asks about identical texts names fp32).
+    """
+    preset = WORKSHOP.get(name)
+    if preset is None:
+        return None
+    model = preset.get("model")
+    if model is None and current_pair in (FEATURE_PRESET, INDEPENDENT_PRESET):
+        model = DEFAULT_PRESET
+    sizes = {**ILLUSTRATIVE_TREE, **ILLUSTRATIVE_LOOKAHEAD}
+    sizes.update({k: preset[k] for k in sizes if k in preset})
+    settings = {"prompt": preset["prompt"], "temperature": preset["temperature"],
+                "max_new_tokens": preset["max_new_tokens"], "dtype": preset.get("dtype", "auto"),
+                "tree": preset.get("tree", "illustrative"), "lookahead": preset.get("lookahead", "illustrative"),
+                **sizes, "question": preset["question"]}
+    if model in presets:
+        settings["model"] = model
+    return settings

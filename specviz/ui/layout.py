@@ -36,6 +36,7 @@ from .content import (  # noqa: F401
     EXAMPLES,
     KEYS_JS,
     LIVE_VIEW_INTERVAL_S,
+    PAGE_JS,
     REPEATING_PROMPT,
     SIZING_CHOICES,
     SIZING_NOTE,
@@ -149,4 +150,4 @@ def launch_kwargs() -> dict:
     # System fonts only: no font download (workshop laptops and CI are often offline).
     sans = ["Inter", "ui-sans-serif", "system-ui", "Segoe UI", "Arial", "sans-serif"]
     mono = ["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"]
-    return {"css": CSS, "theme": gr.themes.Soft(font=sans, font_mono=mono), "head": KEYS_JS}
+    return {"css": CSS, "theme": gr.themes.Soft(font=sans, font_mono=mono), "head": KEYS_JS, "js": PAGE_JS}

@@ -52,19 +52,74 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+LABEL_PX = 15   # the tree's labels' font size
+STAR_PX = 24
+
+
+def text_width(text: str, size: float = LABEL_PX) -> float:
+    """A generous estimate of a label's drawn width: symbols (▶ ★ ⏎ and most non-Latin) count as a whole em."""
+    return sum(size * (0.62 if ord(c) < 0x2000 or c in "·…" else 1.05) for c in text)
+
+
+def _text_box(x: float, baseline: float, text: str, size: float = LABEL_PX) -> tuple[float, float, float, float]:
+    """(left, top, right, bottom) a label drawn at (x, baseline) covers, ascent and descent included."""
+    return (x, baseline - 0.95 * size, x + text_width(text, size), baseline + 0.3 * size)
+
+
+def _overlaps(a, b, gap: float = 2.0) -> bool:
+    return a[0] < b[2] + gap and b[0] < a[2] + gap and a[1] < b[3] + gap and b[1] < a[3] + gap
+
+
+def _bonus_line(start: tuple[float, float], sx: float, sy: float) -> tuple[float, float, float, float]:
+    """The dashed line from the end of the last node's label to the star, as (x1, y1, x2, y2)."""
+    return (start[0], start[1], sx - 14, sy)
+
+
+def _line_box(line: tuple[float, float, float, float], half: float = 2.0) -> tuple[float, float, float, float]:
+    x1, y1, x2, y2 = line
+    return (min(x1, x2), min(y1, y2) - half, max(x1, x2), max(y1, y2) + half)
+
+
+def _bonus_place(start: tuple[float, float], column_end: float, drawn: list, bonus: str, right_edge: float,
+                 height: float) -> tuple[float, float, float, float]:
+    """(star x, star y, label x, label baseline) for the bonus star after the last node, whose label ends at
+    `start`; the star, its label and the dashed line to it clear of every node and label already `drawn`:
+    past the labels of the node's column, on the node's row first, then a row above or below, and past the
+    whole drawing as the last resort."""
+    x0, y0 = start
+
+    def boxes(sx, sy, lx, ly):
+        return [_text_box(sx - 10, sy + 8, "★", STAR_PX), _text_box(lx, ly, bonus),
+                _line_box(_bonus_line(start, sx, sy))]
+
+    def fits(sx, sy, lx, ly):
+        inside = all(b[1] >= 2 and b[3] <= height - 2 for b in boxes(sx, sy, lx, ly))
+        return inside and not any(_overlaps(b, d) for b in boxes(sx, sy, lx, ly) for d in drawn)
+
+    tries = []
+    for sx in (max(x0 + 36, column_end + 36), right_edge + 24):
+        for dy in (0, -26, 26, -52, 52):
+            sy = y0 + dy
+            tries += [(sx, sy, sx + 20, sy + 5), (sx, sy, sx - 4, sy - 20), (sx, sy, sx - 4, sy + 30)]
+    for place in tries:
+        if fits(*place):
+            return place
+    sx = right_edge + 24   # nothing fits: beside the drawing's right edge, the label after the star
+    return (sx, y0, sx + 20, y0 + 5)
+
+
 def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
     """The speculated tree of one Sequoia step: nodes coloured by outcome, the accepted path thick,
-    the bonus token a star; hovering a node shows its token, q and P."""
+    the bonus token a star; hovering a node shows its token, q and P. No mark or label overlaps another:
+    each label's box is known, and the star goes where it touches none."""
     title = "Sequoia token tree" + (f" — step {step}" if step is not None else "")
     if payload is None or not payload.nodes:
         return _empty(title, "the tree appears here when Sequoia runs")
     pos = tree_positions(payload)
     levels = max(int(round(x)) for x, _ in pos.values()) + 2
     widest = max(sum(1 for p in pos.values() if p[0] == x) for x in {p[0] for p in pos.values()})
-    # 150 px per level holds a 10-character label at 14 px; 26 px per sibling keeps rows apart.
-    # The deepest level's labels and the bonus star need ~190 px after the last column (not a whole level):
-    # a narrower drawing is scaled down less in a laptop-wide column.
-    width, height = 150 * (levels - 2) + 24 + 200, max(240, 26 * widest + 40)
+    # 150 px per level holds a 10-character label at 15 px; 26 px per sibling keeps rows apart.
+    height = max(240, 26 * widest + 40)
 
     def xy(node_id):
         x, y = pos[node_id]
@@ -72,7 +127,9 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
 
     on_path = set(payload.accepted_path)
     by_id = {n.id: n for n in payload.nodes}
-    edges, marks = [], []
+    edges, marks, drawn = [], [], []
+    label_end: dict[float, float] = {}   # a column's x -> where its longest label ends
+    label_box: dict[int, tuple] = {}     # node id -> its label's box
     for n in payload.nodes:
         if n.parent >= 0 and n.parent in pos:
             (x0, y0), (x1, y1) = xy(n.parent), xy(n.id)
@@ -82,28 +139,37 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
                          f'stroke-width="{5 if accepted else 1.5}"/>')
         x, y = xy(n.id)
         color = NODE_COLORS.get(n.status, NODE_COLORS["not_reached"])
-        label = ("▶ " if n.parent < 0 else "") + _show(n.text)
+        label = short(("▶ " if n.parent < 0 else "") + _show(n.text), TREE_LABEL_CHARS)
+        radius = 9 if n.id in on_path or n.parent < 0 else 7
+        label_box[n.id] = _text_box(x + 12, y + 5, label)
+        drawn += [(x - radius, y - radius, x + radius, y + radius), label_box[n.id]]
+        label_end[x] = max(label_end.get(x, 0.0), label_box[n.id][2])
         tip = (f"{_show(n.text)} (id {n.token_id}) — {n.status}, depth {n.depth}\n"
                f"draft q = {n.draft_prob:.3f}, target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), chr(10))}")
-        marks.append(f'<g class="sv-node sv-{n.status}" font-size="15"><title>{esc(tip)}</title>'
-                     f'<circle cx="{x:.0f}" cy="{y:.0f}" r="{9 if n.id in on_path or n.parent < 0 else 7}" '
+        marks.append(f'<g class="sv-node sv-{n.status}" font-size="{LABEL_PX}"><title>{esc(tip)}</title>'
+                     f'<circle cx="{x:.0f}" cy="{y:.0f}" r="{radius}" '
                      f'fill="{color}" stroke="#fff" stroke-width="1.5"/>'
                      f'<text x="{x + 12:.0f}" y="{y + 5:.0f}" paint-order="stroke" stroke="#fff" stroke-width="4" '
-                     f'stroke-linejoin="round">{esc(short(label, TREE_LABEL_CHARS))}</text></g>')
+                     f'stroke-linejoin="round">{esc(label)}</text></g>')
+    right_edge = max(b[2] for b in drawn)
     if payload.bonus_token_id is not None:
         last = payload.accepted_path[-1] if payload.accepted_path else payload.nodes[0].id
         x0, y0 = xy(last)
-        # Past the last node's label (10 characters) and its own label above the star: never on a node's label.
-        x1 = x0 + 105
-        bonus = _show(payload.bonus_text or "")
-        # Its label goes above the star, or below it where the top edge would cut it off.
-        label_y = y0 - 14 if y0 - 14 >= 16 else y0 + 30
-        edges.append(f'<line x1="{x0:.0f}" y1="{y0:.0f}" x2="{x1:.0f}" y2="{y0:.0f}" stroke="{BONUS_COLOR}" '
-                     f'stroke-width="4" stroke-dasharray="7 5"/>')
+        bonus = short(_show(payload.bonus_text or ""), TREE_LABEL_CHARS)
+        # The dashed line starts where the node's label ends: drawn through the label, it showed between
+        # the glyphs (a root-only step read "▶▾·Avoid").
+        start = (label_box[last][2] + 3, y0)
+        sx, sy, lx, ly = _bonus_place(start, label_end[x0], drawn, bonus, right_edge, height)
+        right_edge = max(right_edge, _text_box(sx - 10, sy + 8, "★", STAR_PX)[2], _text_box(lx, ly, bonus)[2])
+        x1, y1, x2, y2 = _bonus_line(start, sx, sy)
+        edges.append(f'<line class="sv-bonus-edge" x1="{x1:.0f}" y1="{y1:.0f}" x2="{x2:.0f}" y2="{y2:.0f}" '
+                     f'stroke="{BONUS_COLOR}" stroke-width="4" stroke-dasharray="7 5"/>')
         marks.append(f'<g class="sv-bonus"><title>{esc(f"bonus / corrected token: {bonus} (id {payload.bonus_token_id}), sampled by the target after the accepted path")}</title>'
-                     f'<text x="{x1 - 10:.0f}" y="{y0 + 8:.0f}" fill="{BONUS_COLOR}" font-size="24">★</text>'
-                     f'<text x="{x1 - 4:.0f}" y="{label_y:.0f}" fill="#92400e" font-weight="600" '
-                     f'paint-order="stroke" stroke="#fff" stroke-width="4">{esc(short(bonus, TREE_LABEL_CHARS))}</text></g>')
+                     f'<text x="{sx - 10:.0f}" y="{sy + 8:.0f}" fill="{BONUS_COLOR}" font-size="{STAR_PX}">★</text>'
+                     f'<text x="{lx:.0f}" y="{ly:.0f}" fill="#92400e" font-weight="600" font-size="{LABEL_PX}" '
+                     f'paint-order="stroke" stroke="#fff" stroke-width="4">{esc(bonus)}</text></g>')
+    # Wide enough for the last column's labels and the star: a narrower drawing is scaled down less.
+    width = max(150 * (levels - 2) + 24 + 200, right_edge + 12)
     accepted = len(payload.accepted_path)
     made = accepted + (payload.bonus_token_id is not None)
     if len(payload.nodes) == 1:
@@ -115,8 +181,8 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
     legend = _legend([("accepted", NODE_COLORS["accepted"]), ("rejected", NODE_COLORS["rejected"]),
                       ("not reached", NODE_COLORS["not_reached"]), ("bonus", BONUS_COLOR)])
     # A small tree keeps about its drawn size instead of being blown up to the column's width.
-    svg = (f'<svg viewBox="0 0 {width} {height}" width="100%" style="max-height:560px;max-width:{int(1.6 * width)}px">'
-           + "".join(edges) + "".join(marks) + "</svg>")
+    svg = (f'<svg viewBox="0 0 {width:.0f} {height}" width="100%" '
+           f'style="max-height:560px;max-width:{int(1.6 * width)}px">' + "".join(edges) + "".join(marks) + "</svg>")
     return _box(title, legend + svg, note)
 
 

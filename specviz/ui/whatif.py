@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from ..request import ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE  # noqa: F401 (the panel's names for them)
 from ..trace import PHASE_DRAFT, PHASE_TARGET, RaceTrace, TreePayload
-from . import hardware
+from . import hardware, measured
 from .figures import METHOD_COLORS
 from .html import esc
 
@@ -70,7 +70,8 @@ def load_profile(path: str) -> dict:
 
 
 def trace_curve(trace: RaceTrace | None) -> dict[int, float]:
-    """t(n) as this run measured it: the median target-forward time for each input size seen (prefills excluded)."""
+    """t(n) as this run measured it: the mean target-forward time for each input size seen (prefills excluded),
+    the mean because the run's speed is its total time: a slow forward counts as much as it cost."""
     if trace is None:
         return {}
     by_n: dict[int, list[float]] = {}
@@ -79,7 +80,7 @@ def trace_curve(trace: RaceTrace | None) -> dict[int, float]:
             ms = rec.time_ms.get(PHASE_TARGET)
             if ms:
                 by_n.setdefault(int(rec.tokens_processed), []).append(float(ms))
-    return {n: sorted(v)[len(v) // 2] for n, v in sorted(by_n.items())}
+    return {n: sum(v) / len(v) for n, v in sorted(by_n.items())}
 
 
 def _trace_draft_ms(trace: RaceTrace | None) -> float | None:
@@ -115,21 +116,67 @@ def _trace_acceptance(trace: RaceTrace | None) -> list[float] | None:
     return [counts.get(k, 0) / steps for k in range(1, max(counts) + 1)]
 
 
+def _run_curve(run_curve: dict[int, float], plan_curve: dict[int, float]) -> dict[int, float]:
+    """The run's measured t(n), filled in between and beyond by the machine's profiled curve scaled to the
+    run's (a busy machine slows every forward alike)."""
+    if not plan_curve:
+        return run_curve
+    ratios = sorted(ms / interpolate(plan_curve, n) for n, ms in run_curve.items())
+    scale = ratios[len(ratios) // 2] if ratios else 1.0
+    return {**{n: ms * scale for n, ms in plan_curve.items()}, **run_curve}
+
+
+def _run_costs(trace: RaceTrace | None) -> dict:
+    """What the trace's runs measured: each method's step parts and autoregressive's (see `measured`)."""
+    if trace is None:
+        return {}
+    parts = {m: measured.measured_parts(run) for m, run in trace.runs.items()}
+    parts = {m: p for m, p in parts.items() if p is not None}
+    if "ar" not in parts:
+        return {}
+    costs = {"parts": parts, "ar_parts": parts["ar"]}
+    sq, la = trace.runs.get("sequoia"), trace.runs.get("lookahead")
+    acc = measured.tree_acceptance(sq)
+    if acc:
+        costs.update(acceptance=acc["acceptance"], by_depth=acc["by_depth"], under_lower_ranks=acc["under_lower_ranks"],
+                     acceptance_source="counted on this run's trees")
+    per_level = measured.draft_ms_per_level(sq)
+    if per_level:
+        costs["draft_ms"] = {1: per_level, 64: per_level}
+    rates = measured.lookahead_rates(la)
+    if rates and rates["candidates"]:
+        useful = min(int(la.settings.get("guesses") or 0), int(la.settings.get("window") or 0)) or 1
+        mean_candidates = sum(rates["candidates"]) / len(rates["candidates"])
+        costs.update(lookahead_rate=rates["rates"], pool_fill=min(mean_candidates / useful, 1.0))
+    return costs
+
+
 def inputs(trace: RaceTrace | None, profile: dict | None = None) -> dict:
-    """Everything the predictions need, and where each part came from."""
+    """Everything the predictions need, and where each part came from.
+
+    With a finished race, its own measurements come first: t(n), the draft's level cost, the other
+    per-step costs, the prompt's forward and autoregressive's step (`measured`), acceptance counted on
+    its trees and the rate its n-grams matched at; the plans `auto` cached fill in the rest. An
+    uploaded profile replaces the target's costs, and then the run's CPU times are not mixed in."""
     plans = hardware.plans_for(trace) if trace is not None else {"sequoia": None, "lookahead": None}
     sq, la = plans.get("sequoia") or {}, plans.get("lookahead") or {}
-    target = _curve(sq.get("target_ms")) or _curve(la.get("curve"))
-    source = "this machine's measured t(n) (the plan 'auto' cached)" if target else ""
-    if not target:
+    plan_curve = _curve(sq.get("target_ms")) or _curve(la.get("curve"))
+    run = _run_costs(trace) if not profile else {}
+    run_curve = trace_curve(trace) if run else {}
+    if run_curve:
+        target, source = _run_curve(run_curve, plan_curve), "this run's own step times"
+    elif plan_curve:
+        target, source = plan_curve, "this machine's measured t(n) (the plan 'auto' cached)"
+    else:
         target = trace_curve(trace)
-        source = "t(n) measured during this run (median target forward per input size)" if target else ""
-    draft = _curve(sq.get("draft_ms"))
+        source = "t(n) measured during this run (mean target forward per input size)" if target else ""
+    draft = run.get("draft_ms") or _curve(sq.get("draft_ms"))
     if not draft:
         per_level = _trace_draft_ms(trace)
         draft = {1: per_level, 64: per_level} if per_level else {}
-    acceptance = sq.get("acceptance") or _trace_acceptance(trace)
-    by_depth, lower = sq.get("acceptance_by_depth"), sq.get("acceptance_under_lower_ranks")
+    acceptance = run.get("acceptance") or sq.get("acceptance") or _trace_acceptance(trace)
+    by_depth = run.get("by_depth") if run.get("acceptance") else sq.get("acceptance_by_depth")
+    lower = run.get("under_lower_ranks") if run.get("acceptance") else sq.get("acceptance_under_lower_ranks")
     if profile:
         target = profile["target_ms"]
         source = f"the uploaded profile ({profile.get('name', 'profile')})"
@@ -141,7 +188,8 @@ def inputs(trace: RaceTrace | None, profile: dict | None = None) -> dict:
     return {"target_ms": target, "draft_ms": draft, "acceptance": acceptance, "by_depth": by_depth,
             "under_lower_ranks": lower,
             "curve_source": source, "sequoia_plan": sq or None, "lookahead_plan": la or None,
-            "lookahead_rate": la.get("accept_rate")}
+            "lookahead_rate": run.get("lookahead_rate") or la.get("accept_rate"), "pool_fill": run.get("pool_fill"),
+            "parts": run.get("parts", {}), "ar_parts": run.get("ar_parts")}
 
 
 @lru_cache(maxsize=8)
@@ -158,8 +206,27 @@ def _freeze(by_depth):
     return tuple(tuple(float(x) for x in row) for row in by_depth) if by_depth else None
 
 
+def _speedup(inp: dict, method: str, tokens_per_step: float, target_ms: float, draft_ms: float,
+             other_ms: float) -> float:
+    """Predicted speedup over autoregressive: with a measured race, as its summary measures it (each
+    method's prompt forward included, autoregressive's own step time), else tokens x t(1) / step ms."""
+    step_ms = target_ms + draft_ms + other_ms
+    own, ar = inp.get("parts", {}).get(method), inp.get("ar_parts")
+    if own is None or ar is None:
+        return tokens_per_step * interpolate(inp["target_ms"], 1) / step_ms if step_ms > 0 else 0.0
+    predicted = measured.StepParts(tokens_per_step, target_ms, draft_ms, other_ms, own.prefill_ms,
+                                   own.prefill_tokens, own.tokens)
+    return measured.speedup(predicted, ar)
+
+
+def _other_ms(inp: dict, method: str) -> float:
+    own = inp.get("parts", {}).get(method)
+    return own.other_ms if own is not None else 0.0
+
+
 def sequoia_point(inp: dict, budget: int, depth: int, max_budget: int = 128, max_depth: int = 12) -> dict | None:
-    """Predicted tokens per step, step ms and speedup for the best tree of `budget` nodes and `depth` levels."""
+    """Predicted tokens per step, step ms (and its parts) and speedup for the best tree of `budget` nodes and
+    `depth` levels."""
     from ..sequoia.tree import TreeShape
 
     acc, target, draft = inp.get("acceptance"), inp.get("target_ms"), inp.get("draft_ms")
@@ -177,25 +244,27 @@ def sequoia_point(inp: dict, budget: int, depth: int, max_budget: int = 128, max
         start, end = shape.level_ranges[level]
         if draft:
             draft_ms += interpolate(draft, 1 if level == 0 else end - start) if len(draft) > 1 else next(iter(draft.values()))
-    step_ms = draft_ms + interpolate(target, shape.size)
-    t1 = interpolate(target, 1)
-    return {"budget": budget, "depth": shape.depth, "tokens_per_step": value, "step_ms": step_ms,
-            "speedup": value * t1 / step_ms if step_ms > 0 else 0.0}
+    target_ms, other_ms = interpolate(target, shape.size), _other_ms(inp, "sequoia")
+    return {"budget": budget, "depth": shape.depth, "tokens_per_step": value, "target_ms": target_ms,
+            "draft_ms": draft_ms, "other_ms": other_ms, "step_ms": draft_ms + target_ms + other_ms,
+            "speedup": _speedup(inp, "sequoia", value, target_ms, draft_ms, other_ms)}
 
 
 def lookahead_point(inp: dict, window: int, ngram: int, guesses: int) -> dict | None:
-    from ..lookahead.sizing import ACCEPT_RATE, expected_tokens, step_tokens
+    from ..lookahead.sizing import ACCEPT_RATE, step_tokens
 
     target = inp.get("target_ms")
     if not target or len(target) < 2:
         return None
     rate = inp.get("lookahead_rate") or ACCEPT_RATE
     n = step_tokens(int(window), int(ngram), int(guesses))
-    e = expected_tokens(int(window), int(ngram), int(guesses), rate)
-    ms = interpolate(target, max(n, 1))
-    t1 = interpolate(target, 1)
+    # The pool holds at most min(G, W) useful candidates for a key; a run says how full it kept them.
+    candidates = min(int(guesses), int(window)) * (inp.get("pool_fill") or 1.0)
+    e = measured.lookahead_expected(rate, int(ngram), candidates)
+    target_ms, other_ms = interpolate(target, max(n, 1)), _other_ms(inp, "lookahead")
     return {"window": window, "ngram": ngram, "guesses": guesses, "step_tokens": n, "tokens_per_step": e,
-            "step_ms": ms, "speedup": e * t1 / ms if ms > 0 else 0.0}
+            "target_ms": target_ms, "draft_ms": 0.0, "other_ms": other_ms, "step_ms": target_ms + other_ms,
+            "speedup": _speedup(inp, "lookahead", e, target_ms, 0.0, other_ms)}
 
 
 def actual(trace: RaceTrace | None) -> dict:
@@ -294,14 +363,55 @@ def panel_html(trace: RaceTrace | None, budget: int, depth: int, window: int, ng
               'dashed line: 1x = autoregressive speed</div>')
     parts = [f'<div class="sv-whatif" style="font-size:15px"><div>Costs from {esc(inp["curve_source"])}.</div>',
              legend]
+    parts.append(run_parts_html(trace))
     cols = [_sequoia_column(inp, done, budget, depth), _lookahead_column(inp, done, window, ngram, guesses)]
     cols = [col for col in cols if col]
     parts.append('<div class="sv-whatif-cols">' + "".join(cols) + "</div>")
     parts.append('<div style="font-size:13px;color:#4b5563;margin-top:4px">Lookahead\'s tokens per step are a '
-                 'model (a prior calibrated on the offline default, see <code>lookahead/sizing.py</code>); '
+                 'model: each verified n-gram\'s next token is right at the rate this run\'s n-grams matched at that '
+                 'position '
+                 '(before a run, a prior calibrated on the offline default, see <code>lookahead/sizing.py</code>); '
                  'text that repeats itself or quotes the prompt does better. On a GPU, t(n) stays nearly flat to '
                  'n = 64 or more, so the best sizes grow: upload a profile measured there to see it.</div></div>')
     return "".join(parts)
+
+
+PART_ROWS = (("tokens per step", "tokens_per_step", "{:.2f}"), ("target forward", "target_ms", "{:.0f} ms"),
+             ("draft", "draft_ms", "{:.0f} ms"), ("other (verify, caches, trace)", "other_ms", "{:.0f} ms"),
+             ("one step", "step_ms", "{:.0f} ms"), ("prompt's forward", "prefill_ms", "{:.0f} ms"))
+
+
+def run_parts_html(trace: RaceTrace | None) -> str:
+    """This run, predicted beside measured, part by part: the prediction takes the run's own costs and
+    predicts its tokens per step, so a gap in the speedup is a gap in the acceptance model."""
+    rows = []
+    for method in ("sequoia", "lookahead"):
+        got = measured.run_prediction(trace, method)
+        if got is None:
+            continue
+        pred, meas = got["predicted"], got["measured"]
+        cells = "".join(f'<td>{fmt.format(getattr(pred, key))}</td><td>{fmt.format(getattr(meas, key))}</td>'
+                        for _, key, fmt in PART_ROWS)
+        gap = (got["predicted_speedup"] / got["measured_speedup"] - 1) * 100 if got["measured_speedup"] else None
+        rows.append(f'<tr class="sv-parts-{method}"><th style="color:{METHOD_COLORS[method]}">'
+                    f'{method.capitalize()}</th>{cells}<td><b>{got["predicted_speedup"]:.2f}x</b></td>'
+                    f'<td><b>{got["measured_speedup"]:.2f}x</b></td>'
+                    f'<td>{"" if gap is None else f"{gap:+.0f}%"}</td></tr>')
+    if not rows:
+        return ""
+    head = "".join(f'<th colspan="2">{esc(label)}</th>' for label, _, _ in PART_ROWS)
+    sub = "<th>predicted</th><th>measured</th>" * (len(PART_ROWS) + 1)
+    return ('<div style="font-weight:600;margin-top:6px">This run: the prediction for its own sizes, part by part, '
+            'beside what it measured</div><div style="overflow-x:auto"><table class="sv-parts" '
+            'style="border-collapse:collapse;font-size:13px;text-align:right"><tr><th></th>' + head +
+            '<th colspan="2">speedup</th><th>gap</th></tr><tr><th></th>' + sub + '<th></th></tr>' + "".join(rows) +
+            '</table></div><div style="font-size:13px;color:#4b5563">Every cost is this run\'s own mean (the '
+            'machine\'s load changes them from run to run); only tokens per step is predicted: Sequoia\'s from '
+            'how often each level\'s k-th child was accepted on its trees (an adaptive tree: how often a child '
+            'drawn with the draft\'s confidence q was), Lookahead\'s from the rate its n-grams '
+            'matched at, position by position. A step\'s time is its target forward + its draft + the rest; '
+            'the prompt\'s forward is '
+            'counted once, as the summary counts it.</div>')
 
 
 def _sequoia_column(inp: dict, done: dict, budget: int, depth: int) -> str:
@@ -381,5 +491,6 @@ def _lookahead_column(inp: dict, done: dict, window: int, ngram: int, guesses: i
 
 
 WHATIF_CSS = """
+.sv-parts td, .sv-parts th { padding: 2px 6px; border-bottom: 1px solid #e5e7eb; }
 .sv-whatif-cols { display: grid; grid-template-columns: repeat(auto-fit, minmax(340px, 1fr)); gap: 14px; }
 """

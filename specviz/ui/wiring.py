@@ -16,7 +16,7 @@ from ..request import CUSTOM, RaceRequest
 from .api import RaceApi, takes_race_settings
 from .content import EXAMPLES
 from .controls import Page
-from .handlers import WHATIF_SIZES, PageHandlers
+from .handlers import PRESET_SETTINGS, WHATIF_SIZES, PageHandlers
 
 
 def wire(page: Page, handlers: PageHandlers, defaults: RaceRequest) -> None:
@@ -60,8 +60,7 @@ def _wire_whatif(page: Page, handlers: PageHandlers, new_trace_events) -> None:
 
 
 def _wire_workshop(page: Page, handlers: PageHandlers) -> None:
-    set_by_preset = [page.model, page.prompt, page.temperature, page.max_new_tokens, page.tree, page.tree_budget,
-                     page.tree_depth, page.lookahead, page.window, page.ngram, page.guesses, page.question]
+    set_by_preset = [getattr(page, name) for name in PRESET_SETTINGS] + [page.question]
     private = dict(api_visibility="private", queue=False)
     page.workshop.change(handlers.apply_workshop, [page.workshop, page.model], set_by_preset, **private)
     for button, text in zip(page.example_buttons, EXAMPLES.values()):

@@ -1,0 +1,308 @@
+"""What a race measured, in the parts the what-if panel predicts, and the prediction for the run itself.
+
+A decoding step's time is its target forward + its draft forwards + everything else
+(verification, cache compaction, the trace): `StepParts` holds the means of each over a
+run's decoding steps, and the prompt's forward (step 0) apart, since in a short race on a
+CPU it is a tenth of the wall time. A speedup is then predicted the way the summary
+measures it, tokens per second over autoregressive's:
+
+    wall = prompt's forward + (tokens - its tokens) / tokens per step x step ms
+
+so a prediction that is right in every part is right in the whole. The run's own
+prediction takes every cost from the run (machine load shifts them from run to run)
+and predicts only tokens per step: Sequoia's from acceptance counted on the run's own
+trees (per level and rank, evaluated on each step's tree by `tree_dp.tree_value`; for
+an adaptive tree, per node from the acceptance its draft confidence earned),
+Lookahead's from the rates its verified n-grams matched at, position by position,
+and how many were verified each step. Pure functions of trace data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..trace import PHASE_DRAFT, PHASE_TARGET, LookaheadPayload, RunTrace, TreePayload
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """A run's (or a prediction's) mean decoding step and its prompt's forward, in milliseconds."""
+
+    tokens_per_step: float
+    target_ms: float
+    draft_ms: float
+    other_ms: float
+    prefill_ms: float = 0.0
+    prefill_tokens: int = 1
+    tokens: int = 0            # the run's tokens, the prompt forward's included
+
+    @property
+    def step_ms(self) -> float:
+        return self.target_ms + self.draft_ms + self.other_ms
+
+    def wall_ms(self, tokens: int | None = None) -> float:
+        """Time to write `tokens` (default: the run's): the prompt's forward, then decoding steps."""
+        tokens = self.tokens if tokens is None else tokens
+        decoded = max(tokens - self.prefill_tokens, 0)
+        return self.prefill_ms + (decoded / self.tokens_per_step * self.step_ms if decoded else 0.0)
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
+
+
+def measured_parts(run: RunTrace | None) -> StepParts | None:
+    """The run's mean decoding step (step 0, the prompt's forward, apart); None without decoding steps."""
+    if run is None or len(run.steps) < 2:
+        return None
+    steps = run.steps[1:]
+    target = _mean(s.time_ms.get(PHASE_TARGET, 0.0) for s in steps)
+    draft = _mean(s.time_ms.get(PHASE_DRAFT, 0.0) for s in steps)
+    other = _mean(s.total_ms for s in steps) - target - draft
+    first = run.steps[0]
+    return StepParts(tokens_per_step=_mean(len(s.new_token_ids) for s in steps), target_ms=target, draft_ms=draft,
+                     other_ms=max(other, 0.0), prefill_ms=first.total_ms,
+                     prefill_tokens=len(first.new_token_ids), tokens=len(run.token_ids))
+
+
+def speedup(method: StepParts, ar: StepParts, tokens: int | None = None) -> float:
+    """Tokens per second over autoregressive's, each writing its own run's tokens (or `tokens`)."""
+    m_tokens = method.tokens if tokens is None else tokens
+    a_tokens = ar.tokens if tokens is None else tokens
+    m_wall, a_wall = method.wall_ms(m_tokens), ar.wall_ms(a_tokens)
+    if m_wall <= 0 or a_wall <= 0 or not a_tokens:
+        return 0.0
+    return (m_tokens / m_wall) / (a_tokens / a_wall)
+
+
+# ----------------------------------------------------------------------------- Sequoia's trees
+
+
+def _tree_parents(payload: TreePayload) -> tuple[list[int], list[int], list[bool]]:
+    """The step's tree as a parent list in id order, each node's rank among its siblings, and which were accepted."""
+    nodes = sorted(payload.nodes, key=lambda n: n.id)
+    index = {n.id: i for i, n in enumerate(nodes)}
+    parents = [index.get(n.parent, -1) if n.parent >= 0 else -1 for n in nodes]
+    seen: dict[int, int] = {}
+    ranks = []
+    for par in parents:
+        seen[par] = seen.get(par, 0) + 1
+        ranks.append(seen[par] if par >= 0 else 0)
+    return parents, ranks, [n.status == "accepted" for n in nodes]
+
+
+def _trees(run: RunTrace | None):
+    for rec in (run.steps[1:] if run is not None else []):
+        if isinstance(rec.payload, TreePayload) and len(rec.payload.nodes) > 1:
+            yield rec.payload
+
+
+def tree_acceptance(run: RunTrace | None) -> dict | None:
+    """Acceptance counted on the run's own trees: p[k-1] = how often a reached node's k-th child was the
+    accepted one, among reached nodes with at least k children; per level (`by_depth`), and for the
+    children of rank-2-or-lower nodes apart (`under_lower_ranks`), as the tree DP takes them."""
+    # counts[class][level][rank] = [accepted, offered]; class 1 = children of a node drawn at rank >= 2
+    counts: list[dict] = [{}, {}]
+    for payload in _trees(run):
+        parents, ranks, accepted = _tree_parents(payload)
+        level = [0] * len(parents)
+        children: dict[int, list[int]] = {}
+        for i, par in enumerate(parents):
+            if par >= 0:
+                level[i] = level[par] + 1
+                children.setdefault(par, []).append(i)
+        for par, kids in children.items():
+            if par != 0 and not accepted[par]:
+                continue   # only a reached node's children had their turn
+            klass = 1 if ranks[par] >= 2 else 0
+            for kid in kids:
+                cell = counts[klass].setdefault(level[kid], {}).setdefault(ranks[kid], [0, 0])
+                cell[0] += accepted[kid]
+                cell[1] += 1
+    if not counts[0]:
+        return None
+    pooled: dict[int, list[int]] = {}
+    for by_rank in counts[0].values():
+        for rank, (hit, seen) in by_rank.items():
+            cell = pooled.setdefault(rank, [0, 0])
+            cell[0] += hit
+            cell[1] += seen
+    flat = [pooled[k][0] / pooled[k][1] if k in pooled else 0.0 for k in range(1, max(pooled) + 1)]
+
+    def rows(table: dict) -> list[list[float]]:
+        out = []
+        for lvl in range(1, max(table) + 1):
+            by_rank = table.get(lvl, {})
+            out.append([by_rank[k][0] / by_rank[k][1] if k in by_rank else flat[k - 1] if k <= len(flat) else 0.0
+                        for k in range(1, len(flat) + 1)])
+        return out
+
+    by_depth = rows(counts[0])
+    lower = rows(counts[1]) if counts[1] else None
+    return {"acceptance": _valid(flat), "by_depth": [_valid(r) for r in by_depth],
+            "under_lower_ranks": [_valid(r) for r in lower] if lower else None}
+
+
+def _valid(row: list[float]) -> list[float]:
+    """A vector the DP accepts: ranks' probabilities sum to at most 1 (counts from few steps may not)."""
+    total = sum(row)
+    row = [r / total for r in row] if total > 1 else list(row)
+    return row if any(row) else [1e-6] + row[1:]
+
+
+# Bins of the draft's confidence q for `confidence_calibration`.
+CONFIDENCE_EDGES = (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+
+
+def confidence_calibration(run: RunTrace | None):
+    """q -> how often a reached node's child drawn with confidence q was the accepted one, on this run's
+    trees (binned by q; a bin it never saw keeps q itself)."""
+    import bisect
+
+    offered: dict[int, int] = {}
+    taken: dict[int, int] = {}
+    for payload in _trees(run):
+        reached = {n.id for n in payload.nodes if n.status in ("root", "accepted")}
+        for node in payload.nodes:
+            if node.parent in reached:
+                b = bisect.bisect(CONFIDENCE_EDGES, node.draft_prob)
+                offered[b] = offered.get(b, 0) + 1
+                taken[b] = taken.get(b, 0) + (node.status == "accepted")
+
+    def calibrated(q: float) -> float:
+        b = bisect.bisect(CONFIDENCE_EDGES, q)
+        return taken[b] / offered[b] if offered.get(b) else q
+
+    return calibrated
+
+
+def _confidence_value(payload: TreePayload, calibrated) -> float:
+    """1 + the sum over nodes of the chance their whole path is accepted, each node at its calibrated q."""
+    reach, total = {}, 1.0
+    for node in sorted(payload.nodes, key=lambda n: n.id):
+        if node.parent < 0:
+            reach[node.id] = 1.0
+            continue
+        reach[node.id] = reach.get(node.parent, 0.0) * calibrated(node.draft_prob)
+        total += reach[node.id]
+    return total
+
+
+def sequoia_tokens_per_step(run: RunTrace | None, acc: dict | None) -> float | None:
+    """Predicted tokens per step over the run's own trees.
+
+    A fixed tree: from acceptance vectors `acc` (per level and rank, `tree_dp.tree_value`). An adaptive
+    tree grows where the draft is confident, so a level's average acceptance undersells its deep
+    branches (a fifth too few tokens measured): each node is valued at the acceptance its draft
+    confidence earned on this run's trees instead."""
+    from ..sequoia.tree_dp import tree_value
+
+    if run is None or not acc:
+        return None
+    adaptive = isinstance(run.settings, dict) and run.settings.get("tree") == "adaptive"
+    calibrated = confidence_calibration(run) if adaptive else None
+    values = []
+    for rec in run.steps[1:]:
+        p = rec.payload
+        if not isinstance(p, TreePayload) or len(p.nodes) < 2:
+            values.append(1.0)   # a root-only step (the race's last token) writes one
+        elif adaptive:
+            values.append(_confidence_value(p, calibrated))
+        else:
+            parents, _, _ = _tree_parents(p)
+            values.append(tree_value(parents, acc["acceptance"], acc.get("by_depth"), acc.get("under_lower_ranks")))
+    return _mean(values) if values else None
+
+
+def draft_ms_per_level(run: RunTrace | None) -> float | None:
+    """The draft's mean cost per tree level this run (its time over the levels its trees had)."""
+    ms = levels = 0.0
+    for rec in (run.steps[1:] if run is not None else []):
+        p = rec.payload
+        if isinstance(p, TreePayload) and len(p.nodes) > 1:
+            ms += rec.time_ms.get(PHASE_DRAFT, 0.0)
+            levels += max(n.depth for n in p.nodes)
+    return ms / levels if levels else None
+
+
+# ----------------------------------------------------------------------------- Lookahead's n-grams
+
+
+def lookahead_rates(run: RunTrace | None) -> dict | None:
+    """The rates the run's verified n-grams matched at, token by token, and how many it verified per step.
+
+    Each candidate is checked token by token until one differs: at position k, `rates[k-1]` is the share
+    of the candidates checked there whose k-th token was right (their first k-1 were); `rate` is the same
+    over all positions (the model's single `a`). Text that repeats itself matches its later tokens far
+    more often than its first, which one rate would miss."""
+    if run is None:
+        return None
+    longest = 1
+    hits: dict[int, int] = {}
+    tries: dict[int, int] = {}
+    per_step = []
+    for rec in run.steps[1:]:
+        p = rec.payload
+        if not isinstance(p, LookaheadPayload):
+            continue
+        longest = max(longest, (p.ngram_size or 2) - 1)
+        per_step.append(len(p.candidates))
+        for cand in p.candidates:
+            for k in range(1, min(cand.match_length + 1, (p.ngram_size or 2) - 1) + 1):
+                tries[k] = tries.get(k, 0) + 1
+                hits[k] = hits.get(k, 0) + (k <= cand.match_length)
+    if not per_step:
+        return None
+    total = sum(tries.values())
+    rate = sum(hits.values()) / total if total else 0.0
+    rates = [hits[k] / tries[k] if tries.get(k) else rate for k in range(1, longest + 1)]
+    return {"rate": rate, "rates": rates, "candidates": per_step}
+
+
+def lookahead_expected(rate, ngram: int, candidates: float) -> float:
+    """1 + sum over k < N of P(some candidate matches k tokens), candidates independent; `rate` is one
+    per-token rate or one per position (a candidate matches k tokens with the product of the first k)."""
+    rates = [float(rate)] * (ngram - 1) if isinstance(rate, (int, float)) else list(rate)
+    rates += [rates[-1] if rates else 0.0] * (ngram - 1 - len(rates))
+    expected, whole = 1.0, 1.0
+    for k in range(1, ngram):
+        whole *= rates[k - 1]
+        expected += 1.0 - (1.0 - whole) ** candidates
+    return expected
+
+
+def lookahead_tokens_per_step(run: RunTrace | None) -> float | None:
+    """Predicted tokens per step, step by step from the candidates it verified, at the run's matching rates."""
+    rates = lookahead_rates(run)
+    if rates is None:
+        return None
+    ngram = int(run.settings.get("ngram") or 2) if isinstance(run.settings, dict) else 2
+    return _mean(lookahead_expected(rates["rates"], ngram, c) for c in rates["candidates"])
+
+
+# ----------------------------------------------------------------------------- the run's own prediction
+
+
+def run_prediction(trace, method: str) -> dict | None:
+    """{'predicted': StepParts, 'measured': StepParts, 'predicted_speedup', 'measured_speedup'} for one
+    method of a finished race with autoregressive in it; None when either is missing."""
+    if trace is None:
+        return None
+    run, ar = trace.runs.get(method), trace.runs.get("ar")
+    measured, ar_parts = measured_parts(run), measured_parts(ar)
+    if measured is None or ar_parts is None:
+        return None
+    if method == "sequoia":
+        tokens = sequoia_tokens_per_step(run, tree_acceptance(run))
+    elif method == "lookahead":
+        tokens = lookahead_tokens_per_step(run)
+    else:
+        return None
+    if not tokens:
+        return None
+    predicted = StepParts(tokens, measured.target_ms, measured.draft_ms, measured.other_ms, measured.prefill_ms,
+                          measured.prefill_tokens, measured.tokens)
+    ar_speed = ar.tokens_per_second
+    return {"predicted": predicted, "measured": measured, "predicted_speedup": speedup(predicted, ar_parts),
+            "measured_speedup": run.tokens_per_second / ar_speed if ar_speed > 0 else None}
