@@ -204,7 +204,7 @@ def test_cuda_attention_stays_off_cudnn_unless_asked(monkeypatch):
 def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
     # On a CPU in bf16 LeanLlama multiplies by oneDNN-prepacked weights: the same kernel F.linear
     # reaches after reordering the weight each call, so every logit and feature must be the same bits.
-    from specviz.engine.lean import packed_matmul_supported
+    from specviz.engine.cpu_kernels import packed_matmul_supported
     from specviz.engine.models import load_model
 
     if not packed_matmul_supported(torch.device("cpu"), torch.bfloat16):
