@@ -151,7 +151,7 @@ def test_the_heads_rows_grow_with_the_tokens_the_target_writes(feature_pair, ar_
                      feature_pair.device, feature_pair.dtype)
     decoder = make_decoder("sequoia", pair, prompt, max_new_tokens=MAX_NEW, **TREES[tree])
     heads = []
-    trace = decoder.run(on_step=lambda record: heads.append(decoder.draft_fwd and decoder.draft_fwd.vocab_ids))
+    trace = decoder.run(on_step=lambda record: heads.append(decoder.drafter and decoder.drafter.vocab_ids))
     assert trace.token_ids == ar_tokens[prompt]
     rows = heads[-2].tolist()   # the last step closes the decoder
     assert len(rows) == len(set(rows)), "a token got two rows"
