@@ -17,11 +17,11 @@ Every row a step reads (the root's first, then each level's, in order) is one
 row is its breadth-first id. A fixed tree's level widths are known up front, so
 each `level` call's shapes depend only on (tree shape, level), and a drafter
 allocates nothing per call whose shape depends on data (its step rows are
-preallocated). Two shapes still follow the data: the tokens `root` reads (1-2
-for an independent draft, the last accepted path + 1 for a feature draft) and
-V', which `widen` grows between steps. The adaptive tree's levels follow the draft's confidence; one held
-to a fixed node count per level would pad each level to that count (a repeated
-parent row, its mask row closed).
+preallocated). Two shapes still follow the data: the committed tokens `root`
+reads (those the draft has not read yet, a few) and V', which `widen` grows
+between steps. The adaptive tree's levels follow the draft's confidence; one held
+to a fixed node count per level would pad each level to that count (rows that
+repeat a parent, whose outputs are not drawn from).
 
 Cost. What the sizing and the profiler time as one draft level is the draft
 model's: `engine.profiler.timing_forward(model)` (a draft whose levels run another
