@@ -318,8 +318,9 @@ def _timed_steps(makers: list, steps: int, warmup: int) -> list[list[tuple[float
 def measure_step_times(pair, sampling: SamplingConfig, trees: list[list[int]], steps: int = 24,
                        warmup: int = 3, max_new_tokens: int = 160) -> dict:
     """Real step times of the Sequoia decoder on each tree, and on a one-node tree, which is
-    autoregressive decoding through the same machinery, for `fit_step_costs`: {"samples": [{parents, draft_ms, rest_ms}], "ar_ms": [...], "waiting_share":
-    the share of the time the threads waited for a core (None off Linux)}.
+    autoregressive decoding through the same machinery, for `fit_step_costs`: {"samples": [{parents,
+    draft_ms, rest_ms}], "ar_ms": [...], "waiting_share": the share of the time the threads waited for
+    a core (None off Linux)}.
 
     Wall time around `step()`, so whatever a step costs (the trace record included) counts.
     """
