@@ -50,9 +50,12 @@ class Timed:
 
 
 def wrap(decoder, totals: dict) -> None:
-    for attr, name in (("forward", "target"), ("target_fwd", "target"), ("draft_fwd", "draft")):
+    for attr, name in (("forward", "target"), ("target_fwd", "target")):
         if getattr(decoder, attr, None) is not None:
             setattr(decoder, attr, Timed(getattr(decoder, attr), totals, name))
+    drafter = getattr(decoder, "drafter", None)   # a tree decoder drafts through its drafter's forward
+    if drafter is not None:
+        drafter.forward = Timed(drafter.forward, totals, "draft")
 
 
 def main() -> int:

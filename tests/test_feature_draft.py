@@ -13,9 +13,10 @@ import pytest
 import torch
 from helpers import tiny_feature_pair
 
-from specviz.draft.feature import (FeatureDraft, FeatureDraftForward, Int8Linear, _fbgemm_available,
-                                   is_feature_draft_dir, load_feature_draft, save_feature_draft)
+from specviz.draft.feature import (FeatureDraft, FeatureDraftForward, is_feature_draft_dir, load_feature_draft,
+                                   save_feature_draft)
 from specviz.draft.featuretrain import evaluate_depths, heldout_features, target_features, unroll_mask, unrolled
+from specviz.engine.cpu_kernels import Int8Linear, fbgemm_available
 from specviz.engine.lean import LeanLlama, ModelForward
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import OFFLINE_FEATURE_DRAFT_DIR, ModelPair, load_pair
@@ -150,7 +151,7 @@ def test_the_heads_rows_grow_with_the_tokens_the_target_writes(feature_pair, ar_
                      feature_pair.device, feature_pair.dtype)
     decoder = make_decoder("sequoia", pair, prompt, max_new_tokens=MAX_NEW, **TREES[tree])
     heads = []
-    trace = decoder.run(on_step=lambda record: heads.append(decoder.draft_fwd and decoder.draft_fwd.vocab_ids))
+    trace = decoder.run(on_step=lambda record: heads.append(decoder.drafter and decoder.drafter.vocab_ids))
     assert trace.token_ids == ar_tokens[prompt]
     rows = heads[-2].tolist()   # the last step closes the decoder
     assert len(rows) == len(set(rows)), "a token got two rows"
@@ -428,11 +429,11 @@ def test_int8_decoding_levels_track_the_trained_draft(pair, request):
     assert draft.decoding_kind.startswith("feature") and "int8" not in draft.decoding_kind   # fp32 stays dense: the int8 kernel is slow with fp32 inputs
 
 
-@pytest.mark.skipif(not _fbgemm_available(), reason="fbgemm is built into x86 PyTorch wheels only")
+@pytest.mark.skipif(not fbgemm_available(), reason="fbgemm is built into x86 PyTorch wheels only")
 @pytest.mark.parametrize("pair", ["feature_pair", "two_layer_pair"])
 @torch.inference_mode()
 def test_fp32_levels_run_the_int8_layers_as_the_decoder_feeds_them(pair, request):
-    """Where fbgemm runs the int8 layers, a level skips the module's bf16 activations (`_Fp32Layer`): the
+    """Where fbgemm runs the int8 layers, a level skips the module's bf16 activations (`Int8Fp32Layer`): the
     committed pairs in chunks (the later chunk sees the cache and, causally, itself) and a tree level under
     a mask in the models' dtype (a fixed tree's) predict what the exact draft does, within int8's rounding."""
     feature_pair = request.getfixturevalue(pair)
@@ -463,7 +464,7 @@ def test_fp32_levels_run_the_int8_layers_as_the_decoder_feeds_them(pair, request
     assert torch.isfinite(fast.logits(got[-1])).all()
 
 
-@pytest.mark.skipif(not _fbgemm_available(), reason="fbgemm is built into x86 PyTorch wheels only")
+@pytest.mark.skipif(not fbgemm_available(), reason="fbgemm is built into x86 PyTorch wheels only")
 @torch.inference_mode()
 def test_fbgemm_and_int8pack_kernels_read_the_same_int8_weights(untrained_pair):
     """Both kernels compute x W^T from the same int8 rows and scales; fbgemm also rounds x to 8 (7 without

@@ -99,8 +99,8 @@ def test_stacked_projections_share_the_models_weights_and_leave_its_forward_unch
         frozen = tiny_pair(vocab_size=6, draft_seed=None).target
         lean = LeanLlama(frozen, 16)
     wq = frozen.model.layers[0].self_attn.q_proj.weight
-    assert lean.layers[0][1].weight.data_ptr() != wq.data_ptr()
-    torch.testing.assert_close(lean.layers[0][1].weight[:wq.shape[0]], wq, rtol=0, atol=0)
+    assert lean.layers[0].qkv_proj.weight.data_ptr() != wq.data_ptr()
+    torch.testing.assert_close(lean.layers[0].qkv_proj.weight[:wq.shape[0]], wq, rtol=0, atol=0)
 
 
 def _check_stacked(model):
@@ -109,7 +109,7 @@ def _check_stacked(model):
     attn = model.model.layers[0].self_attn
     q_before = attn.q_proj.weight.clone()
     lean = LeanLlama(model, 16)
-    stacked = lean.layers[0][1].weight
+    stacked = lean.layers[0].qkv_proj.weight
     assert stacked.shape[0] == attn.q_proj.weight.shape[0] + 2 * attn.k_proj.weight.shape[0]
     assert attn.q_proj.weight.data_ptr() == stacked.data_ptr()
     assert attn.k_proj.weight.data_ptr() == stacked[attn.q_proj.weight.shape[0]:].data_ptr()
@@ -117,7 +117,7 @@ def _check_stacked(model):
     assert torch.equal(model(input_ids=ids).logits, before)
     # A second forward finds the weights already stacked and makes no new copy.
     again = LeanLlama(model, 16)
-    assert again.layers[0][1].weight.data_ptr() == stacked.data_ptr()
+    assert again.layers[0].qkv_proj.weight.data_ptr() == stacked.data_ptr()
     torch.testing.assert_close(again(ids, 0), lean(ids, 0), rtol=0, atol=0)
 
 
@@ -204,7 +204,7 @@ def test_cuda_attention_stays_off_cudnn_unless_asked(monkeypatch):
 def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
     # On a CPU in bf16 LeanLlama multiplies by oneDNN-prepacked weights: the same kernel F.linear
     # reaches after reordering the weight each call, so every logit and feature must be the same bits.
-    from specviz.engine.lean import packed_matmul_supported
+    from specviz.engine.cpu_kernels import packed_matmul_supported
     from specviz.engine.models import load_model
 
     if not packed_matmul_supported(torch.device("cpu"), torch.bfloat16):
@@ -213,7 +213,8 @@ def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
     packed = LeanLlama(model, 64)
     dense = LeanLlama(model, 64)
     assert packed.packed and packed.head.packed is not None
-    for op in [dense.head] + [op for layer in dense.layers for op in (layer[1], layer[2], layer[4], layer[5])]:
+    for op in [dense.head] + [op for layer in dense.layers
+                              for op in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)]:
         op.packed = None
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, 49152, (1, 20), generator=gen)
@@ -228,7 +229,7 @@ def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
     assert torch.equal(logits_p, logits_d) and torch.equal(feats_p, feats_d)
     # Packed once per model; weights that change are packed again.
     again = LeanLlama(model, 64)
-    assert again.layers[3][4].packed is packed.layers[3][4].packed
+    assert again.layers[3].gate_up_proj.packed is packed.layers[3].gate_up_proj.packed
     with torch.no_grad():
         model.model.layers[3].mlp.down_proj.weight.mul_(1.0)
-    assert LeanLlama(model, 64).layers[3][4].packed is not packed.layers[3][4].packed
+    assert LeanLlama(model, 64).layers[3].gate_up_proj.packed is not packed.layers[3].gate_up_proj.packed

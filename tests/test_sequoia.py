@@ -152,7 +152,6 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     from specviz.engine import profiler
     from specviz.engine.models import load_pair
     from specviz.sequoia import sizing
-    from specviz.sequoia.decoder import SequoiaDecoder
 
     pair = load_pair("default", None, device="cpu", dtype="bf16")   # None: the offline default's own draft
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
@@ -162,7 +161,7 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     calls = []
     real = sizing.measure_step_times
     monkeypatch.setattr(sizing, "measure_step_times", lambda *a, **k: calls.append(a) or real(*a, **k))
-    plan = sizing.plan_tree(pair, SequoiaDecoder, sampling, max_budget=24, max_depth=4)
+    plan = sizing.plan_tree(pair, sampling, max_budget=24, max_depth=4)
     # The DP's own trees at fixed sizes, not this plan's limits: the costs belong to the machine.
     assert len(calls) == 1 and [len(t) for t in calls[0][2]] == [4, 12, 32]
     costs = plan["step_costs"]
@@ -181,7 +180,7 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     assert plan["chosen"] == ("adaptive" if race["adaptive_over_tree"] >= race["margin"] else "dp")
     for cached_plan in tmp_path.glob("profiles/sequoia-plan-*.json"):
         cached_plan.unlink()   # re-plan from the cached curves and costs: nothing is re-measured
-    sizing.plan_tree(pair, SequoiaDecoder, sampling, max_budget=24, max_depth=4)
+    sizing.plan_tree(pair, sampling, max_budget=24, max_depth=4)
     assert len(calls) == 1
 
 
@@ -197,7 +196,7 @@ def test_auto_runs_the_tree_that_won_its_race(shallow_pair, ar_tokens, tmp_path,
     monkeypatch.setattr(profiler, "runqueue_wait_seconds", lambda: None)
     cache_forward_curves(shallow_pair)
     raced = []
-    monkeypatch.setattr(sizing, "race_trees", lambda pair, sampling, parents, cls: raced.append(parents) or {
+    monkeypatch.setattr(sizing, "race_trees", lambda pair, sampling, parents: raced.append(parents) or {
         "prompts": 4, "tokens": {"tree": 256, "adaptive": 256}, "tree_tokens_per_s": 50.0,
         "adaptive_tokens_per_s": 50.0 * adaptive_over_tree, "adaptive_over_tree": adaptive_over_tree,
         "margin": sizing.ADAPTIVE_MARGIN, "adaptive_rule": sizing.ADAPTIVE_RULE, "waiting_share": None})

@@ -38,7 +38,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..engine.cpu_kernels import Int8Fp32Layer, Int8Linear, fbgemm_available, int8_copy, int8_decoding_supported
+from ..engine.drafts import DraftFormat
 from ..engine.lean import attention_kernels
+from ..engine.llama import decoder_layer, rms_norm, rotary_tables
 from ..errors import ModelLoadError
 from .vocab import load_vocab
 
@@ -49,160 +52,28 @@ KIND = "specviz-feature-draft"
 _LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def int8_decoding_supported(device: torch.device, dtype: torch.dtype) -> bool:
-    """Where the decoding forward runs its linears in weight-only int8: a bf16 draft on a CPU.
-
-    On a CPU one draft level is bound by reading its weights (the head's 15.7k rows
-    alone are 18 MB in bf16); int8 halves the bytes and the CPU kernel
-    (`_weight_int8pack_mm`, gpt-fast's recipe) runs the head about 2.8x faster.
-    With fp32 activations the same kernel is 2.7x *slower* than a dense fp32 matmul,
-    so fp32 drafts stay dense. A draft only proposes, so its precision can cost
-    acceptance, never exactness.
-    """
-    return device.type == "cpu" and dtype == torch.bfloat16 and hasattr(torch, "_weight_int8pack_mm")
-
-
-def _fbgemm_available() -> bool:
-    """Whether fbgemm's dynamic int8 linear runs here (x86 CPUs: the PyTorch wheels build it in). Weights
-    are packed for the active quantized engine, so it must be fbgemm's (x86's default "x86" routes to it)."""
-    return ("fbgemm" in torch.backends.quantized.supported_engines and hasattr(torch.ops.quantized, "linear_dynamic")
-            and torch.backends.quantized.engine in ("x86", "fbgemm"))
-
-
-def _has_vnni() -> bool:
-    """VNNI sums u8 x s8 products straight into 32 bits; without it fbgemm's 16-bit pair sums can
-    saturate unless x keeps 7 bits (`reduce_range`), which costs the draft's head ~0.5 points of
-    agreement at a tree level's few rows."""
-    check = getattr(torch.cpu, "_is_vnni_supported", None)
-    return bool(check and check())
-
-
-class Int8Linear(torch.nn.Module):
-    """y = x W^T (+ b) with W stored as int8 rows and one scale per row (symmetric, per output channel).
-
-    Two CPU kernels read the same int8 weights. `_weight_int8pack_mm` (gpt-fast's) keeps x in
-    bf16 but runs one pass over W per row of x, so a tree level of 8 nodes reads the head 8
-    times. fbgemm's dynamic linear (`quantized::linear_dynamic`) also quantises x, per call, to
-    8-bit integers (7 without VNNI, `_has_vnni`) and reads W once for all rows: with the head cold
-    in cache after a target forward, 0.39 ms against 0.63 ms at one row and 0.42 against 1.83 at
-    eight. It is used on a CPU where fbgemm is built in (x86; `kernel="int8pack"` forces the
-    other, which is also what other devices get); quantising x moves the
-    draft's features slightly (bounded by `test_int8_decoding_levels_track_the_trained_draft`),
-    never the output, which the target decides.
-    """
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, kernel: str | None = None,
-                 pack: bool = True):
-        super().__init__()
-        w = weight.detach().float()
-        scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127
-        self.register_buffer("weight", (w / scales[:, None]).round().clamp(-127, 127).to(torch.int8))
-        self.register_buffer("scales", scales.to(weight.dtype))
-        self.bias = None if bias is None else bias.detach()
-        self._pack(kernel, pack)
-
-    @classmethod
-    def _from(cls, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None, kernel: str) -> "Int8Linear":
-        layer = cls.__new__(cls)
-        torch.nn.Module.__init__(layer)
-        layer.register_buffer("weight", weight)
-        layer.register_buffer("scales", scales)
-        layer.bias = bias
-        layer._pack(kernel)
-        return layer
-
-    def _pack(self, kernel: str | None, pack: bool = True) -> None:
-        """Prepare fbgemm's packed copy of the weights (about the same bytes again) where it is used
-        (`pack=False`: a whole head that is only ever cut by `rows`, which packs the cut)."""
-        if kernel is None:
-            kernel = "fbgemm" if _fbgemm_available() and self.weight.device.type == "cpu" else "int8pack"
-        self.kernel, self.packed, self.reduce_range = kernel, None, not _has_vnni()
-        if kernel == "fbgemm" and pack:
-            zeros = torch.zeros(self.weight.shape[0], dtype=torch.long)
-            with warnings.catch_warnings():   # torch deprecates quantized tensors; the kernel stays (torch pinned)
-                warnings.filterwarnings("ignore", message=".*quantized tensor creation.*")
-                qweight = torch._make_per_channel_quantized_tensor(self.weight, self.scales.double(), zeros, 0)
-            bias = None if self.bias is None else self.bias.float()
-            self.packed = torch.ops.quantized.linear_prepack(qweight, bias)
-
-    def rows(self, ids: torch.Tensor) -> "Int8Linear":
-        """The same layer keeping output rows `ids` (a head over a vocabulary subset): with one scale per
-        row, cutting the quantised matrix equals quantising the cut one, and costs no requantisation."""
-        return Int8Linear._from(self.weight.index_select(0, ids).contiguous(),
-                                self.scales.index_select(0, ids).contiguous(),
-                                None if self.bias is None else self.bias.index_select(0, ids), self.kernel)
-
-    @staticmethod
-    def stacked(parts: list["Int8Linear"]) -> "Int8Linear":
-        """One layer whose output rows are the parts' in order (q|k|v, gate|up): one kernel call instead
-        of several, and exact, since every row keeps its own scale."""
-        bias = None if parts[0].bias is None else torch.cat([p.bias for p in parts])
-        return Int8Linear._from(torch.cat([p.weight for p in parts]), torch.cat([p.scales for p in parts]),
-                                bias, parts[0].kernel)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        rows = x.reshape(-1, shape[-1])
-        if self.packed is not None:   # the bias is in the packed weights
-            out = torch.ops.quantized.linear_dynamic(rows.float(), self.packed, self.reduce_range).to(x.dtype)
-            return out.view(*shape[:-1], out.shape[-1])
-        out = torch._weight_int8pack_mm(rows, self.weight, self.scales.to(x.dtype))
-        out = out.view(*shape[:-1], out.shape[-1])
-        return out if self.bias is None else out + self.bias
-
-
-def _layer_qkv(layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """(B, n, H) -> q (B, heads, n, d), k, v (B, kv, n, d), rotated."""
-    B, n, _ = x.shape
-    h = rms_norm(x, layer.input_norm, layer.eps)
-    stacked = layer._modules.get("qkv_proj")   # int8 decoding copies (`int8_copy`)
+def _project_qkv(layer, h: torch.Tensor):
+    """q, k, v (B, n, heads x d) of a normed input: one matrix in an int8 decoding copy (`int8_copy`)."""
+    stacked = layer._modules.get("qkv_proj")
     if stacked is not None:
-        q, k, v = stacked(h).split((layer.n_heads * layer.head_dim, layer.n_kv * layer.head_dim,
-                                    layer.n_kv * layer.head_dim), dim=-1)
-    else:
-        q, k, v = layer.q_proj(h), layer.k_proj(h), layer.v_proj(h)
-    q = q.reshape(B, n, layer.n_heads, layer.head_dim).transpose(1, 2)
-    k = k.reshape(B, n, layer.n_kv, layer.head_dim).transpose(1, 2)
-    v = v.reshape(B, n, layer.n_kv, layer.head_dim).transpose(1, 2)
-    q = q * cos + _rotate_half(q) * sin
-    k = k * cos + _rotate_half(k) * sin
-    return q, k, v
+        return stacked(h).split((layer.n_heads * layer.head_dim, layer.n_kv * layer.head_dim,
+                                 layer.n_kv * layer.head_dim), dim=-1)
+    return layer.q_proj(h), layer.k_proj(h), layer.v_proj(h)
 
 
-def _layer_block(layer, x: torch.Tensor, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                 mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
-    """Attention of q over keys/values, then o_proj and the MLP, both residual: the layer's output."""
-    B, _, n, _ = q.shape
-    with attention_kernels(q.device):   # no cuDNN plan per key length (see engine.lean)
-        attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal,
-                                              scale=layer.scale, enable_gqa=layer.n_heads != layer.n_kv)
-    x = x + layer.o_proj(attn.transpose(1, 2).reshape(B, n, -1))
-    h = rms_norm(x, layer.post_norm, layer.eps)
+def _project_gate_up(layer, h: torch.Tensor):
     stacked = layer._modules.get("gate_up_proj")
     if stacked is not None:
-        gate, up = stacked(h).chunk(2, dim=-1)
-    else:
-        gate, up = layer.gate_proj(h), layer.up_proj(h)
-    return x + layer.down_proj(F.silu(gate) * up)
+        return stacked(h).chunk(2, dim=-1)
+    return layer.gate_proj(h), layer.up_proj(h)
 
 
 class DraftLayer(torch.nn.Module):
     """A Llama decoder layer of the target's shape: a draft's second and later layers.
 
     The first layer's weights live on `FeatureDraft` itself under the same names (the
-    format of the drafts shipped before there could be more than one), and both run the
-    same two functions, so there is one copy of the layer's arithmetic.
+    format of the drafts shipped before there could be more than one); both run the
+    target's layer arithmetic (`engine.llama.decoder_layer`) through the same projections.
     """
 
     def __init__(self, cfg, **kw):
@@ -210,8 +81,8 @@ class DraftLayer(torch.nn.Module):
         _layer_shape(self, cfg)
         _layer_params(self, cfg, **kw)
 
-    qkv = _layer_qkv
-    block = _layer_block
+    qkv = _project_qkv
+    gate_up = _project_gate_up
 
     def copy_from(self, src, zero_output: bool) -> None:
         """Weights from a transformers decoder layer; `zero_output` zeroes o_proj and down_proj, so the
@@ -260,6 +131,7 @@ class FeatureDraft(torch.nn.Module):
     """fc -> Llama decoder layer(s) -> RMSNorm -> the target's head over a vocabulary subset."""
 
     is_feature_draft = True
+    drafter_kind = "feature"   # its tree decoders draft through `feature_drafter.FeatureDrafter`
 
     def __init__(self, target, vocab_ids: torch.Tensor, dtype: torch.dtype | None = None,
                  taps: tuple[int, ...] = (), layers: int = 1):
@@ -322,10 +194,10 @@ class FeatureDraft(torch.nn.Module):
         """What the decoding forward runs (the profiler's cache key: int8 levels cost less than bf16 ones)."""
         # "-stacked": q|k|v and gate|up run as one int8 matrix each, so older curves overstate a level;
         # "-fbgemm": and the head and layer run fbgemm's kernel (`Int8Linear`), cheaper again;
-        # "-fp32": and the layers run on fp32 activations (`_Fp32Layer`), fewer ops a level.
+        # "-fp32": and the layers run on fp32 activations (`Int8Fp32Layer`), fewer ops a level.
         kind = "feature"
         if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype):
-            kind = "feature-int8-fbgemm-fp32" if _fbgemm_available() else "feature-int8-stacked"
+            kind = "feature-int8-fbgemm-fp32" if fbgemm_available() else "feature-int8-stacked"
         return kind if self.n_layers == 1 else f"{kind}-{self.n_layers}layers"
 
     @property
@@ -352,8 +224,8 @@ class FeatureDraft(torch.nn.Module):
 
     # -- the layers -----------------------------------------------------------------------------
 
-    qkv = _layer_qkv
-    block = _layer_block
+    qkv = _project_qkv
+    gate_up = _project_gate_up
 
     def decoder_layers(self) -> list:
         """The first layer (this module's own weights) and any after it."""
@@ -366,16 +238,13 @@ class FeatureDraft(torch.nn.Module):
         kv(i, k, v) keeps layer i's new keys and values wherever the caller caches them and
         returns all the keys and values its queries attend to (under `mask`).
         """
-        for i, layer in enumerate(self.decoder_layers()):
-            q, k, v = layer.qkv(x, cos, sin)
-            keys, values = kv(i, k, v)
-            x = layer.block(x, q, keys, values, mask, causal)
+        with attention_kernels(x.device):   # no cuDNN plan per key length (see engine.lean)
+            for i, layer in enumerate(self.decoder_layers()):
+                x = decoder_layer(layer, x, cos, sin, kv, i, mask, causal)
         return rms_norm(x, self.norm, self.eps)
 
     def rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]
-        angles = torch.cat((freqs, freqs), dim=-1)
-        return ((angles.cos() * self.attention_scaling).to(dtype), (angles.sin() * self.attention_scaling).to(dtype))
+        return rotary_tables(positions, self.inv_freq, self.attention_scaling, dtype)
 
     def fuse(self, token_ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         H = self.hidden
@@ -394,6 +263,10 @@ class FeatureDraft(torch.nn.Module):
     def decoding_forward(self, max_len: int, vocab_ids: torch.Tensor | None = None) -> "FeatureDraftForward":
         """The batch-1 forward over a preallocated cache that the decoding loops use."""
         return FeatureDraftForward(self, max_len, vocab_ids)
+
+    def timing_forward(self, max_len: int) -> "FeatureLevelTiming":
+        """What the profiler times as one of this draft's tree levels (`engine.profiler.timing_forward`)."""
+        return FeatureLevelTiming(self, max_len)
 
     def forward(self, token_ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """Teacher-forced pass over whole rows (B, n): slot j reads (features[:, j], token_ids[:, j]);
@@ -478,82 +351,14 @@ def feature_draft_display_name(dir_: str | Path) -> str:
     return f"SpecViz feature draft ({layers} layer{'s' if layers > 1 else ''}, reads the target's hidden states)"
 
 
+# How the engine finds, loads and names this draft (`engine.drafts`).
+DRAFT_FORMAT = DraftFormat(is_dir=is_feature_draft_dir, load=load_feature_draft,
+                           display_name=feature_draft_display_name)
+
+
 # ---------------------------------------------------------------------------
 # The decoding-time forward: a preallocated K/V cache, batch 1
 # ---------------------------------------------------------------------------
-
-
-def int8_copy(draft: torch.nn.Module) -> torch.nn.Module:
-    """The same draft with every linear in weight-only int8; norms, rotary and the target's tensors shared.
-
-    A shallow copy with its own module table (its later layers copied the same way): the trained
-    module is left as it is.
-    """
-    clone = copy.copy(draft)
-    clone.__dict__.pop("_int8_cache", None)   # else each rebuild would keep every earlier copy alive
-    # The fusion layers keep gpt-fast's kernel: fbgemm quantises its input per call with one scale, and
-    # cat(embedding, feature) spans two scales (the embedding's ~0.02 rounds away: agreement 0.20).
-    # Parts that are stacked below are packed only once stacked.
-    stacked_parts = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
-    modules = {name: Int8Linear(m.weight, m.bias, kernel="int8pack" if name in ("fc", "fc_taps") else None,
-                                pack=name not in stacked_parts)
-               if isinstance(m, torch.nn.Linear) else int8_copy(m) for name, m in draft._modules.items()}
-    # A decoder layer's q|k|v and gate|up each become one matrix (as in the target's lean forward):
-    # at a tree level's few rows every kernel call costs about as much as its arithmetic.
-    for name, parts in (("qkv_proj", ("q_proj", "k_proj", "v_proj")), ("gate_up_proj", ("gate_proj", "up_proj"))):
-        if all(isinstance(modules.get(p), Int8Linear) for p in parts):
-            modules[name] = Int8Linear.stacked([modules.pop(p) for p in parts])
-    clone.__dict__["_modules"] = modules
-    return clone
-
-
-class _Fp32Layer:
-    """A decoder layer of an int8 copy as a CPU's decoding loop runs it: fbgemm's linears on fp32
-    activations, with no module calls.
-
-    fbgemm rounds every linear's input to 8 bits per call (`Int8Linear`), so rounding the activations
-    to bf16 between the linears, as the trained module's dtype would, buys no speed and only adds a
-    conversion on either side of each linear; q and k are also rotated as one tensor. At a tree
-    level's 1-8 rows every small op costs about as much as its arithmetic: a level runs 1.1-1.3x
-    faster, a chat step's drafting 3.95 -> 3.35 ms (README, *fp32 activations in the draft's levels*),
-    and the draft proposes what it did within fbgemm's rounding.
-    """
-
-    def __init__(self, layer):
-        self.input_norm, self.post_norm = layer.input_norm.float(), layer.post_norm.float()
-        mods = layer._modules
-        self.qkv, self.o = mods["qkv_proj"].packed, mods["o_proj"].packed
-        self.gate_up, self.down = mods["gate_up_proj"].packed, mods["down_proj"].packed
-        self.reduce_range = mods["o_proj"].reduce_range
-        self.hidden, self.heads, self.kv, self.head_dim = layer.hidden, layer.n_heads, layer.n_kv, layer.head_dim
-        self.eps, self.scale = layer.eps, layer.scale
-
-    @classmethod
-    def of(cls, int8_draft) -> list["_Fp32Layer"] | None:
-        """The layers of an int8 copy, or None where a layer's linears are not all fbgemm's."""
-        layers = int8_draft.decoder_layers()
-        names = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
-        if not all(getattr(layer._modules.get(name), "packed", None) is not None
-                   for layer in layers for name in names):
-            return None
-        return [cls(layer) for layer in layers]
-
-    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
-                 values: torch.Tensor, start: int, end: int, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
-        """x (n, H) fp32 -> the layer's output; writes the rows' K/V into slots start..end of the cache."""
-        linear, rr = torch.ops.quantized.linear_dynamic, self.reduce_range
-        n, heads, d = x.shape[0], self.heads, self.head_dim
-        qkv = linear(F.rms_norm(x, (self.hidden,), self.input_norm, self.eps), self.qkv, rr)
-        qk = qkv[:, :(heads + self.kv) * d].view(n, heads + self.kv, d)
-        qk = qk * cos + _rotate_half(qk) * sin
-        keys[0, :, start:end] = qk[:, heads:].transpose(0, 1)
-        values[0, :, start:end] = qkv[:, (heads + self.kv) * d:].view(n, self.kv, d).transpose(0, 1)
-        attn = F.scaled_dot_product_attention(qk[:, :heads].transpose(0, 1).unsqueeze(0), keys[:, :, :end],
-                                              values[:, :, :end], attn_mask=mask, is_causal=causal,
-                                              scale=self.scale, enable_gqa=heads != self.kv)
-        x = x + linear(attn[0].transpose(0, 1).reshape(n, -1), self.o, rr)
-        gate, up = linear(F.rms_norm(x, (self.hidden,), self.post_norm, self.eps), self.gate_up, rr).chunk(2, -1)
-        return x + linear(F.silu(gate) * up, self.down, rr)
 
 
 class FeatureDraftForward:
@@ -565,7 +370,7 @@ class FeatureDraftForward:
     first, then those of any other token in the `vocab_ids` given, then the
     widened ones). On a CPU the linears and the head run in weight-only int8
     (`int8_decoding_supported`); where fbgemm runs them, the layers run on fp32
-    activations (`_Fp32Layer`), so `dtype` (the features', masks' and cache's) is fp32.
+    activations (`Int8Fp32Layer`), so `dtype` (the features', masks' and cache's) is fp32.
     """
 
     def __init__(self, draft: FeatureDraft, max_len: int, vocab_ids: torch.Tensor | None = None,
@@ -584,8 +389,8 @@ class FeatureDraftForward:
         else:
             self.draft, self._full_head = draft, draft._target[0].lm_head.weight.detach()
         self.head = self._head_rows()
-        # fbgemm's layers run on fp32 activations (`_Fp32Layer`): the features, masks and K/V are fp32.
-        self.layers = _Fp32Layer.of(self.draft) if self.int8 else None
+        # fbgemm's layers run on fp32 activations (`Int8Fp32Layer`): the features, masks and K/V are fp32.
+        self.layers = Int8Fp32Layer.of(self.draft) if self.int8 else None
         if self.layers is not None:
             self.fuse_dtype, self.dtype, self.final_norm = self.dtype, torch.float32, self.draft.norm.float()
         self.cos, self.sin = draft.rotary(torch.arange(max_len, device=dev), self.dtype)
@@ -621,7 +426,7 @@ class FeatureDraftForward:
 
     def _fp32_forward(self, token_ids: torch.Tensor, features: torch.Tensor, start: int, end: int,
                       cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
-        """`forward` through `_Fp32Layer`s: the fusion in the draft's dtype (gpt-fast's kernel wants
+        """`forward` through `Int8Fp32Layer`s: the fusion in the draft's dtype (gpt-fast's kernel wants
         bf16), then fp32 to the predicted features."""
         d = self.draft
         x = d.fuse(token_ids, features.to(self.fuse_dtype)).float()
@@ -657,3 +462,26 @@ class FeatureDraftForward:
         head = self.draft.head if self.vocab_ids is self.draft.vocab_ids else (
             self._full_head.index_select(0, self.vocab_ids).to(self.dtype).contiguous())
         return lambda x: F.linear(x, head)
+
+
+class FeatureLevelTiming:
+    """A feature draft behind the (ids, start, positions, mask, rows) interface, for timing only.
+
+    The profiler times `make_forward(model)(ids, start, ...)`; a feature-conditioned draft
+    also reads one feature per token, so this feeds it fixed random features and returns
+    its head's logits: the cost of one tree level as Sequoia runs it.
+    """
+
+    def __init__(self, model: FeatureDraft, max_len: int, vocab_ids: torch.Tensor | None = None):
+        self.inner = model.decoding_forward(max_len, vocab_ids)
+        self.vocab_ids = self.inner.vocab_ids
+        gen = torch.Generator().manual_seed(0)
+        self.features = torch.randn(max_len, model.hidden, generator=gen).to(self.inner.device, self.inner.dtype)
+
+    def forward(self, input_ids: torch.Tensor, start: int, positions: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1) -> torch.Tensor:
+        n = input_ids.shape[-1]
+        out = self.inner(input_ids.view(-1), self.features[start:start + n], start, positions=positions, mask=mask)
+        return self.inner.logits(out[-rows:] if isinstance(rows, int) else out.index_select(0, rows))
+
+    __call__ = forward

@@ -178,7 +178,7 @@ def evaluate_depths(draft: FeatureDraft, rows: list[dict], depths: int = 3, wide
     target's argmax at position j+1; counted where position j+1 is in the
     continuation. Depth d uses d-1 of the draft's own predicted features.
     widen: the head as Sequoia runs it, with rows for the prompt's tokens and for every
-    token written before the drafted one (`SequoiaDecoder._widen_head`); else the head's own rows.
+    token written before the drafted one (`drafter.HeadRows.widen`); else the head's own rows.
     """
     hits = [0] * depths
     totals = [0] * depths
@@ -367,13 +367,8 @@ def warm_start(draft: FeatureDraft, target, init_dir: Path, settings: dict, metr
     return steps_before
 
 
-def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Path, resume: bool,
-                  stream=None, deadline: float | None = None, init_from: Path | None = None) -> dict:
-    """Train (or resume, or warm-start from a shipped draft) the feature draft; with `deadline` (a
-    time.perf_counter() value) the schedule's length is set from the first steps' pace so that the run,
-    its checkpoints included, ends by then."""
-    device = target.device
-    torch.manual_seed(settings["seed"])
+def _new_feature_draft(target, settings: dict, init_from: Path | None) -> FeatureDraft:
+    """The draft to train, its layers from the target's (a warm start loads its weights later)."""
     vocab_ids = load_vocab(Path(settings["vocab_from"]), target.config.vocab_size)
     if vocab_ids is None:
         raise InvalidInput(f"{settings['vocab_from']} holds no {VOCAB_FILE}")
@@ -382,13 +377,20 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     taps = tuple(settings.get("taps", ()))
     draft = FeatureDraft(target, vocab_ids, torch.float32, taps, int(settings.get("layers", 1)))
     draft.init_from_target(target)   # layers a warm start adds keep this: the identity, until trained
+    return draft
+
+
+def _feature_optimizer(draft: FeatureDraft, settings: dict) -> tuple[list, torch.optim.Optimizer]:
+    """The trained parameters and their optimiser.
+
+    Taps start at zero weight on a draft that may already be trained: Adam moves a weight about lr per
+    step whatever its gradient's size, so at the base rate they took 100 steps to reach a twentieth of
+    fc's scale. Their own, higher rate (taps_lr_scale x lr) lets them catch up. Added layers start
+    with zeroed outputs, the same story (`new_layers_lr_scale`).
+    """
     params = [p for p in draft.parameters()]
     for p in params:
         p.requires_grad_(True)
-    # Taps start at zero weight on a draft that may already be trained: Adam moves a weight about lr per
-    # step whatever its gradient's size, so at the base rate they took 100 steps to reach a twentieth of
-    # fc's scale. Their own, higher rate (taps_lr_scale x lr) lets them catch up.
-    # Added layers start with zeroed outputs, the same story (`new_layers_lr_scale`).
     tap_params = [p for name, p in draft.named_parameters() if "tap" in name]
     layer_params = [p for name, p in draft.named_parameters() if name.startswith("more_layers.")]
     base_params = [p for name, p in draft.named_parameters() if "tap" not in name and
@@ -398,7 +400,69 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         groups.append({"params": tap_params, "scale": float(settings.get("taps_lr_scale", 1.0))})
     if layer_params:
         groups.append({"params": layer_params, "scale": float(settings.get("new_layers_lr_scale", 1.0))})
-    optimizer = torch.optim.AdamW(groups, lr=settings["lr"], betas=(0.9, 0.95), weight_decay=0.0)
+    return params, torch.optim.AdamW(groups, lr=settings["lr"], betas=(0.9, 0.95), weight_decay=0.0)
+
+
+def _resume_feature_run(state_path: Path, work_dir: Path, draft: FeatureDraft, optimizer, settings: dict):
+    """(start step, metrics, the last checkpoint's seconds, steps before this run) of a resumed run."""
+    state = torch.load(state_path, map_location=draft.fc.weight.device, weights_only=False)
+    taps = draft.taps
+    if tuple(state["settings"].get("taps", ())) != taps:
+        raise InvalidInput(f"--resume: the run in {work_dir} taps layers {state['settings'].get('taps', [])}, "
+                           f"not {list(taps)}")
+    if int(state["settings"].get("layers", 1)) != draft.n_layers:
+        raise InvalidInput(f"--resume: the run in {work_dir} trains a draft of "
+                           f"{state['settings'].get('layers', 1)} layers, not {draft.n_layers}")
+    draft.load_state_dict(state["draft"], strict=False)
+    optimizer.load_state_dict(state["optimizer"])
+    start, metrics = state["step"], state["metrics"]
+    # What a checkpoint cost before: a resumed run reserves it for its final one from its first step.
+    checkpoint_seconds = float(state.get("checkpoint_seconds", 0.0))
+    steps_before = state["settings"].get("steps_before", 0)
+    previous = {k: v for k, v in state["settings"].items() if k != "history"}
+    settings["history"] = state["settings"].get("history", []) + [{**previous, "until_step": start}]
+    log(f"resumed at step {steps_before + start}")
+    return start, metrics, checkpoint_seconds, steps_before
+
+
+def _feature_loss(draft: FeatureDraft, ids: torch.Tensor, feats: torch.Tensor, head: torch.Tensor, settings: dict,
+                  feat_rms: float) -> tuple[torch.Tensor, list[float]]:
+    """The unrolled training loss of one batch, and each unrolled step's part of it."""
+    H = draft.hidden
+    f_in = feats[:, :-1]
+    noise = settings["noise"]
+    if noise > 0:   # on the final-normed part: a tree's deeper levels read predicted ones
+        noisy = f_in[..., :H] + (torch.rand_like(f_in[..., :H]) - 0.5) * (2 * noise * feat_rms)
+        f_in = torch.cat([noisy, f_in[..., H:]], dim=-1)
+    f_tgt = feats[:, 1:, :H]
+    with torch.no_grad():
+        t_logp = F.log_softmax(F.linear(f_tgt, head), -1)
+        t_p = t_logp.exp()
+    with torch.autocast(ids.device.type, dtype=torch.bfloat16):
+        outs = unrolled(draft, ids[:, 1:], f_in, settings["unroll"])
+    loss = 0.0
+    parts = []
+    for s, out in enumerate(outs):
+        out = out[:, s:].float()
+        reg = F.smooth_l1_loss(out, f_tgt[:, s:])
+        d_logp = F.log_softmax(F.linear(out, head), -1)
+        ce = -(t_p[:, s:] * d_logp).sum(-1).mean()
+        part = reg + settings["ce_weight"] * ce
+        loss = loss + settings["unroll_weights"][s] * part
+        parts.append(round(float(part.detach()), 4))
+    return loss, parts
+
+
+def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Path, resume: bool,
+                  stream=None, deadline: float | None = None, init_from: Path | None = None) -> dict:
+    """Train (or resume, or warm-start from a shipped draft) the feature draft; with `deadline` (a
+    time.perf_counter() value) the schedule's length is set from the first steps' pace so that the run,
+    its checkpoints included, ends by then."""
+    device = target.device
+    torch.manual_seed(settings["seed"])
+    draft = _new_feature_draft(target, settings, init_from)
+    taps = draft.taps
+    params, optimizer = _feature_optimizer(draft, settings)
     metrics: dict = {"loss": [], "agreement": [], "tokens_seen": 0}
     start = 0
     checkpoint_seconds = 0.0   # the last checkpoint's duration, for fitting the run to a deadline
@@ -407,22 +471,8 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     steps_before = warm_start(draft, target, init_from, settings, metrics) if init_from is not None else 0
     state_path = work_dir / "feature_state.pt"
     if resume and state_path.exists():
-        state = torch.load(state_path, map_location=device, weights_only=False)
-        if tuple(state["settings"].get("taps", ())) != taps:
-            raise InvalidInput(f"--resume: the run in {work_dir} taps layers {state['settings'].get('taps', [])}, "
-                               f"not {list(taps)}")
-        if int(state["settings"].get("layers", 1)) != draft.n_layers:
-            raise InvalidInput(f"--resume: the run in {work_dir} trains a draft of "
-                               f"{state['settings'].get('layers', 1)} layers, not {draft.n_layers}")
-        draft.load_state_dict(state["draft"], strict=False)
-        optimizer.load_state_dict(state["optimizer"])
-        start, metrics = state["step"], state["metrics"]
-        # What a checkpoint cost before: a resumed run reserves it for its final one from its first step.
-        checkpoint_seconds = float(state.get("checkpoint_seconds", 0.0))
-        steps_before = state["settings"].get("steps_before", 0)
-        previous = {k: v for k, v in state["settings"].items() if k != "history"}
-        settings["history"] = state["settings"].get("history", []) + [{**previous, "until_step": start}]
-        log(f"resumed at step {steps_before + start}")
+        start, metrics, checkpoint_seconds, steps_before = _resume_feature_run(state_path, work_dir, draft,
+                                                                               optimizer, settings)
     settings["steps_before"] = steps_before
 
     if stream is None:
@@ -433,11 +483,8 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         log(f"training on {len(shards)} shards ({len(shards) * stream.rows_per_shard} rows of {settings['seq_len']})")
     heldout = heldout_features(target, work_dir, taps=taps)
     head = draft.head.float()
-    unroll, weights = settings["unroll"], settings["unroll_weights"]
-    noise = settings["noise"]
     # Feature scale for the input noise: the RMS of stored features.
-    H = draft.hidden
-    sample = stream.batch_at(0)[1][..., :H].float()
+    sample = stream.batch_at(0)[1][..., :draft.hidden].float()
     feat_rms = float(sample.pow(2).mean().sqrt())
 
     def checkpoint(step: int) -> None:
@@ -478,26 +525,7 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
             group["lr"] = group.get("scale", 1.0) * lr_at(step, steps, settings["lr"], settings["warmup"])
         ids, feats = stream.batch_at(step)
         ids, feats = ids.to(device), feats.to(device).float()
-        f_in = feats[:, :-1]
-        if noise > 0:   # on the final-normed part: a tree's deeper levels read predicted ones
-            noisy = f_in[..., :H] + (torch.rand_like(f_in[..., :H]) - 0.5) * (2 * noise * feat_rms)
-            f_in = torch.cat([noisy, f_in[..., H:]], dim=-1)
-        f_tgt = feats[:, 1:, :H]
-        with torch.no_grad():
-            t_logp = F.log_softmax(F.linear(f_tgt, head), -1)
-            t_p = t_logp.exp()
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            outs = unrolled(draft, ids[:, 1:], f_in, unroll)
-        loss = 0.0
-        parts = []
-        for s, out in enumerate(outs):
-            out = out[:, s:].float()
-            reg = F.smooth_l1_loss(out, f_tgt[:, s:])
-            d_logp = F.log_softmax(F.linear(out, head), -1)
-            ce = -(t_p[:, s:] * d_logp).sum(-1).mean()
-            part = reg + settings["ce_weight"] * ce
-            loss = loss + weights[s] * part
-            parts.append(round(float(part.detach()), 4))
+        loss, parts = _feature_loss(draft, ids, feats, head, settings, feat_rms)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 0.5)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from ..engine.drafts import DraftFormat
 from ..engine.lean import VocabSubsetHead
 from ..errors import InvalidInput, ModelLoadError
 from .vocab import load_vocab
@@ -168,3 +169,7 @@ def load_offline_draft(target_model, dir_: str | Path, dtype: torch.dtype | None
 
 def draft_display_name(dir_: str | Path) -> str:
     return f"SpecViz distilled draft ({len(draft_layers(dir_))} layers)"
+
+
+# How the engine finds, loads and names this draft (`engine.drafts`).
+DRAFT_FORMAT = DraftFormat(is_dir=is_draft_dir, load=load_offline_draft, display_name=draft_display_name)

@@ -16,8 +16,9 @@ One object serves every decoder:
 It also honours a draft head restricted to part of the vocabulary
 (`VocabSubsetHead`): the logits then cover only `vocab_ids`.
 
-On a CPU in bf16 its matrices are multiplied through oneDNN with the weights
-reordered once into oneDNN's blocked layout (`Matmul`), instead of `F.linear`,
+The layer arithmetic is `engine.llama`'s (shared with the feature draft). On a CPU
+in bf16 its matrices are multiplied through oneDNN with the weights reordered once
+into oneDNN's blocked layout (`engine.cpu_kernels.Matmul`), instead of `F.linear`,
 which reorders them on every call: the same kernel, so the same bits (checked on
 each model before it is used), and a forward of the offline default 1.24x faster
 for one token and about 1.5x for the 4-16 of a Sequoia tree.
@@ -33,7 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .cpu_kernels import Matmul, pack, packed_weights, rows_together
 from .kvcache import cache_length, crop, keep_positions, new_cache
+from .llama import decoder_layer, rms_norm, rotary_tables
 
 
 # On CUDA, scaled_dot_product_attention may pick cuDNN's kernel, which builds and caches an execution
@@ -94,120 +97,45 @@ class VocabSubsetHead(torch.nn.Module):
         return out.view(*hidden.shape[:-1], self.vocab_size)
 
 
-def rows_together(*linears: torch.nn.Linear) -> torch.Tensor:
-    """The linears' weights stacked as one matrix (q|k|v, gate|up), without a second copy of them.
-
-    One matmul instead of three (or two) per layer makes a CPU decoding forward of the offline
-    default 9% faster: its matrices are small and each call has a fixed cost. The first call
-    moves the weights into one new tensor and re-points the linears at row blocks of it (the same
-    numbers, so transformers' forward is unchanged); later calls find them adjacent and rebuild
-    the view. Weights moved since (`.to(...)`) are simply stacked again; weights made under
-    inference_mode are stacked as a copy.
-    """
-    weights = [m.weight for m in linears]
-    first, cols = weights[0], weights[0].shape[1]
-    rows = sum(w.shape[0] for w in weights)
-    if _adjacent_rows(weights):
-        return first.detach().new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (rows, cols))
-    if any(w.is_inference() for w in weights):   # made under inference_mode: a parameter cannot view them
-        return torch.cat([w.detach() for w in weights])
-    with torch.inference_mode(False), torch.no_grad():   # parameters may not point into inference tensors
-        stacked = torch.cat([w.detach() for w in weights]).contiguous()
-        offset = 0
-        for m in linears:
-            n = m.weight.shape[0]
-            m.weight.data = stacked[offset:offset + n]
-            offset += n
-    return stacked.detach()
-
-
-def _adjacent_rows(weights: list[torch.Tensor]) -> bool:
-    """True when the matrices are consecutive row blocks of one contiguous storage."""
-    first = weights[0]
-    offset = first.storage_offset()
-    for w in weights:
-        if (not w.is_contiguous() or w.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
-                or w.storage_offset() != offset or w.shape[1] != first.shape[1]):
-            return False
-        offset += w.numel()
-    return True
-
-
-def packed_matmul_supported(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether this torch can multiply by oneDNN-prepacked weights here (a CPU, bf16, oneDNN built in)."""
-    return (device.type == "cpu" and dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
-
-
-class Matmul:
-    """x @ weight.T, through a oneDNN-prepacked copy of the weight where `packed` is given.
-
-    `F.linear` in bf16 on a CPU reaches the same oneDNN kernel but first reorders the weight
-    into the kernel's blocked layout, on every call; at a decoding step's 1-16 rows that
-    reorder costs as much as the multiplication (the 3072 x 576 gate|up matrix: 101 us a call against
-    46 us prepacked). The prepacked copy is made once per model (`packed_weights`).
-    """
-
-    __slots__ = ("weight", "packed")
-
-    def __init__(self, weight: torch.Tensor, packed: torch.Tensor | None = None):
-        self.weight, self.packed = weight, packed
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
-            return F.linear(x, self.weight)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
-
-
-def pack(weight: torch.Tensor) -> torch.Tensor:
-    """oneDNN's prepacked copy of a (out, in) weight, for `Matmul`."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
-
-
-def _same_bits(weight: torch.Tensor, packed: torch.Tensor) -> bool:
-    """The prepacked product equals `F.linear`'s bit for bit on a few row counts (else it is not used)."""
-    gen = torch.Generator().manual_seed(0)
-    for rows in (1, 3, 12):
-        x = torch.randn(rows, weight.shape[1], generator=gen).to(weight.dtype)
-        if not torch.equal(Matmul(weight, packed)(x), F.linear(x, weight)):
-            return False
-    return True
-
-
-def packed_weights(model, weights: list[torch.Tensor]) -> list[torch.Tensor] | None:
-    """oneDNN-prepacked copies of `weights` (a model's own), made once per model and kept on it
-    while the weights stay the same, or None where they cannot be used: not a CPU in bf16, or a
-    product that would not equal `F.linear`'s bit for bit (checked on the first weight)."""
-    first = weights[0]
-    if not packed_matmul_supported(first.device, first.dtype):
-        return None
-    # The model's parameters say whether anything changed (an optimiser step bumps their version
-    # counters; the stacked q|k|v views made per forward have counters of their own). Inference
-    # tensors keep no counter, and cannot change outside inference_mode.
-    versions = (tuple((w.data_ptr(), tuple(w.shape)) for w in weights),
-                tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in model.parameters()))
-    cached = model.__dict__.get("_specviz_packed")
-    if cached is not None and cached[0] == versions:
-        return cached[1]
-    try:
-        with torch.no_grad():
-            packed = [pack(first)]
-            if not _same_bits(first, packed[0]):
-                return None
-            packed += [pack(w) for w in weights[1:]]
-    except RuntimeError:   # a oneDNN build without bf16 kernels for this CPU
-        return None
-    # The weights are kept with their copies: a freed one's address could come back with other numbers.
-    model.__dict__["_specviz_packed"] = (versions, packed, list(weights))
-    return packed
-
-
 def tapped_features(normed: torch.Tensor, hidden_states, taps: tuple[int, ...]) -> torch.Tensor:
     """Feature rows [final-normed | layer t's output for t in taps]; transformers' `hidden_states[t + 1]`
     is layer t's output (its last entry is the final-normed state, never a tap)."""
     if not taps:
         return normed
     return torch.cat([normed] + [hidden_states[t + 1].to(normed.dtype) for t in taps], dim=-1)
+
+
+class _LayerShape:
+    """A Llama layer's shape as `llama.decoder_layer` reads it, shared by a model's layers."""
+
+    __slots__ = ("eps", "n_heads", "n_kv", "head_dim", "scale", "qkv_split", "inter")
+
+    def __init__(self, cfg, scale: float):
+        self.eps = cfg.rms_norm_eps
+        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self.scale = scale
+        self.qkv_split = (self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.n_kv * self.head_dim)
+        self.inter = cfg.intermediate_size
+
+
+class _LeanLayer:
+    """One decoder layer's weights for `llama.decoder_layer`: q|k|v and gate|up each one matrix (`rows_together`)."""
+
+    __slots__ = ("input_norm", "post_norm", "eps", "n_heads", "n_kv", "head_dim", "scale", "qkv_split", "inter",
+                 "qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+
+    def __init__(self, shape: _LayerShape, input_norm, post_norm, qkv_proj, o_proj, gate_up_proj, down_proj):
+        for name in _LayerShape.__slots__:
+            setattr(self, name, getattr(shape, name))
+        self.input_norm, self.post_norm = input_norm, post_norm
+        self.qkv_proj, self.o_proj, self.gate_up_proj, self.down_proj = qkv_proj, o_proj, gate_up_proj, down_proj
+
+    def qkv(self, h: torch.Tensor):
+        return self.qkv_proj(h).split(self.qkv_split, dim=-1)
+
+    def gate_up(self, h: torch.Tensor):
+        return self.gate_up_proj(h).split(self.inter, dim=-1)
 
 
 class LeanLlama:
@@ -222,8 +150,6 @@ class LeanLlama:
         self.eps = cfg.rms_norm_eps
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
-        self.gqa = self.n_heads != self.n_kv
-        self.scale = inner.layers[0].self_attn.scaling
         self.embed, self.final_norm = inner.embed_tokens.weight, inner.norm.weight
         # The head's rows and the token id of each row (None: the whole vocabulary, row = token id).
         full = self._full_head = head.full_weight if isinstance(head, VocabSubsetHead) else head.weight
@@ -233,8 +159,6 @@ class LeanLlama:
         else:
             self.vocab_ids = getattr(head, "vocab_ids", None)
             self.lm_head = head.weight
-        self.q_rows, self.kv_rows = self.n_heads * self.head_dim, self.n_kv * self.head_dim
-        self.inter = cfg.intermediate_size
         norms, matrices = [], []
         for layer in inner.layers:
             norms.append((layer.input_layernorm.weight, layer.post_attention_layernorm.weight))
@@ -248,30 +172,19 @@ class LeanLlama:
         self.packed = packed is not None
         mats = [Matmul(w, packed[i] if packed else None) for i, w in enumerate(matrices)]
         self.head = Matmul(self.lm_head, (packed[-1] if own_head else pack(self.lm_head)) if packed else None)
-        self.layers = [(w_in, mats[4 * i], mats[4 * i + 1], w_post, mats[4 * i + 2], mats[4 * i + 3])
+        layer_shape = _LayerShape(cfg, inner.layers[0].self_attn.scaling)
+        self.layers = [_LeanLayer(layer_shape, w_in, w_post, *mats[4 * i:4 * i + 4])
                        for i, (w_in, w_post) in enumerate(norms)]
         # Rotary tables for every position this run can reach, computed as transformers does.
         rotary = inner.rotary_emb
-        freqs = torch.arange(max_len, device=device)[:, None].float() * rotary.inv_freq.to(device, torch.float)
-        angles = torch.cat((freqs, freqs), dim=-1)
-        self.cos = (angles.cos() * rotary.attention_scaling).to(self.dtype)
-        self.sin = (angles.sin() * rotary.attention_scaling).to(self.dtype)
+        self.cos, self.sin = rotary_tables(torch.arange(max_len, device=device), rotary.inv_freq.to(device),
+                                           rotary.attention_scaling, self.dtype)
         # One tensor for every layer's keys (and one for values), each layer a view: `keep` then moves
         # the accepted slots of all layers in one gather instead of one per layer and tensor.
         shape = (len(self.layers), 1, self.n_kv, max_len, self.head_dim)
         self.all_keys = torch.empty(shape, dtype=self.dtype, device=device)
         self.all_values = torch.empty(shape, dtype=self.dtype, device=device)
         self.keys, self.values = list(self.all_keys.unbind(0)), list(self.all_values.unbind(0))
-
-    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return weight * h.to(x.dtype)
-
-    @staticmethod
-    def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
     def forward(self, input_ids: torch.Tensor, start: int, positions: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1, hidden: bool = False,
@@ -305,12 +218,12 @@ class LeanLlama:
         with attention_kernels(self.device, self.attention_backends):
             x = self._layers(x, start, end, cos, sin, mask, causal, tapped, taps)
         if hidden:
-            normed = self._rms_norm(x[0], self.final_norm)
+            normed = rms_norm(x[0], self.final_norm, self.eps)
             picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
             return self.head(picked), torch.cat([normed] + tapped, -1) if tapped else normed
         x = x[0, -rows:] if isinstance(rows, int) else x[0].index_select(0, rows)
         # A 2-D input keeps F.linear on a plain matmul (see VocabSubsetHead.forward).
-        return self.head(self._rms_norm(x, self.final_norm))
+        return self.head(rms_norm(x, self.final_norm, self.eps))
 
     __call__ = forward
 
@@ -325,25 +238,15 @@ class LeanLlama:
     def _layers(self, x: torch.Tensor, start: int, end: int, cos, sin, mask, causal: bool,
                 tapped: list | None = None, taps: tuple[int, ...] = ()) -> torch.Tensor:
         """The decoder layers; with `tapped`, the outputs of layers `taps` (n, hidden) are appended to it."""
-        n = end - start
-        qkv_split, inter = (self.q_rows, self.kv_rows, self.kv_rows), self.inter
-        for i, (w_in, qkv_proj, o_proj, w_post, gate_up_proj, down_proj) in enumerate(self.layers):
-            h = self._rms_norm(x, w_in)
-            q, k, v = qkv_proj(h).split(qkv_split, dim=-1)
-            q = q.view(1, n, self.n_heads, self.head_dim).transpose(1, 2)
-            k = k.view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
-            v = v.view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
-            q = q * cos + self._rotate_half(q) * sin
-            k = k * cos + self._rotate_half(k) * sin
-            self.keys[i][:, :, start:end] = k
-            self.values[i][:, :, start:end] = v
-            attn = F.scaled_dot_product_attention(q, self.keys[i][:, :, :end], self.values[i][:, :, :end],
-                                                  attn_mask=mask, is_causal=causal, scale=self.scale,
-                                                  enable_gqa=self.gqa)
-            x = x + o_proj(attn.transpose(1, 2).reshape(1, n, -1))
-            h = self._rms_norm(x, w_post)
-            gate, up = gate_up_proj(h).split(inter, dim=-1)
-            x = x + down_proj(F.silu(gate) * up)
+        keys, values = self.keys, self.values
+
+        def kv(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            keys[i][:, :, start:end] = k
+            values[i][:, :, start:end] = v
+            return keys[i][:, :, :end], values[i][:, :, :end]
+
+        for i, layer in enumerate(self.layers):
+            x = decoder_layer(layer, x, cos, sin, kv, i, mask, causal)
             if tapped is not None and i in taps:
                 tapped.append(x[0])
         return x
@@ -406,37 +309,8 @@ class ModelForward:
         crop(self.cache, n)
 
 
-class FeatureLevelTiming:
-    """A feature draft behind the (ids, start, positions, mask, rows) interface, for timing only.
-
-    The profiler times `make_forward(model)(ids, start, ...)`; a feature-conditioned draft
-    also reads one feature per token, so this feeds it fixed random features and returns
-    its head's logits: the cost of one tree level as Sequoia runs it.
-    """
-
-    def __init__(self, model, max_len: int, vocab_ids: torch.Tensor | None = None):
-        self.inner = model.decoding_forward(max_len, vocab_ids)
-        self.vocab_ids = self.inner.vocab_ids
-        gen = torch.Generator().manual_seed(0)
-        self.features = torch.randn(max_len, model.hidden, generator=gen).to(self.inner.device, self.inner.dtype)
-
-    def forward(self, input_ids: torch.Tensor, start: int, positions: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1) -> torch.Tensor:
-        n = input_ids.shape[-1]
-        out = self.inner(input_ids.view(-1), self.features[start:start + n], start, positions=positions, mask=mask)
-        return self.inner.logits(out[-rows:] if isinstance(rows, int) else out.index_select(0, rows))
-
-    __call__ = forward
-
-
 def make_forward(model, max_len: int, vocab_ids: torch.Tensor | None = None, lean: bool = True):
-    """`LeanLlama` where it is exact for this model, else the model's own forward.
-
-    A feature-conditioned draft (`specviz.draft.feature`) gets its timing adapter; the
-    Sequoia decoder drives its real forward (`decoding_forward`) itself.
-    """
-    if getattr(model, "is_feature_draft", False):
-        return FeatureLevelTiming(model, max_len, vocab_ids)
+    """`LeanLlama` where it is exact for this model, else the model's own forward."""
     if lean and lean_llama_supported(model):
         return LeanLlama(model, max_len, vocab_ids)
     return ModelForward(model)

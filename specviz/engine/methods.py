@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import InvalidInput
-from .decoder import Decoder
+from .decoder import Decoder, validate_max_new_tokens
 from .models import ModelPair
 from .sampling import SamplingConfig
 from .text import encode_prompt
@@ -22,6 +22,16 @@ METHODS = {
     "lookahead": "specviz.lookahead.decoder:LookaheadDecoder",
 }
 METHOD_LABELS = {"ar": "Autoregressive", "sequoia": "Sequoia", "lookahead": "Lookahead"}
+# method name -> "module:function" that resolves a decoder's options before it is built (a Sequoia
+# tree's size is measured, and raced, by building other decoders: never inside the decoder).
+METHOD_OPTIONS = {
+    "sequoia": "specviz.sequoia.sizing:decoder_options",
+}
+
+
+def _imported(path: str):
+    module_name, _, name = path.partition(":")
+    return getattr(importlib.import_module(module_name), name)
 
 
 def decoder_class(method: str) -> type[Decoder]:
@@ -42,4 +52,10 @@ def make_decoder(method: str, pair: ModelPair, prompt: str, *, sampling: Samplin
     """Build a decoder for `prompt` (chat template applied when the model has one)."""
     cls = decoder_class(method)
     ids = prompt_ids if prompt_ids is not None else encode_prompt(pair.tokenizer, prompt)
-    return cls(pair, prompt, ids, sampling or SamplingConfig(), max_new_tokens, **options)
+    sampling = sampling or SamplingConfig()
+    if method in METHOD_OPTIONS:
+        # The decoder's own checks first, as it makes them: a bad request fails before any sizing runs.
+        sampling.validated()
+        validate_max_new_tokens(max_new_tokens, len(ids), pair.max_context)
+        options = _imported(METHOD_OPTIONS[method])(pair, sampling, **options)
+    return cls(pair, prompt, ids, sampling, max_new_tokens, **options)

@@ -25,6 +25,7 @@ import torch
 
 from ..errors import InvalidInput, ModelLoadError
 from ..paths import assets_dir, cache_dir
+from .drafts import draft_format, format_of
 
 DEFAULT_NAME = "default"
 DEFAULT_ALIASES = {DEFAULT_NAME, "smollm2-135m-instruct", "offline"}
@@ -142,9 +143,7 @@ def offline_default_draft_dir() -> Path | None:
 
 def offline_feature_draft_dir() -> Path | None:
     """The shipped feature-conditioned draft, or None while the repo has none."""
-    from ..draft.feature import is_feature_draft_dir
-
-    return OFFLINE_FEATURE_DRAFT_DIR if is_feature_draft_dir(OFFLINE_FEATURE_DRAFT_DIR) else None
+    return OFFLINE_FEATURE_DRAFT_DIR if draft_format("feature").is_dir(OFFLINE_FEATURE_DRAFT_DIR) else None
 
 
 def _heldout_agreement(metrics_file: Path, depth1: bool) -> float:
@@ -411,16 +410,10 @@ def load_pair(target: str | None = DEFAULT_NAME, draft: str | None = None, *,
         if offline_default_draft_dir() is None:
             raise ModelLoadError("no independent draft is shipped in assets/draft-smollm2-135m")
         draft = str(offline_default_draft_dir())
-    from ..draft.feature import feature_draft_display_name, is_feature_draft_dir, load_feature_draft
-    from ..draft.pruned import draft_display_name, is_draft_dir, load_offline_draft
-
-    if is_feature_draft_dir(draft):   # reads the target's hidden states; embedding and head are the target's
-        return ModelPair(target_model, load_feature_draft(target_model, draft), tokenizer, target_name,
-                         feature_draft_display_name(draft), dev, dt, Path(draft))
-
-    if is_draft_dir(draft):  # a distilled SpecViz draft: its layers only, embeddings shared with the target
-        return ModelPair(target_model, load_offline_draft(target_model, draft), tokenizer, target_name,
-                         draft_display_name(draft), dev, dt, Path(draft))
+    fmt = format_of(draft)
+    if fmt is not None:   # a SpecViz draft: the target's embedding and head are shared, not loaded again
+        return ModelPair(target_model, fmt.load(target_model, draft), tokenizer, target_name, fmt.display_name(draft),
+                         dev, dt, Path(draft))
     if draft is None or draft.strip() == "" or draft.strip() == "self" or (
             is_default(draft) and is_default(target)) or draft == target:
         return ModelPair(target_model, target_model, tokenizer, target_name, target_name + " (self)",

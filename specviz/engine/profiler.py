@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 from ..paths import cache_dir
-from .lean import lean_llama_supported, make_forward, packed_matmul_supported
+from .cpu_kernels import packed_matmul_supported
+from .lean import lean_llama_supported, make_forward
 
 
 def default_sizes(device: torch.device) -> list[int]:
@@ -58,8 +59,8 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
                           warmup: int = 2) -> dict[int, float]:
     """Median milliseconds of one forward over n new tokens (tree-style 4-D mask) after `context_len`.
 
-    It times the forward the decoders run (`specviz.engine.lean.make_forward`: the lean
-    Llama forward where it is exact, else transformers'), over every row's logits. The sizes
+    It times the forward the decoders run (`timing_forward`: the lean Llama forward where
+    it is exact, else transformers', or a draft's own level), over every row's logits. The sizes
     are timed in rounds, one forward of each per round, so a machine that slows down for a
     while slows every size alike instead of bending the curve (it once measured t(2) < t(1)).
     """
@@ -68,7 +69,7 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
     context = torch.randint(0, vocab, (1, context_len), generator=gen).to(device)
-    forward = make_forward(model, context_len + max(sizes))
+    forward = timing_forward(model, context_len + max(sizes))
     forward(context, 0)
     calls = {}
     for n in sizes:
@@ -90,6 +91,14 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
             if i >= warmup:
                 times[n].append((time.perf_counter() - start) * 1000)
     return {n: statistics.median(times[n]) for n in sizes}
+
+
+def timing_forward(model, max_len: int):
+    """The forward whose cost is one decoding forward (a tree level, for a draft) of `model`, behind
+    `make_forward`'s (ids, start, positions, mask, rows) interface. A draft whose levels run some other
+    forward (a feature draft reads the target's features too) says so with `timing_forward` of its own."""
+    own = getattr(model, "timing_forward", None)
+    return own(max_len) if own is not None else make_forward(model, max_len)
 
 
 def forward_kind(model) -> str:

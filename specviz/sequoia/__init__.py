@@ -4,7 +4,8 @@
 - `tree.py`: a tree's structure, masks, positions and index tensors, prepared once per shape;
 - `verify.py`: the verification walk (greedy, and sampling without replacement, exact at any temperature);
 - `acceptance.py`, `measure.py`: acceptance vectors, found and measured;
-- `sizing.py`: the tree size and depth chosen from measured forward times (`--tree auto`);
-- `decoder.py`: the decoder (one step = one target forward);
+- `sizing.py`: the tree size and depth chosen from measured forward times (`--tree auto`), resolved
+  before a decoder is built (`tree_choice`);
+- `decoder.py`: the decoder (one step = one target forward), drafting through `specviz.draft.drafter`;
 - `cli.py`: `tree-dp`, `profile-acceptance`, `optimize-tree`.
 """

@@ -91,7 +91,6 @@ def cmd_profile_acceptance(args: argparse.Namespace) -> int:
 
 def cmd_optimize_tree(args: argparse.Namespace) -> int:
     from ..engine.sampling import SamplingConfig
-    from .decoder import SequoiaDecoder
     from .sizing import plan_tree
 
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p).validated()
@@ -99,7 +98,7 @@ def cmd_optimize_tree(args: argparse.Namespace) -> int:
         if v is not None and v < 2 - (name == "--max-depth"):
             raise InvalidInput(f"{name} is too small: {v}")
     pair = load_pair_for(args, ["sequoia"])
-    plan = plan_tree(pair, SequoiaDecoder, sampling, args.max_budget, args.max_depth, refresh=args.refresh)
+    plan = plan_tree(pair, sampling, args.max_budget, args.max_depth, refresh=args.refresh)
     if args.json:
         print(json.dumps(plan))
         return 0

@@ -1,7 +1,8 @@
 """Sequoia: tree speculative decoding with an optimal tree and exact sampling.
 
 Each step (one target forward):
-1. draft, level by level: one draft forward per tree level over all of that
+1. draft, level by level through the drafter (`specviz.draft.drafter`, the same
+   for every kind of draft): one draft forward per tree level over all of that
    level's nodes (tree attention on the draft's own cache); every node draws its
    children from the draft distribution without replacement (Gumbel-top-k via
    q / Exp(1)), or takes the draft's top-c at temperature 0;
@@ -13,20 +14,21 @@ Each step (one target forward):
 
 Cache layout, with C committed tokens (prompt + generated; the last one is the
 root): the target cache holds C - 1 slots; the tree's node i goes to slot
-C - 1 + i, at position C - 1 + depth(i). The draft cache holds the committed
-tokens it has seen (`draft_seen`); at level 0 it is fed the ones it has not
-(the root last, plus the deepest accepted token of the last step when the path
-reached the last level, which the draft never processes).
+C - 1 + i, at position C - 1 + depth(i). The draft's cache is its drafter's:
+at level 0 it is fed the committed tokens it has not read (the root last, plus
+the deepest accepted token of the last step when the path reached the last
+level, which the draft never processes), and a level's nodes are written from
+the slot the root's level returns, at that slot + depth.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..draft.feature import FeatureDraftForward
+from ..draft.drafter import make_drafter
 from ..draws import exponential_like, first_argmax
 from ..engine.decoder import Decoder, PhaseTimer
-from ..engine.lean import VocabSubsetHead, make_forward
+from ..engine.lean import make_forward
 from ..engine.sampling import next_token, probs_from_logits
 from ..trace import (
     PHASE_DRAFT,
@@ -40,7 +42,6 @@ from ..trace import (
     TreePayload,
 )
 from .adaptive import allocate_children, level_pays, scratch_mask
-from .sizing import adaptive_plan, resolve_tree
 from .tree import TreeShape, TreeTensors
 from .verify import greedy_walk, sampling_walk
 
@@ -78,79 +79,33 @@ class _GreedyPicks:
         return int(first_argmax(self.logits[node]))
 
 
-def _draft_vocab(draft, prompt_ids: list[int], device) -> torch.Tensor | None:
-    """The draft head's tokens widened by the prompt's: answers quote their prompt (None: whole vocabulary)."""
-    if getattr(draft, "is_feature_draft", False):
-        ids = draft.vocab_ids
-    else:
-        head = getattr(draft, "lm_head", None)
-        if not isinstance(head, VocabSubsetHead):
-            return None
-        ids = head.vocab_ids
-    prompt = torch.tensor(prompt_ids, dtype=torch.long, device=device)
-    return torch.unique(torch.cat([ids.to(device), prompt]))
-
-
-def feature_input_label(depth: int, taps: tuple[int, ...] = ()) -> str:
-    """What a feature draft read when it proposed a node at `depth` (for the app's hover)."""
-    if depth <= 0:
-        return ""
-    if depth == 1:
-        if taps:
-            return f"target's hidden states at the root (last layer, and layers {', '.join(map(str, taps))})"
-        return "target's hidden state at the root"
-    return f"draft's predicted hidden state ({depth - 1} step{'s' if depth > 2 else ''} from the target's)"
-
-
 class SequoiaDecoder(Decoder):
     method = "sequoia"
     lean = True  # False: transformers' own forward for both models (A/B measurements, tests)
 
-    def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, tree_budget=None, tree_depth=None,
-                 tree_parents=None, tree=None, tree_threshold=None):
+    def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, tree_choice):
+        """`tree_choice`: the tree, resolved before the decoder is built (`sizing.tree_choice`, which
+        `engine.methods.make_decoder` asks for): a fixed tree's parents, or an adaptive tree's limits."""
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens)
-        self.adaptive = tree == "adaptive"
-        parents, settings = (None, {}) if self.adaptive else resolve_tree(
-            pair, self.sampling, tree_budget, tree_depth, tree_parents, type(self))
-        if parents is None:   # asked for, or `auto` raced it faster on this machine (`sizing.race_trees`)
-            self.adaptive = True
-            # A level is read only where it can pay for itself (`adaptive.level_pays`), at these costs;
-            # by default a tree holds only the nodes the target reads for free (`sizing.adaptive_plan`).
-            self.adaptive_plan, self.adaptive_costs = adaptive_plan(pair, tree_budget, tree_depth, tree_parents,
-                                                                    tree_threshold)
+        self.adaptive = tree_choice.parents is None
+        if self.adaptive:
+            # A level is read only where it can pay for itself (`adaptive.level_pays`), at these costs.
+            self.adaptive_plan, self.adaptive_costs = tree_choice.adaptive_plan, tree_choice.adaptive_costs
             self.shape = None   # grown each step (`_draft_adaptive`)
             max_nodes, self.max_depth = self.adaptive_plan["max_nodes"], self.adaptive_plan["max_depth"]
-            self.trace.settings.update(settings)
-            self.trace.settings.update(tree="adaptive", tree_budget=max_nodes, tree_depth=self.max_depth,
-                                       level_cost=round(self.adaptive_costs["draft"][1], 4),
-                                       level_cost_from=self.adaptive_costs["from"], **self.adaptive_plan)
         else:
-            self.shape = TreeShape.from_parents(parents)
+            self.shape = TreeShape.from_parents(tree_choice.parents)
             max_nodes, self.max_depth = self.shape.size, self.shape.depth
-            self.trace.settings.update(tree_budget=self.shape.size, tree_depth=self.shape.depth,
-                                       tree_parents=parents, **settings)
+        self.trace.settings.update(tree_choice.settings)
         self.vocab = pair.vocab_size
         # Both models run through one forward interface (a lean Llama forward where exact, else
         # transformers'), each over its own cache, even when the target drafts for itself.
         max_len = len(self.prompt_ids) + self.max_new_tokens + max_nodes
         self.target_fwd = make_forward(pair.target, max_len, lean=self.lean)
-        vocab_ids = _draft_vocab(pair.draft, self.prompt_ids, self.device)
-        # A feature draft (EAGLE style) reads the target's hidden states: every target forward returns
-        # them, and the draft's cache holds pairs (f_j, x_{j+1}) at slot j built from true features only.
-        self.feature = bool(getattr(pair.draft, "is_feature_draft", False))
-        self.taps = pair.draft.taps if self.feature else ()   # target layers that join the true features
-        if self.feature:
-            self.draft_fwd = FeatureDraftForward(pair.draft, max_len, vocab_ids)
-            self.pending_feats: torch.Tensor | None = None   # true features of the pairs not yet fed
-            # draft_int8: its levels ran in weight-only int8 (on a CPU; proposals only, exactness untouched)
-            self.trace.settings.update(draft_kind="feature", draft_int8=self.draft_fwd.int8)
-        else:
-            self.draft_fwd = make_forward(pair.draft, max_len, vocab_ids, lean=self.lean)
-        # Tokens the draft's head has rows for (None: all). The target's own words join them as it
-        # writes them: an answer repeats its words, and a token the head lacks can never be drafted.
-        self.head_tokens = set(self.draft_fwd.vocab_ids.tolist()) \
-            if getattr(self.draft_fwd, "vocab_ids", None) is not None and hasattr(self.draft_fwd, "widen") else None
-        self.draft_seen = 0
+        self.drafter = make_drafter(pair, self.prompt_ids, max_len, max_nodes, self.target_fwd, lean=self.lean)
+        self.trace.settings.update(self.drafter.settings)
+        # What every target forward returns for the drafter besides logits (a feature draft's features).
+        self.target_features, self.taps = self.drafter.reads_features, self.drafter.taps
         self._tensors: dict = {}   # depth (or an adaptive tree's parents) -> prepared tensors
 
     # -- per-shape preparation ----------------------------------------------------------------
@@ -182,23 +137,18 @@ class SequoiaDecoder(Decoder):
         remaining = self.max_new_tokens - len(self.generated)
         # No speculation past what can be emitted, nor past the model's context.
         depth = max(0, min(self.max_depth, remaining - 1, self.pair.max_context - committed))
-        drafted = depth > 0   # the draft runs this step (and reads its pending pairs)
         timer = PhaseTimer(self.device)
         timer.start(PHASE_DRAFT)
         expanded_slots = None   # adaptive trees: the draft slot of each expanded node
         if self.adaptive:
-            tt, tokens, draft_probs, child_q, expanded_slots = self._draft_adaptive(committed, depth)
+            tt, tokens, draft_probs, child_q, expanded_slots = self._draft_adaptive(depth)
         else:
             tt = self._tree(depth)
-            tokens, draft_probs, child_q = self._draft_tree(tt, committed)
+            tokens, draft_probs, child_q = self._draft_tree(tt)
         timer.start(PHASE_TARGET)
         root_slot = committed - 1
-        out = self.target_fwd(tokens.unsqueeze(0), root_slot, positions=tt.depth_offsets + root_slot,
-                              mask=tt.target_mask(root_slot), rows=tt.shape.size, hidden=self.feature,
-                              taps=self.taps)
-        hidden = None
-        if self.feature:
-            out, hidden = out
+        out, hidden = self._target(tokens.unsqueeze(0), root_slot, positions=tt.depth_offsets + root_slot,
+                                   mask=tt.target_mask(root_slot), rows=tt.shape.size)
         logits = out[:, :self.vocab]
         timer.start(PHASE_VERIFY)
         shape = tt.shape
@@ -209,63 +159,40 @@ class SequoiaDecoder(Decoder):
         else:
             target_probs = probs_from_logits(logits, self.sampling)
             walk = sampling_walk(shape.children, token_list, target_probs, draft_probs, self.generator)
-        self._compact(walk.accepted, shape, depth, root_slot, expanded_slots)
-        if self.feature:
-            # The next step's pending pairs: (f_root, a_1), (f_a1, a_2), ..., (f_ak, bonus), true features only.
-            feats = hidden.index_select(0, torch.tensor([0] + walk.accepted, dtype=torch.long, device=self.device))
-            self.pending_feats = feats if drafted else torch.cat([self.pending_feats, feats])
+        self._compact(walk.accepted, shape, depth, root_slot, hidden, expanded_slots)
         new_ids = [token_list[i] for i in walk.accepted] + [walk.bonus_token]
         sources = [SOURCE_DRAFT] * len(walk.accepted) + [SOURCE_BONUS]
         payload = self._payload(tt, token_list, walk, logits, target_probs, child_q)
         times = timer.stop()
         payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
         payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
-        self._widen_head(new_ids)
+        self.drafter.widen(new_ids)
         return self._emit(new_ids, sources, shape.size, times, payload)
 
-    def _widen_head(self, new_ids: list[int]) -> None:
-        """Rows for the written tokens the draft's head lacks (a few a run; the head is cut anew)."""
-        if self.head_tokens is None:
-            return
-        fresh = [t for t in dict.fromkeys(new_ids) if t not in self.head_tokens and t < self.vocab]
-        if fresh:
-            self.head_tokens.update(fresh)
-            self.draft_fwd.widen(torch.tensor(fresh, dtype=torch.long, device=self.device))
+    def _target(self, ids: torch.Tensor, start: int, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The target's logits, and the hidden states of every row where the drafter reads them (else None)."""
+        out = self.target_fwd(ids, start, hidden=self.target_features, taps=self.taps, **kwargs)
+        return out if self.target_features else (out, None)
 
     def _prefill(self) -> StepRecord:
         """Step 0: the target reads the prompt and yields the first token, like autoregressive."""
         timer = PhaseTimer(self.device)
         timer.start(PHASE_TARGET)
         ids = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
-        out = self.target_fwd(ids, 0, hidden=self.feature, taps=self.taps)
-        logits = (out[0] if self.feature else out)[:, :self.vocab]
+        out, hidden = self._target(ids, 0)
+        logits = out[:, :self.vocab]
         token = int(next_token(logits, self.sampling, self.generator))
         timer.start(PHASE_DRAFT)
-        if self.feature:
-            # Pairs (f_j, x_{j+1}) for j < P - 1 go into the draft's cache now; (f_{P-1}, first token) is
-            # the first step's pending pair, whose output drafts the root's children.
-            feats = out[1]
-            n = len(self.prompt_ids)
-            if n > 1:
-                self.draft_fwd(ids[:, 1:], feats[:n - 1], 0)
-            self.pending_feats = feats[n - 1:]
-            self.draft_seen = n - 1
-            self._widen_head([token])
-            return self._emit([token], [SOURCE_AR], len(self.prompt_ids), timer.stop())
-        if self.pair.draft_is_target and type(self.draft_fwd) is type(self.target_fwd):
-            # Same model, same prompt: the draft's cache is a copy, not a second prefill.
-            self.draft_fwd.copy_prefix(self.target_fwd, len(self.prompt_ids))
-        else:
-            self.draft_fwd(ids, 0)
-        self.draft_seen = len(self.prompt_ids)
-        self._widen_head([token])
+        self.drafter.prefill(ids, hidden)
+        self.drafter.widen([token])
         return self._emit([token], [SOURCE_AR], len(self.prompt_ids), timer.stop())
 
-    def _draft_tree(self, tt: TreeTensors, committed: int) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    def _draft_tree(self, tt: TreeTensors) -> tuple[torch.Tensor, dict, torch.Tensor]:
         """Fill the tree's tokens level by level.
 
         Returns the tokens, q at every node with children (sampling only), and each
-        node's draft probability when it was drawn (for the app).
+        node's draft probability when it was drawn (for the app). A node's row among the
+        draft's rows of the step is its id: the root's first, then each level's in order.
         """
         shape = tt.shape
         tokens = torch.empty(shape.size, dtype=torch.long, device=self.device)
@@ -274,23 +201,13 @@ class SequoiaDecoder(Decoder):
         draft_probs: dict[int, torch.Tensor] = {}
         if shape.depth == 0:
             return tokens, draft_probs, child_q
-        if self.feature:
-            return self._draft_tree_feature(tt, committed, tokens, draft_probs, child_q)
-        # Tokens the draft has not read yet (always generated ones after the prefill); the root is last.
-        pending = self.generated[self.draft_seen - len(self.prompt_ids):]
-        root_slot = committed - 1
-        vocab_ids = self.draft_fwd.vocab_ids   # the draft head's token per row (None: row = token)
-        for level in range(shape.depth):
+        root_slot, logits = self.drafter.root(self.generated, lambda start, pending: tt.draft_mask(0, start, pending))
+        self._draw_children(tt, 0, logits, self.drafter.vocab_ids, tokens, draft_probs, child_q)
+        for level in range(1, shape.depth):
             start, end = shape.level_ranges[level]
-            if level == 0:
-                n_in = len(pending)
-                ids = torch.tensor([pending], dtype=torch.long, device=self.device)
-                logits = self.draft_fwd(ids, committed - n_in, mask=tt.draft_mask(0, committed - n_in, n_in))
-            else:
-                logits = self.draft_fwd(tokens[start:end].unsqueeze(0), root_slot + start,
-                                        positions=tt.depth_offsets[start:end] + root_slot,
-                                        mask=tt.draft_mask(level, root_slot), rows=end - start)
-            self._draw_children(tt, level, self._draft_logits(logits), vocab_ids, tokens, draft_probs, child_q)
+            logits = self.drafter.level(tokens[start:end], tt.parents[start:end], root_slot + start,
+                                        tt.depth_offsets[start:end] + root_slot, tt.draft_mask(level, root_slot))
+            self._draw_children(tt, level, logits, self.drafter.vocab_ids, tokens, draft_probs, child_q)
         return tokens, draft_probs, child_q
 
     def _draw_children(self, tt: TreeTensors, level: int, logits: torch.Tensor, vocab_ids: torch.Tensor | None,
@@ -318,32 +235,7 @@ class SequoiaDecoder(Decoder):
             child_q[child_start:child_end] = q[rows, picked]
         tokens[child_start:child_end] = picked if vocab_ids is None else vocab_ids[picked]
 
-    def _draft_tree_feature(self, tt: TreeTensors, committed: int, tokens: torch.Tensor, draft_probs: dict,
-                            child_q: torch.Tensor) -> tuple[torch.Tensor, dict, torch.Tensor]:
-        """`_draft_tree` for a feature draft.
-
-        Draft slot j holds the pair (f_j, x_{j+1}); the root x_{C-1} is in the pair at slot C - 2, so
-        tree node i sits at slot C - 2 + i, position C - 2 + depth(i). Level 0 feeds the pending true
-        pairs (ending with the root's); its last output is the root's predicted feature, which drafts
-        level 1. A node at level d >= 1 reads (its parent's predicted feature, its token) and attends
-        to the committed pairs and its ancestors (the tree mask); these scratch slots are overwritten
-        by the next step's pending pairs, so only true-feature entries persist.
-        """
-        shape = tt.shape
-        vocab_ids = self.draft_fwd.vocab_ids
-        feats = torch.empty(shape.size, self.pair.draft.hidden, dtype=self.draft_fwd.dtype, device=self.device)
-        root_slot, logits, feats[:1] = self._draft_root(committed)
-        self._draw_children(tt, 0, logits, vocab_ids, tokens, draft_probs, child_q)
-        for level in range(1, shape.depth):
-            start, end = shape.level_ranges[level]
-            out = self.draft_fwd(tokens[start:end], feats.index_select(0, tt.parents[start:end]),
-                                 root_slot + start, positions=tt.depth_offsets[start:end] + root_slot,
-                                 mask=tt.draft_mask(level, root_slot))
-            feats[start:end] = out
-            self._draw_children(tt, level, self.draft_fwd.logits(out), vocab_ids, tokens, draft_probs, child_q)
-        return tokens, draft_probs, child_q
-
-    def _draft_adaptive(self, committed: int, max_depth: int):
+    def _draft_adaptive(self, max_depth: int):
         """Grow this step's tree from the draft's confidence (`adaptive.py`).
 
         Nodes are numbered breadth first as they are made; an expanded node's K/V goes to the next free
@@ -358,13 +250,13 @@ class SequoiaDecoder(Decoder):
         if max_depth == 0:
             tt = self._adaptive_tree(parents)
             return tt, torch.tensor(token_ids, device=self.device), draft_probs, torch.ones(1, device=self.device), {}
-        root_slot, logits, feats = self._draft_root(committed)
-        vocab_ids = self.draft_fwd.vocab_ids
+        root_slot, logits = self.drafter.root(self.generated, None)   # causal after the cache
+        vocab_ids = self.drafter.vocab_ids
         target_cost, level_cost = self.adaptive_costs["target"], self.adaptive_costs["draft"]
         spent = level_cost[1]   # the draft's cost so far (the root's level)
-        # Expanded nodes: their draft slot and (feature draft) their row in feats, the features they output.
-        frontier, slot_of, feat_row = [0], {0: root_slot}, {0: 0}
-        next_slot = root_slot + 1
+        # Expanded nodes: their draft slot and their row among the rows the draft read this step.
+        frontier, slot_of, row_of = [0], {0: root_slot}, {0: 0}
+        next_slot, rows_read = root_slot + 1, 1
         for level in range(max_depth):
             q, draws, p_list = self._ranked_children(logits, max_children)
             counts = allocate_children([scores[v] for v in frontier], p_list, tau, max_children,
@@ -397,54 +289,18 @@ class SequoiaDecoder(Decoder):
             # The draft reads the nodes that may still get children, each attending to the committed
             # tokens and to its expanded ancestors.
             ancestors = [self._ancestor_slots(i, parents, slot_of) for i in frontier]
-            mask = scratch_mask(ancestors, root_slot + 1, next_slot, self.draft_fwd.dtype, self.device)
+            mask = scratch_mask(ancestors, root_slot + 1, next_slot, self.drafter.dtype, self.device)
             positions = torch.tensor([root_slot + depths[i] for i in frontier], dtype=torch.long,
                                      device=self.device)
             ids = torch.tensor([token_ids[i] for i in frontier], dtype=torch.long, device=self.device)
-            first_row = 0 if feats is None else feats.shape[0]
-            logits, feats = self._draft_level(ids, [feat_row[parents[i]] for i in frontier], feats, next_slot,
-                                              positions, mask)
+            logits = self.drafter.level(ids, [row_of[parents[i]] for i in frontier], next_slot, positions, mask)
             for j, i in enumerate(frontier):
-                slot_of[i], feat_row[i] = next_slot + j, first_row + j
+                slot_of[i], row_of[i] = next_slot + j, rows_read + j
             next_slot += len(frontier)
+            rows_read += len(frontier)
         tt = self._adaptive_tree(parents)
         return (tt, torch.tensor(token_ids, dtype=torch.long, device=self.device), draft_probs,
                 torch.tensor(child_q, device=self.device), slot_of)
-
-    def _draft_root(self, committed: int) -> tuple[int, torch.Tensor, torch.Tensor | None]:
-        """The draft reads the committed tokens it has not seen, the root last.
-
-        Returns the root's draft slot, the draft's logits there (the root's children) and, for a
-        feature draft, the root's predicted feature (the first row of the step's features). A
-        feature draft's slot j holds the pair (f_j, x_{j+1}), so the root's pair sits at C - 2;
-        an independent draft holds the root itself at C - 1.
-        """
-        if self.feature:
-            pending = self.generated[self.draft_seen + 1 - len(self.prompt_ids):]
-            ids = torch.tensor([pending], dtype=torch.long, device=self.device)
-            out = self.draft_fwd(ids, self.pending_feats, self.draft_seen)[-1:]
-            self.draft_seen += len(pending)
-            return committed - 2, self.draft_fwd.logits(out), out
-        pending = self.generated[self.draft_seen - len(self.prompt_ids):]
-        ids = torch.tensor([pending], dtype=torch.long, device=self.device)
-        logits = self.draft_fwd(ids, committed - len(pending))   # causal after the cache; the last row
-        self.draft_seen = committed
-        return committed - 1, self._draft_logits(logits), None
-
-    def _draft_level(self, ids: torch.Tensor, parent_rows: list[int], feats: torch.Tensor | None, slot: int,
-                     positions: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One draft forward over an adaptive tree's expanded nodes, written from `slot` on: their logits,
-        and the step's features with theirs appended (a feature draft reads its parent's)."""
-        if feats is None:
-            logits = self.draft_fwd(ids.unsqueeze(0), slot, positions=positions, mask=mask, rows=ids.numel())
-            return self._draft_logits(logits), None
-        rows = torch.tensor(parent_rows, dtype=torch.long, device=self.device)
-        out = self.draft_fwd(ids, feats.index_select(0, rows), slot, positions=positions, mask=mask)
-        return self.draft_fwd.logits(out), torch.cat([feats, out])
-
-    def _draft_logits(self, logits: torch.Tensor) -> torch.Tensor:
-        """An independent draft's logits over its head's rows, or its real vocabulary (no padding rows)."""
-        return logits if self.draft_fwd.vocab_ids is not None else logits[:, :self.vocab]
 
     def _ranked_children(self, logits: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, list]:
         """q per row (what children are drawn from), `width` draws per row in drawing order, and the
@@ -475,24 +331,20 @@ class SequoiaDecoder(Decoder):
         return slots
 
     def _compact(self, accepted: list[int], shape: TreeShape, depth: int, root_slot: int,
-                 expanded_slots: dict[int, int] | None = None) -> None:
+                 hidden: torch.Tensor | None, expanded_slots: dict[int, int] | None = None) -> None:
         """Keep the root and the accepted path in both caches, right after the prefix."""
         path = [0] + accepted
         keep = torch.tensor(path, dtype=torch.long, device=self.device) + root_slot
         self.target_fwd.keep(root_slot, keep)
-        if depth == 0 or self.feature:   # a feature draft re-reads the accepted pairs with true features
-            return  # the draft ran no forward this step; its pending tokens simply grow
         if expanded_slots is not None:
             # An adaptive tree's expanded path nodes (a prefix of the path: a node is read only if its
             # parent was) sit in scratch slots after the root's; the rest stay pending.
             slots = [expanded_slots[i] for i in accepted if i in expanded_slots]
-            self.draft_fwd.keep(root_slot + 1, torch.tensor(slots, dtype=torch.long, device=self.device))
-            self.draft_seen = root_slot + 1 + len(slots)
-            return
-        # The draft processed levels 0 .. depth-1 only: a path node on the last level is pending.
-        seen = [i for i in path if shape.depths[i] < depth]
-        self.draft_fwd.keep(root_slot, keep[:len(seen)])
-        self.draft_seen = root_slot + len(seen)
+            keep_from, read = root_slot + 1, torch.tensor(slots, dtype=torch.long, device=self.device)
+        else:
+            # The draft read levels 0 .. depth-1 only: a path node on the last level is pending.
+            keep_from, read = root_slot, keep[:sum(1 for i in path if shape.depths[i] < depth)]
+        self.drafter.commit(path, keep_from, read, hidden, drafted=depth > 0)
 
     def _full_vocab(self, q: torch.Tensor, vocab_ids: torch.Tensor | None) -> torch.Tensor:
         """q over the whole vocabulary (zero outside the draft head's rows), as verification needs."""
@@ -516,7 +368,7 @@ class SequoiaDecoder(Decoder):
         nodes = [TreeNode(id=i, parent=shape.parents[i], depth=shape.depths[i], token_id=tokens[i],
                           text=self._text(tokens[i]), draft_prob=1.0 if i == 0 else round(draft_p[i], 6),
                           target_prob=1.0 if i == 0 else round(target_p[i], 6), status=status[i],
-                          draft_input=feature_input_label(shape.depths[i], self.taps) if self.feature else "")
+                          draft_input=self.drafter.input_label(shape.depths[i]))
                  for i in range(n)]
         bonus = walk.bonus_token
         return TreePayload(nodes=nodes, accepted_path=list(walk.accepted), bonus_token_id=bonus,
@@ -525,5 +377,5 @@ class SequoiaDecoder(Decoder):
 
     def close(self) -> None:
         self.target_fwd = None
-        self.draft_fwd = None
+        self.drafter = None
         self._tensors.clear()

@@ -14,8 +14,10 @@ ms CPU step) made every tree look alike and `auto` chose 2 nodes where 9 ran
 1.14x faster. So `StepCosts` (per level, per step, per node) are fitted from the
 real decoder's step times on a few trees and cached beside the curves. The plan
 (curves, costs, predicted-speedup table, choice) is plain dicts for the CLI and
-the app, cached per (pair, sampling, acceptance vector). `resolve_tree` turns a
-decoder's options (auto, budget + depth, or an explicit parent list) into its tree.
+the app, cached per (pair, sampling, acceptance vector). `tree_choice` turns a
+decoder's options (auto, budget + depth, an explicit parent list, or adaptive) into
+its tree before the decoder is built (`engine.methods.make_decoder` asks
+`decoder_options`), so a decoder never sizes, profiles or races decoders itself.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from ..errors import InvalidInput
 from ..trace import BUDGET_FROM_FREE_ROWS, PHASE_DRAFT, PHASE_TARGET
 from .acceptance import acceptance_for
 from .adaptive import free_rows
+from .decoder import SequoiaDecoder
 from .tree import TreeShape, check_parents
 from .tree_dp import build_tables, optimal_tree
 
@@ -312,12 +315,12 @@ def _timed_steps(makers: list, steps: int, warmup: int) -> list[list[tuple[float
     return out
 
 
-def measure_step_times(pair, sampling: SamplingConfig, trees: list[list[int]], decoder_cls, steps: int = 24,
+def measure_step_times(pair, sampling: SamplingConfig, trees: list[list[int]], steps: int = 24,
                        warmup: int = 3, max_new_tokens: int = 160) -> dict:
-    """Real step times of the Sequoia decoder (`decoder_cls`, passed in: it imports this module) on
-    each tree, and on a one-node tree, which is autoregressive decoding through the same machinery,
-    for `fit_step_costs`: {"samples": [{parents, draft_ms, rest_ms}], "ar_ms": [...], "waiting_share":
-    the share of the time the threads waited for a core (None off Linux)}.
+    """Real step times of the Sequoia decoder on each tree, and on a one-node tree, which is
+    autoregressive decoding through the same machinery, for `fit_step_costs`: {"samples": [{parents,
+    draft_ms, rest_ms}], "ar_ms": [...], "waiting_share": the share of the time the threads waited for
+    a core (None off Linux)}.
 
     Wall time around `step()`, so whatever a step costs (the trace record included) counts.
     """
@@ -325,7 +328,8 @@ def measure_step_times(pair, sampling: SamplingConfig, trees: list[list[int]], d
     room = {p: max(2, min(max_new_tokens, pair.max_context - len(ids[p]))) for p in CALIBRATION_PROMPTS}
 
     def maker(parents):
-        return lambda p: decoder_cls(pair, p, ids[p], sampling, room[p], tree_parents=parents)
+        choice = tree_choice(pair, sampling, tree_parents=parents)
+        return lambda p: SequoiaDecoder(pair, p, ids[p], sampling, room[p], choice)
 
     timed, share = with_contention(
         lambda: _timed_steps([maker(t) for t in trees] + [maker([-1])], steps, warmup), pair.device)
@@ -336,7 +340,7 @@ def measure_step_times(pair, sampling: SamplingConfig, trees: list[list[int]], d
 
 
 def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, draft_ms: dict,
-                   curves_trusted: bool, decoder_cls, refresh: bool = False) -> tuple[StepCosts, bool]:
+                   curves_trusted: bool, refresh: bool = False) -> tuple[StepCosts, bool]:
     """This pair's StepCosts on this machine, and whether they are trusted (and so cached).
 
     Measured once (a few seconds of real decoding). The costs are residuals against the forward
@@ -352,7 +356,7 @@ def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, d
             return StepCosts(**cached["costs"]), True
         except (KeyError, TypeError):
             pass   # a damaged entry is re-measured, never fatal
-    measured = measure_step_times(pair, sampling, trees, decoder_cls)
+    measured = measure_step_times(pair, sampling, trees)
     costs = fit_step_costs(measured["samples"], measured["ar_ms"], monotone(target_ms), monotone(draft_ms),
                            measured.get("ar_target_ms"))
     share = measured.get("waiting_share")
@@ -372,7 +376,7 @@ RACE_TOKENS = 64
 ADAPTIVE_MARGIN = 1.03
 
 
-def race_trees(pair, sampling: SamplingConfig, parents: list[int], decoder_cls, tokens: int = RACE_TOKENS) -> dict:
+def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int = RACE_TOKENS) -> dict:
     """Tokens per second of the DP tree `parents` and of the adaptive tree, decoding the same prompts here.
 
     The DP tree is optimal for the *average* acceptance; the adaptive tree follows the draft's
@@ -382,8 +386,9 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], decoder_cls, 
     around `step()`, the prefill left out.
     """
     ids = {p: encode_prompt(pair.tokenizer, p) for p in RACE_PROMPTS}
-    makers = {"tree": lambda p: decoder_cls(pair, p, ids[p], sampling, tokens, tree_parents=parents),
-              "adaptive": lambda p: decoder_cls(pair, p, ids[p], sampling, tokens, tree="adaptive")}
+    choices = {"tree": tree_choice(pair, sampling, tree_parents=parents),
+               "adaptive": tree_choice(pair, sampling, tree="adaptive")}
+    makers = {k: (lambda p, c=c: SequoiaDecoder(pair, p, ids[p], sampling, tokens, c)) for k, c in choices.items()}
 
     def race() -> dict:
         done = {k: [0, 0.0] for k in makers}   # tokens, ms
@@ -414,12 +419,12 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], decoder_cls, 
             "margin": ADAPTIVE_MARGIN, "adaptive_rule": ADAPTIVE_RULE, "waiting_share": share}
 
 
-def plan_tree(pair, decoder_cls, sampling: SamplingConfig | None = None, max_budget: int | None = None,
+def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | None = None,
               max_depth: int | None = None, refresh: bool = False) -> dict:
     """Everything `--tree auto` decides, as plain data: curves, step costs, table, choice (cached).
 
-    decoder_cls: the Sequoia decoder, whose real steps the step costs are fitted from (passed in,
-    not imported: the decoder imports this module to resolve its tree).
+    The step costs are fitted from the real decoder's steps, and the choice raced against the
+    adaptive tree (`race_trees`): this builds decoders, so it runs before the one it sizes is built.
     """
     sampling = (sampling or SamplingConfig()).validated()
     default_n, default_d = default_limits(pair)
@@ -437,13 +442,12 @@ def plan_tree(pair, decoder_cls, sampling: SamplingConfig | None = None, max_bud
             and cached["race"].get("adaptive_rule") == ADAPTIVE_RULE:
         return cached
     target_ms, draft_ms, curves_trusted = measured_curves(pair, refresh=refresh)
-    costs, trusted = step_costs_for(pair, sampling, acc, target_ms, draft_ms, curves_trusted, decoder_cls,
-                                    refresh=refresh)
+    costs, trusted = step_costs_for(pair, sampling, acc, target_ms, draft_ms, curves_trusted, refresh=refresh)
     plan = plan_from_curves(acc["acceptance"], target_ms, draft_ms, max_budget, max_depth, acc.get("by_depth"),
                             costs=costs, under_lower_ranks=acc.get("under_lower_ranks"))
     plan.update(key=pair.key, device=str(pair.device), dtype=dtype_name(pair.dtype),
                 acceptance_source=acc["source"], temperature=sampling.temperature, top_p=sampling.top_p)
-    race = plan["race"] = race_trees(pair, sampling, plan["choice"]["parents"], decoder_cls)
+    race = plan["race"] = race_trees(pair, sampling, plan["choice"]["parents"])
     plan["chosen"] = "adaptive" if race["adaptive_over_tree"] >= ADAPTIVE_MARGIN else "dp"
     share = race["waiting_share"]
     trusted = trusted and (share is None or share <= CONTENDED_SHARE)
@@ -462,7 +466,7 @@ def _check_int(name: str, value, low: int) -> int:
     return value
 
 
-def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents, decoder_cls) -> tuple[list[int], dict]:
+def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents) -> tuple[list[int] | None, dict]:
     """The tree to use (a breadth-first parent list) and settings that say where it came from."""
     if tree_parents is not None:
         parents = check_parents(tree_parents)
@@ -470,7 +474,7 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents, decoder_
             raise InvalidInput(f"a tree of {len(parents)} nodes is too large (at most {MAX_TREE_BUDGET})")
         return parents, {"tree": "explicit"}
     if tree_budget is None and tree_depth is None:
-        plan = plan_tree(pair, decoder_cls, sampling)
+        plan = plan_tree(pair, sampling)
         choice = plan["choice"]
         if plan.get("chosen") == "adaptive":   # None: the decoder grows an adaptive tree each step
             return None, {"tree_sizing": "auto", "acceptance": plan["acceptance"],
@@ -499,6 +503,39 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents, decoder_
     return parents, {"tree": "manual", "acceptance": acc["acceptance"], "acceptance_by_depth": acc.get("by_depth"),
                      "acceptance_under_lower_ranks": acc.get("under_lower_ranks"),
                      "acceptance_source": acc["source"], "predicted_tokens_per_step": value}
+
+
+@dataclass(frozen=True)
+class TreeChoice:
+    """A Sequoia decoder's tree, resolved before the decoder is built (`tree_choice`)."""
+
+    parents: list[int] | None           # a fixed tree's breadth-first parents; None: an adaptive tree
+    settings: dict                      # what the run's trace records about the tree and where it came from
+    adaptive_plan: dict | None = None   # an adaptive tree's limits and threshold (`adaptive_plan`)
+    adaptive_costs: dict | None = None  # and the costs it weighs its draft levels against
+
+
+def tree_choice(pair, sampling: SamplingConfig | None = None, tree_budget=None, tree_depth=None, tree_parents=None,
+                tree=None, tree_threshold=None) -> TreeChoice:
+    """The tree a Sequoia decoder runs, from its options: `tree="adaptive"`, an explicit parent list,
+    budget + depth, or neither (`auto`: `plan_tree`, which may choose the adaptive tree)."""
+    sampling = (sampling or SamplingConfig()).validated()
+    parents, settings = (None, {}) if tree == "adaptive" else resolve_tree(
+        pair, sampling, tree_budget, tree_depth, tree_parents)
+    if parents is not None:
+        shape = TreeShape.from_parents(parents)
+        return TreeChoice(parents, {"tree_budget": shape.size, "tree_depth": shape.depth, "tree_parents": parents,
+                                    **settings})
+    # By default an adaptive tree holds only the nodes the target reads for free (`adaptive_plan`).
+    plan, costs = adaptive_plan(pair, tree_budget, tree_depth, tree_parents, tree_threshold)
+    return TreeChoice(None, {**settings, "tree": "adaptive", "tree_budget": plan["max_nodes"],
+                             "tree_depth": plan["max_depth"], "level_cost": round(costs["draft"][1], 4),
+                             "level_cost_from": costs["from"], **plan}, plan, costs)
+
+
+def decoder_options(pair, sampling: SamplingConfig | None = None, **options) -> dict:
+    """`engine.methods.make_decoder`'s question to this room: the decoder's options, its tree resolved."""
+    return {"tree_choice": tree_choice(pair, sampling, **options)}
 
 
 # An adaptive tree (`adaptive.py`): the draft's confidence shapes each step's tree within these limits.

@@ -169,7 +169,7 @@ def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0,
                                f"about the price of one token, and charges for every node past them."
                                if free_rows else ""))
     if any(n.draft_input for n in p.nodes):
-        # A draft with taps also read earlier layers at the root (`sequoia.decoder.feature_input_label`).
+        # A draft with taps also read earlier layers at the root (`draft.feature_drafter.feature_input_label`).
         tapped = any("layers" in n.draft_input for n in p.nodes if n.depth == 1)
         root = ("the target's states at the root (its last layer's, and earlier layers' that still hold what the "
                 "token after next needs)" if tapped else "the target's state at the root")
