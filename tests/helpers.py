@@ -215,3 +215,19 @@ def cache_forward_curves(pair: ModelPair, target_ms: float = 10.0, draft_ms: flo
         if model is pair.target:
             curve |= {str(n): t for at, t in sorted((target_from or {}).items()) for n in sizes if n >= at}
         save_cached("forward", _curve_key(model, key, 200), {"key": key, "ms": curve})
+
+
+def package_source(base):
+    """A copy of what `pip install .` builds from (pyproject, the package, its runtime assets) under
+    `base/src`, so a build or install leaves the checkout itself clean."""
+    import shutil
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    src = Path(base) / "src"
+    src.mkdir()
+    shutil.copy2(root / "pyproject.toml", src)
+    shutil.copytree(root / "specviz", src / "specviz", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(root / "assets", src / "assets", ignore=shutil.ignore_patterns("bench"))
+    return src

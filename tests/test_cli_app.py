@@ -5,7 +5,6 @@ free port, and answers one HTTP GET of the page; then it is stopped.
 """
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -15,6 +14,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from helpers import package_source
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP_S = 180   # importing gradio and torch on a shared 2-core machine
@@ -31,12 +32,7 @@ def test_app_help_names_its_options():
 def installed(tmp_path_factory) -> Path:
     """The package as `pip install .` leaves it (no dependencies: they are this venv's), in a folder of its own."""
     base = tmp_path_factory.mktemp("installed")
-    src = base / "src"
-    src.mkdir()
-    shutil.copy2(ROOT / "pyproject.toml", src)
-    shutil.copytree(ROOT / "specviz", src / "specviz", symlinks=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copytree(ROOT / "assets", src / "assets", ignore=shutil.ignore_patterns("bench"))
+    src = package_source(base)
     site = base / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                     "--target", str(site), str(src)], check=True, cwd=base)

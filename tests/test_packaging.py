@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+
+from helpers import package_source
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -111,12 +112,7 @@ def test_assets_dir_in_the_checkout_is_the_repository_folder(monkeypatch):
 def wheel(tmp_path_factory) -> Path:
     """A wheel built from a copy of the checkout's package files (the checkout itself stays clean)."""
     base = tmp_path_factory.mktemp("wheel")
-    src = base / "src"
-    src.mkdir()
-    shutil.copy2(ROOT / "pyproject.toml", src)
-    shutil.copytree(ROOT / "specviz", src / "specviz", symlinks=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copytree(ROOT / "assets", src / "assets", ignore=shutil.ignore_patterns("bench"))
+    src = package_source(base)
     assert (src / "specviz" / "assets").is_symlink()
     out = base / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
