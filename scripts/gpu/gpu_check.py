@@ -167,7 +167,7 @@ def cmd_sampling(args) -> int:
     for method, cpu_pair, prompt_ids, options, max_new in cases:
         pair = _on(cpu_pair, device)
         for temperature, top_p in settings:
-            exact = exact_distribution(cpu_pair.target, prompt_ids, SamplingConfig(temperature, top_p))
+            exact = exact_distribution(cpu_pair.target, prompt_ids, SamplingConfig(temperature, top_p), n_tokens=3)
             start = time.perf_counter()
             samples = []
             for seed in range(samples_n):
