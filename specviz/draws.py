@@ -50,3 +50,11 @@ def exponential_like(q: torch.Tensor, generator: torch.Generator) -> torch.Tenso
     """
     noise = torch.rand(q.shape, generator=generator, device=q.device, dtype=torch.float64).log_().neg_()
     return noise.to(torch.promote_types(q.dtype, torch.float32))
+
+
+def race_sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One draw per row of `probs` (..., V) with no host sync: the index of the smallest E_i / p_i
+    (E_i ~ Exp(1) independent), i.e. the first of V exponential clocks of rates p_i to ring, which is
+    token i with probability p_i / sum(p). The static (graph) steps sample with it; it takes the random
+    stream differently from `sample`, so a seed gives other (equally distributed) tokens there."""
+    return (probs.float() / exponential_like(probs.float(), generator)).max(dim=-1).indices

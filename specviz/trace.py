@@ -170,6 +170,9 @@ class RunTrace:
     steps: list[StepRecord] = field(default_factory=list)
     finish_reason: str | None = None
     error: str | None = None
+    # Whether the static-buffer step ran, CUDA graphs replayed it, and what capture cost
+    # (`engine.graphs.GraphStats.to_dict`); None in traces older than graphs.
+    graphs: dict | None = None
     schema_version: int = TRACE_SCHEMA_VERSION
 
     @property
@@ -221,6 +224,7 @@ class RunTrace:
             "dtype": self.dtype,
             "finish_reason": self.finish_reason,
             "error": self.error,
+            "graphs": self.graphs,
             # Derived fields: handy for readers of the JSON, ignored on load.
             "token_ids": self.token_ids,
             "text": self.text,

@@ -17,6 +17,7 @@ import torch
 
 from ..errors import InvalidInput
 from ..trace import RunTrace, StepRecord
+from .graphs import check_graphs, graphs_off_stats, graphs_wanted
 from .models import ModelPair, dtype_name
 from .sampling import SamplingConfig, make_generator
 from .text import Detokenizer
@@ -69,7 +70,8 @@ class Decoder(ABC):
     method: str = "base"
 
     def __init__(self, pair: ModelPair, prompt: str, prompt_ids: list[int],
-                 sampling: SamplingConfig, max_new_tokens: int, settings: dict | None = None):
+                 sampling: SamplingConfig, max_new_tokens: int, settings: dict | None = None,
+                 graphs: str = "auto"):
         self.pair = pair
         self.device = pair.device
         self.sampling = sampling.validated()
@@ -83,9 +85,14 @@ class Decoder(ABC):
         self._texts: dict[int, str] = {}
         self.trace = RunTrace(
             method=self.method, prompt=prompt, prompt_token_ids=self.prompt_ids,
-            settings={"max_new_tokens": self.max_new_tokens, **self.sampling.to_dict(), **(settings or {})},
+            settings={"max_new_tokens": self.max_new_tokens, **self.sampling.to_dict(), **(settings or {}),
+                      "graphs": check_graphs(graphs)},
             target_name=pair.target_name, draft_name=pair.draft_name,
-            device=str(pair.device), dtype=dtype_name(pair.dtype))
+            device=str(pair.device), dtype=dtype_name(pair.dtype), graphs=graphs_off_stats())
+        # The static-buffer step (graph-captured on CUDA) where asked for and where the lean forward
+        # is exact; a subclass that has one reads this and sets `self.graph_stats` when it runs it.
+        self.static_wanted = graphs_wanted(graphs, pair.device) and getattr(self, "lean", True)
+        self.graph_stats = None
 
     # -- the interface ---------------------------------------------------------------
 
@@ -96,6 +103,8 @@ class Decoder(ABC):
         with torch.inference_mode():
             record = self._step()
         self.trace.steps.append(record)
+        if self.graph_stats is not None:
+            self.trace.graphs = self.graph_stats.to_dict()
         if record.finished:
             self.done = True
             self.trace.finish_reason = record.finish_reason

@@ -227,6 +227,41 @@ class LeanLlama:
 
     __call__ = forward
 
+    def forward_static(self, input_ids: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
+                       mask: torch.Tensor, rows: torch.Tensor, hidden: bool = False, taps: tuple[int, ...] = ()):
+        """`forward` at a fixed shape for graph capture: every argument is a tensor, nothing depends on data.
+
+        K/V go to the slots `slots` names (index_copy_, so the slot is data, not shape), and attention
+        spans the whole preallocated cache under the additive `mask` (1, 1, n, max_len), which blocks
+        every slot a row may not see (the caches start zeroed, so unwritten slots are finite).
+        Returns the logits of `rows` (an index tensor), and with `hidden` the features of every row.
+        """
+        cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
+        keys, values = self.keys, self.values
+
+        def kv(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            keys[i].index_copy_(2, slots, k)
+            values[i].index_copy_(2, slots, v)
+            return keys[i], values[i]
+
+        x = F.embedding(input_ids, self.embed)
+        tapped = []
+        with attention_kernels(self.device, self.attention_backends):
+            for i, layer in enumerate(self.layers):
+                x = decoder_layer(layer, x, cos, sin, kv, i, mask, False)
+                if hidden and i in taps:
+                    tapped.append(x[0])
+        normed = rms_norm(x[0], self.final_norm, self.eps)
+        logits = self.head(normed.index_select(0, rows))
+        if hidden:
+            return logits, torch.cat([normed] + tapped, -1) if tapped else normed
+        return logits
+
+    def zero_cache(self) -> None:
+        """Zero every slot: `forward_static` attends over unwritten slots (masked), which must be finite."""
+        self.all_keys.zero_()
+        self.all_values.zero_()
+
     def widen(self, token_ids: torch.Tensor) -> None:
         """Give a head over a vocabulary subset rows for `token_ids` too, after its current rows."""
         if self.vocab_ids is None:

@@ -1,0 +1,164 @@
+"""CUDA-graph capture and replay of the decoders' fixed-shape forwards, with an eager fallback.
+
+On a GPU a small model's step is bound by kernel launches, not by arithmetic: the
+offline default's eager forward launches several hundred kernels (about 14 ms on an
+H200) for weights that take under 0.1 ms to read. A CUDA graph records those launches
+once and replays them as one (see `shared notes/gpu-graphs.md`). What a graph replays
+must read only static buffers, so every graphed function here is a closure over
+tensors that the decoder refills in place (`copy_`, `fill_`) before each call; its
+outputs are tensors the graph owns, valid until the next replay of any graph of the
+same runner (all shapes share one memory pool, as Sequoia's and SGLang's runners do).
+
+`GraphRunner.run(key, fn)`:
+- off, or on a CPU: calls `fn()` (eager; the static buffers make it the same
+  computation, so a CPU run with graphs on tests everything but the capture);
+- on CUDA: captures `fn` the first time `key` is seen (warm-up calls on a side stream,
+  then `torch.cuda.graph`), then replays. A shape that fails to capture runs eagerly
+  from then on, and the trace says so.
+
+A graphed function must be idempotent over its buffers (warm-up runs it more than
+once before the replay that counts): it may write K/V at the slots its buffers name,
+never advance a counter. Capture cost is recorded; the trace reports it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..errors import InvalidInput
+
+GRAPH_MODES = ("auto", "on", "off")
+WARMUP_CALLS = 2   # cuBLAS and the attention kernels pick their algorithms on the first calls
+
+
+def check_graphs(mode) -> str:
+    """The graphs setting, validated: 'auto' (on for CUDA), 'on' or 'off'."""
+    if isinstance(mode, bool):
+        return "on" if mode else "off"
+    if mode not in GRAPH_MODES:
+        raise InvalidInput(f"graphs must be one of {', '.join(GRAPH_MODES)}, got {mode!r}")
+    return mode
+
+
+def graphs_wanted(mode: str, device: torch.device) -> bool:
+    """Whether a decoder runs its static-buffer step: 'auto' means on CUDA only.
+
+    'on' on a CPU runs the static step eagerly (the runner's fallback): the same buffers and
+    device-side walks a GPU replays, which is how the tests check them without a GPU.
+    """
+    mode = check_graphs(mode)
+    if mode == "auto":
+        return torch.device(device).type == "cuda"
+    return mode == "on"
+
+
+def compile_wanted() -> bool:
+    """Fuse each graphed function with torch.compile (inductor) before capturing it.
+
+    Off by default: ZeroGPU does not support torch.compile, and the first compile of a
+    forward takes tens of seconds. SPECVIZ_GRAPHS_COMPILE=1 turns it on (bench on a dedicated GPU).
+    """
+    return os.environ.get("SPECVIZ_GRAPHS_COMPILE") == "1"
+
+
+@dataclass
+class _Captured:
+    graph: "torch.cuda.CUDAGraph"
+    outputs: object
+
+
+@dataclass
+class GraphStats:
+    """What the trace reports about graphs in one run."""
+
+    enabled: bool                 # the static-buffer step ran
+    capturing: bool               # CUDA graphs were captured and replayed (False: eager over the buffers)
+    shapes_captured: int = 0
+    capture_ms: float = 0.0       # warm-up and capture, all shapes, this run
+    replays: int = 0
+    eager_calls: int = 0          # static-buffer calls run eagerly (a CPU, a failed capture, graphs off)
+    reused: int = 0               # shapes found already captured (a reused worker or an earlier race)
+    failed: list[str] = field(default_factory=list)   # shapes whose capture failed, with why
+
+    def to_dict(self) -> dict:
+        return {"enabled": self.enabled, "capturing": self.capturing, "shapes_captured": self.shapes_captured,
+                "capture_ms": round(self.capture_ms, 3), "replays": self.replays,
+                "eager_calls": self.eager_calls, "reused": self.reused, "failed": list(self.failed)}
+
+
+class GraphRunner:
+    """Captures each shape's function on first use and replays it; eager where it cannot capture."""
+
+    def __init__(self, device: torch.device, capture: bool = True):
+        self.device = torch.device(device)
+        self.capture = capture and self.device.type == "cuda"
+        self.compile = self.capture and compile_wanted()
+        self._graphs: dict = {}
+        self._eager: set = set()
+        self._pool = None
+        self._seen: set = set()   # shapes this run has used (a shape captured by an earlier run is `reused`)
+        self.stats = GraphStats(enabled=True, capturing=self.capture)
+
+    def begin_run(self) -> GraphStats:
+        """Fresh counters for one decoder's run (the graphs themselves are kept for the next)."""
+        self.stats = GraphStats(enabled=True, capturing=self.capture)
+        self._seen = set()
+        return self.stats
+
+    def run(self, key, fn: Callable[[], object]):
+        """fn's outputs: replayed from key's graph, captured now if new, or computed eagerly."""
+        if not self.capture or key in self._eager:
+            self.stats.eager_calls += 1
+            return fn()
+        entry = self._graphs.get(key)
+        if entry is None:
+            entry = self._capture(key, fn)
+            if entry is None:
+                self.stats.eager_calls += 1
+                return fn()
+        elif key not in self._seen:
+            self._seen.add(key)
+            self.stats.reused += 1
+        entry.graph.replay()
+        self.stats.replays += 1
+        return entry.outputs
+
+    def _capture(self, key, fn):
+        started = time.perf_counter()
+        target = torch.compile(fn, fullgraph=True, dynamic=False) if self.compile else fn
+        try:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(WARMUP_CALLS):
+                    target()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                outputs = target()
+            torch.cuda.synchronize(self.device)
+        except Exception as exc:   # a shape that cannot be captured still runs, eagerly
+            torch.cuda.synchronize(self.device)
+            self._eager.add(key)
+            self.stats.failed.append(f"{key}: {type(exc).__name__}: {exc}"[:300])
+            return None
+        entry = self._graphs[key] = _Captured(graph, outputs)
+        self._seen.add(key)
+        self.stats.shapes_captured += 1
+        self.stats.capture_ms += (time.perf_counter() - started) * 1000
+        return entry
+
+    def captured(self, key) -> bool:
+        return key in self._graphs
+
+
+def graphs_off_stats() -> dict:
+    """The trace's record for a run whose decoder took today's eager path."""
+    return GraphStats(enabled=False, capturing=False).to_dict()

@@ -1,0 +1,168 @@
+"""Fixed-shape forwards over static buffers: what a decoder's step hands to the graph runner.
+
+A `StaticShape` is one forward a decoder runs every step at the same row count: a tree's
+target verification, one draft level, a Lookahead window, AR's single token. Everything
+that changes between steps is data in its buffers:
+- `ids` (1, n): the tokens (filled with `copy_` from device tensors: no host round trip);
+- `origin` (0-d): the slot of the shape's first block column; the only per-step number,
+  which the host knows anyway (the committed length) and writes with `fill_`.
+What is fixed per shape is built once: each row's write slot and position relative to
+`origin`, the block of slots origin .. origin + B each row may see (a tree's ancestors,
+a window's layout), and which rows' logits come back. The mask over the whole cache
+(every slot before `origin`, then the block, nothing after) is built on the device
+inside the graphed function, so no step rebuilds one on the host.
+
+`GraphSession` holds one decoder's static forwards and their graphs. It is kept on the
+target model when the decoder closes (as `cpu_kernels.packed_weights` keeps prepacked
+weights), so the next race of the same method and capacity replays graphs already
+captured: a reused ZeroGPU worker, or a second race on a dedicated GPU, pays no capture.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .graphs import GraphRunner
+from .lean import LeanLlama, VocabSubsetHead, lean_llama_supported
+
+MIN_CAPACITY = 256
+SESSIONS_KEPT = 2   # per (method, capacity): two races at once each get their own buffers
+
+
+def cache_capacity(max_len: int) -> int:
+    """Slots a static cache allocates for a run needing `max_len`: the next power of two (at least 256),
+    so a handful of capacities (and their graphs) serve every race length."""
+    capacity = MIN_CAPACITY
+    while capacity < max_len:
+        capacity *= 2
+    return capacity
+
+
+class StaticShape:
+    """One fixed-shape forward of a `StaticForward`: buffers in, graph-owned logits (and features) out."""
+
+    def __init__(self, forward: "StaticForward", key, write_offsets: list[int], position_offsets: list[int],
+                 block: torch.Tensor, rows: list[int], hidden: bool = False, taps: tuple[int, ...] = (),
+                 max_position: int | None = None):
+        lean, device = forward.lean, forward.lean.device
+        self.forward, self.key = forward, key
+        n = len(write_offsets)
+        self.n = n
+        self.ids = torch.zeros(1, n, dtype=torch.long, device=device)
+        self.origin = torch.zeros((), dtype=torch.long, device=device)
+        self.write_offsets = torch.tensor(write_offsets, dtype=torch.long, device=device)
+        self.position_offsets = torch.tensor(position_offsets, dtype=torch.long, device=device)
+        self.block = block.to(device=device, dtype=torch.bool)          # (n, B)
+        self.block_width = self.block.shape[1]
+        self.rows = torch.tensor(rows, dtype=torch.long, device=device)
+        self.hidden, self.taps = hidden, tuple(taps)
+        self.max_position = lean.max_len - 1 if max_position is None else min(max_position, lean.max_len - 1)
+        self.neg = torch.tensor(torch.finfo(lean.dtype).min, dtype=lean.dtype, device=device)
+        self.zero = torch.zeros((), dtype=lean.dtype, device=device)
+
+    def mask(self) -> torch.Tensor:
+        """(1, 1, n, max_len) additive: every slot before origin, then the block, nothing after."""
+        cols = self.forward.columns
+        rel = cols - self.origin
+        inside = (rel >= 0) & (rel < self.block_width)
+        in_block = self.block.index_select(1, rel.clamp(0, self.block_width - 1)) & inside
+        allowed = (cols < self.origin) | in_block
+        return torch.where(allowed, self.zero, self.neg).view(1, 1, self.n, -1)
+
+    def compute(self):
+        """The forward over the buffers as they stand (what the graph records)."""
+        slots = self.write_offsets + self.origin
+        positions = (self.position_offsets + self.origin).clamp(max=self.max_position)
+        return self.forward.lean.forward_static(self.ids, slots, positions, self.mask(), self.rows,
+                                                hidden=self.hidden, taps=self.taps)
+
+    def __call__(self, ids: torch.Tensor | None, origin: int):
+        """Fill the buffers (`ids` None: already filled) and run: replayed, captured now, or eager."""
+        if ids is not None:
+            self.ids.copy_(ids.view(1, self.n))
+        self.origin.fill_(origin)
+        return self.forward.runner.run(self.key, self.compute)
+
+
+class StaticForward:
+    """A lean Llama forward whose cache, rotary tables and shapes are fixed for graph capture."""
+
+    def __init__(self, lean: LeanLlama, runner: GraphRunner, role: str):
+        self.lean, self.runner, self.role = lean, runner, role
+        lean.zero_cache()
+        self.columns = torch.arange(lean.max_len, device=lean.device)
+        self.shapes: dict = {}
+
+    def shape(self, name, **spec) -> StaticShape:
+        """The shape `name` (made from `spec` the first time: see `StaticShape`)."""
+        found = self.shapes.get(name)
+        if found is None:
+            found = self.shapes[name] = StaticShape(self, (self.role, name), **spec)
+        return found
+
+    def prefill(self, ids: torch.Tensor, hidden: bool = False, taps: tuple[int, ...] = ()):
+        """The prompt, eagerly (its length is the one shape that follows the data), into slots 0..P-1."""
+        return self.lean.forward(ids, 0, hidden=hidden, taps=taps)
+
+    def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
+        """Move the K/V of `slots` (a fixed-length index; entries past the kept ones may repeat) to
+        prefix_len, prefix_len + 1, ...: slots past the kept ones get whatever, masked until rewritten."""
+        for cache in (self.lean.all_keys, self.lean.all_values):
+            cache.index_copy_(3, slots.new_tensor(0) + prefix_len + self._arange(slots.numel()),
+                              cache.index_select(3, slots))
+
+    def _arange(self, n: int) -> torch.Tensor:
+        return self.columns[:n]
+
+
+def static_supported(model) -> bool:
+    """Whether a model can run the static-buffer step (the lean forward is exact for it)."""
+    return lean_llama_supported(model)
+
+
+def full_vocabulary_head(model) -> torch.Tensor | None:
+    """The ids of every row of a draft's full head when it is cut to a subset (else None): on a GPU the
+    whole head costs microseconds, and a fixed head keeps the draft's shapes fixed (no `widen`)."""
+    head = getattr(model, "lm_head", None)
+    if isinstance(head, VocabSubsetHead):
+        return torch.arange(head.full_weight.shape[0], device=head.full_weight.device)
+    return None
+
+
+class GraphSession:
+    """One decoder's static forwards (by role: target, draft) and the runner that replays them."""
+
+    def __init__(self, device: torch.device, capture: bool, capacity: int):
+        self.runner = GraphRunner(device, capture)
+        self.capacity = capacity
+        self.forwards: dict[str, StaticForward] = {}
+        self.in_use = False
+
+    def forward(self, role: str, model, vocab_ids: torch.Tensor | None = None) -> StaticForward:
+        found = self.forwards.get(role)
+        if found is None:
+            lean = LeanLlama(model, self.capacity, vocab_ids)
+            found = self.forwards[role] = StaticForward(lean, self.runner, role)
+        return found
+
+
+def checkout(model, method: str, capacity: int, capture: bool) -> GraphSession:
+    """A session for one decoder of `method` (its graphs from an earlier run when one is free)."""
+    device = next(model.parameters()).device
+    sessions = model.__dict__.setdefault("_specviz_graph_sessions", {})
+    kept = sessions.setdefault((method, capacity, capture), [])
+    for session in kept:
+        if not session.in_use:
+            session.in_use = True
+            session.runner.begin_run()
+            return session
+    session = GraphSession(device, capture, capacity)
+    session.in_use = True
+    if len(kept) < SESSIONS_KEPT:
+        kept.append(session)
+    return session
+
+
+def release(session: GraphSession | None) -> None:
+    if session is not None:
+        session.in_use = False
