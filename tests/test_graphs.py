@@ -1,0 +1,139 @@
+"""The graph runner, the static-buffer forward and AR's static step, all on a CPU.
+
+A CPU cannot capture CUDA graphs, so here the runner falls back to eager and the static step runs over
+the very buffers a GPU replays: the same fixed shapes, the same masks built on the device, the same
+one-read-per-step walk. What these tests prove is what capture needs (no graph breaks in anything
+handed to the runner) and that the static path computes what today's path does (fp32 tokens equal).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import tiny_model
+
+from specviz.engine.graphs import GraphRunner, check_graphs, graphs_wanted
+from specviz.engine.lean import LeanLlama
+from specviz.engine.methods import make_decoder
+from specviz.engine.static import GraphSession, cache_capacity, checkout, release
+from specviz.errors import InvalidInput
+
+PROMPTS = ["Write a haiku about tea.", "def add(a, b):"]
+
+
+def test_the_graphs_setting_is_checked():
+    assert [check_graphs(m) for m in ("auto", "on", "off", True, False)] == ["auto", "on", "off", "on", "off"]
+    with pytest.raises(InvalidInput, match="graphs must be one of auto, on, off"):
+        check_graphs("fast")
+    # auto means CUDA only; on runs the static step anywhere (eager on a CPU)
+    assert not graphs_wanted("auto", torch.device("cpu")) and graphs_wanted("auto", torch.device("cuda"))
+    assert graphs_wanted("on", torch.device("cpu")) and not graphs_wanted("off", torch.device("cuda"))
+
+
+def test_the_runner_falls_back_to_eager_on_a_cpu():
+    runner = GraphRunner(torch.device("cpu"), capture=True)
+    calls = []
+    assert runner.run("k", lambda: calls.append(1) or len(calls)) == 1
+    assert runner.run("k", lambda: calls.append(1) or len(calls)) == 2   # called again: nothing was captured
+    assert not runner.capture and not runner.captured("k")
+    stats = runner.stats.to_dict()
+    assert stats["eager_calls"] == 2 and stats["replays"] == 0 and stats["capturing"] is False
+
+
+def test_capacities_are_few():
+    assert [cache_capacity(n) for n in (1, 256, 257, 700, 2048)] == [256, 256, 512, 1024, 2048]
+
+
+def test_the_static_mask_sees_the_prefix_then_the_block():
+    model = tiny_model()
+    session = GraphSession(torch.device("cpu"), capture=False, capacity=16)
+    forward = session.forward("target", model)
+    block = torch.tensor([[True, False], [True, True]])
+    shape = forward.shape("pair", write_offsets=[0, 1], position_offsets=[0, 1], block=block, rows=[0, 1])
+    shape.origin.fill_(5)
+    allowed = shape.mask()[0, 0] == 0
+    expected = torch.zeros(2, 16, dtype=torch.bool)
+    expected[:, :5] = True
+    expected[0, 5] = expected[1, 5] = expected[1, 6] = True
+    assert torch.equal(allowed, expected)
+
+
+def test_the_static_forward_equals_the_lean_forward():
+    """Writing K/V by index and attending over the whole cache under a mask gives the same logits."""
+    model = tiny_model()
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    lean = LeanLlama(model, 16)
+    with torch.inference_mode():
+        expected = lean.forward(ids, 0, rows=5)
+        session = GraphSession(torch.device("cpu"), capture=False, capacity=16)
+        forward = session.forward("target", model)
+        forward.prefill(ids[:, :3])
+        causal = torch.ones(2, 2, dtype=torch.bool).tril()
+        shape = forward.shape("two", write_offsets=[0, 1], position_offsets=[0, 1], block=causal, rows=[0, 1])
+        got = shape(ids[:, 3:], 3)
+    torch.testing.assert_close(got, expected[3:], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_ar_static_step_gives_todays_tokens(pair_fp32, prompt):
+    off = make_decoder("ar", pair_fp32, prompt, max_new_tokens=24, graphs="off").run()
+    on = make_decoder("ar", pair_fp32, prompt, max_new_tokens=24, graphs="on").run()
+    assert on.token_ids == off.token_ids
+    # The narration's top three too (p to rounding: the static step attends over the whole cache, so its
+    # sums run in another order)
+    assert [[a["id"] for a in s.alternatives] for s in on.steps] == [[a["id"] for a in s.alternatives]
+                                                                     for s in off.steps]
+    assert [a["p"] for s in on.steps for a in s.alternatives] == pytest.approx(
+        [a["p"] for s in off.steps for a in s.alternatives], abs=2e-5)
+    assert off.graphs["enabled"] is False and off.settings["graphs"] == "off"
+    assert on.graphs["enabled"] is True and on.graphs["capturing"] is False   # a CPU: eager over the buffers
+    assert on.graphs["eager_calls"] == len(on.steps) - 1   # every step but the prefill went through the runner
+
+
+def test_auto_is_todays_path_on_a_cpu(pair_fp32):
+    trace = make_decoder("ar", pair_fp32, PROMPTS[0], max_new_tokens=4).run()
+    assert trace.settings["graphs"] == "auto" and trace.graphs["enabled"] is False
+
+
+def test_ar_sampled_static_steps_repeat_by_seed(pair_fp32):
+    from specviz.engine.sampling import SamplingConfig
+
+    runs = [make_decoder("ar", pair_fp32, PROMPTS[0], max_new_tokens=12, graphs="on",
+                         sampling=SamplingConfig(0.9, seed=seed)).run().token_ids for seed in (7, 7, 8)]
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+def test_a_finished_decoder_hands_its_session_to_the_next(pair_fp32):
+    first = make_decoder("ar", pair_fp32, PROMPTS[0], max_new_tokens=3, graphs="on")
+    session = first.session
+    second = make_decoder("ar", pair_fp32, PROMPTS[0], max_new_tokens=3, graphs="on")
+    assert second.session is not session   # the first still holds its buffers
+    first.run()
+    assert not session.in_use
+    third = make_decoder("ar", pair_fp32, PROMPTS[1], max_new_tokens=3, graphs="on")
+    assert third.session is session   # its graphs (on a GPU) are replayed, not captured again
+    assert third.run().token_ids == make_decoder("ar", pair_fp32, PROMPTS[1], max_new_tokens=3,
+                                                 graphs="off").run().token_ids
+    second.run()
+    release(second.session)
+
+
+def test_checkout_keeps_sessions_apart_by_capacity():
+    model = tiny_model()
+    a = checkout(model, "ar", 256, capture=False)
+    b = checkout(model, "ar", 512, capture=False)
+    assert a is not b
+    release(a)
+    assert checkout(model, "ar", 256, capture=False) is a
+
+
+def test_ar_step_has_no_graph_breaks(pair_fp32):
+    """What the runner captures must trace as one graph: any break would make capture fail on a GPU."""
+    decoder = make_decoder("ar", pair_fp32, PROMPTS[0], max_new_tokens=4, graphs="on")
+    decoder.step()
+    decoder.step()
+    with torch.inference_mode():
+        explained = torch._dynamo.explain(decoder.one_token.compute)()
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert explained.graph_count == 1
+    decoder.run()
