@@ -38,6 +38,7 @@ SELECTIONS = {
     "tree-positions-off-by-one": GREEDY_SEQUOIA,
     "tree-mask-skips-self": GREEDY_SEQUOIA,
     "kv-keeps-rejected-slot": GREEDY_SEQUOIA,
+    "race-sample-flattened": ["tests/test_sampling_exact.py", "-k", "test_sampling_is_exact and ar-graphs"],
     "sampler-ignores-temperature": ["tests/test_sampling_exact.py", "-k", "test_sampling_is_exact and ar and T0.6"],
 }
 WIDE = ["tests", "-k", "(sampl or chi or distribution or exact or enumeration) and not negative_control"]

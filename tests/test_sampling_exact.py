@@ -53,6 +53,8 @@ SEQUOIA_MUTANTS = ("no-residual", "rejected-left-in-q")
 ADAPTIVE = {"tree": "adaptive", "tree_threshold": 0.04, "tree_budget": 10, "tree_depth": 3}
 FAMILIES = {
     "ar": Family("ar", "self"),
+    # The static (graph-ready) step, run eagerly on the CPU: its sync-free sampler (`draws.race_sample`).
+    "ar-graphs": Family("ar", "self", {"graphs": "on"}, mutants=("race-sample-flattened",)),
     "sequoia-independent-fixed": Family("sequoia", "independent", {"tree_parents": SAMPLING_TREE},
                                                      mutants=SEQUOIA_MUTANTS),
     # An adaptive tree's shape follows the draft's ranked probabilities at the tokens drawn above each node
