@@ -44,7 +44,7 @@ while [ $# -gt 0 ]; do
     --only) only="$2"; shift 2 ;;
     --carry) carry="$2"; shift 2 ;;
     --quick) quick="--quick"; shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^set -uo/ {exit} NR > 1' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
