@@ -174,7 +174,7 @@ def test_graphed_curve_runs_the_static_shapes_and_is_cached_apart(tmp_path, monk
     graphed = forward_curve(model, "tiny:target", sizes=[1, 2], context_len=8, graphs=True, refresh=True)
     assert set(graphed) == {1, 2}
     saved = json.loads(_profile_path("forward", graphed_key).read_text())
-    assert saved["graphs"] is True or saved["ms"] == {"1": 1.5, "2": 1.75}   # kept only from quiet cores
+    assert saved.get("graphs") is True or saved["ms"] == {"1": 1.5, "2": 1.75}   # kept only from quiet cores
 
 
 def test_a_draft_with_its_own_forward_keeps_the_eager_curve_under_graphs():
