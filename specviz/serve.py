@@ -81,7 +81,12 @@ class ZeroGpu:
 
     def graphs_decision(self, pair, request) -> GraphsDecision:
         """Graphs for this race on ZeroGPU (`hosting.zerogpu_graphs`), from this GPU's measured forwards
-        where a race has measured them and whether this worker holds the methods' graphs already."""
+        where a race has measured them and whether this worker holds the methods' graphs already. Off a
+        GPU (ZeroGPU emulating CUDA outside a call, or a test) nothing is captured: the setting stands."""
+        if pair.device.type != "cuda":
+            from .engine.race import graphs_reason
+
+            return GraphsDecision(request.graphs, graphs_reason(request.graphs, pair.device))
         return zerogpu_graphs(request.graphs, request.methods, int(request.max_new_tokens),
                               eager_ms=target_t1(pair, False), replay_ms=target_t1(pair, True),
                               captured=graphs_captured(pair.target, request.methods))

@@ -322,12 +322,12 @@ def cmd_bench_table(args) -> int:
 # ------------------------------------------------------------------------------------------ graphs
 
 
-def graphs_exactness(device, prompts, configs, max_new: int) -> list[dict]:
+def graphs_exactness(device, prompts, configs, max_new: int, quick: bool = False) -> list[dict]:
     """Every config with graphs on against `ar` with graphs off (today's eager path), greedy fp32."""
     from specviz.engine.methods import make_decoder
 
     rows = []
-    for pair_label, pair in pairs_to_check(device, "fp32"):
+    for pair_label, pair in pairs_to_check(device, "fp32")[:1 if quick else None]:
         for item in prompts:
             ar = make_decoder("ar", pair, item["prompt"], max_new_tokens=max_new, graphs="off").run().token_ids
             for label, method, options in [("ar", "ar", {})] + configs:
@@ -346,7 +346,7 @@ def graphs_exactness(device, prompts, configs, max_new: int) -> list[dict]:
 
 
 def graphs_curves(device, sizes: list[int], repeats: int, dtype: str) -> dict:
-    """t(n) eager and through the static shapes (replays on CUDA) for the target and the draft, bf16."""
+    """t(n) eager and through the static shapes (replays on CUDA) for the target and the draft."""
     from specviz.engine.models import load_pair
     from specviz.engine.profiler import graphs_timing, measure_forward_times
 
@@ -360,7 +360,8 @@ def graphs_curves(device, sizes: list[int], repeats: int, dtype: str) -> dict:
     return curves
 
 
-def graphs_markdown(device, rows: list[dict], curves: dict, sizes: list[int], races: list[dict], max_new: int) -> str:
+def graphs_markdown(device, rows: list[dict], curves: dict, sizes: list[int], races: list[dict], max_new: int,
+                    dtype: str) -> str:
     failures = [r for r in rows if not r["same"]]
     lines = [f"# Graphs on {device_line(device)}", "",
              f"## fp32 exactness with graphs on ({max_new} new tokens): every config against `ar` with graphs off",
@@ -376,10 +377,11 @@ def graphs_markdown(device, rows: list[dict], curves: dict, sizes: list[int], ra
                          f"{sum(g.get('capture_ms', 0.0) for g in stats):.0f} | "
                          f"{sum(len(g.get('failed') or []) for g in stats)}{' ; ' + errors[0] if errors else ''} |")
     lines += ["", "fp32 with graphs: **" + ("PASS" if not failures else f"FAIL: {len(failures)} runs differ") + "**",
-              "", "## t(n), ms: eager launches against graph replays (bf16, after a 200-token context)", "",
+              "", f"## t(n), ms: eager launches against graph replays ({dtype}, after a 200-token context)", "",
               "| model | path | " + " | ".join(str(n) for n in sizes) + " |", "|---" * (len(sizes) + 2) + "|"]
     for name, c in curves.items():
-        replayed = "replayed" if c["graphed"] else "eager (own forward: not graphed)"
+        replayed = ("eager (own forward: not graphed)" if not c["graphed"] else
+                    "replayed" if device.type == "cuda" else "static shapes, eager (CPU)")
         for path, label in (("eager", "eager"), ("graphs", replayed)):
             lines.append(f"| {name} | {label} | " + " | ".join(f"{c[path][n]:.2f}" for n in sizes) + " |")
     lines += ["", "## A race through the app with graphs on", "",
@@ -421,7 +423,7 @@ def cmd_graphs(args) -> int:
     prompts = limit_per_suite(read_suites(SUITES), 1 if args.quick else args.per_suite)[:1 if args.quick else None]
     configs = [c for c in CONFIGS if not args.quick or c[0] in QUICK_CONFIGS]
     max_new = 8 if args.quick else args.max_new_tokens
-    rows = graphs_exactness(device, prompts, configs, max_new)
+    rows = graphs_exactness(device, prompts, configs, max_new, args.quick)
     sizes = [1, 2, 4] if args.quick else default_sizes(device)
     curves = graphs_curves(device, sizes, 2 if args.quick else 10, args.dtype)
     races = [] if args.no_race else graphs_races(device, 8 if args.quick else 64, args.quick)
@@ -432,7 +434,7 @@ def cmd_graphs(args) -> int:
                                                                     for p in ("eager", "graphs")}
                                                                 for k, c in curves.items()},
                                      "races": races},
-          graphs_markdown(device, rows, curves, sizes, races, max_new))
+          graphs_markdown(device, rows, curves, sizes, races, max_new, args.dtype))
     return 0 if all(r["same"] for r in rows) and not race_failed else 1
 
 
