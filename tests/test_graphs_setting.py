@@ -293,3 +293,49 @@ def test_graphs_captured_is_false_without_captured_sessions():
     session.forward("target", model)
     release(session)
     assert not graphs_captured(model, ["ar"]) and not graphs_captured(model, [])
+
+
+# -- sizing from the graphed curves ------------------------------------------------------------------
+
+
+def _save_curve(model, key: str, sizes, ms_of, graphs: bool) -> None:
+    from specviz.engine.profiler import _curve_key, save_cached
+
+    save_cached("forward", _curve_key(model, key, 200, graphs), {"ms": {str(n): ms_of(n) for n in sizes}})
+
+
+def test_sequoia_sizing_reads_the_graphed_curves_when_the_decoder_runs_graphs(tmp_path, monkeypatch):
+    from specviz.engine.profiler import default_sizes
+    from specviz.engine.sampling import SamplingConfig
+    from specviz.sequoia.sizing import DRAFT_SIZES, _costs_key, _model_key, decoder_options
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    pair = tiny_pair()
+    # Only graphed curves are cached: an adaptive tree weighs its levels against them when graphs run, and
+    # falls back to the weights' ratio when they do not (negative control).
+    _save_curve(pair.target, _model_key(pair.target_name, pair), default_sizes(pair.device), lambda n: 4.0 + n / 64, True)
+    _save_curve(pair.draft, _model_key(pair.draft_name, pair), DRAFT_SIZES, lambda n: 1.0 + n / 64, True)
+    graphed = decoder_options(pair, SamplingConfig(), graphs="on", tree="adaptive")["tree_choice"]
+    eager = decoder_options(pair, SamplingConfig(), graphs="off", tree="adaptive")["tree_choice"]
+    auto = decoder_options(pair, SamplingConfig(), graphs="auto", tree="adaptive")["tree_choice"]   # a CPU: off
+    assert graphed.adaptive_costs["from"] == "measured" and graphed.settings["level_cost"] == pytest.approx(
+        (1.0 + 1 / 64) / (4.0 + 1 / 64), abs=1e-3)
+    assert eager.adaptive_costs["from"] == "weights" and auto.adaptive_costs["from"] == "weights"
+    assert _costs_key(pair, SamplingConfig(), True) == _costs_key(pair, SamplingConfig()) + "|graphs"
+
+
+def test_lookahead_auto_chooses_from_the_graphed_curve_when_the_decoder_runs_graphs(tmp_path, monkeypatch):
+    from specviz.engine.models import dtype_name
+    from specviz.engine.profiler import forward_kind
+    from specviz.lookahead.sizing import CURVE_SIZES, resolve_settings
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    pair = tiny_pair(draft_seed=None)
+    key = f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}:target"
+    _save_curve(pair.target, key, CURVE_SIZES, lambda n: 10.0 * n, False)   # eager: every row costs a forward
+    _save_curve(pair.target, key, CURVE_SIZES, lambda n: 4.0, True)         # replays: rows are free up to 64
+    eager = resolve_settings(pair, graphs="off")
+    graphed = resolve_settings(pair, graphs="on")
+    assert eager[3] and graphed[3]   # both chosen automatically
+    w, n, g = graphed[:3]
+    assert (n - 1) * (w + g) > 4 and eager[2] == 0   # flat replays buy a wide window; the steep curve none

@@ -413,6 +413,8 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int =
               for k, c in choices.items()}
 
     def race() -> dict:
+        if graphs:   # capture each decoder's shapes before the clock runs: capture is a one-off, not a step cost
+            _capture_shapes(makers.values(), RACE_PROMPTS[0])
         done = {k: [0, 0.0] for k in makers}   # tokens, ms
         for prompt in RACE_PROMPTS:
             decoders = {k: make(prompt) for k, make in makers.items()}
@@ -439,6 +441,20 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int =
             "tree_tokens_per_s": round(rate["tree"], 2), "adaptive_tokens_per_s": round(rate["adaptive"], 2),
             "adaptive_over_tree": round(rate["adaptive"] / max(rate["tree"], 1e-9), 4),
             "margin": ADAPTIVE_MARGIN, "adaptive_rule": ADAPTIVE_RULE, "waiting_share": share}
+
+
+def _capture_shapes(makers, prompt: str, steps: int = 4) -> None:
+    """A few untimed steps of each decoder, so a graphed decoder's shapes are captured (and kept on the
+    model for the timed decoders, `engine.static.checkout`) before anything is timed."""
+    for make in makers:
+        decoder = make(prompt)
+        try:
+            for _ in range(steps):
+                if decoder.done:
+                    break
+                decoder.step()
+        finally:
+            decoder.close()
 
 
 def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | None = None,
