@@ -188,7 +188,8 @@ def graphs_reason(mode: str, device) -> str:
 
 def graphs_words(runs_graphs, reason: str | None = None) -> str:
     """The graphs of a run or race in words, from each run's `trace.graphs` (`GraphStats.to_dict`):
-    "graphs: replayed (N shapes, capture X ms)", "graphs: static, eager (CPU)" or "graphs: off"."""
+    "graphs: replayed (N shapes, capture X ms)", "graphs: static, eager (CPU)" or "graphs: off", then
+    `reason` in brackets when given (a hosting policy's decision)."""
     stats = [g for g in runs_graphs if g]
     replayed = [g for g in stats if g.get("capturing") and g.get("replays")]
     if replayed:
@@ -204,7 +205,7 @@ def graphs_words(runs_graphs, reason: str | None = None) -> str:
             "graphs: static, eager (capture failed)"
     else:
         words = "graphs: off"
-    return words + (f" ({reason})" if reason and "ZeroGPU" in reason else "")
+    return words + (f" ({reason})" if reason else "")
 
 
 def start_race(pair, prompt: str, methods: list[str], *, sampling=None, max_new_tokens: int = 128,

@@ -302,8 +302,9 @@ def race_graphs_words(race) -> str:
     from ..engine.race import graphs_words
 
     runs = [run for run in race.runs.values() if run is not None]
-    reasons = [(run.settings or {}).get("graphs_reason") for run in runs]
-    return graphs_words([run.graphs for run in runs], next((r for r in reasons if r), None))
+    # Only a hosting policy's decision is worth the line's room (the default reasons restate the setting).
+    reasons = [(run.settings or {}).get("graphs_reason") or "" for run in runs]
+    return graphs_words([run.graphs for run in runs], next((r for r in reasons if "ZeroGPU" in r), None))
 
 
 def table_html(rows: list[dict], title: str, highlight: dict | None = None, limit: int = 12,
