@@ -17,6 +17,7 @@ from .cliargs import (
     add_method_args,
     add_model_args,
     add_sampling_args,
+    graphs_from_args,
     load_pair_for,
     sampling_from_args,
     spec_options,
@@ -27,6 +28,7 @@ from .methodspec import parse_spec
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .engine.methods import decoder_class, make_decoder
+    from .engine.race import graphs_words
     from .engine.text import validate_prompt
 
     validate_prompt(args.prompt)
@@ -34,10 +36,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     decoder_class(spec.method)  # unknown / unimplemented methods fail before loading models
     spec.check_one_draft(args.draft)
     sampling = sampling_from_args(args)
+    graphs = graphs_from_args(args)
     options = spec_options(args, spec)
     pair = load_pair_for(args, [spec.text])
     decoder = make_decoder(spec.method, pair, args.prompt, sampling=sampling,
-                           max_new_tokens=args.max_new_tokens, **options)
+                           max_new_tokens=args.max_new_tokens, graphs=graphs, **options)
     if args.json:
         trace = decoder.run()
         print(trace.to_json())
@@ -46,7 +49,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         s = trace.summary()
         drafted = f", draft: {pair.draft_name}" if spec.drafts else ""
         print(f"\n\n[{spec.text}] {s['new_tokens']} tokens, {s['target_forwards']} target forwards, "
-              f"{s['tokens_per_second']:.1f} tokens/s ({s['finish_reason']}{drafted})", file=sys.stderr)
+              f"{s['tokens_per_second']:.1f} tokens/s ({s['finish_reason']}{drafted}; "
+              f"{graphs_words([trace.graphs])})", file=sys.stderr)
     return 0
 
 

@@ -33,7 +33,21 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=None)
 
 
+def add_graphs_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--graphs", default="auto", metavar="{auto,on,off}",
+                   help="CUDA graphs: auto (on for a CUDA device), on (on a CPU: the static-buffer step run "
+                        "eagerly), off (the eager step); 'auto' sizes are measured for the path chosen")
+
+
+def graphs_from_args(args: argparse.Namespace) -> str:
+    """The --graphs value, checked (a clear `InvalidInput` naming the choices)."""
+    from .engine.graphs import check_graphs
+
+    return check_graphs(getattr(args, "graphs", "auto"))
+
+
 def add_method_args(p: argparse.ArgumentParser) -> None:
+    add_graphs_arg(p)
     g = p.add_argument_group("sequoia")
     g.add_argument("--tree", choices=["auto", "adaptive"], default=None,
                    help="auto: the DP's tree from measured acceptance and forward times (the default); "

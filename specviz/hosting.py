@@ -53,6 +53,19 @@ TOKENS_PER_STEP = {"ar": 1.0, "sequoia": 2.0, "lookahead": 1.0}
 ZEROGPU_MARGIN = 1.5
 ZEROGPU_MIN_S = 10
 
+# CUDA graphs on ZeroGPU (docs/graphs.md). ZeroGPU does not support torch.compile, so graphs are captured
+# plainly with torch.cuda.graph inside the `spaces.GPU` call, and they live only as long as the worker:
+# a forked worker captures again, a reused one replays what an earlier race captured.
+# A replayed forward of the offline default: a hand-captured graph of the same unfused forward took
+# 4.2 ms at 1 row on an H200 against 14.5 ms eager (issue 41). Used until the Space measures its own.
+GPU_REPLAY_MS = 4.2
+# Capturing one shape runs it eagerly GraphRunner.WARMUP_CALLS (2) times on a side stream and once more
+# while recording: about three eager forwards of that shape.
+CAPTURE_FORWARDS_PER_SHAPE = 3
+# Shapes a method captures in one race: AR its one-token step; Sequoia the target's tree and each draft
+# level (a fixed tree about 6 levels deep, plus the root's one-token forward); Lookahead its window.
+GRAPH_SHAPES = {"ar": 1, "sequoia": 8, "lookahead": 2}
+
 
 def on_zerogpu(env: Mapping[str, str] | None = None) -> bool:
     """True only on ZeroGPU hardware. Every Gradio Space has the `spaces` package, but it switches on
@@ -68,19 +81,91 @@ def zerogpu_duration(env: Mapping[str, str] | None = None) -> int:
 
 
 def zerogpu_race_seconds(methods, max_new_tokens: int, *, forward_ms: float | None = None,
-                         sizing: bool = False, cap: float = ZEROGPU_DURATION_S) -> int:
-    """Seconds one race asks `spaces.GPU` for: setup, a first `auto` race's sizing, and every method's
-    tokens at its measured step cost, with a margin; at most `cap`.
+                         sizing: bool = False, cap: float = ZEROGPU_DURATION_S,
+                         graphs: "GraphsDecision | None" = None) -> int:
+    """Seconds one race asks `spaces.GPU` for: setup, a first `auto` race's sizing, graph capture when
+    graphs will be captured, and every method's tokens at its step cost, with a margin; at most `cap`.
 
     `forward_ms` is the target's t(1) on this GPU when the Space has measured it (else GPU_FORWARD_MS);
-    `sizing` says an `auto` size still has to be measured. A race that runs longer than it asked for
-    still ends on its own clock (the run limit is this minus ZEROGPU_SETUP_S) with its tokens kept.
+    `sizing` says an `auto` size still has to be measured; `graphs` is `zerogpu_graphs`'s decision (its
+    decode steps cost replays, and its capture is paid in this call). A race that runs longer than it
+    asked for still ends on its own clock (the run limit is this minus ZEROGPU_SETUP_S) with its tokens kept.
     """
-    step_s = (forward_ms or GPU_FORWARD_MS) / 1000.0
-    decode_s = sum(max_new_tokens / TOKENS_PER_STEP.get(m, 1.0) * STEP_FORWARDS.get(m, 1.0) * step_s
+    step_ms = forward_ms or GPU_FORWARD_MS
+    if graphs is not None and graphs.mode == "on":
+        step_ms = graphs.replay_ms
+    decode_s = sum(max_new_tokens / TOKENS_PER_STEP.get(m, 1.0) * STEP_FORWARDS.get(m, 1.0) * step_ms / 1000.0
                    for m in methods)
-    seconds = ZEROGPU_SETUP_S + (ZEROGPU_SIZING_S if sizing else 0) + ZEROGPU_MARGIN * decode_s
+    capture_s = graphs.capture_ms / 1000.0 if graphs is not None else 0.0
+    seconds = ZEROGPU_SETUP_S + (ZEROGPU_SIZING_S if sizing else 0) + capture_s + ZEROGPU_MARGIN * decode_s
     return int(min(cap, max(ZEROGPU_MIN_S, math.ceil(seconds))))
+
+
+@dataclass(frozen=True)
+class GraphsDecision:
+    """Whether a race's decoders run CUDA graphs, and why (the trace records both)."""
+
+    mode: str                  # what the decoders are given: 'on', 'off' (or 'auto' where nothing decided)
+    reason: str                # in words, for the trace's settings["graphs_reason"] and the summary line
+    capture_ms: float = 0.0    # capture this call is expected to pay (0: none, or graphs already captured)
+    saving_ms: float = 0.0     # what replays are expected to save over eager steps in this race
+    replay_ms: float = GPU_REPLAY_MS   # the replayed one-token forward the estimate assumed
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "reason": self.reason, "capture_ms": round(self.capture_ms, 1),
+                "saving_ms": round(self.saving_ms, 1)}
+
+
+def zerogpu_graphs(mode: str, methods, max_new_tokens: int, *, eager_ms: float | None = None,
+                   replay_ms: float | None = None, capture_ms_per_shape: float | None = None,
+                   captured: bool = False) -> GraphsDecision:
+    """ZeroGPU's graphs policy for one race: pure arithmetic on what is known before it runs.
+
+    'on' / 'off' are obeyed. For 'auto': graphs already captured in this (reused) worker are always
+    replayed (capture is paid); otherwise capture pays when its cost, the shapes the methods capture
+    (GRAPH_SHAPES) times a shape's capture (`capture_ms_per_shape`, measured, else
+    CAPTURE_FORWARDS_PER_SHAPE eager forwards), is below what replays save: every method's forwards
+    (tokens / TOKENS_PER_STEP * STEP_FORWARDS) times (eager forward - replayed forward). With the
+    defaults (15 ms eager, 4.2 ms replayed, 45 ms a shape) `ar` pays from 5 tokens, all three
+    methods (11 shapes, 495 ms) from 13.
+    """
+    eager = float(eager_ms or GPU_FORWARD_MS)
+    replay = float(replay_ms or GPU_REPLAY_MS)
+    forwards = sum(max_new_tokens / TOKENS_PER_STEP.get(m, 1.0) * STEP_FORWARDS.get(m, 1.0) for m in methods)
+    saving = forwards * max(0.0, eager - replay)
+    per_shape = capture_ms_per_shape if capture_ms_per_shape is not None else CAPTURE_FORWARDS_PER_SHAPE * eager
+    shapes = sum(GRAPH_SHAPES.get(m, 1) for m in methods)
+    capture = shapes * per_shape
+    if mode in ("on", "off"):
+        return GraphsDecision(mode, f"graphs {mode}: asked for", capture if mode == "on" and not captured else 0.0,
+                              saving if mode == "on" else 0.0, replay)
+    if captured:
+        return GraphsDecision("on", "auto on ZeroGPU: graphs already captured in this worker, replayed "
+                                    "without capturing again", 0.0, saving, replay)
+    if saving > capture:
+        return GraphsDecision("on", f"auto on ZeroGPU: capturing {_shapes(shapes)} (~{capture:.0f} ms) pays for "
+                                    f"itself, replays save ~{saving:.0f} ms", capture, saving, replay)
+    return GraphsDecision("off", f"auto on ZeroGPU: capturing {_shapes(shapes)} (~{capture:.0f} ms) costs more than "
+                                 f"replays would save (~{saving:.0f} ms) on this short race: eager", 0.0, 0.0, replay)
+
+
+def _shapes(n: int) -> str:
+    return f"{n} shape" + ("" if n == 1 else "s")
+
+
+def graphs_captured(model, methods) -> bool:
+    """Whether graphs for every one of `methods` are captured already on `model` in this process (the
+    sessions `engine.static.checkout` keeps on the model: a reused ZeroGPU worker still has them)."""
+    sessions = getattr(model, "__dict__", {}).get("_specviz_graph_sessions") or {}
+    have = {method for (method, _capacity, capture), kept in sessions.items()
+            if capture and any(_has_graphs(session) for session in kept)}
+    return bool(methods) and all(m in have for m in methods)
+
+
+def _has_graphs(session) -> bool:
+    # The runner's captured graphs, by shape key (`engine.graphs.GraphRunner`): any one means this
+    # method's shapes were captured in this process (its fixed shapes are all captured in a first race).
+    return bool(getattr(session.runner, "_graphs", None))
 
 
 def hub_token_available(env: Mapping[str, str] | None = None) -> bool:

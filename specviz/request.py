@@ -1,4 +1,4 @@
-"""One race request: the 18 settings a race runs from, their defaults and their ranges, checked once.
+"""One race request: the 19 settings a race runs from, their defaults and their ranges, checked once.
 
 The page's controls, the HTTP API (`/race`) and the worker all speak `RaceRequest`;
 the command line checks the settings it shares with it against the same `RANGES`.
@@ -43,6 +43,10 @@ PRESETS = {
 CUSTOM = "Custom model ids…"
 
 Dtype = Literal["auto", "fp32", "bf16", "fp16"]
+# CUDA graphs (`engine.graphs.GRAPH_MODES`, spelled here so this module stays free of torch): 'auto' = on
+# for a CUDA device (on ZeroGPU: when capture pays for the race, `hosting.zerogpu_graphs`), 'on', 'off'.
+GraphsMode = Literal["auto", "on", "off"]
+GRAPHS_MODES = get_args(GraphsMode)
 # Sizing modes: 'auto' = fastest on this hardware, 'illustrative' = shapes that teach (several levels;
 # their cost is shown), 'manual' = the numbers given; Sequoia's tree may also be 'adaptive' (grown each
 # step from the draft's confidence, EAGLE-2's dynamic tree, within its own limits).
@@ -148,10 +152,11 @@ class RaceRequest:
     ngram: int | None = 3
     guesses: int | None = 4
     pool_from_prompt: bool = True
+    graphs: GraphsMode = "auto"                 # last, so the settings before it keep their places
 
     @classmethod
     def names(cls) -> list[str]:
-        """The 18 settings in the order the page and the API list them."""
+        """The 19 settings in the order the page and the API list them."""
         return [f.name for f in fields(cls)]
 
     @classmethod
@@ -176,6 +181,7 @@ class RaceRequest:
                    for name in ("max_new_tokens", "temperature", "top_p")}
         seed = None if self.seed in (None, "") else RANGES["seed"].check(self.seed)
         _choose("dtype", self.dtype or "auto", DTYPES)
+        _choose("graphs", self.graphs or "auto", GRAPHS_MODES)
         _choose("tree", self.tree, TREE_MODES)
         _choose("lookahead", self.lookahead, LOOKAHEAD_MODES)
         sizes = {name: None for name in ("tree_budget", "tree_depth", "window", "ngram", "guesses")}
@@ -184,7 +190,8 @@ class RaceRequest:
             check_tree(sizes["tree_budget"], sizes["tree_depth"])
         if self.lookahead == "manual":
             sizes.update({name: RANGES[name].check(getattr(self, name)) for name in ("window", "ngram", "guesses")})
-        request = replace(self, methods=tuple(methods), dtype=self.dtype or "auto", seed=seed,
+        request = replace(self, methods=tuple(methods), dtype=self.dtype or "auto", graphs=self.graphs or "auto",
+                          seed=seed,
                           custom_target=(self.custom_target or "").strip(),
                           custom_draft=(self.custom_draft or "").strip(),
                           pool_from_prompt=bool(self.pool_from_prompt), **numbers, **sizes)

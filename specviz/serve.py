@@ -14,7 +14,15 @@ import os
 import sys
 from typing import Mapping
 
-from .hosting import HostingLimits, on_zerogpu, zerogpu_duration, zerogpu_race_seconds
+from .hosting import (
+    GraphsDecision,
+    HostingLimits,
+    graphs_captured,
+    on_zerogpu,
+    zerogpu_duration,
+    zerogpu_graphs,
+    zerogpu_race_seconds,
+)
 
 
 def zerogpu_spaces(env: Mapping[str, str] | None = None):
@@ -35,6 +43,10 @@ class ZeroGpu:
     still has to be measured on this GPU) and this GPU's t(1) once a race has measured it, at most `cap`
     (SPECVIZ_ZEROGPU_DURATION); the race's own clock stops it ZEROGPU_SETUP_S before that, with its
     tokens kept (`HostingLimits.within_gpu_call`).
+
+    Graphs (`graphs_decision`): for `auto`, `hosting.zerogpu_graphs` decides per race whether capture
+    pays (graphs already captured in a reused worker are always replayed); the seconds asked for
+    include the capture when graphs will be captured.
     """
 
     def __init__(self, spaces, pairs, cap: float):
@@ -51,19 +63,44 @@ class ZeroGpu:
         options = request.method_options()
         auto = any(all(v is None for k, v in options[m].items() if k not in ("tree", "pool_from_prompt"))
                    for m in options if m in ("sequoia", "lookahead"))
-        forward_ms = self.measured_forward_ms(request)
-        return zerogpu_race_seconds(request.methods, int(request.max_new_tokens), forward_ms=forward_ms,
-                                    sizing=auto and forward_ms is None, cap=self.cap)
-
-    def measured_forward_ms(self, request) -> float | None:
-        """This GPU's t(1) for the request's target when a race here has measured it, else None (and
-        then an `auto` size still has to be measured)."""
-        from .engine.profiler import cached_forward_curve
-
         target, draft = request.models()
         pair = self.pairs.loaded(target, draft, request.dtype or "auto")
-        curve = cached_forward_curve(pair.target, pair.key + ":target") if pair is not None else None
-        return curve[1] if curve else None
+        forward_ms = self.measured_forward_ms(request)
+        # Outside the GPU call nothing is captured (graphs live in the worker): capture is counted in.
+        graphs = self.graphs_decision(pair, request) if pair is not None else zerogpu_graphs(
+            request.graphs, request.methods, int(request.max_new_tokens))
+        return zerogpu_race_seconds(request.methods, int(request.max_new_tokens), forward_ms=forward_ms,
+                                    sizing=auto and forward_ms is None, cap=self.cap, graphs=graphs)
+
+    def measured_forward_ms(self, request, graphs: bool = False) -> float | None:
+        """This GPU's t(1) for the request's target when a race here has measured it, else None (and
+        then an `auto` size still has to be measured); `graphs`: the replayed forward's."""
+        target, draft = request.models()
+        pair = self.pairs.loaded(target, draft, request.dtype or "auto")
+        return target_t1(pair, graphs) if pair is not None else None
+
+    def graphs_decision(self, pair, request) -> GraphsDecision:
+        """Graphs for this race on ZeroGPU (`hosting.zerogpu_graphs`), from this GPU's measured forwards
+        where a race has measured them and whether this worker holds the methods' graphs already. Off a
+        GPU (ZeroGPU emulating CUDA outside a call, or a test) nothing is captured: the setting stands."""
+        if pair.device.type != "cuda":
+            from .engine.race import graphs_reason
+
+            return GraphsDecision(request.graphs, graphs_reason(request.graphs, pair.device))
+        return zerogpu_graphs(request.graphs, request.methods, int(request.max_new_tokens),
+                              eager_ms=target_t1(pair, False), replay_ms=target_t1(pair, True),
+                              captured=graphs_captured(pair.target, request.methods))
+
+
+def target_t1(pair, graphs: bool) -> float | None:
+    """The target's cached t(1) on this device (eager, or replayed with `graphs`), else None: the key the
+    sizing measures it under (`sequoia.sizing._model_key`)."""
+    from .engine.models import dtype_name
+    from .engine.profiler import cached_forward_curve
+
+    key = f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}:target"
+    curve = cached_forward_curve(pair.target, key, graphs=graphs)
+    return curve.get(1) if curve else None
 
 
 def preload_pairs(pairs, limits: HostingLimits) -> list[tuple]:

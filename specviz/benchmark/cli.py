@@ -11,6 +11,7 @@ from ..cliargs import (
     add_method_args,
     add_model_args,
     add_sampling_args,
+    graphs_from_args,
     load_pair_for,
     method_options,
     sampling_from_args,
@@ -44,6 +45,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise InvalidInput(f"--repeats must be at least 1, got {args.repeats}")
     sampling = sampling_from_args(args)
+    graphs = graphs_from_args(args)
     options = {m: method_options(args, m) for m in ("sequoia", "lookahead")
                if any(runner.parse_method(x)[0] == m for x in methods)}
     pair = load_pair_for(args, methods)
@@ -59,10 +61,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         given = {k: v for k, v in knobs.items() if v is not None}
         options[method] = {**hf_options.get(method, {}), **given}
     records = runner.run_bench(pair, prompts, methods, sampling, args.max_new_tokens, options, progress=say,
-                               warmup_tokens=args.warmup_tokens, repeats=args.repeats)
+                               warmup_tokens=args.warmup_tokens, repeats=args.repeats, graphs=graphs)
     rows = runner.summarise(records, methods)
     print(runner.format_table(rows))
-    out = runner.run_info(pair, methods, sampling, args.max_new_tokens, options, argv=sys.argv, repeats=args.repeats)
+    out = runner.run_info(pair, methods, sampling, args.max_new_tokens, options, argv=sys.argv, repeats=args.repeats,
+                          graphs=graphs)
     out.update(summary=rows, records=[r.to_dict() for r in records])
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))

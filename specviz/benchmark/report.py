@@ -23,15 +23,15 @@ def _fmt(value, spec: str, suffix: str = "") -> str:
 
 def markdown_table(rows: list[dict]) -> str:
     lines = ["| suite | method | draft | tokens/s (median, IQR) | speedup vs ar (median, IQR) "
-             "| tokens / target forward | mean accepted length | same as ar | note |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| tokens / target forward | mean accepted length | same as ar | graphs | capture | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         tps = f"{r['tokens_per_second']:.1f} ({r['tokens_per_second_q1']:.1f}-{r['tokens_per_second_q3']:.1f})"
         speed = "-" if r["speedup_vs_ar"] is None else (
             f"**{r['speedup_vs_ar']:.2f}x** ({r['speedup_q1']:.2f}-{r['speedup_q3']:.2f})")
         lines.append(f"| {r['suite']} | {r['method']} | {r.get('draft') or '-'} | {tps} | {speed} "
                      f"| {r['tokens_per_forward']:.2f} | {r['accepted_length']:.2f} | {r['same_as_ar'] or '-'} "
-                     f"| {r.get('note') or ''} |")
+                     f"| {r.get('graphs') or '-'} | {_fmt(r.get('capture_ms'), '.0f', ' ms')} | {r.get('note') or ''} |")
     return "\n".join(lines)
 
 
@@ -81,6 +81,10 @@ def header(run: dict) -> str:
         lines.append("- hf-static: generate(cache_implementation=\"static\"), "
                      + ("compiled by transformers (CUDA graphs)" if on_cuda
                         else "uncompiled: transformers compiles it only on CUDA"))
+    if run.get("graphs"):
+        lines.append(f"- Graphs: --graphs {run['graphs']}" + (" with torch.compile (SPECVIZ_GRAPHS_COMPILE=1)"
+                     if run.get("graphs_compile") else "") + "; tokens/s is the steady rate, graph capture "
+                     "is the capture column (warm-up included), not in tokens/s")
     for method, opts in (run.get("options") or {}).items():
         given = {k: v for k, v in opts.items() if v is not None}
         lines.append(f"- {method}: {given if given else 'auto sizes'}")

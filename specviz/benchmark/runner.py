@@ -20,11 +20,19 @@ drafts; the second draft shares the loaded target. Every record names the draft 
 `hf-assisted` needs a transformers model as its assistant, so with a feature draft it
 uses the independent draft (and its records say so). `hf-static` is `generate` with a
 static cache, which transformers compiles on CUDA and runs uncompiled on a CPU.
+
+Graphs (`--graphs auto|on|off`, docs/graphs.md): our decoders get the setting; each record
+keeps the run's `trace.graphs` (whether the static step ran, whether CUDA graphs replayed it,
+shapes captured, capture ms). Capture is a one-off cost, so tokens/s is the steady rate
+(wall time less this run's capture) and the capture is reported beside it: each method's
+rows say which path ran (`graphs`) and what its capture cost (`capture_ms`, the warm-up's
+included, where most shapes are captured).
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import statistics
 import threading
 import time
@@ -75,6 +83,8 @@ class BenchRecord:
     forward_sizes: list[int] = field(default_factory=list)  # tokens the target took per forward, after prefill
     draft: str | None = None        # the draft model that ran (its display name); None for a method with no draft
     draft_kind: str | None = None   # its short name: feature / independent / self / the model id
+    graphs: dict | None = None      # our decoders' `trace.graphs` (`GraphStats.to_dict`); None for transformers'
+    capture_ms: float = 0.0         # graph capture during this run (left out of tokens_per_second)
 
     @property
     def tokens_per_forward(self) -> float:
@@ -294,7 +304,7 @@ def run_hf(method: str, pair: ModelPair, prompt_ids: list[int], sampling: Sampli
 
 
 def run_one(method: str, pair: ModelPair, item: dict, prompt_ids: list[int], sampling: SamplingConfig,
-            max_new_tokens: int, options: dict) -> BenchRecord:
+            max_new_tokens: int, options: dict, graphs: str = "auto") -> BenchRecord:
     spec = parse_spec(method)
     base, sizes = spec.method, spec.sizes
     pair = pair_with_draft(pair, spec.draft)
@@ -312,14 +322,17 @@ def run_one(method: str, pair: ModelPair, item: dict, prompt_ids: list[int], sam
         torch.cuda.synchronize()
     start = time.perf_counter()
     decoder = make_decoder(base, pair, item["prompt"], sampling=sampling, max_new_tokens=max_new_tokens,
-                           prompt_ids=prompt_ids, **kwargs)
+                           prompt_ids=prompt_ids, graphs=graphs, **kwargs)
     trace = decoder.run()
     wall = time.perf_counter() - start
     n = len(trace.token_ids)
+    capture_ms = float((trace.graphs or {}).get("capture_ms") or 0.0)
+    steady = wall - capture_ms / 1000.0   # the steady rate: capture is a one-off, reported on its own
     return BenchRecord(item["id"], item["suite"], method, trace.token_ids, trace.text, trace.target_forwards,
-                       wall, n / wall if wall > 0 else 0.0, trace.settings,
+                       wall, n / steady if steady > 0 else 0.0, trace.settings,
                        [s.to_dict() for s in trace.steps],
-                       forward_sizes=[s.tokens_processed for s in trace.steps[1:]], **drafted)
+                       forward_sizes=[s.tokens_processed for s in trace.steps[1:]], **drafted,
+                       graphs=trace.graphs, capture_ms=capture_ms)
 
 
 def _drafted_by(spec: MethodSpec, pair: ModelPair) -> ModelPair | None:
@@ -364,10 +377,11 @@ class PauseWatch:
 def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling: SamplingConfig,
               max_new_tokens: int, options: dict | None = None,
               progress: Callable[[str], None] = print, warmup_tokens: int | None = None,
-              repeats: int = 1) -> list[BenchRecord]:
+              repeats: int = 1, graphs: str = "auto") -> list[BenchRecord]:
     """Every prompt through every method; with `repeats` > 1 each (prompt, method) runs that many
     times, the methods interleaved round after round, and the run of median speed is kept (a
-    shared machine's slow spell then moves one of a method's runs, not its figure)."""
+    shared machine's slow spell then moves one of a method's runs, not its figure). `graphs` goes to
+    our decoders; the warm-up's capture is kept in each method's first record (`warmup_capture_ms`)."""
     options = options or {}
     check_methods(methods)
     if repeats < 1:
@@ -380,8 +394,8 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
     # slower (allocator, kernel choice), and that must not be charged to one method.
     warm = min(max_new_tokens, warmup_tokens if warmup_tokens is not None else 32)
     progress(f"warm-up ({warm} tokens): {', '.join(methods)}")
-    for method in methods:
-        run_one(method, pair, prompts[0], encoded[0], sampling, warm, options)
+    warmups = {method: run_one(method, pair, prompts[0], encoded[0], sampling, warm, options, graphs)
+               for method in methods}
     records: list[BenchRecord] = []
     watch = PauseWatch()
     for i, (item, ids) in enumerate(zip(prompts, encoded)):
@@ -391,8 +405,12 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
             k = (i + r) % len(methods)
             for method in methods[k:] + methods[:k]:
                 runs[method].append(_unstalled_run(method, pair, item, ids, sampling, max_new_tokens, options,
-                                                   watch, progress))
+                                                   watch, progress, graphs))
         by_method = {m: _median_run(runs[m]) for m in methods}
+        if i == 0:
+            for m, rec in by_method.items():
+                rec.settings = {**rec.settings, "warmup_capture_ms": warmups[m].capture_ms,
+                                "warmup_graphs": warmups[m].graphs}
         if "ar" in by_method and sampling.greedy:
             # Every repeat counts: an output that differs from ar's in one run of several is not the same.
             for m, rec in by_method.items():
@@ -407,11 +425,11 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
 
 def _unstalled_run(method: str, pair: ModelPair, item: dict, ids: list[int], sampling: SamplingConfig,
                    max_new_tokens: int, options: dict, watch: "PauseWatch",
-                   progress: Callable[[str], None]) -> BenchRecord:
+                   progress: Callable[[str], None], graphs: str = "auto") -> BenchRecord:
     """One timed run; a run the process was stopped or starved during is run again (up to 3 times)."""
     for attempt in range(4):
         watch.take()
-        rec = run_one(method, pair, item, ids, sampling, max_new_tokens, options)
+        rec = run_one(method, pair, item, ids, sampling, max_new_tokens, options, graphs)
         paused = watch.take()
         if paused == 0.0:
             break
@@ -509,7 +527,7 @@ def summarise(records: list[BenchRecord], methods: list[str]) -> list[dict]:
                 "accepted_length": statistics.mean(r.accepted_length for r in recs),
                 "forward_size": statistics.median(r.forward_size for r in recs),
                 "same_as_ar": f"{sum(same)}/{len(same)}" if same else None,
-                "draft": _one_draft(recs), "note": _note(recs),
+                "draft": _one_draft(recs), "note": _note(recs), **graphs_summary(recs),
                 **_tree_summary(recs),
             })
     return rows
@@ -528,6 +546,24 @@ def _note(recs: list[BenchRecord]) -> str | None:
     return "compiled by transformers" if compiled else "uncompiled (transformers compiles only on CUDA)"
 
 
+def graphs_summary(recs: list[BenchRecord]) -> dict:
+    """Which path a method's runs took ("graphs": replayed / static-eager / off / compiled / -) and what
+    graph capture cost them ("capture_ms": these runs' and their warm-up's, kept out of tokens/s)."""
+    stats = [r.graphs for r in recs if r.graphs]
+    if not stats:
+        compiled = any((r.settings or {}).get("compiled") for r in recs)
+        return {"graphs": "compiled" if compiled else "-", "capture_ms": None, "graph_shapes": None}
+    if any(g.get("capturing") and g.get("replays") for g in stats):
+        label = "replayed"
+    elif any(g.get("enabled") for g in stats):
+        label = "static-eager"
+    else:
+        label = "off"
+    capture = sum(r.capture_ms + float((r.settings or {}).get("warmup_capture_ms") or 0.0) for r in recs)
+    shapes = max(g.get("shapes_captured", 0) + g.get("reused", 0) for g in stats)
+    return {"graphs": label, "capture_ms": capture, "graph_shapes": shapes}
+
+
 def _tree_summary(recs: list[BenchRecord]) -> dict:
     """Which Sequoia tree ran (`auto` may run its DP tree or the adaptive one) and its mean depth per step."""
     if parse_method(recs[0].method)[0] != "sequoia":
@@ -543,7 +579,7 @@ def _tree_summary(recs: list[BenchRecord]) -> dict:
 
 def format_table(rows: list[dict]) -> str:
     header = (f"{'suite':<8} {'method':<20} {'draft':<11} {'tok/s':>7} {'IQR':>13} {'speedup':>8} {'IQR':>11} "
-              f"{'tok/fwd':>7} {'acc.len':>7} {'same':>6}")
+              f"{'tok/fwd':>7} {'acc.len':>7} {'same':>6} {'graphs':>12} {'capture':>9}")
     lines = [header, "-" * len(header)]
     for r in rows:
         speed = f"{r['speedup_vs_ar']:.2f}x" if r["speedup_vs_ar"] is not None else "-"
@@ -551,10 +587,15 @@ def format_table(rows: list[dict]) -> str:
         lines.append(f"{r['suite']:<8} {r['method']:<20} {r.get('draft') or '-':<11} {r['tokens_per_second']:>7.1f} "
                      f"{r['tokens_per_second_q1']:>6.1f}-{r['tokens_per_second_q3']:<6.1f} {speed:>8} "
                      f"{speed_iqr:>11} {r['tokens_per_forward']:>7.2f} {r['accepted_length']:>7.2f} "
-                     f"{r['same_as_ar'] or '-':>6}"
+                     f"{r['same_as_ar'] or '-':>6} {r.get('graphs') or '-':>12} {_capture_text(r):>9}"
                      + (f"  {r['tree']}, depth {r['tree_depth_mean']:.1f}" if r.get("tree_depth_mean") else "")
                      + (f"  {r['note']}" if r.get("note") else ""))
     return "\n".join(lines)
+
+
+def _capture_text(row: dict) -> str:
+    capture = row.get("capture_ms")
+    return "-" if capture is None else f"{capture:.0f} ms"
 
 
 # -- what ran where ----------------------------------------------------------------------
@@ -594,11 +635,12 @@ def method_drafts(pair: ModelPair, methods: list[str]) -> dict[str, str]:
 
 
 def run_info(pair: ModelPair, methods: list[str], sampling: SamplingConfig, max_new_tokens: int,
-             options: dict, argv: list[str] | None = None, repeats: int = 1) -> dict:
+             options: dict, argv: list[str] | None = None, repeats: int = 1, graphs: str = "auto") -> dict:
     from ..engine.models import dtype_name
 
     peers = {m: hf_settings(m, options.get(m, {})) for m in HF_METHODS if m in methods}
     return {"methods": methods, "max_new_tokens": max_new_tokens, "repeats": repeats, "sampling": sampling.to_dict(),
+            "graphs": graphs, "graphs_compile": os.environ.get("SPECVIZ_GRAPHS_COMPILE") == "1",
             "target": pair.target_name, "draft": pair.draft_name, "drafts": method_drafts(pair, methods),
             "device": str(pair.device),
             "dtype": dtype_name(pair.dtype), **machine_info(pair.device), "peer_settings": peers,

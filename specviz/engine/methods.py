@@ -10,6 +10,7 @@ import importlib
 
 from ..errors import InvalidInput
 from .decoder import Decoder, validate_max_new_tokens
+from .graphs import check_graphs
 from .models import ModelPair
 from .sampling import SamplingConfig
 from .text import encode_prompt
@@ -48,8 +49,13 @@ def decoder_class(method: str) -> type[Decoder]:
 
 
 def make_decoder(method: str, pair: ModelPair, prompt: str, *, sampling: SamplingConfig | None = None,
-                 max_new_tokens: int = 128, prompt_ids: list[int] | None = None, **options) -> Decoder:
-    """Build a decoder for `prompt` (chat template applied when the model has one)."""
+                 max_new_tokens: int = 128, prompt_ids: list[int] | None = None, graphs: str = "auto",
+                 **options) -> Decoder:
+    """Build a decoder for `prompt` (chat template applied when the model has one).
+
+    `graphs` ('auto': on for CUDA, 'on', 'off') goes to the decoder and to its sizing, so an `auto`
+    size is chosen from the forward costs the chosen path pays (graph replays, or eager launches)."""
+    graphs = check_graphs(graphs)
     cls = decoder_class(method)
     ids = prompt_ids if prompt_ids is not None else encode_prompt(pair.tokenizer, prompt)
     sampling = sampling or SamplingConfig()
@@ -57,5 +63,5 @@ def make_decoder(method: str, pair: ModelPair, prompt: str, *, sampling: Samplin
         # The decoder's own checks first, as it makes them: a bad request fails before any sizing runs.
         sampling.validated()
         validate_max_new_tokens(max_new_tokens, len(ids), pair.max_context)
-        options = _imported(METHOD_OPTIONS[method])(pair, sampling, **options)
-    return cls(pair, prompt, ids, sampling, max_new_tokens, **options)
+        options = _imported(METHOD_OPTIONS[method])(pair, sampling, graphs=graphs, **options)
+    return cls(pair, prompt, ids, sampling, max_new_tokens, graphs=graphs, **options)

@@ -3,6 +3,13 @@
 Both speculative decoders size themselves from this curve (Sequoia's tree budget,
 Lookahead's W, N, G), so it is measured once per (model, device, dtype, context)
 and cached as JSON under the SpecViz cache directory.
+
+With `graphs=True` the curve is what a decoder running its static-buffer step pays
+(`engine.static`): each size is a `StaticShape` (n causal rows after the context, every
+row's logits) run through a `GraphRunner`, so on CUDA it times replays of captured
+graphs, not eager launches (a 135M model's t(1) falls from ~14 ms to ~4 ms on an H200,
+which moves `auto`'s trees and windows). On a CPU the same shapes run eagerly. The two
+curves are cached under different keys.
 """
 
 from __future__ import annotations
@@ -54,16 +61,29 @@ def runqueue_wait_seconds() -> float | None:
     return total / 1e9
 
 
+def graphs_timing(model, graphs: bool) -> bool:
+    """Whether `graphs` changes what is timed for `model`: only where its decoding forward is the lean
+    one a static shape runs (a draft with a forward of its own, or a model the lean forward does not
+    cover, runs eagerly either way, and its curve keeps the eager key)."""
+    from .static import static_supported
+
+    return bool(graphs) and getattr(model, "timing_forward", None) is None and static_supported(model)
+
+
 @torch.inference_mode()
 def measure_forward_times(model, sizes: list[int], context_len: int = 200, repeats: int = 7,
-                          warmup: int = 2) -> dict[int, float]:
+                          warmup: int = 2, graphs: bool = False) -> dict[int, float]:
     """Median milliseconds of one forward over n new tokens (tree-style 4-D mask) after `context_len`.
+
+    `graphs`: time the static-buffer forwards the graphed decoders run (`static_forward_times`).
 
     It times the forward the decoders run (`timing_forward`: the lean Llama forward where
     it is exact, else transformers', or a draft's own level), over every row's logits. The sizes
     are timed in rounds, one forward of each per round, so a machine that slows down for a
     while slows every size alike instead of bending the curve (it once measured t(2) < t(1)).
     """
+    if graphs_timing(model, graphs):
+        return static_forward_times(model, sizes, context_len, repeats, warmup)
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     vocab = model.config.vocab_size
@@ -89,6 +109,44 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
             forward(*args, **kwargs)
             _sync(device)
             if i >= warmup:
+                times[n].append((time.perf_counter() - start) * 1000)
+    return {n: statistics.median(times[n]) for n in sizes}
+
+
+def causal_shape_spec(n: int) -> dict:
+    """A `StaticShape` spec of n new tokens after the context: row i writes slot origin + i at position
+    origin + i, sees the context and rows 0..i (causal), and returns its logits (what t(n) times)."""
+    rows = list(range(n))
+    return {"write_offsets": rows, "position_offsets": rows,
+            "block": torch.tril(torch.ones(n, n, dtype=torch.bool)), "rows": rows}
+
+
+@torch.inference_mode()
+def static_forward_times(model, sizes: list[int], context_len: int = 200, repeats: int = 7,
+                         warmup: int = 2) -> dict[int, float]:
+    """`measure_forward_times` through `engine.static`: one `StaticShape` per size on a session of its
+    own, captured on CUDA by the first warm-up call (so the capture is never timed) and replayed after;
+    eager on a CPU. The same rounds as the eager timing, one forward of each size per round."""
+    from .static import GraphSession, cache_capacity, full_vocabulary_head
+
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(0)
+    session = GraphSession(device, capture=device.type == "cuda", capacity=cache_capacity(context_len + max(sizes)))
+    forward = session.forward("timing", model, full_vocabulary_head(model))
+    forward.prefill(torch.randint(0, vocab, (1, context_len), generator=gen).to(device))
+    shapes = {}
+    for n in sizes:
+        shapes[n] = forward.shape(("causal", n), **causal_shape_spec(n))
+        shapes[n].ids.copy_(torch.randint(0, vocab, (1, n), generator=gen))
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for i in range(max(1, warmup) + repeats):
+        for n in sizes:
+            _sync(device)
+            start = time.perf_counter()
+            shapes[n](None, context_len)
+            _sync(device)
+            if i >= max(1, warmup):
                 times[n].append((time.perf_counter() - start) * 1000)
     return {n: statistics.median(times[n]) for n in sizes}
 
@@ -139,32 +197,38 @@ def save_cached(kind: str, key: str, data: dict) -> None:
     tmp.replace(path)
 
 
-def _curve_key(model, key: str, context_len: int) -> str:
-    return f"{key}-{forward_kind(model)}-ctx{context_len}"
+def _curve_key(model, key: str, context_len: int, graphs: bool = False) -> str:
+    # A graphed curve where graphs change the timing: `-graphs` (CUDA replays) or `-static` (a CPU's eager
+    # run of the same static shapes); an eager curve keeps the key it always had.
+    mode = ""
+    if graphs_timing(model, graphs):
+        mode = "-graphs" if next(model.parameters()).device.type == "cuda" else "-static"
+    return f"{key}-{forward_kind(model)}-ctx{context_len}{mode}"
 
 
 def cached_forward_curve(model, key: str, sizes: list[int] | None = None,
-                         context_len: int = 200) -> dict[int, float] | None:
+                         context_len: int = 200, graphs: bool = False) -> dict[int, float] | None:
     """The cached t(n) for `model`, or None: also tells a caller whether a curve it got was trusted."""
     sizes = sizes or default_sizes(next(model.parameters()).device)
-    cached = load_cached("forward", _curve_key(model, key, context_len))
+    cached = load_cached("forward", _curve_key(model, key, context_len, graphs))
     if cached and all(str(n) in cached.get("ms", {}) for n in sizes):
         return {n: float(cached["ms"][str(n)]) for n in sizes}
     return None
 
 
 def forward_curve(model, key: str, sizes: list[int] | None = None, context_len: int = 200,
-                  refresh: bool = False) -> dict[int, float]:
-    """t(n) in ms for `model`, cached under `key` (e.g. pair.key + ':target')."""
+                  refresh: bool = False, graphs: bool = False) -> dict[int, float]:
+    """t(n) in ms for `model`, cached under `key` (e.g. pair.key + ':target'); `graphs`: of the static-
+    buffer forwards (replays on CUDA), cached apart from the eager curve."""
     device = next(model.parameters()).device
     sizes = sizes or default_sizes(device)
-    cache_key = _curve_key(model, key, context_len)
-    cached = None if refresh else cached_forward_curve(model, key, sizes, context_len)
+    cache_key = _curve_key(model, key, context_len, graphs)
+    cached = None if refresh else cached_forward_curve(model, key, sizes, context_len, graphs)
     if cached:
         return cached
-    curve, contention = measured_with_contention(model, sizes, context_len, device)
+    curve, contention = measured_with_contention(model, sizes, context_len, device, graphs)
     if contention is None or contention <= CONTENDED_SHARE:
-        save_cached("forward", cache_key, {"key": key, "context_len": context_len,
+        save_cached("forward", cache_key, {"key": key, "context_len": context_len, "graphs": bool(graphs),
                                            "ms": {str(n): v for n, v in curve.items()}, "waiting_share": contention})
         return curve
     print(f"specviz: the forward-time curve of {key} was measured while other programs held the cores "
@@ -186,7 +250,7 @@ def with_contention(measure, device: torch.device):
     return result, (wait1 - wait0) / (wall * max(1, torch.get_num_threads()))
 
 
-def measured_with_contention(model, sizes: list[int], context_len: int,
-                             device: torch.device) -> tuple[dict[int, float], float | None]:
+def measured_with_contention(model, sizes: list[int], context_len: int, device: torch.device,
+                             graphs: bool = False) -> tuple[dict[int, float], float | None]:
     """t(n), and the share of the measuring threads' time spent waiting for a core (None off Linux)."""
-    return with_contention(lambda: measure_forward_times(model, sizes, context_len), device)
+    return with_contention(lambda: measure_forward_times(model, sizes, context_len, graphs=graphs), device)

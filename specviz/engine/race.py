@@ -175,15 +175,53 @@ def _close_quietly(decoder) -> None:
         pass
 
 
+def graphs_reason(mode: str, device) -> str:
+    """Why a race's decoders run graphs or not, where no hosting policy decided (`hosting.zerogpu_graphs`
+    does on ZeroGPU): recorded in each run's settings["graphs_reason"]."""
+    cuda = str(device).startswith("cuda")
+    if mode == "auto":
+        return "auto: on for a CUDA device" if cuda else "auto: off on a CPU (the eager step)"
+    if mode == "on" and not cuda:
+        return "on: the static-buffer step, run eagerly (no CUDA device to capture on)"
+    return f"{mode}: asked for"
+
+
+def graphs_words(runs_graphs, reason: str | None = None) -> str:
+    """The graphs of a run or race in words, from each run's `trace.graphs` (`GraphStats.to_dict`):
+    "graphs: replayed (N shapes, capture X ms)", "graphs: static, eager (CPU)" or "graphs: off", then
+    `reason` in brackets when given (a hosting policy's decision)."""
+    stats = [g for g in runs_graphs if g]
+    replayed = [g for g in stats if g.get("capturing") and g.get("replays")]
+    if replayed:
+        shapes = sum(g.get("shapes_captured", 0) + g.get("reused", 0) for g in replayed)
+        reused = sum(g.get("reused", 0) for g in replayed)
+        capture = sum(g.get("capture_ms", 0.0) for g in replayed)
+        words = f"graphs: replayed ({shapes} shapes, capture {capture:.0f} ms" + (
+            f", {reused} reused" if reused else "") + ")"
+        failed = sum(len(g.get("failed") or []) for g in stats)
+        words += f", {failed} shapes eager after a failed capture" if failed else ""
+    elif any(g.get("enabled") for g in stats):
+        words = "graphs: static, eager (CPU)" if not any(g.get("capturing") for g in stats) else \
+            "graphs: static, eager (capture failed)"
+    else:
+        words = "graphs: off"
+    return words + (f" ({reason})" if reason else "")
+
+
 def start_race(pair, prompt: str, methods: list[str], *, sampling=None, max_new_tokens: int = 128,
-               options: dict[str, dict] | None = None) -> Race:
+               options: dict[str, dict] | None = None, graphs: str = "auto",
+               graphs_reason_text: str | None = None) -> Race:
     """Build one decoder per method on `pair` (errors kept per method) and return the race.
+
+    `graphs` ('auto' | 'on' | 'off') goes to every decoder; why it was chosen (`graphs_reason_text`, or
+    `graphs_reason`) is recorded in each run's settings["graphs_reason"].
 
     Bad shared input (empty prompt, unknown method, bad sampling or length) raises
     `InvalidInput` at once; a method that cannot be built (not implemented, bad
     method option, load problem) gets the error in its own column.
     """
     from .decoder import validate_max_new_tokens
+    from .graphs import check_graphs
     from .methods import make_decoder
     from .sampling import SamplingConfig
     from .text import encode_prompt
@@ -194,6 +232,8 @@ def start_race(pair, prompt: str, methods: list[str], *, sampling=None, max_new_
     if unknown:
         raise InvalidInput(f"unknown method '{unknown[0]}' (choose from {', '.join(RACE_METHODS)})")
     sampling = (sampling or SamplingConfig()).validated()
+    graphs = check_graphs(graphs)
+    reason = graphs_reason_text or graphs_reason(graphs, pair.device)
     prompt_ids = encode_prompt(pair.tokenizer, prompt)
     # Settings shared by every method are checked once, up front, as one clear error.
     max_new_tokens = validate_max_new_tokens(max_new_tokens, len(prompt_ids), pair.max_context)
@@ -203,7 +243,8 @@ def start_race(pair, prompt: str, methods: list[str], *, sampling=None, max_new_
         try:
             decoders[method] = make_decoder(method, pair, prompt, sampling=sampling,
                                             max_new_tokens=max_new_tokens, prompt_ids=prompt_ids,
-                                            **options[method])
+                                            graphs=graphs, **options[method])
+            decoders[method].trace.settings["graphs_reason"] = reason
         except Exception as exc:
             decoders[method] = exc
     return Race(decoders, prompt, prompt_ids, sampling=sampling.to_dict(), options=options, pair=pair)
@@ -244,13 +285,16 @@ class PairCache:
 
 
 def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,
-                on_start: Callable[[Race], None] | None = None, max_run_seconds: float | None = None):
+                on_start: Callable[[Race], None] | None = None, max_run_seconds: float | None = None,
+                graphs_policy: Callable | None = None):
     """One race as a stream of plain, picklable events, wherever it runs (worker or app).
 
     ("status", text), ("start", RaceTrace), ("step", method, record, finish_reason,
     error) per target forward, and a final ("end", RaceTrace) once every cache is
     freed. `request` is a validated `specviz.request.RaceRequest`; the trace records
     it. `max_run_seconds` is the deployment's limit on one race (None: no limit).
+    `graphs_policy(pair, request)` (ZeroGPU's, `serve.ZeroGpu.graphs_decision`) may turn the request's
+    graphs setting into a decision with a reason; without one the request's setting is used as it is.
     Errors raise (the worker turns them into an ("error", ...) event).
     """
     yield ("status", f"Loading {request.label}…")
@@ -262,8 +306,12 @@ def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,
             all(v is None for k, v in options.get(m, {}).items() if k != "pool_from_prompt")]
     note = " ('auto' sizes: the first run on this machine measures forward times first)" if auto else ""
     yield ("status", f"Preparing the decoders{note}…")
+    graphs = getattr(request, "graphs", "auto") or "auto"
+    decision = graphs_policy(pair, request) if graphs_policy is not None else None
     race = start_race(pair, request.prompt, methods, sampling=request.sampling(),
-                      max_new_tokens=request.max_new_tokens, options=options)
+                      max_new_tokens=request.max_new_tokens, options=options,
+                      graphs=decision.mode if decision is not None else graphs,
+                      graphs_reason_text=decision.reason if decision is not None else None)
     race.trace.request = request.to_dict()
     if on_start is not None:
         on_start(race)

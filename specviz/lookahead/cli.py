@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from ..cliargs import add_model_args
+from ..cliargs import add_graphs_arg, add_model_args, graphs_from_args
 from .sizing import choose
 
 
@@ -20,14 +20,17 @@ def register(subparsers) -> None:
     p.add_argument("--refresh", action="store_true", help="re-measure instead of using the cached choice")
     p.add_argument("--top", type=int, default=15, help="rows of the table to print (text mode)")
     add_model_args(p)
+    add_graphs_arg(p)
     p.set_defaults(func=cmd_optimize)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
+    from ..engine.graphs import graphs_wanted
     from ..engine.models import load_pair
 
+    graphs = graphs_from_args(args)
     pair = load_pair(args.model, "self", device=args.device, dtype=args.dtype)
-    result = choose(pair, refresh=args.refresh)
+    result = choose(pair, refresh=args.refresh, graphs=graphs_wanted(graphs, pair.device))
     if args.json:
         print(json.dumps(result))
         return 0

@@ -50,7 +50,7 @@ class LookaheadDecoder(Decoder):
     lean = True  # False: transformers' own forward (A/B measurements, tests)
 
     def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, window=None, ngram=None,
-                 guesses=None, pool_from_prompt=True):
+                 guesses=None, pool_from_prompt=True, graphs="auto"):
         if not isinstance(pool_from_prompt, bool):
             raise InvalidInput(f"pool from prompt must be true or false, got {pool_from_prompt!r}")
         if not prompt_ids:
@@ -58,7 +58,7 @@ class LookaheadDecoder(Decoder):
         window, ngram, guesses, auto = resolve_settings(pair, window, ngram, guesses)
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens, settings={
             "window": window, "ngram": ngram, "guesses": guesses, "pool_from_prompt": pool_from_prompt,
-            "auto": auto})
+            "auto": auto}, graphs=graphs)
         self.W, self.N, self.G = window, ngram, guesses
         self.cache_len = 0
         self.t0: int | None = None          # last committed token, not yet in the cache

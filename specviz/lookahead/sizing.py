@@ -21,6 +21,10 @@ The model of E, stated plainly (it is a prior, not a measurement):
 (W, N, G) = (5, 3, 5) with the prompt pool measured 1.21 tokens per forward on a
 code prompt, and the model gives 1.24 there. It is a small model's rate; a larger
 model, or text that quotes its prompt, accepts more, so the choice errs small.
+
+Graphs: a decoder that runs its static-buffer step (`engine.graphs.graphs_wanted`: CUDA
+under `auto`) pays graph replays, whose t(n) is far flatter than eager launches', so its
+choice is made from the graphed curve (`forward_curve(graphs=True)`) and cached apart.
 """
 
 from __future__ import annotations
@@ -48,11 +52,14 @@ def _check(name: str, value) -> int:
     return value
 
 
-def resolve_settings(pair, window=None, ngram=None, guesses=None) -> tuple[int, int, int, bool]:
-    """(W, N, G, chosen_automatically) from user options; all None means auto."""
+def resolve_settings(pair, window=None, ngram=None, guesses=None, graphs="auto") -> tuple[int, int, int, bool]:
+    """(W, N, G, chosen_automatically) from user options; all None means auto, sized for the path the
+    decoder runs (`graphs`: its mode, 'auto' | 'on' | 'off')."""
+    from ..engine.graphs import graphs_wanted
+
     given = [v is not None for v in (window, ngram, guesses)]
     if not any(given):
-        choice = choose(pair)["choice"]
+        choice = choose(pair, graphs=graphs_wanted(graphs, pair.device))["choice"]
         return choice["window"], choice["ngram"], choice["guesses"], True
     if not all(given):
         raise InvalidInput("give all of window, ngram and guesses, or none of them (auto)")
@@ -111,21 +118,24 @@ def settings_table(curve: dict[int, float], accept_rate: float = ACCEPT_RATE) ->
     return rows
 
 
-def choose(pair, refresh: bool = False) -> dict:
-    """{"curve", "table", "choice", "accept_rate", "key"} for this target, device and dtype (cached)."""
+def choose(pair, refresh: bool = False, graphs: bool = False) -> dict:
+    """{"curve", "table", "choice", "accept_rate", "key"} for this target, device and dtype (cached);
+    `graphs`: from the static-buffer forwards' curve (replays on CUDA)."""
     from ..engine.models import dtype_name
     from ..engine.profiler import forward_curve, forward_kind, load_cached, save_cached
 
     # The draft plays no part in Lookahead: key on the target, device and dtype only.
     key = f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}"
+    curve_key = f"{key}:target"   # the curve's own key says graphs or not (`profiler._curve_key`)
+    key += "|graphs" if graphs else ""
     cached = None if refresh else load_cached("lookahead-auto", key)
     if cached and cached.get("version") == AUTO_VERSION and cached.get("accept_rate") == ACCEPT_RATE:
         return cached
-    raw = forward_curve(pair.target, f"{key}:target", sizes=CURVE_SIZES, refresh=refresh)
+    raw = forward_curve(pair.target, curve_key, sizes=CURVE_SIZES, refresh=refresh, graphs=graphs)
     curve = monotone({int(n): float(ms) for n, ms in raw.items()})
     table = settings_table(curve)
     best = table[0]
-    result = {"version": AUTO_VERSION, "key": key, "accept_rate": ACCEPT_RATE,
+    result = {"version": AUTO_VERSION, "key": key, "accept_rate": ACCEPT_RATE, "graphs": bool(graphs),
               "curve": {str(n): round(ms, 3) for n, ms in sorted(curve.items())},
               "table": table,
               "choice": {k: best[k] for k in ("window", "ngram", "guesses", "step_tokens",

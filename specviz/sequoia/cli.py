@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..cliargs import add_model_args, load_pair_for
+from ..cliargs import add_graphs_arg, add_model_args, graphs_from_args, load_pair_for
 from ..errors import InvalidInput
 
 
@@ -91,14 +91,16 @@ def cmd_profile_acceptance(args: argparse.Namespace) -> int:
 
 def cmd_optimize_tree(args: argparse.Namespace) -> int:
     from ..engine.sampling import SamplingConfig
-    from .sizing import plan_tree
+    from .sizing import graphs_decided, plan_tree
 
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p).validated()
     for name, v in (("--max-budget", args.max_budget), ("--max-depth", args.max_depth)):
         if v is not None and v < 2 - (name == "--max-depth"):
             raise InvalidInput(f"{name} is too small: {v}")
+    graphs = graphs_from_args(args)
     pair = load_pair_for(args, ["sequoia"])
-    plan = plan_tree(pair, sampling, args.max_budget, args.max_depth, refresh=args.refresh)
+    plan = plan_tree(pair, sampling, args.max_budget, args.max_depth, refresh=args.refresh,
+                     graphs=graphs_decided(pair, graphs))
     if args.json:
         print(json.dumps(plan))
         return 0
@@ -161,4 +163,5 @@ def register(sub) -> None:
     p.add_argument("--refresh", action="store_true", help="re-measure instead of using the cache")
     p.add_argument("--json", action="store_true", help="print the curve, table and choice as JSON")
     add_model_args(p)
+    add_graphs_arg(p)
     p.set_defaults(func=cmd_optimize_tree)

@@ -83,10 +83,11 @@ class SequoiaDecoder(Decoder):
     method = "sequoia"
     lean = True  # False: transformers' own forward for both models (A/B measurements, tests)
 
-    def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, tree_choice):
+    def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, tree_choice, graphs="auto"):
         """`tree_choice`: the tree, resolved before the decoder is built (`sizing.tree_choice`, which
-        `engine.methods.make_decoder` asks for): a fixed tree's parents, or an adaptive tree's limits."""
-        super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens)
+        `engine.methods.make_decoder` asks for): a fixed tree's parents, or an adaptive tree's limits.
+        `graphs`: 'auto' | 'on' | 'off' (`engine.graphs`), the static-buffer step where it is wanted."""
+        super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens, graphs=graphs)
         self.adaptive = tree_choice.parents is None
         if self.adaptive:
             # A level is read only where it can pay for itself (`adaptive.level_pays`), at these costs.

@@ -18,6 +18,11 @@ the app, cached per (pair, sampling, acceptance vector). `tree_choice` turns a
 decoder's options (auto, budget + depth, an explicit parent list, or adaptive) into
 its tree before the decoder is built (`engine.methods.make_decoder` asks
 `decoder_options`), so a decoder never sizes, profiles or races decoders itself.
+
+Graphs: a decoder that will run its static-buffer step (`engine.graphs.graphs_wanted`, on CUDA
+under `auto`) pays replays, not launches, so its tree is sized from the graphed curves
+(`forward_curve(graphs=True)`), its step costs fitted from graphed decoders' steps, and its
+plan cached apart (`|graphs` in the keys). `graphs` below is that decision, a bool.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..engine.graphs import check_graphs, graphs_wanted
 from ..engine.models import dtype_name
 from ..engine.profiler import (
     CONTENDED_SHARE,
@@ -63,20 +69,32 @@ def _model_key(name: str, pair) -> str:
     return f"{name}|{pair.device.type}|{dtype_name(pair.dtype)}:target"
 
 
-def measured_curves(pair, refresh: bool = False) -> tuple[dict[int, float], dict[int, float], bool]:
+def graphs_decided(pair, graphs) -> bool:
+    """Whether the decoder being sized runs its static-buffer step: `graphs` is a mode ('auto', 'on',
+    'off') or already that decision (a bool)."""
+    return graphs_wanted(check_graphs(graphs), pair.device)
+
+
+def decoder_graphs(graphs: bool) -> str:
+    """The mode the sizing's own decoders run with: the decision it sizes for, never re-decided."""
+    return "on" if graphs else "off"
+
+
+def measured_curves(pair, refresh: bool = False, graphs: bool = False) -> tuple[dict[int, float], dict[int, float], bool]:
     """(t_target(n), t_draft(n)) in ms, and whether both are trusted (measured on quiet cores, so cached).
 
-    The draft curve is the target's when it drafts for itself.
+    The draft curve is the target's when it drafts for itself. `graphs`: the static-buffer forwards' curves.
     """
     target_key = _model_key(pair.target_name, pair)
-    target_ms = forward_curve(pair.target, target_key, refresh=refresh)
-    trusted = cached_forward_curve(pair.target, target_key) == target_ms
+    target_ms = forward_curve(pair.target, target_key, refresh=refresh, graphs=graphs)
+    trusted = cached_forward_curve(pair.target, target_key, graphs=graphs) == target_ms
     if pair.draft_is_target:
         draft_ms = {n: target_ms[n] for n in DRAFT_SIZES if n in target_ms}
     else:
         draft_key = _model_key(pair.draft_name, pair)
-        draft_ms = forward_curve(pair.draft, draft_key, sizes=DRAFT_SIZES, refresh=refresh)
-        trusted = trusted and cached_forward_curve(pair.draft, draft_key, sizes=DRAFT_SIZES) == draft_ms
+        draft_ms = forward_curve(pair.draft, draft_key, sizes=DRAFT_SIZES, refresh=refresh, graphs=graphs)
+        trusted = trusted and cached_forward_curve(pair.draft, draft_key, sizes=DRAFT_SIZES,
+                                                   graphs=graphs) == draft_ms
     return target_ms, draft_ms, trusted
 
 
@@ -258,12 +276,12 @@ def calibration_trees(acceptance, by_depth, under_lower_ranks=None) -> list[list
     return trees
 
 
-def _costs_key(pair, sampling: SamplingConfig) -> str:
+def _costs_key(pair, sampling: SamplingConfig, graphs: bool = False) -> str:
     # Sampling pays for probabilities at every node that greedy does not, top-p / top-k for a sort or a
     # top-k over the vocabulary: the three are measured apart.
     mode = "greedy" if sampling.greedy else ("sampled" if sampling.top_p >= 1.0 and not sampling.top_k else "filtered")
     kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"
-    return f"{pair.key}|{kinds}|{mode}|cost-model-{COST_MODEL}"
+    return f"{pair.key}|{kinds}|{mode}|cost-model-{COST_MODEL}" + ("|graphs" if graphs else "")
 
 
 # Open-ended prompts, so a step count is reached before an end of text; what they say does not matter.
@@ -316,20 +334,21 @@ def _timed_steps(makers: list, steps: int, warmup: int) -> list[list[tuple[float
 
 
 def measure_step_times(pair, sampling: SamplingConfig, trees: list[list[int]], steps: int = 24,
-                       warmup: int = 3, max_new_tokens: int = 160) -> dict:
+                       warmup: int = 3, max_new_tokens: int = 160, graphs: bool = False) -> dict:
     """Real step times of the Sequoia decoder on each tree, and on a one-node tree, which is
     autoregressive decoding through the same machinery, for `fit_step_costs`: {"samples": [{parents,
     draft_ms, rest_ms}], "ar_ms": [...], "waiting_share": the share of the time the threads waited for
     a core (None off Linux)}.
 
-    Wall time around `step()`, so whatever a step costs (the trace record included) counts.
+    Wall time around `step()`, so whatever a step costs (the trace record included) counts. `graphs`:
+    the decoders run their static-buffer step (each tree's shapes captured in its warm-up steps).
     """
     ids = {p: encode_prompt(pair.tokenizer, p) for p in CALIBRATION_PROMPTS}
     room = {p: max(2, min(max_new_tokens, pair.max_context - len(ids[p]))) for p in CALIBRATION_PROMPTS}
 
     def maker(parents):
-        choice = tree_choice(pair, sampling, tree_parents=parents)
-        return lambda p: SequoiaDecoder(pair, p, ids[p], sampling, room[p], choice)
+        choice = tree_choice(pair, sampling, tree_parents=parents, graphs=graphs)
+        return lambda p: SequoiaDecoder(pair, p, ids[p], sampling, room[p], choice, graphs=decoder_graphs(graphs))
 
     timed, share = with_contention(
         lambda: _timed_steps([maker(t) for t in trees] + [maker([-1])], steps, warmup), pair.device)
@@ -340,14 +359,14 @@ def measure_step_times(pair, sampling: SamplingConfig, trees: list[list[int]], s
 
 
 def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, draft_ms: dict,
-                   curves_trusted: bool, refresh: bool = False) -> tuple[StepCosts, bool]:
+                   curves_trusted: bool, refresh: bool = False, graphs: bool = False) -> tuple[StepCosts, bool]:
     """This pair's StepCosts on this machine, and whether they are trusted (and so cached).
 
     Measured once (a few seconds of real decoding). The costs are residuals against the forward
     curves, so a cached entry holds only with the curves and calibration trees it was fitted with;
     costs from busy cores, or against curves from busy cores, are used for one plan and not kept.
     """
-    key = _costs_key(pair, sampling)
+    key = _costs_key(pair, sampling, graphs)
     trees = calibration_trees(acc["acceptance"], acc.get("by_depth"), acc.get("under_lower_ranks"))
     cached = None if refresh else load_cached("sequoia-step-costs", key)
     if cached and cached.get("trees") == trees and cached.get("target_ms") == _rounded(target_ms) \
@@ -356,7 +375,7 @@ def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, d
             return StepCosts(**cached["costs"]), True
         except (KeyError, TypeError):
             pass   # a damaged entry is re-measured, never fatal
-    measured = measure_step_times(pair, sampling, trees)
+    measured = measure_step_times(pair, sampling, trees, graphs=graphs)
     costs = fit_step_costs(measured["samples"], measured["ar_ms"], monotone(target_ms), monotone(draft_ms),
                            measured.get("ar_target_ms"))
     share = measured.get("waiting_share")
@@ -376,7 +395,8 @@ RACE_TOKENS = 64
 ADAPTIVE_MARGIN = 1.03
 
 
-def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int = RACE_TOKENS) -> dict:
+def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int = RACE_TOKENS,
+               graphs: bool = False) -> dict:
     """Tokens per second of the DP tree `parents` and of the adaptive tree, decoding the same prompts here.
 
     The DP tree is optimal for the *average* acceptance; the adaptive tree follows the draft's
@@ -386,11 +406,15 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int =
     around `step()`, the prefill left out.
     """
     ids = {p: encode_prompt(pair.tokenizer, p) for p in RACE_PROMPTS}
-    choices = {"tree": tree_choice(pair, sampling, tree_parents=parents),
-               "adaptive": tree_choice(pair, sampling, tree="adaptive")}
-    makers = {k: (lambda p, c=c: SequoiaDecoder(pair, p, ids[p], sampling, tokens, c)) for k, c in choices.items()}
+    choices = {"tree": tree_choice(pair, sampling, tree_parents=parents, graphs=graphs),
+               "adaptive": tree_choice(pair, sampling, tree="adaptive", graphs=graphs)}
+    mode = decoder_graphs(graphs)
+    makers = {k: (lambda p, c=c: SequoiaDecoder(pair, p, ids[p], sampling, tokens, c, graphs=mode))
+              for k, c in choices.items()}
 
     def race() -> dict:
+        if graphs:   # capture each decoder's shapes before the clock runs: capture is a one-off, not a step cost
+            _capture_shapes(makers.values(), RACE_PROMPTS[0])
         done = {k: [0, 0.0] for k in makers}   # tokens, ms
         for prompt in RACE_PROMPTS:
             decoders = {k: make(prompt) for k, make in makers.items()}
@@ -411,7 +435,7 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int =
 
     done, share = with_contention(race, pair.device)
     rate = {k: 1000 * n / max(ms, 1e-9) for k, (n, ms) in done.items()}
-    budget = adaptive_plan(pair)[0]
+    budget = adaptive_plan(pair, graphs=graphs)[0]
     return {"prompts": len(RACE_PROMPTS), "tokens": {k: n for k, (n, _) in done.items()},
             "adaptive_budget": budget["max_nodes"], "adaptive_budget_from": budget["tree_budget_from"],
             "tree_tokens_per_s": round(rate["tree"], 2), "adaptive_tokens_per_s": round(rate["adaptive"], 2),
@@ -419,8 +443,22 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int =
             "margin": ADAPTIVE_MARGIN, "adaptive_rule": ADAPTIVE_RULE, "waiting_share": share}
 
 
+def _capture_shapes(makers, prompt: str, steps: int = 4) -> None:
+    """A few untimed steps of each decoder, so a graphed decoder's shapes are captured (and kept on the
+    model for the timed decoders, `engine.static.checkout`) before anything is timed."""
+    for make in makers:
+        decoder = make(prompt)
+        try:
+            for _ in range(steps):
+                if decoder.done:
+                    break
+                decoder.step()
+        finally:
+            decoder.close()
+
+
 def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | None = None,
-              max_depth: int | None = None, refresh: bool = False) -> dict:
+              max_depth: int | None = None, refresh: bool = False, graphs: bool = False) -> dict:
     """Everything `--tree auto` decides, as plain data: curves, step costs, table, choice (cached).
 
     The step costs are fitted from the real decoder's steps, and the choice raced against the
@@ -432,22 +470,24 @@ def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | No
     acc = acceptance_for(pair, sampling)
     kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"   # curves belong to the forwards timed
     key = (f"{pair.key}|{kinds}|T{sampling.temperature:g}|p{sampling.top_p:g}|k{sampling.top_k}"
-           f"|N{max_budget}|D{max_depth}")
+           f"|N{max_budget}|D{max_depth}") + ("|graphs" if graphs else "")
     cached = None if refresh else load_cached("sequoia-plan", key)
-    costs_entry = load_cached("sequoia-step-costs", _costs_key(pair, sampling)) or {}
+    costs_entry = load_cached("sequoia-step-costs", _costs_key(pair, sampling, graphs)) or {}
     if cached and cached.get("acceptance") == list(acc["acceptance"]) and \
             cached.get("acceptance_by_depth") == acc.get("by_depth") and cached.get("cost_model") == COST_MODEL \
             and cached.get("acceptance_under_lower_ranks") == acc.get("under_lower_ranks") \
             and cached.get("step_costs") == costs_entry.get("costs") and cached.get("race") is not None \
             and cached["race"].get("adaptive_rule") == ADAPTIVE_RULE:
         return cached
-    target_ms, draft_ms, curves_trusted = measured_curves(pair, refresh=refresh)
-    costs, trusted = step_costs_for(pair, sampling, acc, target_ms, draft_ms, curves_trusted, refresh=refresh)
+    target_ms, draft_ms, curves_trusted = measured_curves(pair, refresh=refresh, graphs=graphs)
+    costs, trusted = step_costs_for(pair, sampling, acc, target_ms, draft_ms, curves_trusted, refresh=refresh,
+                                    graphs=graphs)
     plan = plan_from_curves(acc["acceptance"], target_ms, draft_ms, max_budget, max_depth, acc.get("by_depth"),
                             costs=costs, under_lower_ranks=acc.get("under_lower_ranks"))
     plan.update(key=pair.key, device=str(pair.device), dtype=dtype_name(pair.dtype),
-                acceptance_source=acc["source"], temperature=sampling.temperature, top_p=sampling.top_p)
-    race = plan["race"] = race_trees(pair, sampling, plan["choice"]["parents"])
+                acceptance_source=acc["source"], temperature=sampling.temperature, top_p=sampling.top_p,
+                graphs=bool(graphs))
+    race = plan["race"] = race_trees(pair, sampling, plan["choice"]["parents"], graphs=graphs)
     plan["chosen"] = "adaptive" if race["adaptive_over_tree"] >= ADAPTIVE_MARGIN else "dp"
     share = race["waiting_share"]
     trusted = trusted and (share is None or share <= CONTENDED_SHARE)
@@ -466,7 +506,8 @@ def _check_int(name: str, value, low: int) -> int:
     return value
 
 
-def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents) -> tuple[list[int] | None, dict]:
+def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents,
+                 graphs: bool = False) -> tuple[list[int] | None, dict]:
     """The tree to use (a breadth-first parent list) and settings that say where it came from."""
     if tree_parents is not None:
         parents = check_parents(tree_parents)
@@ -474,7 +515,7 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents) -> tuple
             raise InvalidInput(f"a tree of {len(parents)} nodes is too large (at most {MAX_TREE_BUDGET})")
         return parents, {"tree": "explicit"}
     if tree_budget is None and tree_depth is None:
-        plan = plan_tree(pair, sampling)
+        plan = plan_tree(pair, sampling, graphs=graphs)
         choice = plan["choice"]
         if plan.get("chosen") == "adaptive":   # None: the decoder grows an adaptive tree each step
             return None, {"tree_sizing": "auto", "acceptance": plan["acceptance"],
@@ -516,26 +557,29 @@ class TreeChoice:
 
 
 def tree_choice(pair, sampling: SamplingConfig | None = None, tree_budget=None, tree_depth=None, tree_parents=None,
-                tree=None, tree_threshold=None) -> TreeChoice:
+                tree=None, tree_threshold=None, graphs="auto") -> TreeChoice:
     """The tree a Sequoia decoder runs, from its options: `tree="adaptive"`, an explicit parent list,
-    budget + depth, or neither (`auto`: `plan_tree`, which may choose the adaptive tree)."""
+    budget + depth, or neither (`auto`: `plan_tree`, which may choose the adaptive tree). `graphs`: the
+    decoder's graphs mode (or whether it runs graphs): `auto` sizes for what that path pays."""
     sampling = (sampling or SamplingConfig()).validated()
+    graphs = graphs_decided(pair, graphs)
     parents, settings = (None, {}) if tree == "adaptive" else resolve_tree(
-        pair, sampling, tree_budget, tree_depth, tree_parents)
+        pair, sampling, tree_budget, tree_depth, tree_parents, graphs)
     if parents is not None:
         shape = TreeShape.from_parents(parents)
         return TreeChoice(parents, {"tree_budget": shape.size, "tree_depth": shape.depth, "tree_parents": parents,
                                     **settings})
     # By default an adaptive tree holds only the nodes the target reads for free (`adaptive_plan`).
-    plan, costs = adaptive_plan(pair, tree_budget, tree_depth, tree_parents, tree_threshold)
+    plan, costs = adaptive_plan(pair, tree_budget, tree_depth, tree_parents, tree_threshold, graphs=graphs)
     return TreeChoice(None, {**settings, "tree": "adaptive", "tree_budget": plan["max_nodes"],
                              "tree_depth": plan["max_depth"], "level_cost": round(costs["draft"][1], 4),
                              "level_cost_from": costs["from"], **plan}, plan, costs)
 
 
-def decoder_options(pair, sampling: SamplingConfig | None = None, **options) -> dict:
-    """`engine.methods.make_decoder`'s question to this room: the decoder's options, its tree resolved."""
-    return {"tree_choice": tree_choice(pair, sampling, **options)}
+def decoder_options(pair, sampling: SamplingConfig | None = None, graphs="auto", **options) -> dict:
+    """`engine.methods.make_decoder`'s question to this room: the decoder's options, its tree resolved
+    for the path the decoder will run (`graphs`, which make_decoder passes to the decoder itself)."""
+    return {"tree_choice": tree_choice(pair, sampling, graphs=graphs, **options)}
 
 
 # An adaptive tree (`adaptive.py`): the draft's confidence shapes each step's tree within these limits.
@@ -564,7 +608,8 @@ def adaptive_settings(tree_budget=None, tree_depth=None, tree_parents=None, thre
             "threshold": float(tau)}
 
 
-def adaptive_plan(pair, tree_budget=None, tree_depth=None, tree_parents=None, threshold=None) -> tuple[dict, dict]:
+def adaptive_plan(pair, tree_budget=None, tree_depth=None, tree_parents=None, threshold=None,
+                  graphs: bool = False) -> tuple[dict, dict]:
     """An adaptive tree's limits, and the costs it weighs its draft levels against (`adaptive_costs`).
 
     Without a budget given, a tree holds as many nodes as the target reads at about the price of one
@@ -577,7 +622,7 @@ def adaptive_plan(pair, tree_budget=None, tree_depth=None, tree_parents=None, th
     *The race*).
     """
     plan = adaptive_settings(tree_budget, tree_depth, tree_parents, threshold)
-    costs = adaptive_costs(pair, plan["max_nodes"])
+    costs = adaptive_costs(pair, plan["max_nodes"], graphs)
     if tree_budget is not None:
         plan["tree_budget_from"] = "given"
         return plan, costs
@@ -598,7 +643,7 @@ def forward_weight_bytes(model) -> int:
     return body + n_rows * int(model.config.hidden_size) * next(model.parameters()).element_size()
 
 
-def adaptive_costs(pair, max_nodes: int) -> dict:
+def adaptive_costs(pair, max_nodes: int, graphs: bool = False) -> dict:
     """What an adaptive tree weighs a draft level against (`adaptive.level_pays`).
 
     {"target": [cost of a target forward over n nodes], "draft": [cost of a draft level over n
@@ -607,11 +652,11 @@ def adaptive_costs(pair, max_nodes: int) -> dict:
     each forward reads ("weights"). Never measured here, so a run starts at once and a seeded
     run's trees do not depend on a timing.
     """
-    target = cached_forward_curve(pair.target, _model_key(pair.target_name, pair))
+    target = cached_forward_curve(pair.target, _model_key(pair.target_name, pair), graphs=graphs)
     if pair.draft_is_target:
         draft = target
     else:
-        draft = cached_forward_curve(pair.draft, _model_key(pair.draft_name, pair), sizes=DRAFT_SIZES)
+        draft = cached_forward_curve(pair.draft, _model_key(pair.draft_name, pair), sizes=DRAFT_SIZES, graphs=graphs)
     if target and draft:
         target, draft, source = monotone(target), monotone(draft), "measured"
     else:

@@ -8,7 +8,7 @@ runs a race, and its result names each method's text, token ids, speed and
 verdict, and the race's trace (a served file; gradio_client downloads it and
 gives its local path). docs/api.md documents the contract; keep the names.
 
-`takes_race_settings` gives a function the 18 settings as its signature, built
+`takes_race_settings` gives a function the 19 settings as its signature, built
 from `RaceRequest`, so the page's event and this endpoint list them once.
 """
 
@@ -27,7 +27,7 @@ TRACE_NAME = "specviz-trace.json"
 
 
 def settings_signature(defaults: RaceRequest | None = None) -> inspect.Signature:
-    """(the 18 settings, request: gr.Request): with `defaults`, every setting but the prompt has one."""
+    """(the 19 settings, request: gr.Request): with `defaults`, every setting but the prompt has one."""
     hints = typing.get_type_hints(RaceRequest)
     params = []
     for name in RaceRequest.names():
@@ -43,7 +43,7 @@ def settings_signature(defaults: RaceRequest | None = None) -> inspect.Signature
 
 def takes_race_settings(handler, defaults: RaceRequest | None = None, returns=inspect.Signature.empty,
                         stream: bool = False):
-    """`handler(settings: dict, request)` as a function of the 18 settings (then Gradio's request), the
+    """`handler(settings: dict, request)` as a function of the 19 settings (then Gradio's request), the
     signature Gradio reads to pass the page's inputs or an API call's arguments by name."""
     signature = settings_signature(defaults).replace(return_annotation=returns)
 
@@ -88,6 +88,7 @@ def method_result(trace: RaceTrace, method: str, ar_rate: float) -> dict:
         "identical_to_ar": identical,   # None: not decided (sampled, or autoregressive did not run)
         "verdict": verdict,
         "target_forwards": run.target_forwards,
+        "graphs": run.graphs,   # `engine.graphs.GraphStats.to_dict` (None: a trace from before graphs)
         "finish_reason": run.finish_reason,
         "error": run.error,
     }
@@ -104,6 +105,7 @@ def race_result(trace: RaceTrace, trace_file: dict) -> dict:
         "draft": trace.draft_name,
         "device": trace.device,
         "dtype": trace.dtype,
+        "graphs": html.race_graphs_words(trace),
         "cancelled": trace.cancelled,
         "request": trace.request,
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..request import CUSTOM, DTYPES, METHOD_NAMES, RANGES, RaceRequest
+from ..request import CUSTOM, DTYPES, GRAPHS_MODES, METHOD_NAMES, RANGES, RaceRequest
 from . import hardware, html, narrate, svg, whatif
 from .content import EXAMPLES, SIZING_CHOICES, SIZING_NOTE, TREE_CHOICES, WORKSHOP
 from .views import COLUMNS
@@ -43,7 +43,7 @@ class Page:
     race_outputs: Outputs
 
     def race_inputs(self) -> list:
-        """The 18 race settings' components, in `RaceRequest.names()` order."""
+        """The 19 race settings' components, in `RaceRequest.names()` order."""
         return [getattr(self, name) for name in RaceRequest.names()]
 
 
@@ -133,8 +133,12 @@ def _method_settings(page: Page, init: RaceRequest) -> None:
                     page.guesses = gr.Number(value=init.guesses, precision=0, label="G (guesses)")
                 page.pool_from_prompt = gr.Checkbox(value=init.pool_from_prompt,
                                                     label="Seed the n-gram pool from the prompt")
-            page.dtype = gr.Dropdown(list(DTYPES), value=init.dtype,
-                                     label="Precision (fp32 = exact greedy equality)")
+            with gr.Column():
+                page.dtype = gr.Dropdown(list(DTYPES), value=init.dtype,
+                                         label="Precision (fp32 = exact greedy equality)")
+                page.graphs = gr.Dropdown(list(GRAPHS_MODES), value=init.graphs, elem_id="sv-graphs",
+                                          label="CUDA graphs (auto: on for a GPU; on a CPU 'on' runs the "
+                                                "static step eagerly)")
         gr.Markdown(SIZING_NOTE, elem_id="sv-sizing-note")
 
 

@@ -77,7 +77,7 @@ class PageHandlers:
 
     def race(self, settings: dict, request: gr.Request | None = None):
         """The Start race button: stream the race's texts and views, then its full view. `settings`: the
-        18 race settings by name (see `api.takes_race_settings`)."""
+        19 race settings by name (see `api.takes_race_settings`)."""
         session = session_of(request)
         prune_session_config(self.demo, session)   # what the last run's final view left behind
         control = self._register(session)

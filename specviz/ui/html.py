@@ -290,9 +290,21 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
                         f'padding:10px 14px;margin:6px 0;font-size:18px"><b>{icon} {esc(label)}:'
                         f'</b> {esc(v["message"])}{extra}</div>')
     meta = (f'<div style="color:#6b7280;font-size:13px;margin-top:6px">{esc(race.target_name)} · draft '
-            f'{esc(race.draft_name)} · {esc(race.device)} {esc(race.dtype)} · {esc(sampling_words(race.sampling))}'
+            f'{esc(race.draft_name)} · {esc(race.device)} {esc(race.dtype)} · {esc(race_graphs_words(race))} · '
+            f'{esc(sampling_words(race.sampling))}'
             f'{" · stopped early" if race.cancelled else ""}</div>')
     return f'<div class="sv-summary">{"".join(verdicts)}{table}{meta}</div>'
+
+
+def race_graphs_words(race) -> str:
+    """The summary line's graphs: "graphs: replayed (N shapes, capture X ms)", "graphs: static, eager (CPU)"
+    or "graphs: off" (with ZeroGPU's reason when its policy decided)."""
+    from ..engine.race import graphs_words
+
+    runs = [run for run in race.runs.values() if run is not None]
+    # Only a hosting policy's decision is worth the line's room (the default reasons restate the setting).
+    reasons = [(run.settings or {}).get("graphs_reason") or "" for run in runs]
+    return graphs_words([run.graphs for run in runs], next((r for r in reasons if "ZeroGPU" in r), None))
 
 
 def table_html(rows: list[dict], title: str, highlight: dict | None = None, limit: int = 12,

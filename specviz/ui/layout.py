@@ -105,11 +105,12 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
     if gpu_duration is not None:
         limits = limits.within_gpu_call(gpu_duration)
     seconds_for = getattr(gpu, "seconds", None)
+    graphs_policy = getattr(gpu, "graphs_decision", None)   # ZeroGPU: whether capture pays for this race
 
     def compute(control, request):
         # A closure, so ZeroGPU pickles only the request and the yields, never the model cache.
         race_limits = limits if seconds_for is None else limits.within_gpu_call(seconds_for(request))
-        yield from race_events(pairs, race_limits, control, request)
+        yield from race_events(pairs, race_limits, control, request, graphs_policy)
 
     if gpu is not None:
         compute = gpu(compute)

@@ -50,11 +50,12 @@ class WorkerRunFailed(RuntimeError):
     """The worker's race failed with an unexpected error (its message says which)."""
 
 
-def race_events(pairs, limits, control: RaceControl | None, request):
+def race_events(pairs, limits, control: RaceControl | None, request, graphs_policy=None):
     """The race run in this process, as ("status", str) and ("trace", RaceTrace, done) events.
 
     It is the function ZeroGPU runs on the GPU (and the fallback when the worker
-    cannot start), so it takes and yields picklable values only. `request` is validated.
+    cannot start), so it takes and yields picklable values only. `request` is validated;
+    `graphs_policy` is ZeroGPU's graphs decision (`serve.ZeroGpu.graphs_decision`), else None.
     """
     from ..engine import race as engine
 
@@ -65,7 +66,7 @@ def race_events(pairs, limits, control: RaceControl | None, request):
     should_stop = (lambda: control.stop.is_set()) if control is not None else (lambda: False)
     trace = None
     for event in engine.race_events(pairs, request, should_stop, on_start=attach,
-                                    max_run_seconds=limits.max_run_seconds):
+                                    max_run_seconds=limits.max_run_seconds, graphs_policy=graphs_policy):
         if event[0] == "status":
             yield event
         elif event[0] == "start":
