@@ -137,3 +137,25 @@ def test_ar_step_has_no_graph_breaks(pair_fp32):
     assert explained.graph_break_count == 0, explained.break_reasons
     assert explained.graph_count == 1
     decoder.run()
+
+
+def test_bench_reports_the_hosts_share_of_a_replayed_step():
+    """Wall less capture less the replays' GPU time, per forward: the split the 0.5 ms target is about."""
+    from specviz.benchmark.report import markdown_table
+    from specviz.benchmark.runner import BenchRecord, graphs_summary
+
+    def record(wall_s, replay_ms, replays=10):
+        graphs = {"enabled": True, "capturing": True, "replays": replays, "replay_ms": replay_ms,
+                  "shapes_captured": 1, "reused": 0}
+        return BenchRecord("p", "chat", "ar", [1] * 10, "", 10, wall_s, 0.0, graphs=graphs, capture_ms=100.0)
+
+    summary = graphs_summary([record(0.150, 45.0), record(0.160, 50.0), record(0.170, 40.0)])
+    assert summary["graphs"] == "replayed"
+    assert summary["host_ms_per_step"] == pytest.approx(1.0)   # the median of 0.5, 1 and 3 ((160 - 100 - 50) / 10)
+    row = {"suite": "chat", "method": "ar", "tokens_per_second": 1.0, "tokens_per_second_q1": 1.0,
+           "tokens_per_second_q3": 1.0, "speedup_vs_ar": None, "tokens_per_forward": 1.0, "accepted_length": 0.0,
+           "same_as_ar": None, **summary}
+    assert "replayed, host 1.00 ms/step" in markdown_table([row])
+    eager = record(0.1, 0.0, replays=0)
+    eager.graphs["capturing"] = False
+    assert graphs_summary([eager])["host_ms_per_step"] is None

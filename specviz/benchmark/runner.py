@@ -561,7 +561,16 @@ def graphs_summary(recs: list[BenchRecord]) -> dict:
         label = "off"
     capture = sum(r.capture_ms + float((r.settings or {}).get("warmup_capture_ms") or 0.0) for r in recs)
     shapes = max(g.get("shapes_captured", 0) + g.get("reused", 0) for g in stats)
-    return {"graphs": label, "capture_ms": capture, "graph_shapes": shapes}
+    return {"graphs": label, "capture_ms": capture, "graph_shapes": shapes, "host_ms_per_step": _host_share(recs)}
+
+
+def _host_share(recs: list[BenchRecord]) -> float | None:
+    """Median ms per step outside the replays (wall less capture less the replays' GPU time, per target
+    forward): the host's loop and the eager ops between graphs, which replays cannot hide. None unless
+    graphs replayed."""
+    shares = [(r.wall_seconds * 1000 - r.capture_ms - r.graphs["replay_ms"]) / max(1, r.target_forwards)
+              for r in recs if r.graphs and r.graphs.get("replays") and "replay_ms" in r.graphs]
+    return statistics.median(shares) if shares else None
 
 
 def _tree_summary(recs: list[BenchRecord]) -> dict:
@@ -589,6 +598,7 @@ def format_table(rows: list[dict]) -> str:
                      f"{speed_iqr:>11} {r['tokens_per_forward']:>7.2f} {r['accepted_length']:>7.2f} "
                      f"{r['same_as_ar'] or '-':>6} {r.get('graphs') or '-':>12} {_capture_text(r):>9}"
                      + (f"  {r['tree']}, depth {r['tree_depth_mean']:.1f}" if r.get("tree_depth_mean") else "")
+                     + (f"  {host_share_text(r)}" if r.get("host_ms_per_step") is not None else "")
                      + (f"  {r['note']}" if r.get("note") else ""))
     return "\n".join(lines)
 
@@ -596,6 +606,12 @@ def format_table(rows: list[dict]) -> str:
 def _capture_text(row: dict) -> str:
     capture = row.get("capture_ms")
     return "-" if capture is None else f"{capture:.0f} ms"
+
+
+def host_share_text(row: dict) -> str:
+    """'host 0.42 ms/step' where graphs replayed (see `_host_share`), else ''."""
+    share = row.get("host_ms_per_step")
+    return "" if share is None else f"host {share:.2f} ms/step"
 
 
 # -- what ran where ----------------------------------------------------------------------
