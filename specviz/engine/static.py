@@ -107,12 +107,9 @@ class StaticForward:
     def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
         """Move the K/V of `slots` (a fixed-length index; entries past the kept ones may repeat) to
         prefix_len, prefix_len + 1, ...: slots past the kept ones get whatever, masked until rewritten."""
+        destination = self.columns[:slots.numel()] + prefix_len   # on the device already: no host copy
         for cache in (self.lean.all_keys, self.lean.all_values):
-            cache.index_copy_(3, slots.new_tensor(0) + prefix_len + self._arange(slots.numel()),
-                              cache.index_select(3, slots))
-
-    def _arange(self, n: int) -> torch.Tensor:
-        return self.columns[:n]
+            cache.index_copy_(3, destination, cache.index_select(3, slots))
 
 
 def static_supported(model) -> bool:
