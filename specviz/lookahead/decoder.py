@@ -6,6 +6,12 @@ yields W n-grams for the pool; the verification branch checks up to G pool
 n-grams that follow the last committed token. Accepted candidate tokens plus
 the target's own next token are emitted, so a step yields 1..N tokens, and the
 output is exactly greedy (or sampled) decoding of the target.
+
+With graphs (`graphs="on"`, or "auto" on CUDA) the step runs over static buffers: one fixed shape per
+warm-up fill level, always G candidates (missing ones padded with n-grams nobody sees and verification
+skips), so each shape is one CUDA graph. The window and the pool stay host-side Python; the host sends
+the step's ids in one copy, the device runs the forward, the window's argmax and the verification
+(`device_verify.py`), and one read brings back the new level and the verdict.
 """
 
 from __future__ import annotations
