@@ -6,6 +6,12 @@ yields W n-grams for the pool; the verification branch checks up to G pool
 n-grams that follow the last committed token. Accepted candidate tokens plus
 the target's own next token are emitted, so a step yields 1..N tokens, and the
 output is exactly greedy (or sampled) decoding of the target.
+
+With graphs (`graphs="on"`, or "auto" on CUDA) the step runs over static buffers: one fixed shape per
+warm-up fill level, always G candidates (missing ones padded with n-grams nobody sees and verification
+skips), so each shape is one CUDA graph. The window and the pool stay host-side Python; the host sends
+the step's ids in one copy, the device runs the forward, the window's argmax and the verification
+(`device_verify.py`), and one read brings back the new level and the verdict.
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ import random
 
 import torch
 
-from ..draws import first_argmax
+from ..draws import first_argmax, race_sample
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.lean import make_forward
 from ..engine.sampling import next_token, probs_from_logits
+from ..engine.static import cache_capacity, checkout, release, static_supported
 from ..errors import InvalidInput
 from ..trace import (
     PHASE_TARGET,
@@ -29,10 +36,11 @@ from ..trace import (
     NgramCandidate,
     StepRecord,
 )
+from .device_verify import greedy_verdict, sampled_verdict, unpack
 from .pool import NgramPool
 from .sizing import resolve_settings
 from .verify import greedy_verify, sampling_verify
-from .window import build_layout
+from .window import LookaheadLayout, build_layout
 
 
 class _LazyProbs:
@@ -43,6 +51,22 @@ class _LazyProbs:
 
     def __getitem__(self, kj):
         return probs_from_logits(self.logits[kj], self.sampling)
+
+
+class _StagedInputs:
+    """A step's host-built inputs, sent to the device in one copy (from pinned memory on CUDA, so it does
+    not wait; the buffer is rewritten only after the step's read, when that copy is long done)."""
+
+    def __init__(self, size: int, device: torch.device):
+        cuda = device.type == "cuda"
+        self.host = torch.zeros(size, dtype=torch.long, pin_memory=cuda)
+        self.device_copy = torch.zeros(size, dtype=torch.long, device=device) if cuda else self.host
+
+    def put(self, values: list[int]) -> torch.Tensor:
+        self.host[:len(values)] = torch.tensor(values, dtype=torch.long)
+        if self.device_copy is not self.host:
+            self.device_copy.copy_(self.host, non_blocking=True)
+        return self.device_copy
 
 
 class LookaheadDecoder(Decoder):
@@ -66,16 +90,20 @@ class LookaheadDecoder(Decoder):
 
         # Everything shape-dependent is built here, once: one layout per warm-up fill level.
         self.layouts = [build_layout(window, ngram, guesses, fill) for fill in range(ngram - 1)]
-        self.mask_blocks = [lay.mask_block(dtype, self.device) for lay in self.layouts]
-        self.offsets = [lay.offsets.to(self.device) for lay in self.layouts]
-        self.logits_index = [lay.logits_index.to(self.device) for lay in self.layouts]
         n_max = max(lay.n_max for lay in self.layouts)
-        # The lean Llama forward where it is exact, else transformers'; one cache slot per token it can hold.
-        self.forward = make_forward(pair.target, len(self.prompt_ids) + self.max_new_tokens + n_max,
-                                    lean=self.lean)
-        self.committed_mask = torch.zeros(1, 1, n_max, len(self.prompt_ids) + self.max_new_tokens,
-                                          dtype=dtype, device=self.device)
         self.max_position = pair.max_context - 1
+        self.session = None
+        if self.static_wanted and static_supported(pair.target):
+            self._init_static(n_max)
+        else:
+            self.mask_blocks = [lay.mask_block(dtype, self.device) for lay in self.layouts]
+            self.offsets = [lay.offsets.to(self.device) for lay in self.layouts]
+            self.logits_index = [lay.logits_index.to(self.device) for lay in self.layouts]
+            # The lean Llama forward where it is exact, else transformers'; one cache slot per token it can hold.
+            self.forward = make_forward(pair.target, len(self.prompt_ids) + self.max_new_tokens + n_max,
+                                        lean=self.lean)
+            self.committed_mask = torch.zeros(1, 1, n_max, len(self.prompt_ids) + self.max_new_tokens,
+                                              dtype=dtype, device=self.device)
 
         # Window guesses come from a private stream: deterministic for a seed, never the global RNG.
         self.rng = random.Random(self.sampling.seed if self.sampling.seed is not None else 0)
@@ -85,9 +113,32 @@ class LookaheadDecoder(Decoder):
         if pool_from_prompt:
             self.pool.seed_from_prompt(self.prompt_ids)
 
+    def _init_static(self, n_max: int) -> None:
+        """The static-buffer step's state: one fixed shape per warm-up fill level, each always verifying G
+        candidates (missing ones padded), so a CUDA graph per shape replays every step of a run."""
+        target = self.pair.target
+        capacity = cache_capacity(len(self.prompt_ids) + self.max_new_tokens + n_max)
+        self.session = checkout(target, self.method, capacity, self.device.type == "cuda")
+        self.forward = self.session.forward("target", target)
+        self.shapes = [self._static_shape(layout) for layout in self.layouts]
+        self.staged = _StagedInputs(1 + n_max, self.device)
+        self.candidate_numbers = torch.arange(self.G, device=self.device)
+        self.ngram_slots = torch.arange(self.N - 1, device=self.device)
+        self.graph_stats = self.session.runner.stats
+
+    def _static_shape(self, layout: LookaheadLayout):
+        """The layout at all G candidates: a padding candidate's rows see t0 and their own block only, and
+        no other row sees them, so they change nothing the step reads (verification skips them too)."""
+        return self.forward.shape(
+            (self.W, self.N, self.G, layout.fill), write_offsets=list(range(layout.n_max)),
+            position_offsets=layout.offsets.tolist(), block=layout.allowed, rows=layout.logits_index.tolist(),
+            max_position=self.max_position)
+
     # -- one step ------------------------------------------------------------------------
 
     def _step(self) -> StepRecord:
+        if self.session is not None:
+            return self._static_step()
         if self.t0 is None:
             return self._prefill()
         timer = PhaseTimer(self.device)
@@ -119,14 +170,57 @@ class LookaheadDecoder(Decoder):
             first_probs = probs_from_logits(logits[layout.t0_row], self.sampling)
             cand_probs = _LazyProbs(logits[cand_rows:].view(n_cand, cand_len, logits.shape[-1]), self.sampling)
             verdict = sampling_verify(candidates, first_probs, cand_probs, self.generator)
+        return self._conclude(timer, layout, t0, ctx, candidates, window_in, new_level, verdict, n_in)
+
+    def _static_step(self) -> StepRecord:
+        """The step over static buffers: the host builds the ids (window and pool are host state) and sends
+        them in one copy; the forward (replayed on CUDA), the window's argmax and the verification run on
+        the device; one `.tolist()` brings back the new level and the verdict, the step's only read."""
+        if self.t0 is None:
+            return self._static_prefill()
+        timer = PhaseTimer(self.device)
+        timer.start(PHASE_TARGET)
+        layout, shape = self.layouts[self.fill], self.shapes[self.fill]
+        t0, ctx = self.t0, self.cache_len
+        candidates = self.pool.candidates(t0, self.G)
+        window_in = [list(level) for level in self.levels]
+        padding = [t0] * ((self.G - len(candidates)) * (self.N - 1))
+        staged = self.staged.put([len(candidates), t0] + [tok for level in self.levels for tok in level]
+                                 + [tok for c in candidates for tok in c] + padding)
+        logits = shape(staged[1:1 + shape.n], ctx)
+        timer.start(PHASE_VERIFY)
+        values = self._verdict_on_device(layout, logits, staged).tolist()
+        new_level = values[:layout.new_level_rows]
+        verdict = unpack(values[layout.new_level_rows:], len(candidates), self.N - 1)
+        return self._conclude(timer, layout, t0, ctx, candidates, window_in, new_level, verdict, shape.n)
+
+    def _verdict_on_device(self, layout: LookaheadLayout, logits: torch.Tensor, staged: torch.Tensor):
+        """[the new window level's argmax | the packed verdict] as one long tensor, nothing read yet.
+        `staged` is [candidate count, the step's ids]; candidates past the count are padding."""
+        cand_len, guesses = self.N - 1, self.G
+        rows = layout.n_kept_fixed
+        candidates = staged[1 + layout.candidate_start:1 + layout.n_max].view(guesses, cand_len)
+        valid = self.candidate_numbers < staged[0]
+        if self.sampling.greedy:
+            preds = first_argmax(logits)
+            verdict = greedy_verdict(candidates, valid, preds[layout.t0_row], preds[rows:].view(guesses, cand_len))
+            return torch.cat([preds[:layout.new_level_rows], verdict])
+        first_probs = probs_from_logits(logits[layout.t0_row], self.sampling)
+        cand_probs = probs_from_logits(logits[rows:], self.sampling).view(guesses, cand_len, logits.shape[-1])
+        uniforms = torch.rand(cand_len, guesses, generator=self.generator, device=self.device, dtype=torch.float64)
+        verdict = sampled_verdict(candidates, valid, first_probs, cand_probs, uniforms, self.generator)
+        return torch.cat([first_argmax(logits[:layout.new_level_rows]), verdict])
+
+    def _conclude(self, timer: PhaseTimer, layout: LookaheadLayout, t0: int, ctx: int, candidates: list,
+                  window_in: list[list[int]], new_level: list[int], verdict, n_in: int) -> StepRecord:
+        """Commit the verdict, move the window on and record the step (both paths)."""
         n_acc = verdict.n_accepted
         sources = [SOURCE_NGRAM] * n_acc + [SOURCE_BONUS if n_acc else SOURCE_AR]
         kept, reason = self._accept(verdict.tokens)
 
         # The cache keeps t0 and the accepted candidate tokens; the window's K/V go.
         if reason is None:
-            first_slot = ctx + layout.candidate_start + (verdict.best or 0) * cand_len
-            self.forward.keep(ctx + 1, torch.arange(first_slot, first_slot + n_acc, device=self.device))
+            self._keep_accepted(ctx + layout.candidate_start + (verdict.best or 0) * (self.N - 1), ctx, n_acc)
             self.cache_len = ctx + 1 + n_acc
             self.t0 = verdict.tokens[-1]
         harvested = self._advance_window(t0, new_level)
@@ -142,6 +236,14 @@ class LookaheadDecoder(Decoder):
         payload.step_ms = round(sum(times.values()), 4)
         return self._emit(kept, sources, n_in, times, payload)
 
+    def _keep_accepted(self, first_slot: int, ctx: int, n_acc: int) -> None:
+        """Move the accepted candidate's K/V (from first_slot) to right after t0's slot ctx."""
+        if self.session is None:
+            self.forward.keep(ctx + 1, torch.arange(first_slot, first_slot + n_acc, device=self.device))
+        elif n_acc:
+            # A fixed-length index (N-1): slots past the accepted ones move too, masked until rewritten.
+            self.forward.keep(ctx + 1, self.ngram_slots + first_slot)
+
     def _prefill(self) -> StepRecord:
         timer = PhaseTimer(self.device)
         timer.start(PHASE_TARGET)
@@ -149,6 +251,23 @@ class LookaheadDecoder(Decoder):
         logits = self.forward(prompt, 0)[0]
         timer.start(PHASE_VERIFY)
         token = int(next_token(logits, self.sampling, self.generator))
+        return self._prefill_record(timer, token)
+
+    def _static_prefill(self) -> StepRecord:
+        """The prompt's eager forward into the static cache; the first token is drawn on the device and read once."""
+        timer = PhaseTimer(self.device)
+        timer.start(PHASE_TARGET)
+        prompt = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
+        logits = self.forward.prefill(prompt)
+        timer.start(PHASE_VERIFY)
+        row = logits.reshape(-1, logits.shape[-1])[-1:]
+        if self.sampling.greedy:
+            token = first_argmax(row)
+        else:
+            token = race_sample(probs_from_logits(row, self.sampling), self.generator)
+        return self._prefill_record(timer, token.tolist()[0])
+
+    def _prefill_record(self, timer: PhaseTimer, token: int) -> StepRecord:
         self.cache_len = len(self.prompt_ids)
         self.t0 = token
         window = [list(level) for level in self.levels]
@@ -187,3 +306,5 @@ class LookaheadDecoder(Decoder):
     def close(self) -> None:
         self.forward = None
         self.committed_mask = None
+        release(self.session)
+        self.session = None

@@ -1,0 +1,208 @@
+"""Lookahead's static-buffer (graph-ready) step: device verification against the host rules, and the
+static step (graphs="on", eager over the same buffers on a CPU) against today's path and `ar`."""
+
+import dataclasses
+import random
+
+import pytest
+import torch
+from helpers import chi_square_pvalue, tiny_pair
+from mutants import Mutant, _mutated_function, _resolve
+
+from specviz.engine.methods import make_decoder
+from specviz.engine.sampling import SamplingConfig
+from specviz.lookahead import device_verify
+from specviz.lookahead.device_verify import greedy_verdict, unpack, verdict_width
+from specviz.lookahead.verify import greedy_verify, sampling_verify
+from specviz.trace import SOURCE_NGRAM
+
+# -- device verification alone (no model) -------------------------------------------------------
+
+
+def test_device_greedy_verdict_equals_the_host_rule():
+    """Every small case of few tokens, padding candidates included: the same Verdict as greedy_verify."""
+    rng = random.Random(0)
+    seen_full, seen_none, seen_tie = 0, 0, 0
+    for _ in range(1500):
+        guesses, cand_len, vocab = rng.randint(0, 5), rng.randint(1, 4), 3
+        n_real = rng.randint(0, guesses)
+        cands = [tuple(rng.randrange(vocab) for _ in range(cand_len)) for _ in range(guesses)]
+        preds = [[rng.randrange(vocab) for _ in range(cand_len)] for _ in range(guesses)]
+        first = rng.randrange(vocab)
+        host = greedy_verify(cands[:n_real], first, preds[:n_real])
+        packed = greedy_verdict(torch.tensor(cands, dtype=torch.long).view(guesses, cand_len),
+                                torch.arange(guesses) < n_real, torch.tensor(first),
+                                torch.tensor(preds, dtype=torch.long).view(guesses, cand_len))
+        assert packed.shape == (verdict_width(guesses, cand_len),)
+        assert unpack(packed.tolist(), n_real, cand_len) == host, (cands, n_real, preds, first)
+        seen_full += host.n_accepted == cand_len
+        seen_none += host.best is None
+        seen_tie += host.best is not None and host.match_lengths.count(host.n_accepted) > 1
+    assert min(seen_full, seen_none, seen_tie) > 20, (seen_full, seen_none, seen_tie)
+
+
+def _sampled(cands, first_probs, after, generator, n_real=None):
+    """One device verdict (through the module attribute, so a planted mutant is what runs)."""
+    guesses, cand_len = cands.shape
+    valid = torch.arange(guesses) < (guesses if n_real is None else n_real)
+    uniforms = torch.rand(cand_len, guesses, generator=generator, dtype=torch.float64)
+    packed = device_verify.sampled_verdict(cands, valid, first_probs, after, uniforms, generator)
+    return unpack(packed.tolist(), int(valid.sum()), cand_len)
+
+
+def test_device_sampled_verdict_certain_cases():
+    gen = torch.Generator().manual_seed(0)
+    one_hot = torch.tensor([0.0, 1.0, 0.0])
+    after = torch.tensor([[[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]])
+    for device_run in (True, False):
+        run = _sampled if device_run else (lambda c, p, a, g: sampling_verify([tuple(r) for r in c.tolist()], p, a, g))
+        v = run(torch.tensor([[1, 2]]), one_hot, after, gen)
+        assert (v.tokens, v.best, v.n_accepted, v.match_lengths) == ([1, 2, 0], 0, 2, [2])
+        v = run(torch.tensor([[0, 2]]), one_hot, after, gen)           # P(0) = 0: rejected
+        assert (v.tokens, v.best, v.n_accepted, v.match_lengths) == ([1], None, 0, [0])
+    # A padding candidate is never tried, and no candidate at all (G = 0) samples P after t0.
+    padded = torch.stack([after[0], torch.tensor([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]])])
+    v = _sampled(torch.tensor([[0, 2], [1, 1]]), one_hot, padded, gen, n_real=1)
+    assert (v.tokens, v.best, v.match_lengths) == ([1], None, [0])
+    v = _sampled(torch.zeros(0, 2, dtype=torch.long), one_hot, torch.zeros(0, 2, 3), gen)
+    assert (v.tokens, v.best, v.match_lengths) == ([1], None, [])
+
+
+# Two positions over three tokens: P0 after t0; the candidates (0, 1), (0, 2), (2, 2) share P1 after
+# their 0; a padding candidate (1, 1) must change nothing.
+P0 = torch.tensor([0.5, 0.3, 0.2])
+P1 = torch.tensor([0.1, 0.6, 0.3])
+EXACT = {(0, 0): 0.5 * 0.1, (0, 1): 0.5 * 0.6, (0, 2): 0.5 * 0.3, (1,): 0.3, (2,): 0.2}
+N_DRAWS = 4000
+FALLBACK_FROM_RAW_P = Mutant(
+    "lookahead-device-fallback-raw-p", "specviz.lookahead.device_verify", "sampled_verdict",
+    "torch.where(tried > 0, 0.0, probs)", "probs",
+    "the device fallback token is drawn from P, rejected candidates' tokens included")
+
+
+def _draw_outcomes(seed: int) -> list[tuple]:
+    cands = torch.tensor([[0, 1], [0, 2], [2, 2], [1, 1]])
+    after = torch.stack([torch.stack([P1, torch.tensor([0.2, 0.2, 0.6])])] * 3
+                        + [torch.stack([torch.tensor([0.0, 0.0, 1.0])] * 2)])
+    gen = torch.Generator().manual_seed(seed)
+    outcomes = []
+    for _ in range(N_DRAWS):
+        v = _sampled(cands, P0, after, gen, n_real=3)
+        outcomes.append(tuple(v.tokens[:2]) if v.tokens[0] == 0 else (v.tokens[0],))
+    return outcomes
+
+
+def test_device_sampled_verdict_is_exact_and_a_planted_bug_is_not(one_thread):
+    assert chi_square_pvalue(_draw_outcomes(1), EXACT) > 1e-3
+    # Negative control, same check and sample size: the fallback keeps the rejected tokens' mass.
+    owner, name, original = _resolve(FALLBACK_FROM_RAW_P)
+    setattr(owner, name, _mutated_function(FALLBACK_FROM_RAW_P, original))
+    try:
+        control = _draw_outcomes(1)
+    finally:
+        setattr(owner, name, original)
+    assert chi_square_pvalue(control, EXACT, control=True) < 1e-3
+
+
+# -- the decoder on the real model (fp32) -------------------------------------------------------
+
+PROMPTS = {
+    "code": "Write a Python function `is_prime(n)` that returns True when n is prime.",
+    "repeat": "Repeat this line three times: the quick brown fox jumps over the lazy dog.",
+}
+N_NEW = 32
+
+
+@pytest.fixture(scope="module")
+def ar_tokens(pair_fp32):
+    return {name: make_decoder("ar", pair_fp32, prompt, max_new_tokens=N_NEW, graphs="off").run().token_ids
+            for name, prompt in PROMPTS.items()}
+
+
+def _payloads(trace):
+    return [dataclasses.replace(step.payload, step_ms=0.0) for step in trace.steps]
+
+
+@pytest.mark.parametrize("name,sizes", [("code", {}), ("code", {"window": 4, "ngram": 3, "guesses": 3}),
+                                        ("repeat", {"window": 4, "ngram": 3, "guesses": 3})],
+                         ids=["code-auto", "code-w4n3g3", "repeat-w4n3g3"])
+def test_greedy_static_equals_todays_path_and_ar(pair_fp32, ar_tokens, name, sizes):
+    prompt = PROMPTS[name]
+    off = make_decoder("lookahead", pair_fp32, prompt, max_new_tokens=N_NEW, graphs="off", **sizes).run()
+    on = make_decoder("lookahead", pair_fp32, prompt, max_new_tokens=N_NEW, graphs="on", **sizes).run()
+    assert on.token_ids == off.token_ids == ar_tokens[name]
+    # What the app shows (window, harvest, pool, candidates and their match lengths) is the same too.
+    assert _payloads(on) == _payloads(off)
+    assert [s.token_sources for s in on.steps] == [s.token_sources for s in off.steps]
+    sources = [s for step in on.steps for s in step.token_sources]
+    assert sources.count(SOURCE_NGRAM) > 0                       # candidates were accepted
+    assert any(not step.payload.warmup for step in on.steps[1:])  # past the warm-up
+    assert on.settings["graphs"] == "on" and off.settings["graphs"] == "off"
+    assert on.graphs["enabled"] and not on.graphs["capturing"] and on.graphs["eager_calls"] == len(on.steps) - 1
+    assert not off.graphs["enabled"] and off.graphs["eager_calls"] == 0
+    # Every step ran the layout's full shape: all G candidates, padded.
+    layout_rows = {tuple(len(level) for level in s.payload.window): s.tokens_processed for s in on.steps[1:]}
+    ngram, guesses = on.settings["ngram"], on.settings["guesses"]
+    assert all(rows == sum(levels) + 1 + guesses * (ngram - 1) for levels, rows in layout_rows.items())
+
+
+def test_sampled_static_run_is_reproducible_by_seed(pair_fp32):
+    sampling = SamplingConfig(temperature=0.8, seed=5).validated()
+    runs = [make_decoder("lookahead", pair_fp32, PROMPTS["code"], sampling=sampling, max_new_tokens=16, graphs="on",
+                         window=4, ngram=3, guesses=3).run() for _ in range(2)]
+    assert runs[0].token_ids == runs[1].token_ids and len(runs[0].token_ids) == 16
+    assert _payloads(runs[0]) == _payloads(runs[1]) and runs[0].graphs["enabled"]
+
+
+def test_static_shapes_have_no_graph_breaks(pair_fp32):
+    """What a CUDA graph captures (each shape's compute) is one graph for dynamo: a warm-up and a steady shape."""
+    dec = make_decoder("lookahead", pair_fp32, PROMPTS["code"], max_new_tokens=8, graphs="on", window=4, ngram=3,
+                       guesses=3)
+    try:
+        assert [dec.layouts[i].steady for i in (0, -1)] == [False, True]
+        for shape in (dec.shapes[0], dec.shapes[-1]):
+            torch._dynamo.reset()
+            with torch.inference_mode():
+                explained = torch._dynamo.explain(shape.compute)()
+            assert explained.graph_break_count == 0, explained.break_reasons
+    finally:
+        dec.close()
+        torch._dynamo.reset()
+
+
+# -- tiny model: edge cases and end-to-end exact sampling with graphs on ---------------------------------
+
+TINY_PROMPT = [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2]
+
+
+def test_tiny_edges_equal_ar(one_thread):
+    """G = 0, N = 2, wide warm-ups, one-token prompts and a prompt near the context limit (clamped positions)."""
+    pair = tiny_pair(draft_seed=None)
+    for prompt in ([3], TINY_PROMPT, (TINY_PROMPT * 12)[:120]):
+        n = 8 if len(prompt) > 100 else 24
+        ar = make_decoder("ar", pair, "", max_new_tokens=n, prompt_ids=prompt, graphs="off").run().token_ids
+        for window, ngram, guesses in [(7, 5, 3), (4, 2, 4), (5, 4, 0), (1, 3, 2)]:
+            trace = make_decoder("lookahead", pair, "", max_new_tokens=n, prompt_ids=prompt, window=window,
+                                 ngram=ngram, guesses=guesses, graphs="on").run()
+            assert trace.token_ids == ar, (prompt[:3], window, ngram, guesses)
+            assert trace.graphs["enabled"]
+
+
+def test_static_sampling_is_exact_end_to_end(one_thread):
+    """The decoder with graphs on samples the tiny target's distribution (its first four tokens), with
+    candidates accepted; the same family's controls live in test_sampling_exact (planted host-rule bugs)
+    and above (the device rule's)."""
+    from helpers import exact_distribution
+
+    sampling = SamplingConfig(1.0)
+    pair = tiny_pair(draft_seed=None, logit_scale=14.0)
+    exact = exact_distribution(pair.target, TINY_PROMPT, sampling, 4)
+    samples, accepted = [], 0
+    for seed in range(1500):
+        cfg = SamplingConfig(1.0, seed=seed)
+        trace = make_decoder("lookahead", pair, "", prompt_ids=TINY_PROMPT, max_new_tokens=6, sampling=cfg,
+                             window=3, ngram=3, guesses=3, graphs="on").run()
+        samples.append(tuple(trace.token_ids[:4]))
+        accepted += any(s == SOURCE_NGRAM for st in trace.steps for s in st.token_sources)
+    assert chi_square_pvalue(samples, exact) > 1e-3
+    assert accepted > 150, accepted
