@@ -79,7 +79,7 @@ class LookaheadDecoder(Decoder):
             raise InvalidInput(f"pool from prompt must be true or false, got {pool_from_prompt!r}")
         if not prompt_ids:
             raise InvalidInput("the prompt is empty; give at least one token")
-        window, ngram, guesses, auto = resolve_settings(pair, window, ngram, guesses)
+        window, ngram, guesses, auto = resolve_settings(pair, window, ngram, guesses, graphs=graphs)
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens, settings={
             "window": window, "ngram": ngram, "guesses": guesses, "pool_from_prompt": pool_from_prompt,
             "auto": auto}, graphs=graphs)
