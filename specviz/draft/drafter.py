@@ -43,7 +43,6 @@ import torch
 
 from ..engine.lean import VocabSubsetHead, make_forward
 from ..engine.static import full_vocabulary_head, static_supported
-from ..sequoia.tree import TreeShape
 
 # drafter_kind -> "module:class", imported on first use; a draft model without a drafter_kind is
 # an ordinary causal LM (`ModelDrafter`).
@@ -89,7 +88,7 @@ class StaticDrafter(Drafter, Protocol):
     Every call has a shape fixed by (tree, level), reads the draft's full vocabulary head (no `widen`),
     and takes its inputs from device tensors (no host round trip):
 
-        drafter.static_prepare(parents)                      # once: the tree's shapes
+        drafter.static_prepare(shape)                        # once: the tree's (a TreeShape) shapes
         drafter.static_prefill(prompt, target_features, target_static)
         logits = drafter.static_root(history, committed)     # (1, V): the root's children
         logits = drafter.static_level(level, tokens, root_slot)   # (level's nodes, V)
@@ -100,7 +99,7 @@ class StaticDrafter(Drafter, Protocol):
     repeating its deepest node; `sequoia.device_verify`), `root_slot` = committed - 1.
     """
 
-    def static_prepare(self, parents: list[int]) -> None: ...
+    def static_prepare(self, shape) -> None: ...   # a `sequoia.tree.TreeShape`
 
     def static_prefill(self, prompt: torch.Tensor, target_features: torch.Tensor | None, target_static) -> None: ...
 
@@ -110,6 +109,17 @@ class StaticDrafter(Drafter, Protocol):
 
     def static_commit(self, path: torch.Tensor, root_slot: int,
                       target_features: torch.Tensor | None) -> None: ...
+
+
+def compact(lean, root_slot: int, path: torch.Tensor, dest: torch.Tensor) -> None:
+    """Move the K/V of slots root_slot + path to root_slot + 0, 1, ... (`dest` = that arange, on the device).
+
+    `StaticForward.keep` makes its destination with `new_tensor`, a host-to-device copy, which on CUDA
+    waits for the stream; here the destination is a prepared device arange plus a host number (a kernel
+    argument), so compaction never syncs."""
+    slots = path + root_slot
+    for cache in (lean.all_keys, lean.all_values):   # index_select copies first, so overlap is safe
+        cache.index_copy_(3, dest + root_slot, cache.index_select(3, slots))
 
 
 def drafter_class(pair) -> type:
@@ -264,7 +274,7 @@ class ModelDrafter:
         self.forward = None
         self._root_shape, self._level_shapes = None, []
 
-    def static_prepare(self, parents: list[int]) -> None:
+    def static_prepare(self, shape) -> None:
         """The root's shape and each drafted level's (levels 1 .. depth - 1; the last level is never read).
 
         The root re-reads the last TWO committed tokens at slots C - 2 and C - 1 under a causal block:
@@ -273,8 +283,7 @@ class ModelDrafter:
         already holds only refreshes a draft's K/V, which proposes and never decides. So the root's
         shape is fixed, and nothing on the host counts what the draft has read.
         """
-        shape = TreeShape.from_parents(parents)
-        ancestors = shape.ancestor_matrix()
+        parents, ancestors = shape.parents, shape.ancestor_matrix()
         self._root_shape = self.static.shape(("root", 2), write_offsets=[0, 1], position_offsets=[0, 1],
                                              block=torch.ones(2, 2, dtype=torch.bool).tril(), rows=[1])
         self._level_shapes = [None]
@@ -301,4 +310,4 @@ class ModelDrafter:
     def static_commit(self, path: torch.Tensor, root_slot: int, target_features) -> None:
         """The root and the accepted path to root_slot.. (a node on the last level was never read: its
         slot is rewritten by the next root, which re-reads it)."""
-        self.static.keep(root_slot, path + root_slot)
+        compact(self.static.lean, root_slot, path, self.static.columns[:path.numel()])

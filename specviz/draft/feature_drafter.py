@@ -16,7 +16,6 @@ from __future__ import annotations
 import torch
 
 from ..engine.static import static_supported
-from ..sequoia.tree import TreeShape
 from .drafter import CausalMask, HeadRows, session_role, with_prompt_tokens
 from .feature import FeatureDraftForward
 from .feature_static import FeatureStaticForward
@@ -63,7 +62,7 @@ class FeatureDrafter:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.forward.dtype
+        return self.static.dtype if self.static is not None else self.forward.dtype
 
     def prefill(self, prompt: torch.Tensor, target_features: torch.Tensor | None) -> None:
         """Pairs (f_j, x_{j+1}) for j < P - 1 go into the draft's cache now; (f_{P-1}, first token) is
@@ -135,8 +134,9 @@ class FeatureDrafter:
         self.settings = {"draft_kind": "feature", "draft_int8": False}
         self.features_by_slot = None
 
-    def static_prepare(self, parents: list[int]) -> None:
-        shape = self.tree = TreeShape.from_parents(parents)
+    def static_prepare(self, shape) -> None:
+        """The tree's (a `sequoia.tree.TreeShape`) level shapes and the step's device buffers."""
+        self.tree, parents = shape, shape.parents
         self.window = shape.depth + 1
         dev, dtype = self.device, self.static.dtype
         # + depth + 1: the compaction index writes a whole path's rows from the last root on.

@@ -107,7 +107,9 @@ class SequoiaDecoder(Decoder):
         self.static = None   # the static-buffer step (`static_step`), where wanted and supported
         if (self.static_wanted and not self.adaptive and static_supported(pair.target)
                 and static_drafter_supported(pair)):
-            # The adaptive tree keeps the eager step under graphs: its shape follows the draft's confidence.
+            # The adaptive tree keeps the eager step under graphs for now: its shape follows the draft's
+            # confidence, so a static one needs each level padded to a fixed node count, a target block
+            # built on the device from the drawn parents, and a host read per level for the allocation.
             self.static = StaticTreeStep(self, tree_choice.parents, max_len)
             self.target_fwd, self.drafter = None, self.static.drafter
             self.graph_stats = self.static.stats
@@ -202,7 +204,7 @@ class SequoiaDecoder(Decoder):
         logits, hidden = static.target_forward(committed)
         timer.start(PHASE_VERIFY)
         got = static.verify(committed, depth, logits, hidden)
-        shape = self._tree(depth).shape   # the tree cut to `depth` (the rows past it were never candidates)
+        shape = self._cut_tree(depth)   # the rows past `depth` were computed but never candidates
         tokens = got["tokens"]
         new_ids = [tokens[i] for i in got["accepted"]] + [got["bonus"]]
         sources = [SOURCE_DRAFT] * len(got["accepted"]) + [SOURCE_BONUS]
@@ -212,6 +214,14 @@ class SequoiaDecoder(Decoder):
         payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
         payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
         return self._emit(new_ids, sources, shape.size, times, payload)
+
+    def _cut_tree(self, depth: int) -> TreeShape:
+        """The fixed tree cut to `depth` levels (kept: a run cuts it at a few depths, near its end)."""
+        key = ("cut", depth)
+        shape = self._tensors.get(key)
+        if shape is None:
+            shape = self._tensors[key] = self.shape if depth == self.shape.depth else self.shape.truncated(depth)
+        return shape
 
     def _target(self, ids: torch.Tensor, start: int, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The target's logits, and the hidden states of every row where the drafter reads them (else None)."""

@@ -91,7 +91,7 @@ def greedy_walk_device(tables: WalkTables, tokens: torch.Tensor, picks: torch.Te
         kids, has = _row(tables.children, cur)[:width], _row(tables.has_child, cur)[:width]
         match = has & (tokens.index_select(0, kids) == _row(picks, cur)) & alive
         hit = match.any()
-        first = match.to(torch.int8).argmax()             # the first child that matches
+        first = match.float().argmax()             # the first child that matches
         chosen = (tables.ranks[:width] == first) & hit
         rejected = rejected | ((tables.node_ids[:, None] == kids[None, :]) & (has & alive & ~chosen)).any(dim=1)
         cur = torch.where(hit, _row(kids, first), cur)

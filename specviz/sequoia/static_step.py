@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from ..draft.drafter import compact, make_drafter
 from ..draws import exponential_like, first_argmax, race_sample
 from ..engine.sampling import probs_from_logits
 from ..engine.static import cache_capacity, checkout, release
@@ -38,15 +39,13 @@ class StaticTreeStep:
     """One decoder's static state: session, target shape, drafter shapes, device buffers."""
 
     def __init__(self, decoder, parents: list[int], max_len: int):
-        from ..draft.drafter import make_drafter
-
         pair = decoder.pair
         self.decoder, self.device, self.vocab = decoder, decoder.device, pair.vocab_size
         self.sampling, self.generator = decoder.sampling, decoder.generator
         self.session = checkout(pair.target, "sequoia", cache_capacity(max_len), self.device.type == "cuda")
         self.target = self.session.forward("target", pair.target)
         self.drafter = make_drafter(pair, decoder.prompt_ids, max_len, len(parents), None, session=self.session)
-        self.drafter.static_prepare(parents)
+        self.drafter.static_prepare(TreeShape.from_parents(parents))
         self.features, self.taps = self.drafter.reads_features, self.drafter.taps
         self.shape = TreeShape.from_parents(parents)
         self.tt = TreeTensors(self.shape, self.device, pair.dtype)
@@ -138,7 +137,7 @@ class StaticTreeStep:
             walk = sampled_walk_device(self.tables, tokens, target_probs, self.draft_q, uniforms, depth,
                                        self.generator)
             target_p = target_probs[parents, tokens]
-        self.target.keep(root_slot, walk.path + root_slot)
+        compact(self.target.lean, root_slot, walk.path, self.arange)
         self.drafter.static_commit(walk.path, root_slot, hidden)
         # The committed tokens after the root: the accepted path's, then the bonus (repeated past it).
         after = torch.cat([tokens.index_select(0, walk.path[1:]), walk.bonus.view(1)])
