@@ -24,7 +24,7 @@ from specviz.sequoia.tree import TreeShape
 from specviz.sequoia.verify import greedy_walk
 
 PROMPTS = ["Write a Python function that reverses a string.", "Explain why the sky is blue in two sentences."]
-MAX_NEW = 40
+MAX_NEW = 24   # room for full trees and for the cut ones near the end
 TREE = {"tree_budget": 12, "tree_depth": 4}
 
 
@@ -146,7 +146,7 @@ def ar_tokens(pair_fp32):
 @pytest.mark.parametrize("draft", ["pruned", "self", "feature"])
 def test_greedy_static_step_equals_eager_and_autoregressive(pairs, ar_tokens, draft):
     pair = pairs[draft]
-    for prompt in PROMPTS:
+    for prompt in PROMPTS if draft != "self" else PROMPTS[:1]:
         static = sequoia(pair, prompt, "on").run()
         assert static.token_ids == ar_tokens[prompt], (draft, prompt)
         graphs = static.graphs
@@ -157,8 +157,9 @@ def test_greedy_static_step_equals_eager_and_autoregressive(pairs, ar_tokens, dr
         assert any(n.status == "rejected" for s in steps for n in s.payload.nodes) or draft == "self"
         for step in steps:   # the tree is cut near the end, as on the eager path
             assert step.tokens_processed == len(step.payload.nodes) == step.payload.budget
-    eager = sequoia(pair, PROMPTS[0], "off").run()
-    assert eager.token_ids == ar_tokens[PROMPTS[0]] and not eager.graphs["enabled"]
+    if draft == "pruned":   # today's path, for the record (test_sequoia.py covers it)
+        eager = sequoia(pair, PROMPTS[0], "off").run()
+        assert eager.token_ids == ar_tokens[PROMPTS[0]] and not eager.graphs["enabled"]
 
 
 @pytest.mark.parametrize("draft", ["pruned", "feature"])
@@ -170,8 +171,8 @@ def test_what_a_graph_captures_has_no_graph_breaks(pairs, draft):
     decoder.step()   # a tree step: every shape built and its buffers filled
     static = decoder.static
     drafter = static.drafter
-    roots = [s for name, s in drafter.static.shapes.items() if name[0] == "root"]
-    computes = [static.tree_forward.compute] + [s.compute for s in roots + drafter._level_shapes[1:]]
+    root = drafter._root_shape if draft == "pruned" else drafter._root_shape(drafter.window)   # C - 1 > window
+    computes = [static.tree_forward.compute] + [s.compute for s in [root] + drafter._level_shapes[1:]]
     assert len(computes) == 4
     for compute in computes:
         with torch.inference_mode():
@@ -183,9 +184,10 @@ def test_what_a_graph_captures_has_no_graph_breaks(pairs, draft):
 
 def test_sampled_static_step_is_reproducible_by_seed(pairs):
     sampling = SamplingConfig(0.8, 0.95, seed=5)
-    runs = [sequoia(pairs["pruned"], PROMPTS[0], "on", sampling=sampling, max_new=16).run() for _ in range(2)]
-    assert runs[0].token_ids == runs[1].token_ids and len(runs[0].token_ids) == 16
-    assert runs[0].to_dict()["steps"][1]["payload"] == runs[1].to_dict()["steps"][1]["payload"]
+    runs = [sequoia(pairs["pruned"], PROMPTS[0], "on", sampling=sampling, max_new=12).run() for _ in range(2)]
+    assert runs[0].token_ids == runs[1].token_ids and len(runs[0].token_ids) == 12
+    trees = [{k: v for k, v in run.to_dict()["steps"][1]["payload"].items() if not k.endswith("_ms")} for run in runs]
+    assert trees[0] == trees[1]
 
 
 SAMPLING_TREE = [-1, 0, 0, 0, 1, 1, 2, 4, 4, 7]   # test_sampling_exact's: widths up to 3, depth 4

@@ -184,4 +184,4 @@ class FeatureDrafter:
         """The true features of the root and the accepted path, at slots root_slot.. (the rows past the
         path are rewritten by later target forwards before any root window reads them)."""
         slots = self.static.columns[:path.numel()] + root_slot
-        self.features_by_slot.index_copy_(0, slots, target_features.index_select(0, path))
+        self.features_by_slot.index_copy_(0, slots, target_features.index_select(0, path).to(self.static.dtype))

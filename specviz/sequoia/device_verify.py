@@ -2,9 +2,9 @@
 
 The same rules as `verify.py` (greedy: follow the child equal to the target's argmax; sampled:
 children tested in drawing order, accept with min(1, P/q), on rejection P <- normalise(max(P - q, 0))
-(P itself when that has no mass) and q(x) <- 0 renormalised; the bonus from the final P), written as
-loops over the tree's levels and child ranks whose every decision is a `torch.where`, so the walk
-never asks the host which way to go. The node the walk stands on is a 0-d device tensor; a step
+(P itself when that has no mass) and q(x) <- 0 renormalised; the bonus from the final P). The sampled
+walk is a fixed loop over the tree's levels and child ranks whose every decision is a `torch.where`;
+the greedy one needs no loop (a pass over the ancestor matrix). Neither asks the host which way to go. The node the walk stands on is a 0-d device tensor; a step
 reads the walk's outcome back once, with everything else the step record needs.
 
 What a walk returns (`DeviceWalk`), all on the device:
@@ -56,6 +56,12 @@ class WalkTables:
         self.node_ids = torch.arange(self.n, device=device)
         self.ranks = torch.arange(width, device=device)
         self.levels = torch.arange(self.depth, device=device)
+        self.path_depths = torch.arange(self.depth + 1, device=device)
+        self.depths = torch.tensor(shape.depths, dtype=torch.long, device=device)
+        self.parents = torch.tensor([max(p, 0) for p in shape.parents], dtype=torch.long, device=device)
+        below_root = shape.ancestor_matrix()   # (i, j): j is i or an ancestor of i
+        below_root[:, 0] = False
+        self.ancestors_below_root = below_root.to(device)
         self.codes = torch.arange(len(STATUS_NAMES), device=device)
         self.zero = torch.zeros((), dtype=torch.long, device=device)
         self.true = torch.ones((), dtype=torch.bool, device=device)
@@ -66,11 +72,14 @@ def _row(table: torch.Tensor, node: torch.Tensor) -> torch.Tensor:
     return table.index_select(0, node.view(1))[0]
 
 
-def _finish(tables: WalkTables, path: list[torch.Tensor], accepted: torch.Tensor, bonus: torch.Tensor,
+def _stacked(tables: WalkTables, path: list[torch.Tensor]) -> torch.Tensor:
+    """A walk's nodes, padded to depth + 1 by repeating its deepest."""
+    return torch.stack(path + [path[-1]] * (tables.depth + 1 - len(path)))
+
+
+def _finish(tables: WalkTables, path_t: torch.Tensor, accepted: torch.Tensor, bonus: torch.Tensor,
             rejected: torch.Tensor) -> DeviceWalk:
-    """Pad the path to depth + 1 by repeating its deepest node, and give every node its status."""
-    path = path + [path[-1]] * (tables.depth + 1 - len(path))
-    path_t = torch.stack(path)
+    """The walk's outcome, with every node's status."""
     real = tables.levels[None, :] < accepted   # which of path[1:] are real
     on_path = ((tables.node_ids[:, None] == path_t[None, 1:]) & real).any(dim=1)
     codes = tables.codes
@@ -82,23 +91,24 @@ def _finish(tables: WalkTables, path: list[torch.Tensor], accepted: torch.Tensor
 
 def greedy_walk_device(tables: WalkTables, tokens: torch.Tensor, picks: torch.Tensor, limit: int) -> DeviceWalk:
     """`verify.greedy_walk` on the device: `picks` (n,) the target's argmax at every node, `limit` the
-    levels the walk may descend (a tree cut near the end of the run)."""
-    cur, alive, accepted = tables.zero, tables.true, tables.zero
-    rejected = torch.zeros(tables.n, dtype=torch.bool, device=tokens.device)
-    path = [cur]
-    for level in range(min(limit, tables.depth)):
-        width = tables.level_width[level]
-        kids, has = _row(tables.children, cur)[:width], _row(tables.has_child, cur)[:width]
-        match = has & (tokens.index_select(0, kids) == _row(picks, cur)) & alive
-        hit = match.any()
-        first = match.float().argmax()             # the first child that matches
-        chosen = (tables.ranks[:width] == first) & hit
-        rejected = rejected | ((tables.node_ids[:, None] == kids[None, :]) & (has & alive & ~chosen)).any(dim=1)
-        cur = torch.where(hit, _row(kids, first), cur)
-        accepted = accepted + hit.long()
-        alive = alive & hit
-        path.append(cur)
-    return _finish(tables, path, accepted, _row(picks, cur), rejected)
+    levels the walk may descend (a tree cut near the end of the run).
+
+    No loop: a node is on the path when it and each of its ancestors below the root carries its
+    parent's argmax (one test per node, then one pass over the ancestor matrix). Siblings carry
+    distinct tokens (they are draws without replacement), so at most one child of a node passes and the
+    nodes on the path form one chain.
+    """
+    depths = tables.depths
+    good = (tokens == picks.index_select(0, tables.parents)) & (depths <= limit)
+    on = ~(tables.ancestors_below_root & ~good[None, :]).any(dim=1) & (depths > 0)
+    accepted = on.long().sum()
+    deepest = (on.long() * depths).argmax()   # the root when nothing was accepted
+    with_root = on | (tables.node_ids == 0)
+    tested = with_root.index_select(0, tables.parents) & (depths <= limit) & (depths > 0)
+    at_depth = with_root[None, :] & (depths[None, :] == tables.path_depths[:, None])
+    path = (at_depth.long() * tables.node_ids[None, :]).sum(dim=1)
+    path = torch.where(tables.path_depths <= accepted, path, deepest)
+    return _finish(tables, path, accepted, _row(picks, deepest), tested & ~on)
 
 
 def residual_device(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -146,4 +156,4 @@ def sampled_walk_device(tables: WalkTables, tokens: torch.Tensor, target_probs: 
         alive = alive & moved
         path.append(cur)
     p = torch.where(alive, _row(target_probs, cur), p)
-    return _finish(tables, path, accepted, race_sample(p, generator), rejected)
+    return _finish(tables, _stacked(tables, path), accepted, race_sample(p, generator), rejected)
