@@ -206,7 +206,7 @@ def static_samples(pair, sampling: SamplingConfig, n: int) -> tuple[list[tuple],
     return samples, depths
 
 
-@pytest.mark.parametrize("control", [False, True])
+@pytest.mark.parametrize("control", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_sampled_static_step_keeps_the_target_distribution(one_thread, monkeypatch, control):
     """The tiny enumerable target (test_sampling_exact's machinery) through the static step: its first
     four tokens follow the exact distribution; with the device walk's residual planted wrong, the same
