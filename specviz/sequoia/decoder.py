@@ -19,6 +19,11 @@ at level 0 it is fed the committed tokens it has not read (the root last, plus
 the deepest accepted token of the last step when the path reached the last
 level, which the draft never processes), and a level's nodes are written from
 the slot the root's level returns, at that slot + depth.
+
+With graphs wanted (`engine.graphs`: on CUDA by default, or `graphs="on"`), a fixed tree
+runs the same step on static buffers instead (`static_step.py`: fixed-shape forwards a GPU
+captures and replays, the walks on the device, one host read a step); the adaptive tree
+keeps this eager step.
 """
 
 from __future__ import annotations
