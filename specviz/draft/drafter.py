@@ -42,6 +42,7 @@ from typing import Callable, Protocol
 import torch
 
 from ..engine.lean import VocabSubsetHead, make_forward
+from ..engine.static import full_vocabulary_head, static_supported
 
 # drafter_kind -> "module:class", imported on first use; a draft model without a drafter_kind is
 # an ordinary causal LM (`ModelDrafter`).
@@ -81,15 +82,74 @@ class Drafter(Protocol):
     def input_label(self, depth: int) -> str: ...
 
 
-def make_drafter(pair, prompt_ids: list[int], max_len: int, max_nodes: int, target_forward,
-                 lean: bool = True) -> Drafter:
-    """The drafter of `pair.draft` for one decoder (caches of `max_len` slots, steps of up to `max_nodes`)."""
+class StaticDrafter(Drafter, Protocol):
+    """A drafter's static-buffer step (`engine.static`; graph-captured on CUDA), for a fixed tree.
+
+    Every call has a shape fixed by (tree, level), reads the draft's full vocabulary head (no `widen`),
+    and takes its inputs from device tensors (no host round trip):
+
+        drafter.static_prepare(shape)                        # once: the tree's (a TreeShape) shapes
+        drafter.static_prefill(prompt, target_features, target_static)
+        logits = drafter.static_root(history, committed)     # (1, V): the root's children
+        logits = drafter.static_level(level, tokens, root_slot)   # (level's nodes, V)
+        drafter.static_commit(path, root_slot, target_features)
+
+    `history` holds every committed token by slot (the decoder keeps it on the device); `path` is the
+    step's fixed-length compaction index (node ids: the root and the accepted path, padded by
+    repeating its deepest node; `sequoia.device_verify`), `root_slot` = committed - 1.
+    """
+
+    def static_prepare(self, shape) -> None: ...   # a `sequoia.tree.TreeShape`
+
+    def static_prefill(self, prompt: torch.Tensor, target_features: torch.Tensor | None, target_static) -> None: ...
+
+    def static_root(self, history: torch.Tensor, committed: int) -> torch.Tensor: ...
+
+    def static_level(self, level: int, tokens: torch.Tensor, root_slot: int) -> torch.Tensor: ...
+
+    def static_commit(self, path: torch.Tensor, root_slot: int,
+                      target_features: torch.Tensor | None) -> None: ...
+
+
+def compact(lean, root_slot: int, path: torch.Tensor, dest: torch.Tensor) -> None:
+    """Move the K/V of slots root_slot + path to root_slot + 0, 1, ... (`dest` = that arange, on the device).
+
+    `StaticForward.keep` makes its destination with `new_tensor`, a host-to-device copy, which on CUDA
+    waits for the stream; here the destination is a prepared device arange plus a host number (a kernel
+    argument), so compaction never syncs."""
+    slots = path + root_slot
+    for cache in (lean.all_keys, lean.all_values):   # index_select copies first, so overlap is safe
+        cache.index_copy_(3, dest + root_slot, cache.index_select(3, slots))
+
+
+def drafter_class(pair) -> type:
     kind = getattr(pair.draft, "drafter_kind", None)
     if kind is None:
-        return ModelDrafter(pair, prompt_ids, max_len, target_forward, lean)
+        return ModelDrafter
     module_name, _, class_name = DRAFTERS[kind].partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(pair, prompt_ids, max_len, max_nodes)
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def make_drafter(pair, prompt_ids: list[int], max_len: int, max_nodes: int, target_forward,
+                 lean: bool = True, session=None) -> Drafter:
+    """The drafter of `pair.draft` for one decoder (caches of `max_len` slots, steps of up to `max_nodes`).
+
+    With a `GraphSession` (`engine.static`), a drafter for the static-buffer step (`StaticDrafter`)."""
+    cls = drafter_class(pair)
+    if cls is ModelDrafter:
+        return ModelDrafter(pair, prompt_ids, max_len, target_forward, lean, session=session)
+    return cls(pair, prompt_ids, max_len, max_nodes, session=session)
+
+
+def static_drafter_supported(pair) -> bool:
+    """Whether `pair.draft`'s drafter has a static step for this pair."""
+    return drafter_class(pair).static_supported(pair)
+
+
+def session_role(kind: str, weight: torch.Tensor) -> str:
+    """A draft's role in a `GraphSession`: one per draft model (the session is kept on the target, and a
+    later race may bring another draft; the session keeps the weights alive, so the address is unique)."""
+    return f"{kind}:{weight.data_ptr()}"
 
 
 def with_prompt_tokens(ids: torch.Tensor, prompt_ids: list[int], device) -> torch.Tensor:
@@ -127,9 +187,15 @@ class ModelDrafter:
     reads_features = False
     taps: tuple[int, ...] = ()
 
-    def __init__(self, pair, prompt_ids: list[int], max_len: int, target_forward, lean: bool = True):
+    def __init__(self, pair, prompt_ids: list[int], max_len: int, target_forward, lean: bool = True,
+                 session=None):
         self.device, self.vocab = pair.device, pair.vocab_size
         self.prompt_len = len(prompt_ids)
+        self.settings: dict = {}
+        self.static = None
+        if session is not None:
+            self._static_init(pair, session)
+            return
         head = getattr(pair.draft, "lm_head", None)
         vocab_ids = with_prompt_tokens(head.vocab_ids, prompt_ids, self.device) \
             if isinstance(head, VocabSubsetHead) else None
@@ -138,15 +204,16 @@ class ModelDrafter:
         self.copies_target = pair.draft_is_target and type(self.forward) is type(target_forward)
         self.target_forward = target_forward
         self.head = HeadRows(self.forward, self.vocab, self.device)
-        self.settings: dict = {}
         self.seen = 0
 
     @property
     def vocab_ids(self) -> torch.Tensor | None:
-        return self.forward.vocab_ids
+        return None if self.static is not None else self.forward.vocab_ids
 
     @property
     def dtype(self) -> torch.dtype:
+        if self.static is not None:
+            return self.static.lean.dtype
         return getattr(self.forward, "dtype", None) or self.forward.model.dtype
 
     def prefill(self, prompt: torch.Tensor, target_features: torch.Tensor | None) -> None:
@@ -186,7 +253,61 @@ class ModelDrafter:
         self.seen = keep_from + int(read_slots.numel())
 
     def widen(self, token_ids: list[int]) -> None:
-        self.head.widen(token_ids)
+        if self.static is None:   # the static step reads the whole head
+            self.head.widen(token_ids)
 
     def input_label(self, depth: int) -> str:
         return ""
+
+    # -- the static-buffer step (`StaticDrafter`) ------------------------------------------------------
+
+    @staticmethod
+    def static_supported(pair) -> bool:
+        return static_supported(pair.draft)
+
+    def _static_init(self, pair, session) -> None:
+        """The draft's static forward (its full head: fixed shapes, no widen) in the decoder's session."""
+        draft = pair.draft
+        role = session_role("draft", draft.model.layers[0].self_attn.q_proj.weight)
+        self.static = session.forward(role, draft, full_vocabulary_head(draft))
+        self.copies_target = pair.draft_is_target
+        self.forward = None
+        self._root_shape, self._level_shapes = None, []
+
+    def static_prepare(self, shape) -> None:
+        """The root's shape and each drafted level's (levels 1 .. depth - 1; the last level is never read).
+
+        The root re-reads the last TWO committed tokens at slots C - 2 and C - 1 under a causal block:
+        the committed tokens the draft has not read are the root and at most one before it (the deepest
+        accepted node, when the path reached the last level), and rewriting a slot with the token it
+        already holds only refreshes a draft's K/V, which proposes and never decides. So the root's
+        shape is fixed, and nothing on the host counts what the draft has read.
+        """
+        parents, ancestors = shape.parents, shape.ancestor_matrix()
+        self._root_shape = self.static.shape(("root", 2), write_offsets=[0, 1], position_offsets=[0, 1],
+                                             block=torch.ones(2, 2, dtype=torch.bool).tril(), rows=[1])
+        self._level_shapes = [None]
+        for level in range(1, shape.depth):
+            start, end = shape.level_ranges[level]
+            self._level_shapes.append(self.static.shape(
+                ("level", tuple(parents), level), write_offsets=list(range(start, end)),
+                position_offsets=shape.depths[start:end], block=ancestors[start:end, :end],
+                rows=list(range(end - start))))
+
+    def static_prefill(self, prompt: torch.Tensor, target_features, target_static) -> None:
+        if self.copies_target:   # same weights, same prompt: copy the target's cache
+            self.static.lean.copy_prefix(target_static.lean, self.prompt_len)
+        else:
+            self.static.prefill(prompt)
+
+    def static_root(self, history: torch.Tensor, committed: int) -> torch.Tensor:
+        return self._root_shape(history[committed - 2:committed], committed - 2)[:, :self.vocab]
+
+    def static_level(self, level: int, tokens: torch.Tensor, root_slot: int) -> torch.Tensor:
+        """Level `level`'s nodes at slots root_slot + node id, positions root_slot + depth."""
+        return self._level_shapes[level](tokens, root_slot)[:, :self.vocab]
+
+    def static_commit(self, path: torch.Tensor, root_slot: int, target_features) -> None:
+        """The root and the accepted path to root_slot.. (a node on the last level was never read: its
+        slot is rewritten by the next root, which re-reads it)."""
+        compact(self.static.lean, root_slot, path, self.static.columns[:path.numel()])

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from .drafter import CausalMask, HeadRows, with_prompt_tokens
+from ..engine.static import static_supported
+from .drafter import CausalMask, HeadRows, session_role, with_prompt_tokens
 from .feature import FeatureDraftForward
+from .feature_static import FeatureStaticForward
 
 
 def feature_input_label(depth: int, taps: tuple[int, ...] = ()) -> str:
@@ -33,11 +35,16 @@ def feature_input_label(depth: int, taps: tuple[int, ...] = ()) -> str:
 class FeatureDrafter:
     reads_features = True
 
-    def __init__(self, pair, prompt_ids: list[int], max_len: int, max_nodes: int):
+    def __init__(self, pair, prompt_ids: list[int], max_len: int, max_nodes: int, session=None):
         draft = pair.draft
         self.device = pair.device
         self.prompt_len = len(prompt_ids)
         self.taps = draft.taps   # target layers that join the true features
+        self.labels: dict[int, str] = {}
+        self.static = None
+        if session is not None:
+            self._static_init(pair, session)
+            return
         self.forward = FeatureDraftForward(draft, max_len, with_prompt_tokens(draft.vocab_ids, prompt_ids,
                                                                               self.device))
         # draft_int8: its levels ran in weight-only int8 (on a CPU; proposals only, exactness untouched)
@@ -48,15 +55,14 @@ class FeatureDrafter:
         self.n_rows = 0
         self.pending_feats: torch.Tensor | None = None   # true features of the pairs not yet fed
         self.seen = 0
-        self.labels: dict[int, str] = {}
 
     @property
-    def vocab_ids(self) -> torch.Tensor:
-        return self.forward.vocab_ids
+    def vocab_ids(self) -> torch.Tensor | None:
+        return None if self.static is not None else self.forward.vocab_ids
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.forward.dtype
+        return self.static.dtype if self.static is not None else self.forward.dtype
 
     def prefill(self, prompt: torch.Tensor, target_features: torch.Tensor | None) -> None:
         """Pairs (f_j, x_{j+1}) for j < P - 1 go into the draft's cache now; (f_{P-1}, first token) is
@@ -93,10 +99,89 @@ class FeatureDrafter:
         self.pending_feats = feats if drafted else torch.cat([self.pending_feats, feats])
 
     def widen(self, token_ids: list[int]) -> None:
-        self.head.widen(token_ids)
+        if self.static is None:   # the static step reads the whole head
+            self.head.widen(token_ids)
 
     def input_label(self, depth: int) -> str:
         label = self.labels.get(depth)
         if label is None:
             label = self.labels[depth] = feature_input_label(depth, self.taps)
         return label
+
+    # -- the static-buffer step (`drafter.StaticDrafter`) ----------------------------------------------
+    #
+    # The draft's cache holds the pair (f_j, x_{j+1}) at slot j, as on the eager path, but the true
+    # features live on the device by slot (`features_by_slot`, written from each target forward through
+    # the fixed-length compaction index) and the tokens in the decoder's `history`, so the root's read
+    # is a fixed window instead of "the pairs not read yet": the last R = depth + 1 pairs, slots
+    # C - 1 - R .. C - 2, the root's last. At most depth + 1 pairs are new after a step (the root's and
+    # the accepted path's), so the window always covers them; re-reading the others rewrites the same
+    # true pairs, and it overwrites the tree levels' scratch pairs (predicted features) as the eager path
+    # does. Only a prompt shorter than R makes a narrower window (one more shape per width, at the start).
+
+    @staticmethod
+    def static_supported(pair) -> bool:
+        return static_supported(pair.target)   # the draft's own forward is plain torch
+
+    def _static_init(self, pair, session) -> None:
+        draft = pair.draft
+        role = session_role("feature-draft", draft.fc.weight)
+        found = session.forwards.get(role)
+        if found is None:
+            found = session.forwards[role] = FeatureStaticForward(draft, session.capacity, session.runner, role)
+        self.static, self.forward = found, None
+        self.hidden, self.width = draft.hidden, draft.hidden * (1 + len(self.taps))
+        self.settings = {"draft_kind": "feature", "draft_int8": False}
+        self.features_by_slot = None
+
+    def static_prepare(self, shape) -> None:
+        """The tree's (a `sequoia.tree.TreeShape`) level shapes and the step's device buffers."""
+        self.tree, parents = shape, shape.parents
+        self.window = shape.depth + 1
+        dev, dtype = self.device, self.static.dtype
+        # + depth + 1: the compaction index writes a whole path's rows from the last root on.
+        self.features_by_slot = torch.zeros(self.static.max_len + self.window, self.width, dtype=dtype, device=dev)
+        self.predicted = torch.zeros(shape.size, self.hidden, dtype=dtype, device=dev)   # by node id
+        self.parent_rows = torch.tensor([max(p, 0) for p in parents], dtype=torch.long, device=dev)
+        ancestors = shape.ancestor_matrix()
+        self._level_shapes = [None]
+        for level in range(1, shape.depth):
+            start, end = shape.level_ranges[level]
+            self._level_shapes.append(self.static.shape(
+                ("level", tuple(parents), level), self.hidden, write_offsets=list(range(start, end)),
+                position_offsets=shape.depths[start:end], block=ancestors[start:end, :end],
+                rows=list(range(end - start))))
+
+    def _root_shape(self, pairs: int):
+        return self.static.shape(("root", pairs, self.width), self.width, write_offsets=list(range(pairs)),
+                                 position_offsets=list(range(pairs)),
+                                 block=torch.ones(pairs, pairs, dtype=torch.bool).tril(), rows=[pairs - 1])
+
+    def static_prefill(self, prompt: torch.Tensor, target_features, target_static) -> None:
+        n = self.prompt_len
+        self.features_by_slot[:n] = target_features
+        if n > 1:
+            self.static.prefill(prompt[:, 1:], target_features[:n - 1])
+
+    def static_root(self, history: torch.Tensor, committed: int) -> torch.Tensor:
+        pairs = min(self.window, committed - 1)
+        origin = committed - 1 - pairs
+        logits, out = self._root_shape(pairs)(history[origin + 1:committed],
+                                              self.features_by_slot[origin:origin + pairs], origin)
+        self.predicted[:1] = out[-1:]
+        return logits
+
+    def static_level(self, level: int, tokens: torch.Tensor, root_slot: int) -> torch.Tensor:
+        """Level `level`'s nodes read (their parent's predicted feature, their token) at slots
+        C - 2 + node id (the root's pair is at C - 2), positions C - 2 + depth."""
+        start, end = self.tree.level_ranges[level]
+        logits, out = self._level_shapes[level](tokens, self.predicted.index_select(0, self.parent_rows[start:end]),
+                                                root_slot - 1)
+        self.predicted[start:end] = out
+        return logits
+
+    def static_commit(self, path: torch.Tensor, root_slot: int, target_features) -> None:
+        """The true features of the root and the accepted path, at slots root_slot.. (the rows past the
+        path are rewritten by later target forwards before any root window reads them)."""
+        slots = self.static.columns[:path.numel()] + root_slot
+        self.features_by_slot.index_copy_(0, slots, target_features.index_select(0, path).to(self.static.dtype))

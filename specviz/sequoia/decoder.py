@@ -19,17 +19,23 @@ at level 0 it is fed the committed tokens it has not read (the root last, plus
 the deepest accepted token of the last step when the path reached the last
 level, which the draft never processes), and a level's nodes are written from
 the slot the root's level returns, at that slot + depth.
+
+With graphs wanted (`engine.graphs`: on CUDA by default, or `graphs="on"`), a fixed tree
+runs the same step on static buffers instead (`static_step.py`: fixed-shape forwards a GPU
+captures and replays, the walks on the device, one host read a step); the adaptive tree
+keeps this eager step.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..draft.drafter import make_drafter
+from ..draft.drafter import make_drafter, static_drafter_supported
 from ..draws import exponential_like, first_argmax
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.lean import make_forward
 from ..engine.sampling import next_token, probs_from_logits
+from ..engine.static import static_supported
 from ..trace import (
     PHASE_DRAFT,
     PHASE_TARGET,
@@ -42,6 +48,7 @@ from ..trace import (
     TreePayload,
 )
 from .adaptive import allocate_children, level_pays, scratch_mask
+from .static_step import StaticTreeStep
 from .tree import TreeShape, TreeTensors
 from .verify import greedy_walk, sampling_walk
 
@@ -102,8 +109,18 @@ class SequoiaDecoder(Decoder):
         # Both models run through one forward interface (a lean Llama forward where exact, else
         # transformers'), each over its own cache, even when the target drafts for itself.
         max_len = len(self.prompt_ids) + self.max_new_tokens + max_nodes
-        self.target_fwd = make_forward(pair.target, max_len, lean=self.lean)
-        self.drafter = make_drafter(pair, self.prompt_ids, max_len, max_nodes, self.target_fwd, lean=self.lean)
+        self.static = None   # the static-buffer step (`static_step`), where wanted and supported
+        if (self.static_wanted and not self.adaptive and static_supported(pair.target)
+                and static_drafter_supported(pair)):
+            # The adaptive tree keeps the eager step under graphs for now: its shape follows the draft's
+            # confidence, so a static one needs each level padded to a fixed node count, a target block
+            # built on the device from the drawn parents, and a host read per level for the allocation.
+            self.static = StaticTreeStep(self, tree_choice.parents, max_len)
+            self.target_fwd, self.drafter = None, self.static.drafter
+            self.graph_stats = self.static.stats
+        else:
+            self.target_fwd = make_forward(pair.target, max_len, lean=self.lean)
+            self.drafter = make_drafter(pair, self.prompt_ids, max_len, max_nodes, self.target_fwd, lean=self.lean)
         self.trace.settings.update(self.drafter.settings)
         # What every target forward returns for the drafter besides logits (a feature draft's features).
         self.target_features, self.taps = self.drafter.reads_features, self.drafter.taps
@@ -131,13 +148,19 @@ class SequoiaDecoder(Decoder):
             tt = self._tensors[key] = TreeTensors(TreeShape.from_parents(parents), self.device, self.pair.dtype)
         return tt
 
+    def _depth(self) -> int:
+        """Levels this step may speculate: none past what can be emitted, nor past the model's context."""
+        committed = len(self.prompt_ids) + len(self.generated)
+        remaining = self.max_new_tokens - len(self.generated)
+        return max(0, min(self.max_depth, remaining - 1, self.pair.max_context - committed))
+
     def _step(self) -> StepRecord:
+        if self.static is not None:
+            return self._static_step()
         if not self.trace.steps:
             return self._prefill()
         committed = len(self.prompt_ids) + len(self.generated)
-        remaining = self.max_new_tokens - len(self.generated)
-        # No speculation past what can be emitted, nor past the model's context.
-        depth = max(0, min(self.max_depth, remaining - 1, self.pair.max_context - committed))
+        depth = self._depth()
         timer = PhaseTimer(self.device)
         timer.start(PHASE_DRAFT)
         expanded_slots = None   # adaptive trees: the draft slot of each expanded node
@@ -169,6 +192,41 @@ class SequoiaDecoder(Decoder):
         payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
         self.drafter.widen(new_ids)
         return self._emit(new_ids, sources, shape.size, times, payload)
+
+    def _static_step(self) -> StepRecord:
+        """The step on static buffers (`static_step`): device-side drafting, walk and compaction, one read."""
+        static = self.static
+        timer = PhaseTimer(self.device)
+        if not self.trace.steps:
+            timer.start(PHASE_TARGET)
+            token = static.prefill()
+            return self._emit([token], [SOURCE_AR], len(self.prompt_ids), timer.stop())
+        committed = len(self.prompt_ids) + len(self.generated)
+        depth = self._depth()
+        timer.start(PHASE_DRAFT)
+        static.draft(committed)
+        timer.start(PHASE_TARGET)
+        logits, hidden = static.target_forward(committed)
+        timer.start(PHASE_VERIFY)
+        got = static.verify(committed, depth, logits, hidden)
+        shape = self._cut_tree(depth)   # the rows past `depth` were computed but never candidates
+        tokens = got["tokens"]
+        new_ids = [tokens[i] for i in got["accepted"]] + [got["bonus"]]
+        sources = [SOURCE_DRAFT] * len(got["accepted"]) + [SOURCE_BONUS]
+        payload = self._tree_payload(shape, tokens, got["accepted"], got["bonus"], got["target_p"],
+                                     got["draft_p"], got["status"])
+        times = timer.stop()
+        payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
+        payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
+        return self._emit(new_ids, sources, shape.size, times, payload)
+
+    def _cut_tree(self, depth: int) -> TreeShape:
+        """The fixed tree cut to `depth` levels (kept: a run cuts it at a few depths, near its end)."""
+        key = ("cut", depth)
+        shape = self._tensors.get(key)
+        if shape is None:
+            shape = self._tensors[key] = self.shape if depth == self.shape.depth else self.shape.truncated(depth)
+        return shape
 
     def _target(self, ids: torch.Tensor, start: int, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The target's logits, and the hidden states of every row where the drafter reads them (else None)."""
@@ -356,7 +414,6 @@ class SequoiaDecoder(Decoder):
     def _payload(self, tt: TreeTensors, tokens: list[int], walk, logits: torch.Tensor,
                  target_probs: torch.Tensor | None, child_q: torch.Tensor) -> TreePayload:
         shape = tt.shape
-        n = shape.size
         parent_rows = tt.parents  # prepared once per tree shape
         token_ids = torch.tensor(tokens, device=self.device)
         if target_probs is None:
@@ -364,15 +421,18 @@ class SequoiaDecoder(Decoder):
             target_p = _probs_at(logits, parent_rows, token_ids, tt.inner_rows, tt.parent_place).tolist()
         else:
             target_p = target_probs[parent_rows, token_ids].tolist()
-        draft_p = child_q.tolist()
-        status = walk.statuses(n)
+        return self._tree_payload(shape, tokens, walk.accepted, walk.bonus_token, target_p, child_q.tolist(),
+                                  walk.statuses(shape.size))
+
+    def _tree_payload(self, shape: TreeShape, tokens: list[int], accepted: list[int], bonus: int,
+                      target_p: list[float], draft_p: list[float], status: list[str]) -> TreePayload:
+        n = shape.size
         nodes = [TreeNode(id=i, parent=shape.parents[i], depth=shape.depths[i], token_id=tokens[i],
                           text=self._text(tokens[i]), draft_prob=1.0 if i == 0 else round(draft_p[i], 6),
                           target_prob=1.0 if i == 0 else round(target_p[i], 6), status=status[i],
                           draft_input=self.drafter.input_label(shape.depths[i]))
                  for i in range(n)]
-        bonus = walk.bonus_token
-        return TreePayload(nodes=nodes, accepted_path=list(walk.accepted), bonus_token_id=bonus,
+        return TreePayload(nodes=nodes, accepted_path=list(accepted), bonus_token_id=bonus,
                            bonus_text=self._text(bonus), budget=n, depth=shape.depth,
                            draft_ms=0.0, verify_ms=0.0)
 
@@ -380,3 +440,6 @@ class SequoiaDecoder(Decoder):
         self.target_fwd = None
         self.drafter = None
         self._tensors.clear()
+        if self.static is not None:
+            self.static.close()
+            self.static = None

@@ -1,0 +1,159 @@
+"""Sequoia's verification walks on the device: fixed loops, no host branching, no sync.
+
+The same rules as `verify.py` (greedy: follow the child equal to the target's argmax; sampled:
+children tested in drawing order, accept with min(1, P/q), on rejection P <- normalise(max(P - q, 0))
+(P itself when that has no mass) and q(x) <- 0 renormalised; the bonus from the final P). The sampled
+walk is a fixed loop over the tree's levels and child ranks whose every decision is a `torch.where`;
+the greedy one needs no loop (a pass over the ancestor matrix). Neither asks the host which way to go. The node the walk stands on is a 0-d device tensor; a step
+reads the walk's outcome back once, with everything else the step record needs.
+
+What a walk returns (`DeviceWalk`), all on the device:
+- `path` (depth + 1,): the root, then the accepted nodes, padded by repeating the deepest: the
+  fixed-length index both caches are compacted through;
+- `accepted` (0-d): how many of `path[1:]` are real;
+- `bonus` (0-d): the bonus token;
+- `status` (n,): each node's status code (`STATUS_NAMES`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..draws import race_sample
+from .tree import TreeShape
+from .verify import ACCEPTED, NOT_REACHED, REJECTED, RESIDUAL_EPS, ROOT
+
+STATUS_NAMES = (ROOT, ACCEPTED, REJECTED, NOT_REACHED)   # a status code is its index here
+ROOT_CODE, ACCEPTED_CODE, REJECTED_CODE, NOT_REACHED_CODE = range(4)
+
+
+@dataclass
+class DeviceWalk:
+    path: torch.Tensor
+    accepted: torch.Tensor
+    bonus: torch.Tensor
+    status: torch.Tensor
+
+
+class WalkTables:
+    """One tree shape's index tables for the device walks, built once.
+
+    `children[i, r]` is node i's child of rank r + 1 (0 where it has none, `has_child` False);
+    `level_width[d]` the widest fan-out of level d's nodes (how many ranks a level's loop tests).
+    """
+
+    def __init__(self, shape: TreeShape, device):
+        self.shape = shape
+        self.n, self.depth = shape.size, shape.depth
+        width = max(1, max(len(c) for c in shape.children))
+        self.children = torch.tensor([c + [0] * (width - len(c)) for c in shape.children], dtype=torch.long,
+                                     device=device)
+        self.has_child = torch.tensor([[r < len(c) for r in range(width)] for c in shape.children],
+                                      dtype=torch.bool, device=device)
+        self.level_width = [max(len(shape.children[i]) for i in range(s, e)) for s, e in shape.level_ranges]
+        self.node_ids = torch.arange(self.n, device=device)
+        self.ranks = torch.arange(width, device=device)
+        self.levels = torch.arange(self.depth, device=device)
+        self.path_depths = torch.arange(self.depth + 1, device=device)
+        self.depths = torch.tensor(shape.depths, dtype=torch.long, device=device)
+        self.parents = torch.tensor([max(p, 0) for p in shape.parents], dtype=torch.long, device=device)
+        below_root = shape.ancestor_matrix()   # (i, j): j is i or an ancestor of i
+        below_root[:, 0] = False
+        self.ancestors_below_root = below_root.to(device)
+        self.codes = torch.arange(len(STATUS_NAMES), device=device)
+        self.zero = torch.zeros((), dtype=torch.long, device=device)
+        self.true = torch.ones((), dtype=torch.bool, device=device)
+
+
+def _row(table: torch.Tensor, node: torch.Tensor) -> torch.Tensor:
+    """table[node] for a 0-d device index (index_select: indexing with a 0-d tensor may read it on the host)."""
+    return table.index_select(0, node.view(1))[0]
+
+
+def _stacked(tables: WalkTables, path: list[torch.Tensor]) -> torch.Tensor:
+    """A walk's nodes, padded to depth + 1 by repeating its deepest."""
+    return torch.stack(path + [path[-1]] * (tables.depth + 1 - len(path)))
+
+
+def _finish(tables: WalkTables, path_t: torch.Tensor, accepted: torch.Tensor, bonus: torch.Tensor,
+            rejected: torch.Tensor) -> DeviceWalk:
+    """The walk's outcome, with every node's status."""
+    real = tables.levels[None, :] < accepted   # which of path[1:] are real
+    on_path = ((tables.node_ids[:, None] == path_t[None, 1:]) & real).any(dim=1)
+    codes = tables.codes
+    status = torch.where(on_path, codes[ACCEPTED_CODE], torch.where(rejected, codes[REJECTED_CODE],
+                                                                     codes[NOT_REACHED_CODE]))
+    status = torch.where(tables.node_ids == 0, codes[ROOT_CODE], status)
+    return DeviceWalk(path_t, accepted, bonus, status)
+
+
+def greedy_walk_device(tables: WalkTables, tokens: torch.Tensor, picks: torch.Tensor, limit: int) -> DeviceWalk:
+    """`verify.greedy_walk` on the device: `picks` (n,) the target's argmax at every node, `limit` the
+    levels the walk may descend (a tree cut near the end of the run).
+
+    No loop: a node is on the path when it and each of its ancestors below the root carries its
+    parent's argmax (one test per node, then one pass over the ancestor matrix). Siblings carry
+    distinct tokens (they are draws without replacement), so at most one child of a node passes and the
+    nodes on the path form one chain.
+    """
+    depths = tables.depths
+    good = (tokens == picks.index_select(0, tables.parents)) & (depths <= limit)
+    on = ~(tables.ancestors_below_root & ~good[None, :]).any(dim=1) & (depths > 0)
+    accepted = on.long().sum()
+    deepest = (on.long() * depths).argmax()   # the root when nothing was accepted
+    with_root = on | (tables.node_ids == 0)
+    tested = with_root.index_select(0, tables.parents) & (depths <= limit) & (depths > 0)
+    at_depth = with_root[None, :] & (depths[None, :] == tables.path_depths[:, None])
+    path = (at_depth.long() * tables.node_ids[None, :]).sum(dim=1)
+    path = torch.where(tables.path_depths <= accepted, path, deepest)
+    return _finish(tables, path, accepted, _row(picks, deepest), tested & ~on)
+
+
+def residual_device(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """normalise(max(P - q, 0)), or P itself when that has (numerically) no mass (`verify.residual`)."""
+    r = (p - q).clamp_min(0)
+    mass = r.sum()
+    return torch.where(mass > RESIDUAL_EPS, r / mass.clamp_min(RESIDUAL_EPS), p)
+
+
+def sampled_walk_device(tables: WalkTables, tokens: torch.Tensor, target_probs: torch.Tensor,
+                        draft_q: torch.Tensor, uniforms: torch.Tensor, limit: int,
+                        generator: torch.Generator | None) -> DeviceWalk:
+    """`verify.sampling_walk` on the device.
+
+    target_probs (n, V): P at every node; draft_q (m, V): the q each node with children drew them
+    from (row = node id; m covers every such node); uniforms (depth, width): the U(0, 1) of the child
+    of each rank tested at each level (at most one node is tested per level, so each is used once).
+    """
+    cur, alive, accepted = tables.zero, tables.true, tables.zero
+    rejected = torch.zeros(tables.n, dtype=torch.bool, device=tokens.device)
+    p = target_probs[0]
+    path = [cur]
+    last_q_row = draft_q.shape[0] - 1
+    for level in range(min(limit, tables.depth)):
+        p = torch.where(alive, _row(target_probs, cur), p)
+        q = _row(draft_q, cur.clamp(max=last_q_row))       # a leaf's row is never tested (has_child False)
+        kids, has = _row(tables.children, cur), _row(tables.has_child, cur)
+        moved, nxt = ~tables.true, cur
+        for rank in range(tables.level_width[level]):
+            kid = kids[rank]
+            tok = tokens.index_select(0, kid.view(1))
+            q_tok, p_tok = q.index_select(0, tok)[0], p.index_select(0, tok)[0]
+            tested = alive & ~moved & has[rank] & (q_tok > 0)
+            hit = tested & (uniforms[level, rank] * q_tok < p_tok)
+            miss = tested & ~hit
+            nxt = torch.where(hit, kid, nxt)
+            moved = moved | hit
+            rejected = rejected | ((tables.node_ids == kid) & miss)
+            p = torch.where(miss, residual_device(p, q), p)
+            q = torch.where(miss, q.index_fill(0, tok, 0.0), q)
+            q_mass = q.sum()
+            q = torch.where(miss & (q_mass > 0), q / q_mass.clamp_min(1e-30), q)
+        cur = torch.where(moved, nxt, cur)
+        accepted = accepted + moved.long()
+        alive = alive & moved
+        path.append(cur)
+    p = torch.where(alive, _row(target_probs, cur), p)
+    return _finish(tables, _stacked(tables, path), accepted, race_sample(p, generator), rejected)
