@@ -38,6 +38,8 @@ SELECTIONS = {
     "tree-positions-off-by-one": GREEDY_SEQUOIA,
     "tree-mask-skips-self": GREEDY_SEQUOIA,
     "kv-keeps-rejected-slot": GREEDY_SEQUOIA,
+    "device-walk-no-residual": ["tests/test_sequoia_static.py", "-k", "device_walk_keeps and not True"],
+    "lookahead-device-fallback-raw-p": ["tests/test_lookahead_static.py", "-k", "device_sampled_verdict_is_exact"],
     "race-sample-flattened": ["tests/test_sampling_exact.py", "-k", "test_sampling_is_exact and ar-graphs"],
     "sampler-ignores-temperature": ["tests/test_sampling_exact.py", "-k", "test_sampling_is_exact and ar and T0.6"],
 }

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 from helpers import chi_square_pvalue, tiny_pair
-from mutants import Mutant, _mutated_function, _resolve
+from mutants import BY_NAME, _mutated_function, _resolve
 
 from specviz.engine.methods import make_decoder
 from specviz.engine.sampling import SamplingConfig
@@ -74,10 +74,7 @@ P0 = torch.tensor([0.5, 0.3, 0.2])
 P1 = torch.tensor([0.1, 0.6, 0.3])
 EXACT = {(0, 0): 0.5 * 0.1, (0, 1): 0.5 * 0.6, (0, 2): 0.5 * 0.3, (1,): 0.3, (2,): 0.2}
 N_DRAWS = 4000
-FALLBACK_FROM_RAW_P = Mutant(
-    "lookahead-device-fallback-raw-p", "specviz.lookahead.device_verify", "sampled_verdict",
-    "torch.where(tried > 0, 0.0, probs)", "probs",
-    "the device fallback token is drawn from P, rejected candidates' tokens included")
+FALLBACK_FROM_RAW_P = BY_NAME["lookahead-device-fallback-raw-p"]   # also planted by scripts/mutation_check.py
 
 
 def _draw_outcomes(seed: int) -> list[tuple]:
