@@ -31,8 +31,9 @@ RUNS = (  # (draft, method, options)
     ("independent", "sequoia", {"tree": "adaptive", "tree_budget": 12, "tree_depth": 5}),
     ("self", "lookahead", {"window": 5, "ngram": 4, "guesses": 4}),
 )
+# `graphs`: which path ran and what capture and replays cost (GraphStats), a property of the machine
 TIMING_KEYS = {"time_ms", "draft_ms", "verify_ms", "step_ms", "settings", "device", "wall_seconds",
-               "tokens_per_second"}
+               "tokens_per_second", "graphs"}
 
 
 def _strip(value):
