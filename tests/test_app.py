@@ -39,7 +39,7 @@ def run_args(prompt=PROMPT, methods=None, max_new=24, temperature=0.0, seed=0, d
     return dict(prompt=prompt, methods=[METHOD_NAMES[m] for m in (RUN_METHODS if methods is None else methods)], model=DEFAULT_PRESET, custom_target="", custom_draft="",
                 dtype=dtype, max_new_tokens=max_new, temperature=temperature, top_p=1.0, seed=seed,
                 tree="manual", tree_budget=8, tree_depth=3, lookahead="manual", window=3, ngram=3,
-                guesses=3, pool_from_prompt=True)
+                guesses=3, pool_from_prompt=True, graphs="auto")
 
 
 def visible_text(fragment: str) -> str:

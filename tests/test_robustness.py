@@ -241,7 +241,7 @@ def run_args(prompt=PROMPT, methods=("ar", "sequoia", "lookahead"), max_new=8, *
 
     args = dict(prompt=prompt, methods=[METHOD_NAMES[m] for m in methods], model=DEFAULT_PRESET, custom_target="", custom_draft="", dtype="fp32",
                 max_new_tokens=max_new, temperature=0.0, top_p=1.0, seed=0, tree="manual", tree_budget=6,
-                tree_depth=3, lookahead="manual", window=3, ngram=3, guesses=3, pool_from_prompt=True)
+                tree_depth=3, lookahead="manual", window=3, ngram=3, guesses=3, pool_from_prompt=True, graphs="auto")
     args.update(overrides)
     return args
 
