@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from ..draws import first_argmax, race_sample
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.lean import make_forward
-from ..engine.sampling import next_token, probs_from_logits
+from ..engine.sampling import next_token, next_token_on_device
 from ..engine.static import cache_capacity, checkout, release, static_supported
 from ..trace import PHASE_TARGET, PHASE_VERIFY, SOURCE_AR, StepRecord
 
@@ -90,10 +89,7 @@ class AutoregressiveDecoder(Decoder):
         self.position += n_in
         timer.start(PHASE_VERIFY)
         row = logits.reshape(-1, logits.shape[-1])[-1:]
-        if self.sampling.greedy:
-            token = first_argmax(row)
-        else:
-            token = race_sample(probs_from_logits(row, self.sampling), self.generator)
+        token = next_token_on_device(row, self.sampling, self.generator)
         self.pending = token.view(1, 1)
         scores = row[0].float() if self.sampling.greedy else row[0].float() / self.sampling.temperature
         top = torch.topk(scores, 3)

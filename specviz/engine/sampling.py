@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..draws import first_argmax, sample
+from ..draws import first_argmax, race_sample, sample
 from ..errors import InvalidInput
 
 
@@ -110,3 +110,13 @@ def next_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Gener
         return first_argmax(logits)
     assert generator is not None, "sampling needs a generator"
     return sample(probs_from_logits(logits, cfg), generator)
+
+
+def next_token_on_device(logits: torch.Tensor, cfg: SamplingConfig,
+                         generator: torch.Generator | None) -> torch.Tensor:
+    """`next_token` with no host sync, for the static (graph) steps: greedy argmax, or `race_sample`,
+    which is exact too but takes the random stream differently from `sample` (and skips its mass check,
+    which would read the device)."""
+    if cfg.greedy:
+        return first_argmax(logits)
+    return race_sample(probs_from_logits(logits, cfg), generator)

@@ -20,10 +20,10 @@ import random
 
 import torch
 
-from ..draws import first_argmax, race_sample
+from ..draws import first_argmax
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.lean import make_forward
-from ..engine.sampling import next_token, probs_from_logits
+from ..engine.sampling import next_token, next_token_on_device, probs_from_logits
 from ..engine.static import cache_capacity, checkout, release, static_supported
 from ..errors import InvalidInput
 from ..trace import (
@@ -261,10 +261,7 @@ class LookaheadDecoder(Decoder):
         logits = self.forward.prefill(prompt)
         timer.start(PHASE_VERIFY)
         row = logits.reshape(-1, logits.shape[-1])[-1:]
-        if self.sampling.greedy:
-            token = first_argmax(row)
-        else:
-            token = race_sample(probs_from_logits(row, self.sampling), self.generator)
+        token = next_token_on_device(row, self.sampling, self.generator)
         return self._prefill_record(timer, token.tolist()[0])
 
     def _prefill_record(self, timer: PhaseTimer, token: int) -> StepRecord:

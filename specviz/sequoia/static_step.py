@@ -23,8 +23,8 @@ from __future__ import annotations
 import torch
 
 from ..draft.drafter import compact, make_drafter
-from ..draws import exponential_like, first_argmax, race_sample
-from ..engine.sampling import probs_from_logits
+from ..draws import exponential_like, first_argmax
+from ..engine.sampling import next_token_on_device, probs_from_logits
 from ..engine.static import cache_capacity, checkout, release
 from .device_verify import STATUS_NAMES, WalkTables, greedy_walk_device, sampled_walk_device
 from .tree import TreeShape, TreeTensors
@@ -77,8 +77,7 @@ class StaticTreeStep:
         out = self.target.prefill(ids, hidden=self.features, taps=self.taps)
         logits, hidden = out if self.features else (out, None)
         row = logits[-1:, :self.vocab]
-        token = first_argmax(row) if self.sampling.greedy else race_sample(
-            probs_from_logits(row, self.sampling), self.generator)
+        token = next_token_on_device(row, self.sampling, self.generator)
         prompt_len = ids.shape[1]
         self.history[:prompt_len] = ids[0]
         self.history[prompt_len:prompt_len + 1] = token
