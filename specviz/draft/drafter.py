@@ -111,17 +111,6 @@ class StaticDrafter(Drafter, Protocol):
                       target_features: torch.Tensor | None) -> None: ...
 
 
-def compact(lean, root_slot: int, path: torch.Tensor, dest: torch.Tensor) -> None:
-    """Move the K/V of slots root_slot + path to root_slot + 0, 1, ... (`dest` = that arange, on the device).
-
-    `StaticForward.keep` makes its destination with `new_tensor`, a host-to-device copy, which on CUDA
-    waits for the stream; here the destination is a prepared device arange plus a host number (a kernel
-    argument), so compaction never syncs."""
-    slots = path + root_slot
-    for cache in (lean.all_keys, lean.all_values):   # index_select copies first, so overlap is safe
-        cache.index_copy_(3, dest + root_slot, cache.index_select(3, slots))
-
-
 def drafter_class(pair) -> type:
     kind = getattr(pair.draft, "drafter_kind", None)
     if kind is None:
@@ -310,4 +299,4 @@ class ModelDrafter:
     def static_commit(self, path: torch.Tensor, root_slot: int, target_features) -> None:
         """The root and the accepted path to root_slot.. (a node on the last level was never read: its
         slot is rewritten by the next root, which re-reads it)."""
-        compact(self.static.lean, root_slot, path, self.static.columns[:path.numel()])
+        self.static.keep(root_slot, path + root_slot)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ..draft.drafter import compact, make_drafter
+from ..draft.drafter import make_drafter
 from ..draws import exponential_like, first_argmax
 from ..engine.sampling import next_token_on_device, probs_from_logits
 from ..engine.static import cache_capacity, checkout, release
@@ -136,7 +136,7 @@ class StaticTreeStep:
             walk = sampled_walk_device(self.tables, tokens, target_probs, self.draft_q, uniforms, depth,
                                        self.generator)
             target_p = target_probs[parents, tokens]
-        compact(self.target.lean, root_slot, walk.path, self.arange)
+        self.target.keep(root_slot, walk.path + root_slot)
         self.drafter.static_commit(walk.path, root_slot, hidden)
         # The committed tokens after the root: the accepted path's, then the bonus (repeated past it).
         after = torch.cat([tokens.index_select(0, walk.path[1:]), walk.bonus.view(1)])
