@@ -198,9 +198,10 @@ def test_worker_exits_when_the_app_dies(tmp_path):
             app.kill()
 
 
-def test_thread_policy_leaves_a_core_locally_and_uses_all_when_hosted():
+def test_thread_policy_leaves_a_core_locally_and_uses_all_when_hosted(tmp_path, monkeypatch):
     from specviz.engine.worker import thread_policy, worker_env
 
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))   # whatever this machine measured plays no part
     assert thread_policy({}, cores=2).threads == 1
     assert thread_policy({}, cores=8).threads == 7
     assert thread_policy({}, cores=1).threads == 1
@@ -261,3 +262,23 @@ def test_api_race_runs_in_the_worker_and_stop_ends_it(app):
     assert stopped["cancelled"] is True and 0 < stopped["methods"]["ar"]["tokens"] < 400
     assert stopped["methods"]["ar"]["finish_reason"] == "cancelled"
     wait_for(lambda: not worker.busy, timeout=30, what="the worker to go idle")
+
+
+def test_thread_policy_follows_what_was_measured_beside_the_page(tmp_path, monkeypatch):
+    """`scripts/app_speed.py --threads 1,2` caches the count that ran fastest in Chromium on this machine;
+    locally the worker then runs it (for this core count only), hosted or explicit settings still win."""
+    from specviz.engine.worker import measured_threads, save_measured_threads, thread_policy
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    assert measured_threads(2) is None and thread_policy({}, cores=2).threads == 1
+    path = save_measured_threads(2, {1: 26.7, 2: 31.5})
+    assert path.exists() and "2cores" in path.name
+    policy = thread_policy({}, cores=2)
+    assert policy.threads == 2 and "measured beside the page" in policy.reason and "31.5" in policy.reason
+    assert thread_policy({}, cores=4).threads == 3                 # measured on 2 cores: not this machine
+    assert thread_policy({"SPECVIZ_THREADS": "1"}, cores=2).threads == 1
+    assert thread_policy({"SPACE_ID": "me/specviz"}, cores=2).threads == 2
+    save_measured_threads(2, {1: 30.0, 2: 30.0})                  # a tie goes to the core left free
+    assert thread_policy({}, cores=2).threads == 1
+    path.write_text("{not json")                                   # damaged: the default, no error
+    assert thread_policy({}, cores=2).threads == 1

@@ -622,20 +622,16 @@ def machine_info(device: torch.device) -> dict:
 
     import transformers
 
+    from ..engine.machine import cpu_flags, cpu_model, cpu_words
+
     info = {"torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version(), "threads": torch.get_num_threads()}
+            "python": platform.python_version(), "threads": torch.get_num_threads(),
+            "cpu": cpu_model(), "cpu_flags": cpu_flags()}
     if device.type == "cuda":
         info["machine"] = torch.cuda.get_device_name(device)
     else:
-        cpu = platform.processor() or platform.machine()
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-        except OSError:
-            pass
-        info["machine"] = f"{cpu}, {torch.get_num_threads()} threads"
+        # Figures differ by CPU (AMD EPYC vs Intel Xeon with AMX), so the model and flags print beside them.
+        info["machine"] = cpu_words()
     return info
 
 

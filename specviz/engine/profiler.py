@@ -26,6 +26,7 @@ import torch
 from ..paths import cache_dir
 from .cpu_kernels import packed_matmul_supported
 from .lean import lean_llama_supported, make_forward
+from .machine import fingerprint, fingerprint_tag
 
 
 def default_sizes(device: torch.device) -> list[int]:
@@ -173,28 +174,60 @@ def forward_kind(model) -> str:
     return kind if rows is None else f"{kind}-head{int(rows.numel())}"
 
 
-def _profile_path(kind: str, key: str) -> Path:
+# What is measured on this machine and so belongs to the machine it was measured on (`engine.machine`):
+# forward curves, Sequoia's step costs and plans, Lookahead's auto table, the hf peers' tuning. Acceptance
+# rates are the models' business, not the machine's, and stay shared.
+MACHINE_KINDS = frozenset({"forward", "sequoia-step-costs", "sequoia-plan", "lookahead-auto", "hf-tuning"})
+
+
+def _machine(kind: str, key: str) -> dict | None:
+    if kind not in MACHINE_KINDS:
+        return None
+    # Every timing key names its device after the model ('name|cuda|bf16...'): a GPU's name then joins in.
+    return fingerprint("cuda" if "|cuda" in key else "cpu")
+
+
+def _profile_path(kind: str, key: str, machine: dict | None = None) -> Path:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
     path = cache_dir() / "profiles"
     path.mkdir(parents=True, exist_ok=True)
-    return path / f"{kind}-{safe}.json"
+    # The thread count readable in the name, so 1- and 2-thread curves lie side by side.
+    tag = f"@{fingerprint_tag(machine)}" if machine else ""
+    return path / f"{kind}-{safe}{tag}.json"
+
+
+def cache_path(kind: str, key: str) -> Path:
+    """Where `save_cached(kind, key, ...)` writes on this machine, at this process's thread count."""
+    return _profile_path(kind, key, _machine(kind, key))
 
 
 def load_cached(kind: str, key: str) -> dict | None:
-    path = _profile_path(kind, key)
+    """The cached entry, or None. A measured kind is read only under the fingerprint it was saved with:
+    files from before fingerprints (no tag in the name) or from another machine are ignored, not misread."""
+    machine = _machine(kind, key)
+    path = _profile_path(kind, key, machine)
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None  # a damaged cache is re-measured, never fatal
+    if machine is not None and (not isinstance(data, dict) or data.get("machine") != machine):
+        return None   # a hash collision or a hand-copied file: not this machine's measurement
+    if machine is not None:
+        data = {k: v for k, v in data.items() if k != "machine"}   # read back as it was saved
+    return data
 
 
-def save_cached(kind: str, key: str, data: dict) -> None:
-    path = _profile_path(kind, key)
-    tmp = path.with_suffix(".tmp")
+def save_cached(kind: str, key: str, data: dict) -> Path:
+    machine = _machine(kind, key)
+    if machine is not None:
+        data = {**data, "machine": machine}
+    path = _profile_path(kind, key, machine)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")   # two processes (app worker, bench) may write at once
     tmp.write_text(json.dumps(data, indent=1))
     tmp.replace(path)
+    return path
 
 
 def _curve_key(model, key: str, context_len: int, graphs: bool = False) -> str:

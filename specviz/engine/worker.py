@@ -44,16 +44,17 @@ class ThreadPolicy:
     reason: str
 
 
-def thread_policy(env=None, cores: int | None = None) -> ThreadPolicy:
+def thread_policy(env=None, cores: int | None = None, measured: dict | None = None) -> ThreadPolicy:
     """How many torch threads the worker uses.
 
     Hosted (SPECVIZ_HOSTED or a Space's SPACE_ID): the browser is on the visitor's
     machine, so every core decodes. Locally the browser and the server share the
-    machine: one core is left to them. Measured with scripts/app_speed.py on 2
-    cores: 2 threads beside the page ran at 0.41x standalone (OpenMP threads stall
-    at every barrier whenever the renderer or the server takes one core), 1 thread
-    at 0.98x of its own standalone speed, and faster than 2 contended threads in
-    absolute terms. SPECVIZ_THREADS overrides either.
+    machine, and what runs fastest beside the page differs by CPU: the count
+    `scripts/app_speed.py --threads 1,2` measured in Chromium on this machine
+    (`measured_threads`), else one core left to the browser and the server. On 2 cores
+    of an AMD EPYC, 2 threads beside the page ran at 0.41x standalone (OpenMP threads
+    stall at every barrier whenever the renderer or the server takes one core), 1 thread
+    at 0.98x of its own standalone speed. SPECVIZ_THREADS overrides either.
     """
     env = os.environ if env is None else env
     if cores is None:
@@ -67,7 +68,59 @@ def thread_policy(env=None, cores: int | None = None) -> ThreadPolicy:
     hosted = env.get("SPECVIZ_HOSTED", "").strip().lower() in ("1", "true", "yes") or bool(env.get("SPACE_ID"))
     if hosted:
         return ThreadPolicy(max(1, cores), "hosted: the browser is elsewhere, every core decodes")
+    measured = measured_threads(cores) if measured is None else measured
+    if measured and measured.get("cores") == cores and 1 <= int(measured.get("threads", 0)) <= cores:
+        rates = ", ".join(f"{t} thread{'s' * (t != '1')} {v:.1f} tok/s" for t, v in measured.get("tokens_per_s", {}).items())
+        return ThreadPolicy(int(measured["threads"]), f"local: measured beside the page on this CPU ({rates})")
     return ThreadPolicy(max(1, cores - 1), "local: one core left to the browser and the server")
+
+
+def _threads_path(cores: int) -> Path:
+    """Where the measured choice for this CPU model, core count and torch lives (one file per machine kind)."""
+    import hashlib
+
+    from ..paths import cache_dir
+    from .machine import cpu_model
+
+    machine = f"{cpu_model()}|{cores}|{_torch_version()}"
+    return cache_dir() / "profiles" / f"worker-threads-{cores}cores-{hashlib.sha1(machine.encode()).hexdigest()[:8]}.json"
+
+
+def _torch_version() -> str:
+    # Read without importing torch: the app's server asks before anything else needs it.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "none"
+
+
+def measured_threads(cores: int) -> dict | None:
+    """The worker's thread count measured beside the page on this machine (`save_measured_threads`), else None."""
+    import json
+
+    try:
+        data = json.loads(_threads_path(cores).read_text())
+    except (OSError, ValueError):
+        return None   # never measured here, or a damaged file: the default stands
+    return data if isinstance(data, dict) else None
+
+
+def save_measured_threads(cores: int, tokens_per_s: dict[int, float], detail: dict | None = None) -> Path:
+    """Cache the fastest thread count beside the page: {threads: the app's mean tokens/s over its races}."""
+    import json
+
+    from .machine import cpu_flags, cpu_model
+
+    best = max(tokens_per_s, key=lambda t: (tokens_per_s[t], -t))   # a tie goes to fewer threads
+    path = _threads_path(cores)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"threads": int(best), "cores": cores, "cpu": cpu_model(), "cpu_flags": cpu_flags(),
+            "torch": _torch_version(), "tokens_per_s": {str(t): round(v, 2) for t, v in sorted(tokens_per_s.items())},
+            **(detail or {})}
+    path.write_text(json.dumps(data, indent=1))
+    return path
 
 
 def worker_env(policy: ThreadPolicy, base=None) -> dict:

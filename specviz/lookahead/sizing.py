@@ -122,7 +122,7 @@ def choose(pair, refresh: bool = False, graphs: bool = False) -> dict:
     """{"curve", "table", "choice", "accept_rate", "key"} for this target, device and dtype (cached);
     `graphs`: from the static-buffer forwards' curve (replays on CUDA)."""
     from ..engine.models import dtype_name
-    from ..engine.profiler import forward_curve, forward_kind, load_cached, save_cached
+    from ..engine.profiler import cached_forward_curve, forward_curve, forward_kind, load_cached, save_cached
 
     # The draft plays no part in Lookahead: key on the target, device and dtype only.
     key = f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}"
@@ -140,5 +140,7 @@ def choose(pair, refresh: bool = False, graphs: bool = False) -> dict:
               "table": table,
               "choice": {k: best[k] for k in ("window", "ngram", "guesses", "step_tokens",
                                                 "forward_ms", "expected_tokens", "predicted_speedup")}}
-    save_cached("lookahead-auto", key, result)
+    # A curve from busy cores is used for this run only (`profiler.forward_curve`), and so is the table.
+    if cached_forward_curve(pair.target, curve_key, sizes=CURVE_SIZES, graphs=graphs) == raw:
+        save_cached("lookahead-auto", key, result)
     return result

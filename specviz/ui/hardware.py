@@ -24,6 +24,17 @@ def pair_key(trace) -> str:
     return f"{trace.target_name}|{trace.draft_name}|{_device_type(trace.device)}|{trace.dtype}"
 
 
+def _this_machine(data: dict) -> bool:
+    """A plan measured on this CPU with this torch (any thread count: the page's server does not run the
+    worker's threads); plans cached before fingerprints, or copied from elsewhere, are not shown."""
+    import torch
+
+    from ..engine.machine import cpu_model
+
+    machine = data.get("machine")
+    return isinstance(machine, dict) and machine.get("cpu") == cpu_model() and machine.get("torch") == torch.__version__
+
+
 def _cached_plans(kind_prefix: str, key: str) -> list[dict]:
     from ..paths import cache_dir
 
@@ -34,7 +45,7 @@ def _cached_plans(kind_prefix: str, key: str) -> list[dict]:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if isinstance(data, dict) and data.get("key") == key:
+        if isinstance(data, dict) and data.get("key") == key and _this_machine(data):
             plans.append(data)
     return plans
 
