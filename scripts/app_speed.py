@@ -14,6 +14,11 @@ and sampled), then runs the same decoders standalone (one process, like
 
     .venv/bin/python scripts/app_speed.py --races 10 --max-new-tokens 96
 
+With `--threads 1,2` it serves one app per worker thread count (SPECVIZ_THREADS) side by side, runs
+every race on each in turn (a shared machine's drift falls on both), reports each, and caches the
+count whose races the page showed fastest (geometric mean of the three methods' tokens/s) as this
+machine's choice: `engine.worker.thread_policy` then runs the app's worker at it.
+
 Run it on an otherwise idle machine: anything else on the cores is what it
 measures. Output: a table on stdout and JSON with --json PATH.
 """
@@ -50,8 +55,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_app(port: int, log) -> subprocess.Popen:
+def launch_app(port: int, log, threads: int | None = None) -> subprocess.Popen:
     env = dict(os.environ, GRADIO_SERVER_PORT=str(port), GRADIO_ANALYTICS_ENABLED="False")
+    if threads:
+        env["SPECVIZ_THREADS"] = str(threads)
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     import urllib.request
 
@@ -221,16 +228,17 @@ class Standalone:
     machine (a shared machine's speed drifts by 20% over minutes)."""
 
     def __init__(self):
-        import torch
-
         from specviz.engine.models import load_pair
-        from specviz.engine.worker import thread_policy
 
-        torch.set_num_threads(thread_policy().threads)
         self.pair = load_pair("default", None, dtype="auto")
 
-    def run(self, example: str, temperature: float, max_new: int) -> dict:
+    def run(self, example: str, temperature: float, max_new: int, threads: int | None = None) -> dict:
+        import torch
+
         from specviz.engine.methods import make_decoder
+        from specviz.engine.worker import thread_policy
+
+        torch.set_num_threads(threads or thread_policy().threads)
         from specviz.engine.sampling import SamplingConfig
         from specviz.ui.layout import EXAMPLES
 
@@ -247,54 +255,90 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--races", type=int, default=10)
     ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--threads", default="", help="worker thread counts to compare, e.g. 1,2 (caches the fastest)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
-    port = args.port or free_port()
+    from specviz.engine.machine import cpu_words
+    from specviz.engine.worker import save_measured_threads, thread_policy
+
+    counts = [int(t) for t in args.threads.split(",") if t.strip()] or [None]
     (ROOT / "test-artifacts").mkdir(exist_ok=True)   # a fresh clone has none yet
-    log = open(ROOT / "test-artifacts" / "app_speed_server.log", "w")
-    app = launch_app(port, log)
+    apps = {}
+    for i, threads in enumerate(counts):
+        port = (args.port + i if args.port else free_port())
+        log = open(ROOT / "test-artifacts" / f"app_speed_server{'' if threads is None else f'_{threads}t'}.log", "w")
+        apps[threads] = (port, launch_app(port, log, threads))
     plan = [SETTINGS[i % len(SETTINGS)] for i in range(args.races)]
-    races, alone = [], []
+    races = {t: [] for t in counts}
+    alone = {t: [] for t in counts}
+    loaded_rss = 0.0
     solo = Standalone()
+    print(f"CPU: {cpu_words(thread_policy().threads)}", flush=True)
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.goto(f"http://127.0.0.1:{port}/", wait_until="load", timeout=120_000)
-            page.wait_for_selector("#sv-run", timeout=120_000)
+            pages = {}
+            for threads, (port, _) in apps.items():
+                pages[threads] = page = browser.new_page(viewport={"width": 1600, "height": 1000})
+                page.goto(f"http://127.0.0.1:{port}/", wait_until="load", timeout=120_000)
+                page.wait_for_selector("#sv-run", timeout=120_000)
             loaded_rss = rss_mb(renderer_pids())
             print(f"page loaded: renderer {loaded_rss:.0f} MB", flush=True)
             for i, (example, temperature) in enumerate(plan):
-                r = race_in_browser(page, app, example, temperature, args.max_new_tokens, seed=0)
-                races.append(r)
-                alone.append(solo.run(example, temperature, args.max_new_tokens))
-                print(f"race {i + 1}: {example} T={temperature}: "
-                      + ", ".join(f"{m} {v['tokens_per_second']:.1f} tok/s" for m, v in r["shown"].items() if v)
-                      + f"; wall {r['wall_s']:.1f} s vs compute {r['compute_s']:.1f} s; renderer "
-                        f"{100 * r['renderer_cpu_share']:.0f}% CPU, {r['renderer_rss_mb']:.0f} MB "
-                        f"({r['renderer_rss_mb_after_gc']:.0f} after GC); server "
-                        f"{100 * r['server_cpu_share']:.0f}%, worker {100 * r['worker_cpu_share']:.0f}% "
-                        f"({r['worker_preemptions_per_s']:.0f} preemptions/s), all Chromium "
-                        f"{100 * r['chromium_cpu_share']:.0f}%"
-                      + (" [contention warned]" if r["contention_warning"] else "")
-                      + "; standalone " + ", ".join(f"{m} {v['tokens_per_second']:.1f}" for m, v in alone[-1].items()),
-                      flush=True)
+                for threads in counts:
+                    r = race_in_browser(pages[threads], apps[threads][1], example, temperature, args.max_new_tokens,
+                                        seed=0)
+                    races[threads].append(r)
+                    alone[threads].append(solo.run(example, temperature, args.max_new_tokens, threads))
+                    print_race(i, example, temperature, r, alone[threads][-1], threads)
             browser.close()
     finally:
-        app.terminate()
-        try:
-            app.wait(20)
-        except subprocess.TimeoutExpired:
-            app.kill()
-    report = summarise(races, alone)
-    report["renderer_rss_mb_loaded"] = loaded_rss
-    print_report(report)
+        for _, app in apps.values():
+            app.terminate()
+            try:
+                app.wait(20)
+            except subprocess.TimeoutExpired:
+                app.kill()
+    reports = {}
+    for threads in counts:
+        reports[threads] = report = summarise(races[threads], alone[threads])
+        report["renderer_rss_mb_loaded"] = loaded_rss
+        if threads is not None:
+            print(f"\n## worker at {threads} thread{'s' * (threads != 1)}")
+        print_report(report)
+    out = {"cpu": cpu_words(), "by_threads": {str(t): {"races": races[t], "standalone": alone[t],
+                                                        "summary": reports[t]} for t in counts}}
+    if len(counts) > 1:
+        shown = {t: statistics.geometric_mean(v["app_tps"] for v in reports[t]["methods"].values()) for t in counts}
+        cores = len(os.sched_getaffinity(0))
+        path = save_measured_threads(cores, shown, {"races": args.races, "max_new_tokens": args.max_new_tokens,
+                                                    "app_over_standalone": {str(t): {m: round(v["ratio"], 3) for m, v in
+                                                                            reports[t]["methods"].items()} for t in counts}})
+        best = max(shown, key=lambda t: (shown[t], -t))
+        print(f"\nthe page's tokens/s (geometric mean of the methods): "
+              + ", ".join(f"{t} thread{'s' * (t != 1)} {v:.1f}" for t, v in shown.items())
+              + f"; the app's worker will run {best} thread{'s' * (best != 1)} on this machine (cached in {path})")
+        out["chosen_threads"] = best
     if args.json:
-        args.json.write_text(json.dumps({"races": races, "standalone": alone, "summary": report}, indent=1))
+        args.json.write_text(json.dumps(out, indent=1))
     return 0
+
+
+def print_race(i: int, example: str, temperature: float, r: dict, alone: dict, threads: int | None) -> None:
+    print(f"race {i + 1}{'' if threads is None else f' ({threads}t)'}: {example} T={temperature}: "
+          + ", ".join(f"{m} {v['tokens_per_second']:.1f} tok/s" for m, v in r["shown"].items() if v)
+          + f"; wall {r['wall_s']:.1f} s vs compute {r['compute_s']:.1f} s; renderer "
+            f"{100 * r['renderer_cpu_share']:.0f}% CPU, {r['renderer_rss_mb']:.0f} MB "
+            f"({r['renderer_rss_mb_after_gc']:.0f} after GC); server "
+            f"{100 * r['server_cpu_share']:.0f}%, worker {100 * r['worker_cpu_share']:.0f}% "
+            f"({r['worker_preemptions_per_s']:.0f} preemptions/s), all Chromium "
+            f"{100 * r['chromium_cpu_share']:.0f}%"
+          + (" [contention warned]" if r["contention_warning"] else "")
+          + "; standalone " + ", ".join(f"{m} {v['tokens_per_second']:.1f}" for m, v in alone.items()),
+          flush=True)
 
 
 def summarise(races: list[dict], alone: list[dict]) -> dict:

@@ -274,6 +274,9 @@ class RaceTrace:
     # The race's settings as asked for (`specviz.request.RaceRequest.to_dict`); None in traces
     # recorded before requests were kept, or by races started without one. Written only when set.
     request: dict | None = None
+    # Where it ran, for the speeds' sake: "AMD EPYC (avx2, fma), 1 thread" (`engine.machine.cpu_words`), or
+    # the GPU's name. Absolute tokens/s differ by CPU and thread count; "" in traces from before it was kept.
+    machine: str = ""
 
     @property
     def greedy(self) -> bool:
@@ -306,6 +309,8 @@ class RaceTrace:
         }
         if self.request is not None:
             data["request"] = self.request
+        if self.machine:
+            data["machine"] = self.machine
         return data
 
     def to_json(self, **kwargs) -> str:
@@ -360,6 +365,7 @@ class RaceTrace:
                 vocab_size=_typed(data.get("vocab_size", 0), int, "vocab_size"),
                 cancelled=bool(data.get("cancelled", False)),
                 request=_typed(data["request"], dict, "request") if data.get("request") is not None else None,
+                machine=_typed(data.get("machine", ""), str, "machine"),
             )
         except InvalidInput:
             raise

@@ -141,6 +141,14 @@ def test_race_trace_json_round_trip(saved_race, pair_fp32):
     assert any(s.payload is not None and hasattr(s.payload, "nodes") for s in back.runs["sequoia"].steps)
     # Loads with no model at all (vocabulary taken from the trace itself).
     assert RaceTrace.from_json(text.encode()).vocab_size == pair_fp32.vocab_size
+    # Where its speeds were measured (CPU, flags, this process's threads) travels with it and is shown.
+    from specviz.engine.machine import cpu_words
+    from specviz.ui.html import summary_html
+
+    assert back.machine == saved_race.machine == cpu_words() and back.machine in summary_html(back)
+    old = json.loads(text)
+    del old["machine"]   # a trace from before the machine was kept
+    assert RaceTrace.from_dict(old).machine == "" and "machine" not in RaceTrace.from_dict(old).to_dict()
 
 
 def _mutated(race: RaceTrace, change) -> str:
@@ -154,6 +162,7 @@ def _mutated(race: RaceTrace, change) -> str:
     (lambda d: d.update(schema_version=99), "unsupported trace schema version"),
     (lambda d: d.pop("runs"), "missing field"),
     (lambda d: d.update(prompt=5), "'prompt' should be str"),
+    (lambda d: d.update(machine=5), "'machine' should be str"),
     (lambda d: d["runs"]["ar"]["steps"][0].update(new_token_ids=[10 ** 7]), "outside the vocabulary"),
     (lambda d: d["runs"]["ar"]["steps"][0].update(new_token_ids=[-1]), "outside the vocabulary"),
     (lambda d: d["runs"]["ar"]["steps"][0].update(token_sources=["magic"]), "unknown token source"),

@@ -72,3 +72,10 @@ def fingerprint_tag(print_: dict) -> str:
     """A short file-name tag for a fingerprint: the thread count readable ('2t'), the rest hashed."""
     rest = "|".join(f"{k}={print_[k]}" for k in sorted(print_) if k != "threads")
     return f"{print_['threads']}t-{hashlib.sha1(rest.encode()).hexdigest()[:8]}"
+
+
+def machine_words(device) -> str:
+    """What a race's speeds were measured on: the GPU's name, else `cpu_words` at this process's threads."""
+    if getattr(device, "type", str(device)) == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(device)
+    return cpu_words()

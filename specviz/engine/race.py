@@ -98,9 +98,11 @@ class Race:
             target_name=getattr(pair, "target_name", ""), draft_name=getattr(pair, "draft_name", ""),
             device=str(getattr(pair, "device", "")), vocab_size=int(getattr(pair, "vocab_size", 0) or 0))
         if pair is not None:
+            from .machine import machine_words
             from .models import dtype_name
 
             self.trace.dtype = dtype_name(pair.dtype)
+            self.trace.machine = machine_words(pair.device)
 
     @property
     def live(self) -> list[str]:

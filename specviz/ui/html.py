@@ -290,7 +290,8 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
                         f'padding:10px 14px;margin:6px 0;font-size:18px"><b>{icon} {esc(label)}:'
                         f'</b> {esc(v["message"])}{extra}</div>')
     meta = (f'<div style="color:#6b7280;font-size:13px;margin-top:6px">{esc(race.target_name)} · draft '
-            f'{esc(race.draft_name)} · {esc(race.device)} {esc(race.dtype)} · {esc(race_graphs_words(race))} · '
+            f'{esc(race.draft_name)} · {esc(race.device)} {esc(race.dtype)}'
+            f'{f" ({esc(race.machine)})" if race.machine else ""} · {esc(race_graphs_words(race))} · '
             f'{esc(sampling_words(race.sampling))}'
             f'{" · stopped early" if race.cancelled else ""}</div>')
     return f'<div class="sv-summary">{"".join(verdicts)}{table}{meta}</div>'
