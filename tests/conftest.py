@@ -20,10 +20,47 @@ def pair_fp32():
     return load_pair("default", "self", device="cpu", dtype="fp32")
 
 
+_REAL_CACHE_ENV = "SPECVIZ_TEST_REAL_CACHE"
+
+
+def _private_profile_cache() -> None:
+    """Point $SPECVIZ_CACHE at a folder of this run's own, whose entries link to the real cache's (the converted
+    model, the downloaded wheel) except `profiles/`.
+
+    What `auto` and the adaptive tree read there (forward curves, plans, step costs, acceptance vectors,
+    Lookahead's choice) was measured on whichever machine and load wrote it, and it changes what a decoder
+    does: a test that left it to the user's ~/.cache/specviz ran other trees and windows on every machine.
+    A test that wants a curve puts it in a tmp SPECVIZ_CACHE of its own (`helpers.cache_forward_curves`).
+    Subprocesses (the CLI, the app's worker) inherit the variable. SPECVIZ_TEST_REAL_CACHE=1 keeps the real one.
+    """
+    import atexit
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    if os.environ.get(_REAL_CACHE_ENV) == "1":
+        return
+    real = Path(os.environ.get("SPECVIZ_CACHE") or Path.home() / ".cache" / "specviz")
+    private = Path(tempfile.mkdtemp(prefix="specviz-test-cache-"))
+    try:
+        (real / "wheels").mkdir(parents=True, exist_ok=True)   # a first download is kept for the next run
+        entries = list(real.iterdir())
+    except OSError:
+        entries = []
+    for entry in entries:
+        if entry.name != "profiles":
+            (private / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+    os.environ["SPECVIZ_CACHE"] = str(private)
+    atexit.register(shutil.rmtree, private, ignore_errors=True)
+
+
 def pytest_configure(config):
-    """SPECVIZ_MUTANT=name plants one of `mutants.MUTANTS` for the whole run (`scripts/mutation_check.py`)."""
+    """SPECVIZ_MUTANT=name plants one of `mutants.MUTANTS` for the whole run (`scripts/mutation_check.py`);
+    the profile cache is this run's own (`_private_profile_cache`)."""
     import os
 
+    _private_profile_cache()
     name = os.environ.get("SPECVIZ_MUTANT")
     if name:
         import mutants

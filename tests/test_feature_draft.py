@@ -631,16 +631,25 @@ def test_shipped_feature_acceptance_vectors_are_found_per_depth_at_both_temperat
     assert len(heldout) == 22 and not set(heldout) & train
 
 
-def test_online_features_equal_the_stored_recipe_and_a_deadline_ends_the_run(feature_pair, tmp_path):
+def test_online_features_equal_the_stored_recipe_and_a_deadline_ends_the_run(feature_pair, tmp_path, monkeypatch):
     """`distill --kind feature --online-features --minutes M`, as a lent GPU runs it: the parallel
     tokenising gives exactly the batches of the stored-feature recipe, the target's features are computed
     in the loop, and the schedule is cut so the run, checkpoints included, ends by its deadline."""
     import json
     import time
 
+    from specviz.draft import featuretrain
     from specviz.draft.data import DistillData
     from specviz.draft.featuretrain import fit_steps, online_features, train_feature
 
+    waits = []   # each step's and checkpoint's seconds: how slow this machine is
+    fit = featuretrain.DeadlinePace.steps_after
+
+    def recorded(self, step, duration, steps, checkpoint_seconds):
+        waits.append(duration + checkpoint_seconds)
+        return fit(self, step, duration, steps, checkpoint_seconds)
+
+    monkeypatch.setattr(featuretrain.DeadlinePace, "steps_after", recorded)
     tok, target = feature_pair.tokenizer, feature_pair.target
     work, rows, settings = _deadline_run_inputs(tok, tmp_path, save_every=40)
     stream = online_features(target, tok, work, settings, workers=2)
@@ -660,9 +669,12 @@ def test_online_features_equal_the_stored_recipe_and_a_deadline_ends_the_run(fea
     assert len(metrics["loss"]) == settings["steps"]
     assert metrics["agreement"][-1][0] == settings["steps"]   # the last checkpoint is the run's end
     # It uses its time, and ends by the deadline unless the 20 timed steps alone overran it (a loaded
-    # machine), in which case it stops right there.
+    # machine), in which case it stops right there. By the deadline means give or take its slowest step and
+    # checkpoint: 8 s covers them on a quiet machine (0.2 s steps); a slower one's own slowest counts too.
+    slack = max(8.0, max(waits) + 1.0)
     assert elapsed > 0.6 * budget, f"the run stopped after {elapsed:.0f} s of a {budget:.0f} s budget"
-    assert settings["steps"] == 20 or elapsed < budget + 8, f"{elapsed:.0f} s for a {budget:.0f} s deadline"
+    assert settings["steps"] == 20 or elapsed < budget + slack, (
+        f"{elapsed:.0f} s for a {budget:.0f} s deadline (slack {slack:.1f} s)")
     saved = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert saved["steps_done"] == settings["steps"]
     assert fit_steps(1000, 30, 0.5, 10.0) == 50 and fit_steps(40, 30, 0.5, 100.0) == 40

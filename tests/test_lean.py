@@ -212,7 +212,20 @@ def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
     model = load_model(None, torch.device("cpu"), torch.bfloat16)
     packed = LeanLlama(model, 64)
     dense = LeanLlama(model, 64)
-    assert packed.packed and packed.head.packed is not None
+    if not packed.packed:
+        # Packing is refused where this CPU's oneDNN has no bf16 kernel (an AVX2-only EPYC raises) or its
+        # prepacked product is not F.linear's bit for bit; then every forward is the dense one, which is
+        # exact. Anything else that left the weights unpacked is a failure.
+        from specviz.engine.cpu_kernels import _same_bits, pack
+
+        first = packed.layers[0].qkv_proj.weight   # the matrix `packed_weights` checks
+        try:
+            refused = not _same_bits(first, pack(first))
+        except RuntimeError as exc:
+            refused = f"{type(exc).__name__}: {str(exc)[:80]}"
+        assert refused, "bf16 prepacking works on this CPU, yet LeanLlama left its weights unpacked"
+        pytest.skip(f"this CPU's oneDNN cannot prepack bf16 bit for bit ({refused}): LeanLlama stays dense")
+    assert packed.head.packed is not None
     for op in [dense.head] + [op for layer in dense.layers
                               for op in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)]:
         op.packed = None

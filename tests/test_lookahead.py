@@ -265,13 +265,20 @@ def test_auto_model_and_choice(tmp_path, monkeypatch, one_thread):
     table = settings_table(curve)
     assert table[0]["predicted_speedup"] >= table[-1]["predicted_speedup"]
     assert all(r["step_tokens"] <= 64 for r in table)
-    # The real thing on a tiny model, cached in a private cache directory.
+    # The real thing on a tiny model, cached in a private cache directory. Whether the cores were busy is
+    # not under test (a loaded CI machine's curve is used but not cached): treat them as quiet.
+    from specviz.engine import profiler
+
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    monkeypatch.setattr(profiler, "runqueue_wait_seconds", lambda: None)
     pair = tiny_pair(draft_seed=None)
     result = choose(pair)
     c = result["choice"]
     assert set(result) >= {"curve", "table", "choice"} and c == {k: result["table"][0][k] for k in c}
+    measured = profiler.forward_curve
+    monkeypatch.setattr(profiler, "forward_curve", lambda *a, **k: pytest.fail("measured again"))
     assert choose(pair) == result                                # second call: from the cache
+    monkeypatch.setattr(profiler, "forward_curve", measured)
     trace = make_decoder("lookahead", pair, "", max_new_tokens=6, prompt_ids=TINY_PROMPT).run()
     assert trace.settings["auto"] and (trace.settings["window"], trace.settings["ngram"],
                                        trace.settings["guesses"]) == (c["window"], c["ngram"], c["guesses"])
