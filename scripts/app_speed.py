@@ -267,10 +267,6 @@ def main() -> int:
     counts = [int(t) for t in args.threads.split(",") if t.strip()] or [None]
     (ROOT / "test-artifacts").mkdir(exist_ok=True)   # a fresh clone has none yet
     apps = {}
-    for i, threads in enumerate(counts):
-        port = (args.port + i if args.port else free_port())
-        log = open(ROOT / "test-artifacts" / f"app_speed_server{'' if threads is None else f'_{threads}t'}.log", "w")
-        apps[threads] = (port, launch_app(port, log, threads))
     plan = [SETTINGS[i % len(SETTINGS)] for i in range(args.races)]
     races = {t: [] for t in counts}
     alone = {t: [] for t in counts}
@@ -281,10 +277,18 @@ def main() -> int:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
             pages = {}
-            for threads, (port, _) in apps.items():
+            for i, threads in enumerate(counts):
+                # One app at a time, each left to measure this machine before the next starts (two
+                # measurements at once would each see the other as contention, and cache nothing).
+                port = (args.port + i if args.port else free_port())
+                name = f"app_speed_server{'' if threads is None else f'_{threads}t'}.log"
+                apps[threads] = (port, launch_app(port, open(ROOT / "test-artifacts" / name, "w"), threads))
                 pages[threads] = page = browser.new_page(viewport={"width": 1600, "height": 1000})
                 page.goto(f"http://127.0.0.1:{port}/", wait_until="load", timeout=120_000)
                 page.wait_for_selector("#sv-run", timeout=120_000)
+                waited = wait_measured(page)
+                print(f"app{'' if threads is None else f' at {threads} thread(s)'}: measured this machine in "
+                      f"{waited:.0f} s", flush=True)
             loaded_rss = rss_mb(renderer_pids())
             print(f"page loaded: renderer {loaded_rss:.0f} MB", flush=True)
             for i, (example, temperature) in enumerate(plan):
@@ -325,6 +329,20 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0
+
+
+def wait_measured(page, timeout: float = 900.0, quiet_s: float = 5.0) -> float:
+    """Seconds until the app's worker has measured this machine for 'auto' sizes: the page's measuring bar
+    (#sv-measuring) gone for `quiet_s` (it shows within a second of loading while there is work)."""
+    start = time.monotonic()
+    quiet_since = start
+    while time.monotonic() - start < timeout:
+        if page.locator("#sv-measuring progress").count():
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            return quiet_since - start
+        time.sleep(0.5)
+    raise SystemExit(f"the app was still measuring this machine after {timeout:.0f} s")
 
 
 def print_race(i: int, example: str, temperature: float, r: dict, alone: dict, threads: int | None) -> None:

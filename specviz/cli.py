@@ -17,6 +17,7 @@ from .cliargs import (
     add_method_args,
     add_model_args,
     add_sampling_args,
+    cli_measuring,
     graphs_from_args,
     load_pair_for,
     sampling_from_args,
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        with cli_measuring(args):   # progress on stderr whenever an 'auto' size measures this machine
+            return args.func(args)
     except SpecVizError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -22,6 +22,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "default, otherwise the target itself ('self')")
     g.add_argument("--dtype", default="auto", help="auto | fp32 | bf16 | fp16")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    g.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr while this machine's forward costs are measured for 'auto' sizes")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -142,3 +144,67 @@ def load_pair_for(args: argparse.Namespace, methods: list[str]):
 
     draft = command_draft(args, parse_specs(methods))
     return load_pair(args.model, draft, device=args.device, dtype=args.dtype)
+
+
+class CliMeasuring:
+    """Progress of a measurement on stderr: one tqdm bar per phase (what it measures, its steps, the time
+    left), then one line saying where the results were cached. Nothing when `quiet`."""
+
+    def __init__(self, quiet: bool = False, stream=None):
+        import sys
+
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.bar = None
+        self.part = 0
+        self.saved: list[str] = []
+
+    def report(self, progress) -> None:
+        from tqdm import tqdm
+
+        if progress.cached_in:
+            self.saved.append(progress.cached_in)
+            return
+        if self.bar is None or progress.part != self.part:
+            self.close_bar()
+            self.part = progress.part
+            self.bar = tqdm(total=progress.total, desc=f"specviz: measuring {progress.what}", file=self.stream,
+                            unit="step", leave=True, dynamic_ncols=True)
+        self.bar.update(progress.done - self.bar.n)
+
+    def close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def finish(self) -> None:
+        self.close_bar()
+        if self.saved and not self.quiet:
+            from pathlib import Path
+
+            import torch
+
+            folder = Path(self.saved[0]).parent
+            count = len(dict.fromkeys(self.saved))
+            print(f"specviz: measured this machine for 'auto' sizes at {torch.get_num_threads()} threads; "
+                  f"{count} result{'s' * (count != 1)} cached in {folder} (the next run reads them)",
+                  file=self.stream)
+
+
+def cli_measuring(args: argparse.Namespace):
+    """The measurement reporter a command runs under (`engine.measuring`): bars on stderr unless --quiet."""
+    import contextlib
+
+    from .engine.measuring import Measuring, measuring
+
+    @contextlib.contextmanager
+    def scope():
+        quiet = bool(getattr(args, "quiet", False))
+        shown = CliMeasuring(quiet)
+        with measuring(None if quiet else Measuring(report=shown.report, interval_s=0.2)):
+            try:
+                yield shown
+            finally:
+                shown.finish()
+
+    return scope()

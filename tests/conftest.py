@@ -57,10 +57,12 @@ def _private_profile_cache() -> None:
 
 def pytest_configure(config):
     """SPECVIZ_MUTANT=name plants one of `mutants.MUTANTS` for the whole run (`scripts/mutation_check.py`);
-    the profile cache is this run's own (`_private_profile_cache`)."""
+    the profile cache is this run's own (`_private_profile_cache`); apps do not measure this machine in the
+    background as they start (SPECVIZ_WARMUP=0: they race explicit sizes), except where a test asks."""
     import os
 
     _private_profile_cache()
+    os.environ.setdefault("SPECVIZ_WARMUP", "0")
     name = os.environ.get("SPECVIZ_MUTANT")
     if name:
         import mutants

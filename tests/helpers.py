@@ -231,3 +231,18 @@ def package_source(base):
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copytree(root / "assets", src / "assets", ignore=shutil.ignore_patterns("bench"))
     return src
+
+
+def empty_profile_cache(path):
+    """A SPECVIZ_CACHE folder at `path` that holds the run's converted model and wheel (links) but no
+    measurement at all: what a fresh machine has once the model is fetched."""
+    import os
+    from pathlib import Path
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    models = Path(os.environ.get("SPECVIZ_CACHE") or Path.home() / ".cache" / "specviz")
+    for entry in models.iterdir():
+        if entry.name != "profiles" and not (path / entry.name).exists():
+            (path / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+    return path

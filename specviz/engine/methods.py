@@ -28,6 +28,19 @@ METHOD_LABELS = {"ar": "Autoregressive", "sequoia": "Sequoia", "lookahead": "Loo
 METHOD_OPTIONS = {
     "sequoia": "specviz.sequoia.sizing:decoder_options",
 }
+# method name -> the module of its hardware-aware sizing, for what the app asks before and between races:
+# `auto_pending(pair, sampling, graphs, **options)` (would `auto` measure first?), `measure_auto(...)`
+# (measure and cache it now) and `first_sizes(...)` (options to race with at once meanwhile, and why).
+METHOD_SIZING = {
+    "sequoia": "specviz.sequoia.sizing",
+    "lookahead": "specviz.lookahead.sizing",
+}
+
+
+def sizing(method: str, what: str):
+    """A method's sizing function `what` (see `METHOD_SIZING`), or None for a method that measures nothing."""
+    module = METHOD_SIZING.get(method)
+    return getattr(importlib.import_module(module), what) if module else None
 
 
 def _imported(path: str):

@@ -26,6 +26,7 @@ import torch
 from ..paths import cache_dir
 from .cpu_kernels import packed_matmul_supported
 from .lean import lean_llama_supported, make_forward
+from . import measuring
 from .machine import fingerprint, fingerprint_tag
 
 
@@ -73,7 +74,7 @@ def graphs_timing(model, graphs: bool) -> bool:
 
 @torch.inference_mode()
 def measure_forward_times(model, sizes: list[int], context_len: int = 200, repeats: int = 7,
-                          warmup: int = 2, graphs: bool = False) -> dict[int, float]:
+                          warmup: int = 2, graphs: bool = False, label: str = "forward times") -> dict[int, float]:
     """Median milliseconds of one forward over n new tokens (tree-style 4-D mask) after `context_len`.
 
     `graphs`: time the static-buffer forwards the graphed decoders run (`static_forward_times`).
@@ -84,7 +85,8 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
     while slows every size alike instead of bending the curve (it once measured t(2) < t(1)).
     """
     if graphs_timing(model, graphs):
-        return static_forward_times(model, sizes, context_len, repeats, warmup)
+        return static_forward_times(model, sizes, context_len, repeats, warmup, label)
+    measuring.phase(f"{label}, t(n) for n = {min(sizes)}..{max(sizes)}", (warmup + repeats) * len(sizes))
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     vocab = model.config.vocab_size
@@ -111,6 +113,7 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
             _sync(device)
             if i >= warmup:
                 times[n].append((time.perf_counter() - start) * 1000)
+            measuring.tick()   # after the clock: a paused background measurement waits here, untimed
     return {n: statistics.median(times[n]) for n in sizes}
 
 
@@ -124,7 +127,7 @@ def causal_shape_spec(n: int) -> dict:
 
 @torch.inference_mode()
 def static_forward_times(model, sizes: list[int], context_len: int = 200, repeats: int = 7,
-                         warmup: int = 2) -> dict[int, float]:
+                         warmup: int = 2, label: str = "forward times") -> dict[int, float]:
     """`measure_forward_times` through `engine.static`: one `StaticShape` per size on a session of its
     own, captured on CUDA by the first warm-up call (so the capture is never timed) and replayed after;
     eager on a CPU. The same rounds as the eager timing, one forward of each size per round."""
@@ -141,6 +144,8 @@ def static_forward_times(model, sizes: list[int], context_len: int = 200, repeat
         shapes[n] = forward.shape(("causal", n), **causal_shape_spec(n))
         shapes[n].ids.copy_(torch.randint(0, vocab, (1, n), generator=gen))
     times: dict[int, list[float]] = {n: [] for n in sizes}
+    measuring.phase(f"{label} (static shapes), t(n) for n = {min(sizes)}..{max(sizes)}",
+                    (max(1, warmup) + repeats) * len(sizes))
     for i in range(max(1, warmup) + repeats):
         for n in sizes:
             _sync(device)
@@ -149,6 +154,7 @@ def static_forward_times(model, sizes: list[int], context_len: int = 200, repeat
             _sync(device)
             if i >= max(1, warmup):
                 times[n].append((time.perf_counter() - start) * 1000)
+            measuring.tick()
     return {n: statistics.median(times[n]) for n in sizes}
 
 
@@ -227,6 +233,8 @@ def save_cached(kind: str, key: str, data: dict) -> Path:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")   # two processes (app worker, bench) may write at once
     tmp.write_text(json.dumps(data, indent=1))
     tmp.replace(path)
+    if machine is not None:
+        measuring.saved(path)   # the command line says where a measurement went
     return path
 
 
@@ -259,7 +267,7 @@ def forward_curve(model, key: str, sizes: list[int] | None = None, context_len: 
     cached = None if refresh else cached_forward_curve(model, key, sizes, context_len, graphs)
     if cached:
         return cached
-    curve, contention = measured_with_contention(model, sizes, context_len, device, graphs)
+    curve, contention = measured_with_contention(model, sizes, context_len, device, graphs, curve_label(key))
     if contention is None or contention <= CONTENDED_SHARE:
         save_cached("forward", cache_key, {"key": key, "context_len": context_len, "graphs": bool(graphs),
                                            "ms": {str(n): v for n, v in curve.items()}, "waiting_share": contention})
@@ -284,6 +292,13 @@ def with_contention(measure, device: torch.device):
 
 
 def measured_with_contention(model, sizes: list[int], context_len: int, device: torch.device,
-                             graphs: bool = False) -> tuple[dict[int, float], float | None]:
+                             graphs: bool = False, label: str = "forward times") -> tuple[dict[int, float], float | None]:
     """t(n), and the share of the measuring threads' time spent waiting for a core (None off Linux)."""
-    return with_contention(lambda: measure_forward_times(model, sizes, context_len, graphs=graphs), device)
+    return with_contention(lambda: measure_forward_times(model, sizes, context_len, graphs=graphs, label=label),
+                           device)
+
+
+def curve_label(key: str) -> str:
+    """What a progress bar calls the curve cached under `key` ('SmolLM2-135M-Instruct|cpu|bf16:target'):
+    "SmolLM2-135M-Instruct's forward times"."""
+    return f"{key.split('|')[0].split('/')[-1]}'s forward times"

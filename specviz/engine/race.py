@@ -286,9 +286,48 @@ class PairCache:
             self.pairs.clear()
 
 
+def pending_sizes(pair, request, graphs: str) -> list[str]:
+    """The request's methods whose `auto` size this machine has not measured yet (measures nothing)."""
+    from .methods import sizing
+
+    options, sampling = request.method_options(), request.sampling()
+    return [m for m in request.methods if sizing(m, "auto_pending") is not None
+            and sizing(m, "auto_pending")(pair, sampling, graphs, **options.get(m, {}))]
+
+
+def measure_sizes(pairs, request) -> list[str]:
+    """Measure and cache every `auto` size the request asks for that is not cached yet (the app's worker
+    runs this in the background, paused while a race runs); returns the methods it measured for."""
+    from .methods import sizing
+
+    target, draft = request.models()
+    pair = pairs.get(target, draft, request.dtype or "auto")
+    graphs = getattr(request, "graphs", "auto") or "auto"
+    pending = pending_sizes(pair, request, graphs)
+    options, sampling = request.method_options(), request.sampling()
+    for method in pending:
+        sizing(method, "measure_auto")(pair, sampling, graphs, **options.get(method, {}))
+    return pending
+
+
+FIRST_SIZES_NOTE = ("this machine's measurements for 'auto' are still running, so this race started at once "
+                    "with first sizes; the next race uses the measured ones")
+
+
+def _first_sizes(pair, request, options: dict, graphs: str) -> dict[str, str]:
+    """Swap each pending `auto` size in `options` for its method's first sizes; {method: what it runs}."""
+    from .methods import sizing
+
+    chosen = {}
+    for method in pending_sizes(pair, request, graphs):
+        options[method], chosen[method] = sizing(method, "first_sizes")(pair, request.sampling(), graphs,
+                                                                        **options.get(method, {}))
+    return chosen
+
+
 def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,
                 on_start: Callable[[Race], None] | None = None, max_run_seconds: float | None = None,
-                graphs_policy: Callable | None = None):
+                graphs_policy: Callable | None = None, first_sizes: bool = False):
     """One race as a stream of plain, picklable events, wherever it runs (worker or app).
 
     ("status", text), ("start", RaceTrace), ("step", method, record, finish_reason,
@@ -297,28 +336,35 @@ def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,
     it. `max_run_seconds` is the deployment's limit on one race (None: no limit).
     `graphs_policy(pair, request)` (ZeroGPU's, `serve.ZeroGpu.graphs_decision`) may turn the request's
     graphs setting into a decision with a reason; without one the request's setting is used as it is.
-    Errors raise (the worker turns them into an ("error", ...) event).
+    `first_sizes`: an `auto` size not measured on this machine yet starts with its method's first sizes
+    (`METHOD_SIZING`), said in the status and the run's settings, instead of measuring first (the app's
+    worker measures them after the race). Errors raise (the worker turns them into an ("error", ...) event).
     """
     yield ("status", f"Loading {request.label}…")
     target, draft = request.models()
     pair = pairs.get(target, draft, request.dtype or "auto")
     options = request.method_options()
-    methods = list(request.methods)
-    auto = [m for m in methods if m in ("sequoia", "lookahead") and
-            all(v is None for k, v in options.get(m, {}).items() if k != "pool_from_prompt")]
-    note = " ('auto' sizes: the first run on this machine measures forward times first)" if auto else ""
-    yield ("status", f"Preparing the decoders{note}…")
-    graphs = getattr(request, "graphs", "auto") or "auto"
     decision = graphs_policy(pair, request) if graphs_policy is not None else None
-    race = start_race(pair, request.prompt, methods, sampling=request.sampling(),
-                      max_new_tokens=request.max_new_tokens, options=options,
-                      graphs=decision.mode if decision is not None else graphs,
+    graphs = decision.mode if decision is not None else (getattr(request, "graphs", "auto") or "auto")
+    pending = pending_sizes(pair, request, graphs)
+    first = {}
+    if pending and first_sizes:
+        yield ("status", "Choosing first sizes (this machine's 'auto' measurements are not finished)…")
+        first = _first_sizes(pair, request, options, graphs)
+    note = " ('auto' sizes: the first run on this machine measures forward times first)" if pending and not first else ""
+    yield ("status", f"Preparing the decoders{note}…")
+    race = start_race(pair, request.prompt, list(request.methods), sampling=request.sampling(),
+                      max_new_tokens=request.max_new_tokens, options=options, graphs=graphs,
                       graphs_reason_text=decision.reason if decision is not None else None)
     race.trace.request = request.to_dict()
+    for method, words in first.items():
+        if method in race.decoders:   # what the trace keeps: these sizes were a first estimate, and why
+            race.runs[method].settings.update(sizing="first", sizing_reason=f"{words}: {FIRST_SIZES_NOTE}")
     if on_start is not None:
         on_start(race)
     try:
-        yield ("status", "Racing…")
+        yield ("status", f"Racing with first sizes: {'; '.join(first.values())}. ({FIRST_SIZES_NOTE.capitalize()}.)"
+               if first else "Racing…")
         yield ("start", race.trace)
         yield from _race_steps(race, should_stop, max_run_seconds)
     finally:

@@ -19,6 +19,7 @@ the app (no orphans), and it holds no shared memory (records travel pickled).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import subprocess
@@ -32,6 +33,10 @@ from typing import Iterator
 
 START_TIMEOUT_S = 120.0   # imports plus torch's start on a cold, busy laptop
 POLL_S = 0.5              # how often a waiting app checks that the worker is alive
+WAITING_TICK_S = 1.0      # a race quiet this long yields ("waiting",), so the page's status moves on
+# How long a race waits for the background measurement to pause at its next tick (between two forwards)
+# before it goes ahead anyway: a measurement that overlaps a race is then judged contended and not cached.
+PAUSE_TIMEOUT_S = 30.0
 
 
 class WorkerUnavailable(RuntimeError):
@@ -158,8 +163,14 @@ class RaceWorker:
             theirs.close()
         self.conn = Connection(ours.detach())
         self._send_lock = threading.Lock()
+        self._recv_lock = threading.RLock()   # a race's reader and the page's poll of the measurement
         self.busy = False   # a race is under way (the app's end of it)
         self.info: dict = {}
+        # The worker's background measurement of this machine (`Measurer`): its latest progress report
+        # (`measuring.Progress.to_dict()`), None when nothing is being measured; `measured`: what the last
+        # finished job measured, or its error.
+        self.measuring: dict | None = None
+        self.measured: dict | None = None
         try:
             kind, *rest = self._recv(start_timeout)
             if kind != "ready":
@@ -184,19 +195,65 @@ class RaceWorker:
             except (OSError, ValueError) as exc:
                 raise WorkerUnavailable(f"the decoding worker is gone: {exc}") from exc
 
-    def _recv(self, timeout: float | None = None):
+    def _recv(self, timeout: float | None = None, quiet_after: float | None = None):
+        """The next message, past the measurement's own reports (kept in `measuring`/`measured`).
+        `quiet_after`: return None when nothing came for that long (a waiting race shows its seconds)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        quiet = None if quiet_after is None else time.monotonic() + quiet_after
         while True:
             wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
+            if quiet is not None:
+                wait = max(0.0, min(wait, quiet - time.monotonic()))
             try:
-                if self.conn.poll(wait):
-                    return self.conn.recv()
+                with self._recv_lock:
+                    message = self.conn.recv() if self.conn.poll(wait) else None
             except (EOFError, OSError) as exc:
                 raise WorkerUnavailable(f"the decoding worker exited (code {self.proc.poll()})") from exc
+            if message is not None and self._measurement_report(message):
+                continue
+            if message is not None:
+                return message
             if self.proc.poll() is not None:
                 raise WorkerUnavailable(f"the decoding worker exited (code {self.proc.returncode})")
             if deadline is not None and time.monotonic() >= deadline:
                 raise WorkerUnavailable("the decoding worker did not answer in time")
+            if quiet is not None and time.monotonic() >= quiet:
+                return None
+
+    def _measurement_report(self, message) -> bool:
+        if message[0] == "measuring":
+            self.measuring = message[1]
+        elif message[0] == "measured":
+            self.measuring, self.measured = None, message[1]
+        else:
+            return False
+        return True
+
+    def measure(self, request) -> None:
+        """Ask the worker to measure what `auto` needs for `request` now, in the background (it pauses
+        while a race runs). Progress arrives in `measuring`; `poll_measurement` reads it between races."""
+        self.expect_measurement()
+        self._send(("measure", request))
+
+    def expect_measurement(self) -> None:
+        """A measurement is about to start (asked for, or queued by the worker after a race on first sizes)."""
+        self.measuring = self.measuring or {"what": "starting", "done": 0, "total": 1, "part": 0, "left_s": None}
+
+    def poll_measurement(self) -> dict | None:
+        """The latest measurement progress (reads what the worker sent; never blocks, never steals a
+        race's events: while a race is read, its reader keeps the reports up to date)."""
+        if not self.busy and self._recv_lock.acquire(blocking=False):
+            try:
+                while not self.busy and self.conn.poll(0):
+                    message = self.conn.recv()
+                    if not self._measurement_report(message):
+                        break   # not ours to read (cannot happen between races): leave the rest
+            except (EOFError, OSError):
+                pass
+            finally:
+                self._recv_lock.release()
+        # While a race runs the measurement waits at its gate: say so rather than show a bar that stalls.
+        return None if self.measuring is None else {**self.measuring, "paused": self.busy}
 
     def pending(self) -> bool:
         """A message is waiting (never blocks)."""
@@ -217,7 +274,10 @@ class RaceWorker:
         finished = False
         try:
             while True:
-                event = self._recv()
+                event = self._recv(quiet_after=WAITING_TICK_S)
+                if event is None:
+                    yield ("waiting",)   # nothing new for a second: the page shows the seconds passing
+                    continue
                 if event[0] in ("end", "error"):
                     finished = True
                 yield event
@@ -276,22 +336,142 @@ def _serve(conn: Connection) -> None:
     if threads > 0:
         torch.set_num_threads(threads)
     pairs = PairCache()
-    conn.send(("ready", {"pid": os.getpid(), "threads": torch.get_num_threads(),
-                         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}))
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return   # the app is gone: so is the worker
-        if message[0] == "exit":
-            return
-        if message[0] == "race":
-            stop = _StopWatch(conn)
-            request, max_run_seconds = message[1], message[2]
-            for event in _guarded(race_events(pairs, request, stop, max_run_seconds=max_run_seconds), pairs):
-                conn.send(event)
-            if stop.app_gone:
+    send = _Sender(conn)
+    measurer = Measurer(pairs, send)
+    send(("ready", {"pid": os.getpid(), "threads": torch.get_num_threads(),
+                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}))
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return   # the app is gone: so is the worker
+            if message[0] == "exit":
                 return
+            if message[0] == "measure":
+                measurer.add(message[1])
+            if message[0] == "race":
+                stop = _StopWatch(conn, measurer)
+                request, max_run_seconds = message[1], message[2]
+                first = False
+                with measurer.paused(send):
+                    # No race waits for a measurement: an 'auto' size this machine has not measured yet
+                    # starts with its method's first sizes, and the measurer measures it after the race.
+                    events = race_events(pairs, request, stop, max_run_seconds=max_run_seconds, first_sizes=True)
+                    for event in _guarded(events, pairs):
+                        send(event)
+                        first = first or (event[0] == "end" and _ran_first_sizes(event[1]))
+                if first:
+                    measurer.add(request)
+                if stop.app_gone:
+                    return
+    finally:
+        measurer.close()
+
+
+def _ran_first_sizes(trace) -> bool:
+    return any((run.settings or {}).get("sizing") == "first" for run in trace.runs.values() if run is not None)
+
+
+class _Sender:
+    """conn.send for two threads (the race's and the measurement's): one message at a time."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.lock = threading.Lock()
+
+    def __call__(self, message) -> None:
+        with self.lock:
+            self.conn.send(message)
+
+
+class Measurer:
+    """The worker's background measurement of this machine for `auto` sizes (`race.measure_sizes`).
+
+    One thread takes requests in order and measures what each needs that is not cached (the app asks for
+    its initial request as soon as it is served, and for any race that ran on first sizes). Progress goes
+    to the app as ("measuring", Progress dict) and ("measured", {...}) when a request is done. A race
+    pauses it (`paused`): the measurement stops at its next tick, between two timed forwards, and goes on
+    after the race, so no measurement runs beside a timed race and none is timed with a race beside it.
+    """
+
+    def __init__(self, pairs, send):
+        import queue
+
+        from .measuring import Measuring
+
+        self.pairs, self.send = pairs, send
+        self.gate = threading.Event()
+        self.gate.set()
+        self.jobs: "queue.Queue" = queue.Queue()
+        self.idle = threading.Event()
+        self.idle.set()
+        self.reporter = Measuring(report=self._report, gate=self.gate, interval_s=0.5)
+        self.thread = threading.Thread(target=self._run, name="specviz-measurer", daemon=True)
+        self.thread.start()
+
+    @property
+    def active(self) -> bool:
+        """A measurement is under way or waiting to start."""
+        return not self.idle.is_set()
+
+    def add(self, request) -> None:
+        self.idle.clear()
+        self.jobs.put(request)
+
+    def close(self) -> None:
+        self.gate.set()
+        self.jobs.put(None)
+
+    def _report(self, progress) -> None:
+        try:
+            self.send(("measuring", progress.to_dict()))
+        except (OSError, ValueError):
+            pass   # the app is gone; the worker's main loop ends it
+
+    def _run(self) -> None:
+        from ..errors import SpecVizError
+        from .measuring import measuring
+        from .race import measure_sizes
+
+        with measuring(self.reporter):
+            while True:
+                request = self.jobs.get()
+                if request is None:
+                    return
+                self.idle.clear()
+                self.reporter.wait_at_gate()   # a race that came first goes first
+                try:
+                    self.send(("measuring", {"what": f"loading {request.label}", "done": 0, "total": 1,
+                                             "part": 0, "left_s": None}))
+                    done = {"methods": measure_sizes(self.pairs, request)}
+                    self.reporter.finish()
+                except SpecVizError as exc:
+                    done = {"error": str(exc)}
+                except Exception as exc:   # never fatal to the worker: races still run on first sizes
+                    done = {"error": f"{type(exc).__name__}: {exc}"}
+                finally:
+                    if self.jobs.empty():
+                        self.idle.set()
+                try:
+                    self.send(("measured", {**done, "pending": not self.idle.is_set()}))
+                except (OSError, ValueError):
+                    return
+
+    @contextlib.contextmanager
+    def paused(self, send):
+        """Hold the measurement at its next tick for the block (a race), waiting until it is held."""
+        self.gate.clear()
+        try:
+            start = time.monotonic()
+            while self.active and not self.reporter.paused.is_set() and time.monotonic() - start < PAUSE_TIMEOUT_S:
+                if self.reporter.paused.wait(WAITING_TICK_S):
+                    break
+                send(("status", f"Pausing this machine's measurement for the race… "
+                                f"({time.monotonic() - start:.0f} s)"))
+            yield
+        finally:
+            self.gate.set()
 
 
 def _guarded(events, pairs) -> Iterator[tuple]:
@@ -315,17 +495,23 @@ def _guarded(events, pairs) -> Iterator[tuple]:
 
 
 class _StopWatch:
-    """Between two steps: has the app asked to stop (or gone away)? One poll, no blocking."""
+    """Between two steps: has the app asked to stop (or gone away)? One poll, no blocking. A request
+    to measure that arrives meanwhile goes to the measurer, held at its gate until the race ends."""
 
-    def __init__(self, conn: Connection):
+    def __init__(self, conn: Connection, measurer: Measurer | None = None):
         self.conn = conn
+        self.measurer = measurer
         self.app_gone = False
         self.stopped = False
 
     def __call__(self) -> bool:
         try:
             while not self.stopped and self.conn.poll(0):
-                kind = self.conn.recv()[0]
+                message = self.conn.recv()
+                kind = message[0]
+                if kind == "measure" and self.measurer is not None:
+                    self.measurer.add(message[1])   # held at the gate until the race ends
+                    continue
                 self.stopped = kind in ("stop", "exit")
                 self.app_gone = kind == "exit"
         except (EOFError, OSError):
@@ -352,13 +538,14 @@ if __name__ == "__main__":
 
 
 class WorkerSlot:
-    """The app's one worker: started on first use, replaced when it died, and given up
-    for good (the app then decodes in its own process) when it cannot start at all."""
+    """The app's one worker: started on first use (or at once by `warm_up`), replaced when it died, and
+    given up for good (the app then decodes in its own process) when it cannot start at all."""
 
     def __init__(self, factory=RaceWorker):
         self.factory = factory
         self.worker: RaceWorker | None = None
         self.failed: str | None = None
+        self.warm_up_request = None   # measured by every worker this slot starts
         self._lock = threading.Lock()
 
     def get(self) -> RaceWorker | None:
@@ -373,7 +560,34 @@ class WorkerSlot:
                 except WorkerUnavailable as exc:
                     self.worker, self.failed = None, str(exc)
                     return None
+                if self.warm_up_request is not None:
+                    try:
+                        self.worker.measure(self.warm_up_request)
+                    except WorkerUnavailable:
+                        pass   # it died at once: the next get() replaces it
             return self.worker
+
+    def ready(self) -> bool:
+        """A live worker is there already (get() will not wait for one to start)."""
+        return self.worker is not None and self.worker.alive and not self._lock.locked()
+
+    def warm_up(self, request) -> threading.Thread:
+        """Start the worker now, in the background, and have it measure what `auto` needs for `request`
+        (the page's initial race) before anyone presses Start."""
+        self.warm_up_request = request
+        thread = threading.Thread(target=self.get, name="specviz-warm-up", daemon=True)
+        thread.start()
+        return thread
+
+    def measurement(self) -> dict | None:
+        """The worker's measurement progress for the page (`RaceWorker.poll_measurement`); a starting
+        worker with a warm-up to run reports that; None when nothing is being measured."""
+        worker = self.worker
+        if worker is not None and worker.alive:
+            return worker.poll_measurement()
+        if self.warm_up_request is not None and self.failed is None:
+            return {"what": "starting the decoding worker", "done": 0, "total": 1, "part": 0, "left_s": None}
+        return None
 
     def discard(self) -> None:
         """Drop a worker that misbehaved; the next race starts a fresh one."""

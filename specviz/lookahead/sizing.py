@@ -118,29 +118,89 @@ def settings_table(curve: dict[int, float], accept_rate: float = ACCEPT_RATE) ->
     return rows
 
 
-def choose(pair, refresh: bool = False, graphs: bool = False) -> dict:
-    """{"curve", "table", "choice", "accept_rate", "key"} for this target, device and dtype (cached);
-    `graphs`: from the static-buffer forwards' curve (replays on CUDA)."""
+def _auto_key(pair, graphs: bool) -> tuple[str, str]:
+    """(the choice's cache key, the target curve's key) for this target, device and dtype."""
     from ..engine.models import dtype_name
-    from ..engine.profiler import cached_forward_curve, forward_curve, forward_kind, load_cached, save_cached
+    from ..engine.profiler import forward_kind
 
     # The draft plays no part in Lookahead: key on the target, device and dtype only.
     key = f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}"
     curve_key = f"{key}:target"   # the curve's own key says graphs or not (`profiler._curve_key`)
-    key += "|graphs" if graphs else ""
-    cached = None if refresh else load_cached("lookahead-auto", key)
+    return key + ("|graphs" if graphs else ""), curve_key
+
+
+def cached_choice(pair, graphs: bool = False) -> dict | None:
+    """`choose`'s result when this machine has it cached, else None (measures nothing)."""
+    from ..engine.profiler import load_cached
+
+    cached = load_cached("lookahead-auto", _auto_key(pair, graphs)[0])
     if cached and cached.get("version") == AUTO_VERSION and cached.get("accept_rate") == ACCEPT_RATE:
         return cached
-    raw = forward_curve(pair.target, curve_key, sizes=CURVE_SIZES, refresh=refresh, graphs=graphs)
-    curve = monotone({int(n): float(ms) for n, ms in raw.items()})
+    return None
+
+
+def _result(key: str, curve: dict[int, float], graphs: bool) -> dict:
     table = settings_table(curve)
     best = table[0]
-    result = {"version": AUTO_VERSION, "key": key, "accept_rate": ACCEPT_RATE, "graphs": bool(graphs),
-              "curve": {str(n): round(ms, 3) for n, ms in sorted(curve.items())},
-              "table": table,
-              "choice": {k: best[k] for k in ("window", "ngram", "guesses", "step_tokens",
-                                                "forward_ms", "expected_tokens", "predicted_speedup")}}
+    return {"version": AUTO_VERSION, "key": key, "accept_rate": ACCEPT_RATE, "graphs": bool(graphs),
+            "curve": {str(n): round(ms, 3) for n, ms in sorted(curve.items())},
+            "table": table,
+            "choice": {k: best[k] for k in ("window", "ngram", "guesses", "step_tokens",
+                                              "forward_ms", "expected_tokens", "predicted_speedup")}}
+
+
+def choose(pair, refresh: bool = False, graphs: bool = False) -> dict:
+    """{"curve", "table", "choice", "accept_rate", "key"} for this target, device and dtype (cached);
+    `graphs`: from the static-buffer forwards' curve (replays on CUDA)."""
+    from ..engine.profiler import cached_forward_curve, forward_curve, save_cached
+
+    key, curve_key = _auto_key(pair, graphs)
+    cached = None if refresh else cached_choice(pair, graphs)
+    if cached:
+        return cached
+    raw = forward_curve(pair.target, curve_key, sizes=CURVE_SIZES, refresh=refresh, graphs=graphs)
+    result = _result(key, monotone({int(n): float(ms) for n, ms in raw.items()}), graphs)
     # A curve from busy cores is used for this run only (`profiler.forward_curve`), and so is the table.
     if cached_forward_curve(pair.target, curve_key, sizes=CURVE_SIZES, graphs=graphs) == raw:
         save_cached("lookahead-auto", key, result)
     return result
+
+
+def _asks_auto(window=None, ngram=None, guesses=None, **_) -> bool:
+    return window is None and ngram is None and guesses is None
+
+
+def auto_pending(pair, sampling=None, graphs="auto", **options) -> bool:
+    """Whether these options ask `auto` for a window this machine has not measured yet (measures nothing)."""
+    from ..engine.graphs import graphs_wanted
+
+    return _asks_auto(**options) and cached_choice(pair, graphs_wanted(graphs, pair.device)) is None
+
+
+def measure_auto(pair, sampling=None, graphs="auto", **options) -> None:
+    """Measure and cache what `auto` needs for these options (the app's worker does it between races)."""
+    from ..engine.graphs import graphs_wanted
+
+    if _asks_auto(**options):
+        choose(pair, graphs=graphs_wanted(graphs, pair.device))
+
+
+# A first estimate of t(n): one warm-up round and one timed round (about a second for a 135M model on a
+# CPU), never cached: it sizes one race while the full measurement waits for the race to end.
+QUICK_ROUNDS = (1, 1)
+
+
+def first_sizes(pair, sampling=None, graphs="auto", **options) -> tuple[dict, str]:
+    """Options to start a race with at once while `auto`'s measurement is pending (W, N, G chosen on a
+    one-round estimate of t(n), untimed by the race), and what to tell the reader."""
+    from ..engine.graphs import graphs_wanted
+    from ..engine.profiler import measure_forward_times
+
+    graphs = graphs_wanted(graphs, pair.device)
+    warmup, repeats = QUICK_ROUNDS
+    raw = measure_forward_times(pair.target, CURVE_SIZES, repeats=repeats, warmup=warmup, graphs=graphs,
+                                label="a first estimate of the target's forward times")
+    choice = _result(_auto_key(pair, graphs)[0], monotone(raw), graphs)["choice"]
+    sizes = {k: choice[k] for k in ("window", "ngram", "guesses")}
+    return ({**options, **sizes}, f"Lookahead W={sizes['window']}, N={sizes['ngram']}, G={sizes['guesses']} "
+                                  f"from a one-round estimate of the forward times")

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..engine import measuring
 from ..engine.graphs import check_graphs, graphs_wanted
 from ..engine.models import dtype_name
 from ..engine.profiler import (
@@ -306,6 +307,8 @@ def _timed_steps(makers: list, steps: int, warmup: int) -> list[list[tuple[float
         live = decoders[k] is not None and not decoders[k].done
         return len(out[k]) < steps and (live or runs[k] < max_runs)
 
+    # Progress counts timed steps (the warm-up and prefill steps around them are cheap and few).
+    measuring.phase("Sequoia's step costs: real steps of a few trees", steps * len(makers))
     try:
         while any(active(k) for k in range(len(makers))):
             for k, make in enumerate(makers):
@@ -326,6 +329,7 @@ def _timed_steps(makers: list, steps: int, warmup: int) -> list[list[tuple[float
                 cut = record.payload is not None and record.payload.depth < full
                 if seen[k] > warmup and not record.finished and not cut:
                     out[k].append((wall, record.time_ms.get(PHASE_DRAFT, 0.0), record.time_ms.get(PHASE_TARGET, 0.0)))
+                    measuring.tick()
     finally:
         for decoder in decoders:
             if decoder is not None:
@@ -416,6 +420,7 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int =
         if graphs:   # capture each decoder's shapes before the clock runs: capture is a one-off, not a step cost
             _capture_shapes(makers.values(), RACE_PROMPTS[0])
         done = {k: [0, 0.0] for k in makers}   # tokens, ms
+        measuring.phase("Sequoia's DP tree against its adaptive tree", 2 * tokens * len(RACE_PROMPTS))
         for prompt in RACE_PROMPTS:
             decoders = {k: make(prompt) for k, make in makers.items()}
             try:
@@ -428,6 +433,7 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int =
                             record = decoder.step()
                             done[k][1] += (time.perf_counter() - t0) * 1000
                             done[k][0] += len(record.new_token_ids)
+                            measuring.tick(len(record.new_token_ids))
             finally:
                 for decoder in decoders.values():
                     decoder.close()
@@ -457,6 +463,33 @@ def _capture_shapes(makers, prompt: str, steps: int = 4) -> None:
             decoder.close()
 
 
+def _plan_key(pair, sampling: SamplingConfig, max_budget, max_depth, graphs: bool) -> tuple[int, int, str]:
+    default_n, default_d = default_limits(pair)
+    max_budget, max_depth = int(max_budget or default_n), int(max_depth or default_d)
+    kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"   # curves belong to the forwards timed
+    key = (f"{pair.key}|{kinds}|T{sampling.temperature:g}|p{sampling.top_p:g}|k{sampling.top_k}"
+           f"|N{max_budget}|D{max_depth}") + ("|graphs" if graphs else "")
+    return max_budget, max_depth, key
+
+
+def cached_plan(pair, sampling: SamplingConfig | None = None, max_budget: int | None = None,
+                max_depth: int | None = None, graphs: bool = False, acc: dict | None = None) -> dict | None:
+    """`plan_tree`'s plan when this machine has it cached and it still holds (same acceptance, cost
+    model, step costs and adaptive rule), else None. Measures nothing."""
+    sampling = (sampling or SamplingConfig()).validated()
+    max_budget, max_depth, key = _plan_key(pair, sampling, max_budget, max_depth, graphs)
+    acc = acc or acceptance_for(pair, sampling)
+    cached = load_cached("sequoia-plan", key)
+    costs_entry = load_cached("sequoia-step-costs", _costs_key(pair, sampling, graphs)) or {}
+    if cached and cached.get("acceptance") == list(acc["acceptance"]) and \
+            cached.get("acceptance_by_depth") == acc.get("by_depth") and cached.get("cost_model") == COST_MODEL \
+            and cached.get("acceptance_under_lower_ranks") == acc.get("under_lower_ranks") \
+            and cached.get("step_costs") == costs_entry.get("costs") and cached.get("race") is not None \
+            and cached["race"].get("adaptive_rule") == ADAPTIVE_RULE:
+        return cached
+    return None
+
+
 def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | None = None,
               max_depth: int | None = None, refresh: bool = False, graphs: bool = False) -> dict:
     """Everything `--tree auto` decides, as plain data: curves, step costs, table, choice (cached).
@@ -465,19 +498,10 @@ def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | No
     adaptive tree (`race_trees`): this builds decoders, so it runs before the one it sizes is built.
     """
     sampling = (sampling or SamplingConfig()).validated()
-    default_n, default_d = default_limits(pair)
-    max_budget, max_depth = int(max_budget or default_n), int(max_depth or default_d)
+    max_budget, max_depth, key = _plan_key(pair, sampling, max_budget, max_depth, graphs)
     acc = acceptance_for(pair, sampling)
-    kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"   # curves belong to the forwards timed
-    key = (f"{pair.key}|{kinds}|T{sampling.temperature:g}|p{sampling.top_p:g}|k{sampling.top_k}"
-           f"|N{max_budget}|D{max_depth}") + ("|graphs" if graphs else "")
-    cached = None if refresh else load_cached("sequoia-plan", key)
-    costs_entry = load_cached("sequoia-step-costs", _costs_key(pair, sampling, graphs)) or {}
-    if cached and cached.get("acceptance") == list(acc["acceptance"]) and \
-            cached.get("acceptance_by_depth") == acc.get("by_depth") and cached.get("cost_model") == COST_MODEL \
-            and cached.get("acceptance_under_lower_ranks") == acc.get("under_lower_ranks") \
-            and cached.get("step_costs") == costs_entry.get("costs") and cached.get("race") is not None \
-            and cached["race"].get("adaptive_rule") == ADAPTIVE_RULE:
+    cached = None if refresh else cached_plan(pair, sampling, max_budget, max_depth, graphs, acc)
+    if cached is not None:
         return cached
     target_ms, draft_ms, curves_trusted = measured_curves(pair, refresh=refresh, graphs=graphs)
     costs, trusted = step_costs_for(pair, sampling, acc, target_ms, draft_ms, curves_trusted, refresh=refresh,
@@ -574,6 +598,33 @@ def tree_choice(pair, sampling: SamplingConfig | None = None, tree_budget=None, 
     return TreeChoice(None, {**settings, "tree": "adaptive", "tree_budget": plan["max_nodes"],
                              "tree_depth": plan["max_depth"], "level_cost": round(costs["draft"][1], 4),
                              "level_cost_from": costs["from"], **plan}, plan, costs)
+
+
+def _asks_auto(options: dict) -> bool:
+    """Whether a decoder's options leave its tree to `auto` (`resolve_tree`'s plan)."""
+    return options.get("tree") != "adaptive" and all(
+        options.get(k) is None for k in ("tree_parents", "tree_budget", "tree_depth"))
+
+
+def auto_pending(pair, sampling: SamplingConfig | None = None, graphs="auto", **options) -> bool:
+    """Whether these options ask `auto` for a tree this machine has not measured yet (measures nothing)."""
+    return _asks_auto(options) and cached_plan(pair, sampling, graphs=graphs_decided(pair, graphs)) is None
+
+
+def measure_auto(pair, sampling: SamplingConfig | None = None, graphs="auto", **options) -> None:
+    """Measure and cache what `auto` needs for these options (the app's worker does it between races)."""
+    if _asks_auto(options):
+        plan_tree(pair, sampling, graphs=graphs_decided(pair, graphs))
+
+
+def first_sizes(pair, sampling: SamplingConfig | None = None, graphs="auto", **options) -> tuple[dict, str]:
+    """Options to start a race with at once while `auto`'s measurement is pending, and what to tell the
+    reader: the adaptive tree, which measures nothing (its costs come from whatever forward curve is
+    cached already, else from the bytes each forward reads)."""
+    costs = adaptive_costs(pair, ADAPTIVE_MAX_NODES, graphs_decided(pair, graphs))["from"]
+    basis = "the forward times measured so far" if costs == "measured" else "the weights each forward reads"
+    return ({**options, "tree": "adaptive", "tree_budget": None, "tree_depth": None},
+            f"Sequoia grows its adaptive tree, sized from {basis}")
 
 
 def decoder_options(pair, sampling: SamplingConfig | None = None, graphs="auto", **options) -> dict:

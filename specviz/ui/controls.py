@@ -147,6 +147,9 @@ def _race_columns(page: Page) -> None:
         page.run_btn = gr.Button("▶ Start race", variant="primary", elem_id="sv-run", scale=3)
         page.stop_btn = gr.Button("■ Stop", variant="stop", elem_id="sv-stop", scale=1)
     page.status = gr.Markdown("", elem_id="sv-status")
+    # The decoding worker's measurement of this machine for 'auto' sizes, polled once a second while it runs.
+    page.measuring = gr.HTML("", elem_id="sv-measuring")
+    page.measure_timer = gr.Timer(1.0, active=False)
     gr.HTML(html.legend_html())
     page.stats, page.texts = {}, {}
     with gr.Row(equal_height=False):

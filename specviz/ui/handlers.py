@@ -22,6 +22,7 @@ from . import hardware, html, narrate, views, whatif
 from .content import LIVE_VIEW_INTERVAL_S, TEXT_INTERVAL_S, WORKSHOP
 from .controls import STEP_OUTPUTS, Page
 from .racing import RaceControl, Racer, TraceFiles, contention_note, prune_session_config
+from .views import COLUMNS
 
 WHATIF_SIZES = ("tree_budget", "tree_depth", "window", "ngram", "guesses")
 
@@ -144,6 +145,16 @@ class PageHandlers:
                 values["caption"] = narrate.racing_caption_html()
             yield self.outputs.pack(**values)
         return trace
+
+    def measurement(self, trace):
+        """The measuring bar, once a second while the worker measures this machine; before any race the
+        Sequoia and Lookahead columns say they wait for it. The timer stops when nothing is left to measure
+        (a race that ran on first sizes starts it again)."""
+        progress = self.racer.measurement()
+        waiting = progress is not None and trace is None
+        stats = {m: (html.stats_html(m, None, waiting=waiting and m != "ar") if trace is None else gr.skip())
+                 for m in COLUMNS}
+        return [html.measuring_html(progress), *stats.values(), gr.Timer(active=progress is not None)]
 
     def stop(self, trace, request: gr.Request | None = None):
         control = self.controls.pop(session_of(request), None)

@@ -119,12 +119,14 @@ def sampling_words(sampling: dict) -> str:
     return ", ".join(parts)
 
 
-def stats_html(method: str, run: RunTrace | None, upto: int | None = None, running: bool = False) -> str:
-    """The column header: method name, live tokens/s, tokens per forward, steps, elapsed."""
+def stats_html(method: str, run: RunTrace | None, upto: int | None = None, running: bool = False,
+               waiting: bool = False) -> str:
+    """The column header: method name, live tokens/s, tokens per forward, steps, elapsed. `waiting`:
+    before any race, this method's 'auto' size is still being measured on this machine."""
     color = METHOD_COLORS.get(method, "#111827")
     label = METHOD_LABELS.get(method, method)
     if run is None:
-        state = "ready"
+        state = "waiting for this machine's measurements" if waiting else "ready"
     elif run.error:
         state = "error"
     elif running and (upto is None or upto == len(run.steps)) and not run.finish_reason:
@@ -331,3 +333,23 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
     return esc(str(value))
+
+
+def measuring_html(progress: dict | None) -> str:
+    """The bar the page shows while the decoding worker measures this machine for 'auto' sizes: what it
+    measures, how far, and the time its rate leaves (`engine.measuring.Progress.to_dict()`); '' when idle."""
+    if not progress:
+        return ""
+    total = max(1, int(progress.get("total") or 1))
+    share = min(1.0, max(0.0, float(progress.get("done") or 0) / total))
+    left = progress.get("left_s")
+    part = int(progress.get("part") or 0)
+    when = f"about {max(1, round(float(left)))} s left" if left is not None else "estimating the time left"
+    if progress.get("paused"):
+        when = "paused while a race runs (no measurement runs beside a timed race)"
+    what = f"part {part}: {progress.get('what', '')}" if part else str(progress.get("what", ""))
+    return (f'<div class="sv-measuring" role="status" style="margin:4px 0;font-size:14px;color:#374151">'
+            f'<div>Measuring this machine for the <i>auto</i> sizes (once per machine, kept in its cache) — '
+            f'{esc(what)} — <b>{share:.0%}</b>, {esc(when)}. A race started now begins at once with first '
+            f'sizes.</div><progress max="100" value="{100 * share:.0f}" style="width:100%;height:10px">'
+            f'{share:.0%}</progress></div>')

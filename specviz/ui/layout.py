@@ -13,12 +13,14 @@ API's `/race`, see `api`). The race's settings are one `specviz.request.RaceRequ
 from __future__ import annotations
 
 import atexit
+import sys
 from dataclasses import replace
 
 import gradio as gr
 
 from ..engine.race import PairCache
 from ..engine.worker import WorkerSlot
+from ..errors import SpecVizError
 # The names the app's callers and tests know it by (the tables themselves live with the request).
 from ..request import (  # noqa: F401
     CUSTOM,
@@ -92,14 +94,26 @@ def initial_request(defaults: dict | None, limits, presets: list[str]) -> RaceRe
     return replace(init, max_new_tokens=min(init.max_new_tokens, limits.max_new_tokens))
 
 
+def warm_up_wanted(env=None) -> bool:
+    """Measure this machine for the page's initial race as soon as the app is served, unless
+    SPECVIZ_WARMUP=0 (the test suite's default: its apps race explicit sizes)."""
+    import os
+
+    env = os.environ if env is None else env
+    return env.get("SPECVIZ_WARMUP", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = None,
-               gpu_duration: float | None = None, pairs: PairCache | None = None) -> gr.Blocks:
+               gpu_duration: float | None = None, pairs: PairCache | None = None,
+               warm_up: bool | None = None) -> gr.Blocks:
     """The app. `gpu` wraps the compute generator (ZeroGPU's `spaces.GPU`) when given; when it also
     has `seconds(request)` (`specviz.serve.ZeroGpu`), each race's run limit fits the seconds it
     asked for, else `gpu_duration` is the seconds every call is granted. `defaults` overrides the
     controls' initial values and the HTTP API's defaults alike (tests pin small explicit sizes);
     `worker` decodes in a worker process (default: yes, except under ZeroGPU or SPECVIZ_WORKER=0);
-    `pairs` are model pairs loaded beforehand (ZeroGPU's, placed on the GPU at start-up)."""
+    `pairs` are model pairs loaded beforehand (ZeroGPU's, placed on the GPU at start-up); `warm_up`: the
+    worker starts at once and measures what the initial race's `auto` sizes need (default: yes, with a
+    worker, unless SPECVIZ_WARMUP=0), and the page shows its progress."""
     pairs = PairCache() if pairs is None else pairs
     limits = hosting_limits()
     if gpu_duration is not None:
@@ -127,12 +141,19 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
     with gr.Blocks(title="SpecViz: speculative decoding, side by side", analytics_enabled=False,
                    delete_cache=(3600, 3600)) as demo:
         page = build_page(init, limits, presets)
+        warm = slot is not None and (warm_up_wanted() if warm_up is None else warm_up)
+        page.measure_timer.active = warm
         handlers = PageHandlers(page, Racer(pairs, limits, slot, compute), in_process_controls=gpu is None,
                                 presets=presets)
         handlers.demo = demo
         wire(page, handlers, init)
 
     demo.queue(max_size=limits.queue_size, default_concurrency_limit=1)
+    if warm:
+        try:
+            slot.warm_up(init.validated(limits))
+        except SpecVizError as exc:   # odd defaults: the page says so on Start; nothing to measure for them
+            print(f"specviz: no warm-up measurement ({exc})", file=sys.stderr)
     demo.specviz_worker_slot = slot   # for the tests and for whoever embeds the app: None = in-process
     demo.specviz_pairs = pairs
     if slot is not None:

@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import traceback
 import weakref
 from pathlib import Path
@@ -83,9 +84,14 @@ def worker_race_events(worker, limits, control: RaceControl | None, request):
     if control is not None:
         control.worker = worker
     trace = None
+    status, since = "", time.monotonic()
     for event in worker.race(request, limits.max_run_seconds):
         kind = event[0]
-        if kind == "status":
+        if kind == "waiting":   # a quiet second (a model loading, decoders being prepared): say how long
+            if status and trace is None:
+                yield ("status", f"{status} ({time.monotonic() - since:.0f} s)")
+        elif kind == "status":
+            status, since = event[1].rstrip(), time.monotonic()
             yield event
         elif kind == "start":
             trace = event[1]
@@ -100,6 +106,8 @@ def worker_race_events(worker, limits, control: RaceControl | None, request):
             if not worker.pending():   # several steps waiting: show them as one update
                 yield ("trace", trace, False)
         elif kind == "end":
+            if any((run.settings or {}).get("sizing") == "first" for run in event[1].runs.values()):
+                worker.expect_measurement()   # the worker measures what this race lacked: the page polls it
             yield ("trace", event[1], True)
         elif kind == "error":
             _, what, message = event
@@ -108,6 +116,23 @@ def worker_race_events(worker, limits, control: RaceControl | None, request):
             if what == "oom":
                 raise WorkerOutOfMemory(message)
             raise WorkerRunFailed(message)
+
+
+def _waited(status: str, call, ready: bool):
+    """call()'s result; when it may take a while (`ready` False), ("status", ...) events meanwhile, one a
+    second with the seconds waited, so the page shows that something is happening."""
+    if ready:
+        return call()
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    start = time.monotonic()
+    thread.start()
+    yield ("status", status)
+    while thread.is_alive():
+        thread.join(1.0)
+        if thread.is_alive():
+            yield ("status", f"{status} ({time.monotonic() - start:.0f} s)")
+    return result[0] if result else None
 
 
 class Racer:
@@ -119,7 +144,9 @@ class Racer:
 
     def events(self, request, control: RaceControl | None):
         """("status", text) and ("trace", RaceTrace, done) events of one race of a validated request."""
-        runner = self.slot.get() if self.slot is not None else None
+        runner = None
+        if self.slot is not None:
+            runner = yield from _waited("Starting the decoding worker…", self.slot.get, self.slot.ready())
         if runner is not None:
             yield from worker_race_events(runner, self.limits, control, request)
             return
@@ -131,6 +158,10 @@ class Racer:
             yield from events
         finally:
             events.close()   # runs the race's `finally` now (caches freed), not at garbage collection
+
+    def measurement(self) -> dict | None:
+        """The worker's measurement of this machine, as far as it has come (None: nothing measuring)."""
+        return self.slot.measurement() if self.slot is not None else None
 
     def failure(self, exc: Exception) -> str:
         """The one line a visitor reads for a race that raised `exc`; frees what the failure left behind."""

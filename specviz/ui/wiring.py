@@ -31,6 +31,7 @@ def wire(page: Page, handlers: PageHandlers, defaults: RaceRequest) -> None:
                         "For one race as one JSON result, call /race.", concurrency_limit=1, concurrency_id="race",
         show_progress=os.environ.get("SPECVIZ_PROGRESS", "hidden"))
     page.stop_btn.click(handlers.stop, [page.trace], outputs, cancels=[run_event], api_name="stop", queue=False)
+    _wire_measuring(page, handlers, run_event)
     stepping = [page.trace, page.step_slider]
     page.step_slider.release(handlers.show_step, stepping, outputs, api_name="show_step", show_progress="hidden")
     # Not queued: stepping (also by the arrow keys) answers at once, even while another race runs.
@@ -42,6 +43,16 @@ def wire(page: Page, handlers: PageHandlers, defaults: RaceRequest) -> None:
     # The same queue as the page's race: one race at a time, whoever asks.
     gr.api(RaceApi(handlers, served_by=page.trace_file).endpoint(defaults), api_name="race",
            concurrency_limit=1, concurrency_id="race")
+
+
+def _wire_measuring(page: Page, handlers: PageHandlers, run_event) -> None:
+    """The measuring bar: polled once a second while the worker measures this machine (not queued, so it
+    never waits behind a race); a race that ran on first sizes starts the polling again."""
+    stats = [page.stats[m] for m in page.stats]
+    page.measure_timer.tick(handlers.measurement, [page.trace], [page.measuring, *stats, page.measure_timer],
+                            queue=False, show_progress="hidden", api_visibility="private")
+    run_event.then(lambda: gr.Timer(active=True), None, page.measure_timer, queue=False, show_progress="hidden",
+                   api_visibility="private")
 
 
 def _wire_whatif(page: Page, handlers: PageHandlers, new_trace_events) -> None:
