@@ -136,10 +136,12 @@ def _race_in_chromium(url: str, wait_before_start_s: float, shot: str | None = N
                 # While the worker measures, the page says so, and the columns wait for it (not "ready").
                 page.wait_for_selector("#sv-measuring progress", timeout=60_000)
                 seen["sequoia_header"] = page.locator("#sv-stats-sequoia").inner_text()
-                if shot:
+                page.wait_for_timeout(wait_before_start_s * 1000 / 2)
+                if shot:   # the bar under Start mid-measurement, as a visitor scrolled to it sees it
                     ARTIFACTS.mkdir(exist_ok=True)
+                    page.locator("#sv-stats-ar").scroll_into_view_if_needed()
                     page.screenshot(path=str(ARTIFACTS / shot))
-                page.wait_for_timeout(wait_before_start_s * 1000)
+                page.wait_for_timeout(wait_before_start_s * 1000 / 2)
             page.evaluate(WATCH_JS)
             page.locator("#sv-run").click()
             page.wait_for_function("window.__sv.first_token !== null", timeout=240_000, polling=100)
@@ -154,8 +156,9 @@ def _race_in_chromium(url: str, wait_before_start_s: float, shot: str | None = N
 def test_with_the_page_open_half_a_minute_the_first_token_streams_within_seconds(tmp_path, monkeypatch):
     with _served_with_warm_up(monkeypatch, tmp_path / "cache") as url:
         marks = _race_in_chromium(url, 30, shot="measuring.png")
-    assert "waiting for this machine's measurements" in marks["sequoia_header"]
+    assert "waiting for measurements" in marks["sequoia_header"]
     seconds = (marks["first_token"] - marks["clicked"]) / 1000
+    print(f"page open 30 s: first token {seconds:.1f} s after Start")
     assert seconds < 8, f"the first token streamed {seconds:.1f} s after Start"
     assert "identical to autoregressive" in marks["summary"]
 
@@ -165,5 +168,7 @@ def test_start_pressed_at_once_shows_progress_every_few_seconds_until_the_first_
         marks = _race_in_chromium(url, 0)
     times = [marks["clicked"]] + [t for t in marks["changes"] if t < marks["first_token"]] + [marks["first_token"]]
     gaps = [(b - a) / 1000 for a, b in zip(times, times[1:])]
+    print(f"Start at once: first token {(marks['first_token'] - marks['clicked']) / 1000:.1f} s after Start, "
+          f"the longest still moment {max(gaps):.1f} s")
     assert max(gaps) <= 3.0, f"the page stood still for {max(gaps):.1f} s before the first token ({gaps})"
     assert "identical to autoregressive" in marks["summary"]

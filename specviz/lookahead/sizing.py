@@ -171,10 +171,15 @@ def _asks_auto(window=None, ngram=None, guesses=None, **_) -> bool:
 
 
 def auto_pending(pair, sampling=None, graphs="auto", **options) -> bool:
-    """Whether these options ask `auto` for a window this machine has not measured yet (measures nothing)."""
+    """Whether these options ask `auto` for a window it would have to measure first: neither the choice nor
+    the target's curve it is made from is cached (Sequoia's sizing times the same curve, so a measurement
+    under way for Sequoia often has it already). Measures nothing."""
     from ..engine.graphs import graphs_wanted
+    from ..engine.profiler import cached_forward_curve
 
-    return _asks_auto(**options) and cached_choice(pair, graphs_wanted(graphs, pair.device)) is None
+    graphs = graphs_wanted(graphs, pair.device)
+    return _asks_auto(**options) and cached_choice(pair, graphs) is None and cached_forward_curve(
+        pair.target, _auto_key(pair, graphs)[1], sizes=CURVE_SIZES, graphs=graphs) is None
 
 
 def measure_auto(pair, sampling=None, graphs="auto", **options) -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 
 def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = None,
-               gpu_duration: float | None = None, pairs=None):
+               gpu_duration: float | None = None, pairs=None, warm_up: bool | None = None):
     from .layout import build_demo as _build
 
-    return _build(gpu, defaults, worker, gpu_duration, pairs)
+    return _build(gpu, defaults, worker, gpu_duration, pairs, warm_up)
 
 
 def launch_kwargs() -> dict:

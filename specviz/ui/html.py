@@ -126,7 +126,7 @@ def stats_html(method: str, run: RunTrace | None, upto: int | None = None, runni
     color = METHOD_COLORS.get(method, "#111827")
     label = METHOD_LABELS.get(method, method)
     if run is None:
-        state = "waiting for this machine's measurements" if waiting else "ready"
+        state = "waiting for measurements" if waiting else "ready"
     elif run.error:
         state = "error"
     elif running and (upto is None or upto == len(run.steps)) and not run.finish_reason:
@@ -344,7 +344,8 @@ def measuring_html(progress: dict | None) -> str:
     share = min(1.0, max(0.0, float(progress.get("done") or 0) / total))
     left = progress.get("left_s")
     part = int(progress.get("part") or 0)
-    when = f"about {max(1, round(float(left)))} s left" if left is not None else "estimating the time left"
+    in_part = " in this part" if part else ""
+    when = f"about {max(1, round(float(left)))} s left{in_part}" if left is not None else "estimating the time left"
     if progress.get("paused"):
         when = "paused while a race runs (no measurement runs beside a timed race)"
     what = f"part {part}: {progress.get('what', '')}" if part else str(progress.get("what", ""))
