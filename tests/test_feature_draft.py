@@ -416,7 +416,13 @@ def test_int8_decoding_levels_track_the_trained_draft(pair, request):
     cos = torch.nn.functional.cosine_similarity(got.float(), want.float(), dim=-1)
     # Typically within 0.5% of the exact features (median 0.995-0.996); the worst position (the same for both
     # heads measured) read 0.9904 with step 18334 and 0.9891 with step 24837. The proposals below are the check.
-    assert cos.median() > 0.99 and cos.min() > 0.98, (cos.median(), cos.min())
+    # Without VNNI (an AVX2-only CPU) fbgemm multiplies u8 x s8 pairs into 16-bit sums that may saturate: the
+    # same draft read median 0.9897 and worst 0.9815 on an AVX2-only AMD EPYC, so the floor is the CPU's.
+    from specviz.engine.machine import cpu_flags
+
+    vnni = bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(cpu_flags()))
+    median_floor, worst_floor = (0.99, 0.98) if vnni else (0.985, 0.975)
+    assert cos.median() > median_floor and cos.min() > worst_floor, (cos.median(), cos.min(), cpu_flags())
     # Int8 moves the margin between the exact top two logits by up to ~0.7 nats here (median 0.13), so the
     # proposal may flip where they are near-tied (the 2-layer pair, whose second layer is random, flipped 7 of
     # 62 with the step-9662 head, every one at a margin under 0.2), never where the exact top-1 leads by a nat.
@@ -425,7 +431,11 @@ def test_int8_decoding_levels_track_the_trained_draft(pair, request):
     decided = (top2[..., 0] - top2[..., 1]) >= 1.0
     same = fast_logits.argmax(-1) == exact_logits.argmax(-1)
     assert n >= 60 and int(decided.sum()) >= 15, (n, int(decided.sum()))
-    assert same[decided].all(), f"{int((~same[decided]).sum())} of {int(decided.sum())} clear proposals flipped"
+    flipped = int((~same[decided]).sum())
+    # Without VNNI the coarser sums flipped 1 of 19 and 2 of 20 clear proposals on the AVX2-only EPYC (the output
+    # stays exact either way: a flipped proposal is only a rejected one); with VNNI none may flip.
+    allowed = 0 if vnni else max(1, int(0.1 * int(decided.sum())))
+    assert flipped <= allowed, f"{flipped} of {int(decided.sum())} clear proposals flipped ({cpu_flags()})"
     assert draft.decoding_kind.startswith("feature") and "int8" not in draft.decoding_kind   # fp32 stays dense: the int8 kernel is slow with fp32 inputs
 
 

@@ -69,6 +69,9 @@ def test_a_race_during_the_measurement_starts_on_first_sizes_and_pauses_it(tmp_p
             settings = first.runs[method].settings
             assert settings["sizing"] == "first" and "still running" in settings["sizing_reason"]
         assert first.runs["sequoia"].settings["tree"] == "adaptive"
+        from specviz.ui.html import summary_html
+
+        assert "first sizes: Sequoia grows its adaptive tree" in summary_html(first)   # the page says which, and why
         texts = {m: run.token_ids for m, run in first.runs.items()}
         assert texts["sequoia"] == texts["ar"] == texts["lookahead"] and len(texts["ar"]) == 16
         # No measurement moved while the race was timed: between its first and last step the reports, if

@@ -17,8 +17,10 @@ from pathlib import Path
 import torch
 
 # The CPU features that change which kernels torch runs, and so what a forward costs: AVX-512 and its
-# bf16 dot products (oneDNN's bf16 GEMMs), AMX tiles (Intel's matrix unit), AVX2/FMA (the baseline).
-FLAGS_OF_NOTE = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+# bf16 dot products (oneDNN's bf16 GEMMs), VNNI's int8 dot products (fbgemm's int8 GEMMs; without them its
+# u8 x s8 pairs sum in 16 bits and may saturate), AMX tiles (Intel's matrix unit), AVX2/FMA (the baseline).
+FLAGS_OF_NOTE = ("avx2", "fma", "avx_vnni", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16",
+                 "amx_int8")
 
 
 def _cpuinfo_field(name: str) -> str | None:

@@ -89,6 +89,8 @@ def method_result(trace: RaceTrace, method: str, ar_rate: float) -> dict:
         "verdict": verdict,
         "target_forwards": run.target_forwards,
         "graphs": run.graphs,   # `engine.graphs.GraphStats.to_dict` (None: a trace from before graphs)
+        # "first": an 'auto' size this machine had not measured yet, raced on first sizes; else None.
+        "sizing": (run.settings or {}).get("sizing"),
         "finish_reason": run.finish_reason,
         "error": run.error,
     }
@@ -105,6 +107,7 @@ def race_result(trace: RaceTrace, trace_file: dict) -> dict:
         "draft": trace.draft_name,
         "device": trace.device,
         "dtype": trace.dtype,
+        "machine": trace.machine,
         "graphs": html.race_graphs_words(trace),
         "cancelled": trace.cancelled,
         "request": trace.request,

@@ -295,8 +295,17 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
             f'{esc(race.draft_name)} · {esc(race.device)} {esc(race.dtype)}'
             f'{f" ({esc(race.machine)})" if race.machine else ""} · {esc(race_graphs_words(race))} · '
             f'{esc(sampling_words(race.sampling))}'
-            f'{" · stopped early" if race.cancelled else ""}</div>')
+            f'{" · stopped early" if race.cancelled else ""}{esc(first_sizes_words(race))}</div>')
     return f'<div class="sv-summary">{"".join(verdicts)}{table}{meta}</div>'
+
+
+def first_sizes_words(race) -> str:
+    """' · first sizes: ...' where a method raced on first sizes because this machine was still being
+    measured for its 'auto' size (`engine.race.FIRST_SIZES_NOTE`), else ''."""
+    reasons = [(run.settings or {}).get("sizing_reason", "") for run in race.runs.values()
+               if run is not None and (run.settings or {}).get("sizing") == "first"]
+    return f" · first sizes: {'; '.join(r.split(': ', 1)[0] for r in reasons)} (measuring this machine was not " \
+           f"finished; the next race uses the measured sizes)" if reasons else ""
 
 
 def race_graphs_words(race) -> str:
