@@ -64,7 +64,7 @@ class Measuring:
     _last: float = 0.0
 
     def phase(self, what: str, total: int) -> None:
-        self._finish()
+        self.finish()
         self._what, self._done, self._total, self._part = what, 0, max(1, int(total)), self._part + 1
         self._start = self._last = time.monotonic()
         self._emit()
@@ -93,9 +93,6 @@ class Measuring:
 
     def finish(self) -> None:
         """The phase under way is over (its work may end short of its estimate: a prompt that stops early)."""
-        self._finish()
-
-    def _finish(self) -> None:
         if self._what and self._done < self._total:
             self._done = self._total
             self._emit()

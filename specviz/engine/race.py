@@ -286,27 +286,30 @@ class PairCache:
             self.pairs.clear()
 
 
-def pending_sizes(pair, request, graphs: str) -> list[str]:
-    """The request's methods whose `auto` size this machine has not measured yet (measures nothing)."""
+def _sizing_call(method: str, what: str, pair, request, graphs: str, options: dict):
     from .methods import sizing
 
-    options, sampling = request.method_options(), request.sampling()
-    return [m for m in request.methods if sizing(m, "auto_pending") is not None
-            and sizing(m, "auto_pending")(pair, sampling, graphs, **options.get(m, {}))]
+    return sizing(method, what)(pair, request.sampling(), graphs, **options.get(method, {}))
+
+
+def pending_sizes(pair, request, graphs: str) -> list[str]:
+    """The request's methods whose `auto` size this machine has not measured yet (measures nothing)."""
+    from .methods import METHOD_SIZING
+
+    options = request.method_options()
+    return [m for m in request.methods if m in METHOD_SIZING
+            and _sizing_call(m, "auto_pending", pair, request, graphs, options)]
 
 
 def measure_sizes(pairs, request) -> list[str]:
     """Measure and cache every `auto` size the request asks for that is not cached yet (the app's worker
     runs this in the background, paused while a race runs); returns the methods it measured for."""
-    from .methods import sizing
-
     target, draft = request.models()
     pair = pairs.get(target, draft, request.dtype or "auto")
     graphs = getattr(request, "graphs", "auto") or "auto"
-    pending = pending_sizes(pair, request, graphs)
-    options, sampling = request.method_options(), request.sampling()
+    pending, options = pending_sizes(pair, request, graphs), request.method_options()
     for method in pending:
-        sizing(method, "measure_auto")(pair, sampling, graphs, **options.get(method, {}))
+        _sizing_call(method, "measure_auto", pair, request, graphs, options)
     return pending
 
 
@@ -314,15 +317,9 @@ FIRST_SIZES_NOTE = ("this machine's measurements for 'auto' are still running, s
                     "with first sizes; the next race uses the measured ones")
 
 
-def _first_sizes(pair, request, options: dict, graphs: str) -> dict[str, str]:
-    """Swap each pending `auto` size in `options` for its method's first sizes; {method: what it runs}."""
-    from .methods import sizing
-
-    chosen = {}
-    for method in pending_sizes(pair, request, graphs):
-        options[method], chosen[method] = sizing(method, "first_sizes")(pair, request.sampling(), graphs,
-                                                                        **options.get(method, {}))
-    return chosen
+def ran_first_sizes(trace) -> bool:
+    """Whether any run of the race started on first sizes (`race_events(first_sizes=True)`)."""
+    return any((run.settings or {}).get("sizing") == "first" for run in trace.runs.values() if run is not None)
 
 
 def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,
@@ -350,7 +347,8 @@ def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,
     first = {}
     if pending and first_sizes:
         yield ("status", "Choosing first sizes (this machine's 'auto' measurements are not finished)…")
-        first = _first_sizes(pair, request, options, graphs)
+        for method in pending:   # each pending 'auto' size swapped for its method's first sizes
+            options[method], first[method] = _sizing_call(method, "first_sizes", pair, request, graphs, options)
     note = " ('auto' sizes: the first run on this machine measures forward times first)" if pending and not first else ""
     yield ("status", f"Preparing the decoders{note}…")
     race = start_race(pair, request.prompt, list(request.methods), sampling=request.sampling(),

@@ -84,21 +84,13 @@ def _threads_path(cores: int) -> Path:
     """Where the measured choice for this CPU model, core count and torch lives (one file per machine kind)."""
     import hashlib
 
+    import torch
+
     from ..paths import cache_dir
     from .machine import cpu_model
 
-    machine = f"{cpu_model()}|{cores}|{_torch_version()}"
+    machine = f"{cpu_model()}|{cores}|{torch.__version__}"
     return cache_dir() / "profiles" / f"worker-threads-{cores}cores-{hashlib.sha1(machine.encode()).hexdigest()[:8]}.json"
-
-
-def _torch_version() -> str:
-    # Read without importing torch: the app's server asks before anything else needs it.
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("torch")
-    except PackageNotFoundError:
-        return "none"
 
 
 def measured_threads(cores: int) -> dict | None:
@@ -116,13 +108,15 @@ def save_measured_threads(cores: int, tokens_per_s: dict[int, float], detail: di
     """Cache the fastest thread count beside the page: {threads: the app's mean tokens/s over its races}."""
     import json
 
+    import torch
+
     from .machine import cpu_flags, cpu_model
 
     best = max(tokens_per_s, key=lambda t: (tokens_per_s[t], -t))   # a tie goes to fewer threads
     path = _threads_path(cores)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"threads": int(best), "cores": cores, "cpu": cpu_model(), "cpu_flags": cpu_flags(),
-            "torch": _torch_version(), "tokens_per_s": {str(t): round(v, 2) for t, v in sorted(tokens_per_s.items())},
+            "torch": torch.__version__, "tokens_per_s": {str(t): round(v, 2) for t, v in sorted(tokens_per_s.items())},
             **(detail or {})}
     path.write_text(json.dumps(data, indent=1))
     return path
@@ -330,7 +324,7 @@ class RaceWorker:
 def _serve(conn: Connection) -> None:
     import torch
 
-    from .race import PairCache, race_events
+    from .race import PairCache, race_events, ran_first_sizes
 
     threads = int(os.environ.get("SPECVIZ_WORKER_THREADS", "0") or 0)
     if threads > 0:
@@ -360,17 +354,13 @@ def _serve(conn: Connection) -> None:
                     events = race_events(pairs, request, stop, max_run_seconds=max_run_seconds, first_sizes=True)
                     for event in _guarded(events, pairs):
                         send(event)
-                        first = first or (event[0] == "end" and _ran_first_sizes(event[1]))
+                        first = first or (event[0] == "end" and ran_first_sizes(event[1]))
                 if first:
                     measurer.add(request)
                 if stop.app_gone:
                     return
     finally:
         measurer.close()
-
-
-def _ran_first_sizes(trace) -> bool:
-    return any((run.settings or {}).get("sizing") == "first" for run in trace.runs.values() if run is not None)
 
 
 class _Sender:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..engine.race import free_accelerator_memory, is_out_of_memory
+from ..engine.race import free_accelerator_memory, is_out_of_memory, ran_first_sizes
 from ..engine.worker import WorkerUnavailable
 from ..errors import InvalidInput, SpecVizError
 from ..trace import RaceTrace
@@ -106,7 +106,7 @@ def worker_race_events(worker, limits, control: RaceControl | None, request):
             if not worker.pending():   # several steps waiting: show them as one update
                 yield ("trace", trace, False)
         elif kind == "end":
-            if any((run.settings or {}).get("sizing") == "first" for run in event[1].runs.values()):
+            if ran_first_sizes(event[1]):
                 worker.expect_measurement()   # the worker measures what this race lacked: the page polls it
             yield ("trace", event[1], True)
         elif kind == "error":
