@@ -96,6 +96,43 @@ WORKSHOP = {
                  "the predicted speedup peak on this machine, and where would it peak on a GPU?"),
 }
 
+# The presenter view (the page's "Presenter view" box, or `?presenter=1`): the body gets the class `sv-presenter`.
+# For a projector at 1280 x 720 and up: the setup controls go (untick the box to change the race), every text is
+# 18 px or more and grey text turns near-black, and the race columns, the stepper, the tree and the step caption
+# share one screen, the summary under them. Sizes in vh so 1920 x 1080 gets the same screen, larger.
+PRESENTER_CSS = """
+body.sv-presenter { --text-xxs: 18px; --text-xs: 18px; --text-sm: 18px; --text-md: 20px; --text-lg: 22px;
+  --text-xl: 26px; --text-xxl: 30px; --block-label-text-size: 18px; --block-info-text-size: 18px;
+  --block-title-text-size: 18px; --section-header-text-size: 20px; --checkbox-label-text-size: 20px;
+  --button-large-text-size: 22px; --button-small-text-size: 20px; --input-text-size: 20px; --layout-gap: 6px; }
+body.sv-presenter .sv-title, body.sv-presenter .sv-setup, body.sv-presenter .sv-legend-block { display: none !important; }
+body.sv-presenter .gradio-container { padding-top: 4px !important; padding-bottom: 4px !important; }
+body.sv-presenter .gradio-container :is(div, span, p, label, td, th, li, b, strong, em, code, button, input, a,
+  small, textarea, select, summary) { font-size: 20px !important; }
+body.sv-presenter .sv-stats [style*="font-size:22px"] { font-size: 26px !important; line-height: 1.15; }
+body.sv-presenter :is([style*="color:#6b7280"], [style*="color:#4b5563"], [style*="color:#9ca3af"],
+  [style*="color: #6b7280"]) { color: #111827 !important; }
+/* One screen: the column headers on one line of three numbers (tokens and time are in the summary), the texts
+   short and scrolled, the stepper without its heading (the caption says which step), the tree and the caption
+   sized to what is left of the screen. */
+body.sv-presenter #sv-measuring:not(:has(.sv-measuring)), body.sv-presenter #sv-slider .head { display: none !important; }
+body.sv-presenter .sv-stats > div:last-child > div:nth-child(n+4) { display: none !important; }
+body.sv-presenter .sv-stats { padding: 2px 4px !important; }
+body.sv-presenter #sv-status { max-height: 34px; overflow-y: auto; }
+body.sv-presenter .sv-stats * { line-height: 1.2 !important; }
+body.sv-presenter #sv-tree .sv-view-note { display: none; }
+body.sv-presenter .sv-text { min-height: 0 !important; height: 14vh; max-height: 14vh !important;
+  line-height: 1.35 !important; padding: 2px 8px !important; }
+body.sv-presenter #sv-stepper { min-height: 0; }
+body.sv-presenter #sv-stepper button { max-height: 40px; }
+body.sv-presenter #sv-tree svg { max-height: calc(100vh - 520px) !important; min-height: 190px; }
+/* The tree's labels in drawing units: 22 of them are 18 px on screen when a 240-unit-high tree is drawn 200 px high. */
+body.sv-presenter #sv-tree svg text { font-size: 22px; }
+body.sv-presenter #sv-tree svg .sv-bonus text:first-child { font-size: 26px; }
+body.sv-presenter #sv-caption { max-height: calc(100vh - 450px); overflow-y: auto; contain-intrinsic-size: none; }
+body.sv-presenter #sv-caption .sv-caption { line-height: 1.35; }
+body.sv-presenter #sv-summary { order: 20; }
+"""
 CSS = """
 .sv-col { min-width: 0; }
 .sv-title h1 { margin-bottom: 0; }
@@ -110,7 +147,8 @@ html, body { overflow-x: hidden; }
    contain-intrinsic-size keeps the page's height steady (the last rendered size, else 420 px). */
 #sv-tree, #sv-caption, #sv-window, #sv-pool, #sv-cumulative, #sv-latency, #sv-pool-size, #sv-hw-curve {
   content-visibility: auto; contain-intrinsic-size: auto 420px; }
-""" + narrate.CAPTION_CSS + whatif.WHATIF_CSS
+""" + narrate.CAPTION_CSS + whatif.WHATIF_CSS + PRESENTER_CSS
+
 
 # Run once the page has loaded (Gradio's launch `js`; a `js` on the button's click did not fire): on ▶ Start race
 # the race comes into view at once, the button row at the top of the screen with the status line, the legend
@@ -118,6 +156,20 @@ html, body { overflow-x: hidden; }
 # leave the columns below the first screen, and a projected room would see nothing happen.
 PAGE_JS = """
 () => {
+  // The presenter view: as the address asks at once (before the page's own load event sets the box), then as
+  // the box says, kept in the address so that a reload or a copied link opens the same view.
+  var presenting = function (on) {
+    document.body.classList.toggle('sv-presenter', !!on);
+    var url = new URL(window.location.href);
+    if (on) url.searchParams.set('presenter', '1'); else url.searchParams.delete('presenter');
+    window.history.replaceState(null, '', url);
+  };
+  if (['1', 'true', 'yes', 'on'].includes((new URLSearchParams(window.location.search).get('presenter') || '').toLowerCase()))
+    document.body.classList.add('sv-presenter');
+  document.addEventListener('change', function (e) {
+    var box = e.target && e.target.closest && e.target.closest('#sv-presenter');
+    if (box && e.target.type === 'checkbox') presenting(e.target.checked);
+  }, true);
   document.addEventListener('click', function (e) {
     var start = e.target && e.target.closest && e.target.closest('#sv-run');
     if (!start) return;

@@ -78,7 +78,7 @@ def _prompt_and_models(page: Page, init: RaceRequest, limits, presets: list[str]
     # pair's own hint.
     # Custom ids are offered when switched on, or when an explicit allow-list names what they may be.
     allow_custom = limits.allow_custom_models or limits.allowed_models_explicit
-    with gr.Row(equal_height=False):
+    with gr.Row(equal_height=False, elem_classes=["sv-setup"]):
         with gr.Column(scale=3):
             page.prompt = gr.Textbox(label="Prompt", value=init.prompt, lines=3, max_lines=8, elem_id="sv-prompt")
             with gr.Row():
@@ -106,7 +106,7 @@ def _prompt_and_models(page: Page, init: RaceRequest, limits, presets: list[str]
 def _sampling(page: Page, init: RaceRequest, limits) -> None:
     cap = limits.max_new_tokens   # the deployment's cap (specviz.hosting) is the slider's end
     temperature, top_p = RANGES["temperature"], RANGES["top_p"]
-    with gr.Row():
+    with gr.Row(elem_classes=["sv-setup"]):
         page.max_new_tokens = gr.Slider(RANGES["max_new_tokens"].lo, cap, value=min(init.max_new_tokens, cap),
                                         step=1, label="Max new tokens", elem_id="sv-max-new")
         page.temperature = gr.Slider(temperature.lo, temperature.hi, value=init.temperature, step=0.05,
@@ -116,7 +116,7 @@ def _sampling(page: Page, init: RaceRequest, limits) -> None:
 
 
 def _method_settings(page: Page, init: RaceRequest) -> None:
-    with gr.Accordion("Method settings", open=False):
+    with gr.Accordion("Method settings", open=False, elem_classes=["sv-setup"]):
         with gr.Row():
             with gr.Column():
                 page.tree = gr.Radio(TREE_CHOICES, value=init.tree, label="Sequoia tree", elem_id="sv-tree-mode")
@@ -143,16 +143,20 @@ def _method_settings(page: Page, init: RaceRequest) -> None:
 
 
 def _race_columns(page: Page) -> None:
-    with gr.Row():
+    with gr.Row(elem_id="sv-run-row"):
         page.run_btn = gr.Button("▶ Start race", variant="primary", elem_id="sv-run", scale=3)
         page.stop_btn = gr.Button("■ Stop", variant="stop", elem_id="sv-stop", scale=1)
+        # Large type and the race, the tree and the caption on one screen, for a projector (`?presenter=1` in
+        # the page's address opens the page in it); the page's script applies it, see content.PRESENTER_CSS.
+        page.presenter = gr.Checkbox(False, label="Presenter view", elem_id="sv-presenter", scale=1, min_width=150,
+                                     container=False)
     page.status = gr.Markdown("", elem_id="sv-status")
     # The decoding worker's measurement of this machine for 'auto' sizes, polled once a second while it runs.
     page.measuring = gr.HTML("", elem_id="sv-measuring")
     page.measure_timer = gr.Timer(1.0, active=False)
-    gr.HTML(html.legend_html())
+    gr.HTML(html.legend_html(), elem_classes=["sv-legend-block"])
     page.stats, page.texts = {}, {}
-    with gr.Row(equal_height=False):
+    with gr.Row(equal_height=False, elem_id="sv-columns"):
         for m in COLUMNS:
             with gr.Column(elem_classes=["sv-col"]):
                 page.stats[m] = gr.HTML(html.stats_html(m, None), elem_id=f"sv-stats-{m}")
@@ -167,7 +171,7 @@ def _stepper_and_views(page: Page) -> None:
         page.step_slider = gr.Slider(0, 1, value=0, step=1, label="Global step (the ← / → keys step it too)",
                                      scale=6, elem_id="sv-slider")
         page.next_btn = gr.Button("Next ▶", size="sm", scale=1, min_width=70, elem_id="sv-next")
-    with gr.Row(equal_height=False):
+    with gr.Row(equal_height=False, elem_id="sv-views"):
         with gr.Column(scale=3, min_width=320):
             page.tree_plot = gr.HTML(svg.tree_svg(None), elem_id="sv-tree")
         with gr.Column(scale=2, min_width=300):

@@ -21,7 +21,8 @@ FONT = "font:14px Inter,Segoe UI,Arial,sans-serif"
 
 
 def _box(title: str, body: str, note: str = "") -> str:
-    sub = f'<div style="font-size:13px;color:#4b5563;margin:2px 0 6px">{esc(note)}</div>' if note else ""
+    sub = (f'<div class="sv-view-note" style="font-size:13px;color:#4b5563;margin:2px 0 6px">{esc(note)}</div>'
+           if note else "")
     return (f'<div class="sv-view" style="border:1px solid #e5e7eb;border-radius:8px;padding:8px 10px;{FONT}">'
             f'<div style="font-size:17px;font-weight:600">{esc(title)}</div>{sub}{body}</div>')
 

@@ -40,6 +40,7 @@ def wire(page: Page, handlers: PageHandlers, defaults: RaceRequest) -> None:
     load_event = page.upload.upload(handlers.load_trace, [page.upload], outputs, api_name="load_trace")
     _wire_whatif(page, handlers, (run_event, load_event))
     _wire_workshop(page, handlers)
+    _wire_presenter(page, handlers)
     # The same queue as the page's race: one race at a time, whoever asks.
     gr.api(RaceApi(handlers, served_by=page.trace_file).endpoint(defaults), api_name="race",
            concurrency_limit=1, concurrency_id="race")
@@ -68,6 +69,21 @@ def _wire_whatif(page: Page, handlers: PageHandlers, new_trace_events) -> None:
     for listener in (page.wi_profile.upload, page.wi_profile.clear):
         listener(handlers.load_profile, [page.wi_profile], [page.profile, page.wi_note],
                  api_visibility="private").then(handlers.what_if, inputs, page.whatif_html, **private)
+
+
+def presenter_wanted(request: gr.Request | None) -> bool:
+    """Whether the page's address asks for the presenter view (`?presenter=1`, or true / yes / on)."""
+    params = getattr(request, "query_params", None) or {}
+    return str(params.get("presenter", "")).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _wire_presenter(page: Page, handlers: PageHandlers) -> None:
+    """The presenter box shows what the address asked for. The page's script (`content.PAGE_JS`) has already
+    switched the view from the same address, so a projector never shows the small page first; it also follows
+    the box when it is clicked. Not queued: the box must not wait behind a race."""
+    if handlers.demo is not None:
+        handlers.demo.load(presenter_wanted, None, page.presenter, queue=False, show_progress="hidden",
+                           api_visibility="private")
 
 
 def _wire_workshop(page: Page, handlers: PageHandlers) -> None:
