@@ -154,6 +154,99 @@ def test_starting_a_race_brings_its_columns_into_view_at_1280x720(app_url):
             browser.close()
 
 
+# The smallest text on screen: every visible element holding text, in CSS pixels as drawn (an SVG label's
+# font-size times the drawing's scale), smallest first.
+VISIBLE_TEXT_SIZES_JS = """
+() => {
+  const found = [], seen = new Set();
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const el = node.parentElement;
+    if (!node.textContent.trim() || !el || seen.has(el) || el.closest('script, style, title, noscript')) continue;
+    seen.add(el);
+    const r = el.getBoundingClientRect(), style = getComputedStyle(el);
+    if (!r.width || !r.height || r.bottom <= 0 || r.top >= innerHeight || r.right <= 0 || r.left >= innerWidth
+        || style.visibility === 'hidden' || style.opacity === '0') continue;
+    let px = parseFloat(style.fontSize);
+    if (el.closest('svg')) { const m = el.getScreenCTM(); px *= Math.sqrt(Math.abs(m.a * m.d - m.b * m.c)); }
+    found.push({px: Math.round(px * 10) / 10, text: node.textContent.trim().slice(0, 40), svg: !!el.closest('svg'),
+                where: (el.closest('[id^="sv-"]') || {}).id || el.tagName});
+  }
+  return found.sort((a, b) => a.px - b.px);
+}
+"""
+PRESENTER_MIN_PX = 18
+
+
+def _in_view_now(page, selector: str, top_only: bool = False) -> bool:
+    """The element is on screen as the page stands (no scrolling): wholly, or (`top_only`) its first lines."""
+    box = page.locator(selector).bounding_box()
+    view = page.viewport_size
+    if box is None or box["y"] < 0 or box["x"] < 0 or box["x"] + box["width"] > view["width"]:
+        return False
+    return box["y"] + (60 if top_only else box["height"]) <= view["height"]
+
+
+def test_presenter_view_holds_the_race_and_the_tree_in_large_type(app_url):
+    """The presenter view, as a projector's browser opens it (`?presenter=1`) and as the page's box turns it on
+    and off: at 1280x720 and 1920x1080, after a race, the three columns, the stepper, the tree and the start of
+    the step caption are on screen without scrolling, no visible text is under 18 px (the normal page, measured
+    the same way, has smaller text: the check can fail), and the arrow keys step the race."""
+    import json
+    import re
+
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    smallest: dict[str, dict] = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 720})
+            page.goto(app_url, wait_until="load", timeout=60_000)
+            page.wait_for_selector("#sv-run", timeout=60_000)
+            normal = page.evaluate(VISIBLE_TEXT_SIZES_JS)
+            assert normal[0]["px"] < PRESENTER_MIN_PX, normal[:3]   # negative control: the measure sees small text
+            box = page.locator("#sv-presenter input[type=checkbox]")
+            box.check()   # the page's box turns it on, and the address follows
+            page.wait_for_function("document.body.classList.contains('sv-presenter')", timeout=10_000)
+            assert "presenter=1" in page.url and not page.locator("#sv-prompt").is_visible()
+            box.uncheck()
+            page.wait_for_function("!document.body.classList.contains('sv-presenter')", timeout=10_000)
+            assert "presenter" not in page.url and page.locator("#sv-prompt").is_visible()
+
+            page.goto(app_url + "?presenter=1", wait_until="load", timeout=60_000)   # as a projector opens it
+            page.wait_for_selector("#sv-run", timeout=60_000)
+            page.wait_for_function("document.querySelector('#sv-presenter input').checked", timeout=30_000)
+            assert page.evaluate("document.body.classList.contains('sv-presenter')")
+            page.locator("#sv-run").click()
+            page.wait_for_selector("#sv-summary .sv-summary", timeout=280_000)
+            page.wait_for_function("document.querySelectorAll('#sv-tree svg circle').length >= 1", timeout=30_000)
+            caption = page.locator("#sv-caption").inner_text()
+            total = int(re.search(r"Step (\d+) of (\d+)", caption).group(2))
+            page.locator("#sv-caption").click()   # the arrow keys step the race in presenter view too
+            page.keyboard.press("ArrowLeft")
+            page.wait_for_function("(s) => document.querySelector('#sv-caption').innerText.includes(s)",
+                                   arg=f"Step {total - 1} of {total}", timeout=30_000)
+            for width, height in SIZES:
+                page.set_viewport_size({"width": width, "height": height})
+                page.locator("#sv-run-row").evaluate("e => e.scrollIntoView({block: 'start'})")   # where ▶ Start left it
+                page.wait_for_timeout(500)
+                for selector in [f"#sv-stats-{m}" for m in ("ar", "sequoia", "lookahead")] + [
+                        f"#sv-text-{m}" for m in ("ar", "sequoia", "lookahead")] + ["#sv-stepper", "#sv-tree"]:
+                    assert _in_view_now(page, selector), (width, selector, page.locator(selector).bounding_box())
+                assert _in_view_now(page, "#sv-caption", top_only=True), (width, page.locator("#sv-caption").bounding_box())
+                sizes = page.evaluate(VISIBLE_TEXT_SIZES_JS)
+                smallest[f"{width}x{height}"] = sizes[0]
+                assert sizes[0]["px"] >= PRESENTER_MIN_PX, (width, sizes[:5])
+                assert any(s["svg"] for s in sizes), "the tree's labels were not measured"
+                page.screenshot(path=str(ARTIFACTS / f"presenter-{width}.png"))
+        finally:
+            browser.close()
+    (ARTIFACTS / "presenter-text-sizes.json").write_text(json.dumps(smallest, indent=1))
+    print("presenter view, smallest visible text:", smallest)
+
+
 def test_stop_ends_the_run_and_keeps_it_for_replay(long_app_url):
     from playwright.sync_api import sync_playwright
 

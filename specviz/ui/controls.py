@@ -149,7 +149,7 @@ def _race_columns(page: Page) -> None:
         # Large type and the race, the tree and the caption on one screen, for a projector (`?presenter=1` in
         # the page's address opens the page in it); the page's script applies it, see content.PRESENTER_CSS.
         page.presenter = gr.Checkbox(False, label="Presenter view", elem_id="sv-presenter", scale=1, min_width=150,
-                                     container=False)
+                                     container=False, interactive=True)
     page.status = gr.Markdown("", elem_id="sv-status")
     # The decoding worker's measurement of this machine for 'auto' sizes, polled once a second while it runs.
     page.measuring = gr.HTML("", elem_id="sv-measuring")
