@@ -194,7 +194,7 @@ def test_what_if_predicts_each_run_from_its_own_costs_and_shows_the_parts(runs):
             got = measured.run_prediction(trace, method)
             assert got is not None, (name, method)
             pred, meas = got["predicted"], got["measured"]
-            # Every cost is the run's own; only tokens per step is predicted, within 15% of what the run wrote
+            # Every cost is the run's own; only accepted length is predicted, within 15% of what the run wrote
             # (a property of the acceptance model, not of the machine's load).
             assert (pred.target_ms, pred.draft_ms, pred.other_ms, pred.prefill_ms) == (
                 meas.target_ms, meas.draft_ms, meas.other_ms, meas.prefill_ms)
@@ -202,7 +202,7 @@ def test_what_if_predicts_each_run_from_its_own_costs_and_shows_the_parts(runs):
             assert f'class="sv-parts-{method}"' in page
             assert got["measured_speedup"] == pytest.approx(
                 trace.runs[method].tokens_per_second / trace.runs["ar"].tokens_per_second)
-        for part in ("tokens per step", "target forward", "draft", "other", "prompt's forward", "predicted",
+        for part in ("accepted length", "target forward", "draft", "other", "prompt's forward", "predicted",
                      "measured"):
             assert part in page, (name, part)
 

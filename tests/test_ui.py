@@ -174,9 +174,10 @@ def test_replay_views_at_a_step():
 def test_summary_says_identical_under_greedy():
     text = html.summary_html(race_trace())
     assert text.count("identical to autoregressive, 3 tokens") == 2
-    assert "✓" in text and "speedup vs AR" in text
+    assert "✓" in text and "speedup" in text and "accepted length" in text
     st = html.run_stats(race_trace().runs["sequoia"])
-    assert st["tokens_per_forward"] == 1.5 and st["accepted_per_step"] == 0.5
+    # 3 tokens in 2 steps; after the prompt's forward (1 token) one step wrote 2: its accepted token + the target's.
+    assert st["tokens_per_forward"] == 1.5 and st["accepted_length"] == 2.0 and st["speculated_share"] == 1 / 3
 
 
 def test_summary_shows_first_difference_with_near_tie_note():
@@ -200,7 +201,7 @@ def test_summary_under_sampling_says_same_distribution():
 def test_stats_header():
     run = race_trace().runs["ar"]
     text = html.stats_html("ar", run)
-    assert "Autoregressive" in text and "tokens/forward" in text and "1.00" in text and "token limit" in text
+    assert "Autoregressive" in text and "tokens per forward" in text and "1.00" in text and "token limit" in text
     # Stepped back to an earlier step, the header does not yet say how the run ended.
     back = html.stats_html("ar", run, upto=1)
     assert "token limit" not in back and f"at step 1 of {len(run.steps)}" in back
@@ -256,8 +257,8 @@ def test_hardware_panel_from_recorded_plan():
                                            "predicted_speedup": 2.1}],
         "step_costs": {"per_level": 0.6, "per_step": 0.7, "per_parent": 0.0, "per_node": 0.04}}
     _, text = hardware.panel(trace)
-    assert "nodes 8, depth 4, tokens per forward (expected) 2.67" in text and "tree_depth" not in text
-    assert ">ms per step</th>" in text and "ms_per_step" not in text
+    assert "tree budget 8, tree depth 4, accepted length (expected) 2.67" in text and "tree_depth" not in text
+    assert ">step time (ms)</th>" in text and "ms_per_step" not in text
     assert text.count("<td style=\"padding:2px 10px\">2.81</td>") == 1
     assert "0.00 ms" not in text and "<b>0.04 ms</b> per node" in text
     empty_fig, empty_text = hardware.panel(None)

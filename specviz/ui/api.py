@@ -84,6 +84,7 @@ def method_result(trace: RaceTrace, method: str, ar_rate: float) -> dict:
         "tokens": stats["tokens"],
         "tokens_per_second": round(stats["tokens_per_second"], 3),
         "tokens_per_forward": round(stats["tokens_per_forward"], 4),
+        "accepted_length": round(stats["accepted_length"], 4),
         "speedup": round(stats["tokens_per_second"] / ar_rate, 3) if ar_rate and stats["tokens"] else None,
         "identical_to_ar": identical,   # None: not decided (sampled, or autoregressive did not run)
         "verdict": verdict,

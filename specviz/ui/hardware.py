@@ -97,10 +97,12 @@ def _choice_row(plan: dict) -> dict:
 
 
 # The plans' field names, as a reader says them (table headers and the chosen size's line).
-FIELD_WORDS = {"budget": "nodes", "depth": "depth", "value": "tokens per forward (expected)",
-               "ms_per_step": "ms per step", "ms_per_token": "ms per token", "predicted_speedup": "predicted speedup",
+# In the glossary's words (specviz.glossary): Sequoia's `value` and Lookahead's `tokens_per_step` are the accepted
+# length the plan expects, `step_tokens` the forward size.
+FIELD_WORDS = {"budget": "tree budget", "depth": "tree depth", "value": "accepted length (expected)",
+               "ms_per_step": "step time (ms)", "ms_per_token": "ms per token", "predicted_speedup": "predicted speedup",
                "window": "W (window)", "ngram": "N (n-gram)", "guesses": "G (guesses)",
-               "tokens_per_step": "tokens per step (expected)", "step_tokens": "tokens in one forward"}
+               "tokens_per_step": "accepted length (expected)", "step_tokens": "forward size"}
 # Fields that repeat another under a second name (the decoder's settings).
 REPEATED_FIELDS = {"tree_budget": "budget", "tree_depth": "depth"}
 

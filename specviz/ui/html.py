@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 
+from ..glossary import term_html
 from ..trace import SOURCE_AR, SOURCE_BONUS, SOURCE_DRAFT, SOURCE_NGRAM, LookaheadPayload, RunTrace
 from .figures import METHOD_COLORS, METHOD_LABELS
 
@@ -87,13 +88,16 @@ def run_stats(run: RunTrace | None, upto: int | None = None) -> dict:
     tokens = sum(len(s.new_token_ids) for s in steps)
     seconds = sum(s.total_ms for s in steps) / 1000
     speculated = sum(1 for s in steps for src in s.token_sources if src in (SOURCE_DRAFT, SOURCE_NGRAM))
+    # Accepted length leaves out the first step, the prompt's forward, which writes one token whatever the method.
+    after_prompt = steps[1:]
     return {
         "tokens": tokens,
         "steps": len(steps),
         "seconds": seconds,
         "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
         "tokens_per_forward": tokens / len(steps) if steps else 0.0,
-        "accepted_per_step": speculated / len(steps) if steps else 0.0,
+        "accepted_length": (sum(len(s.new_token_ids) for s in after_prompt) / len(after_prompt) if after_prompt
+                            else float(tokens)),
         "speculated_share": speculated / tokens if tokens else 0.0,
     }
 
@@ -121,7 +125,8 @@ def sampling_words(sampling: dict) -> str:
 
 def stats_html(method: str, run: RunTrace | None, upto: int | None = None, running: bool = False,
                waiting: bool = False) -> str:
-    """The column header: method name, live tokens/s, tokens per forward, steps, elapsed. `waiting`:
+    """The column header: method name, live tokens/s, tokens per forward, steps, tokens, time (each label
+    with its glossary definition on hover). `waiting`:
     before any race, this method's 'auto' size is still being measured on this machine."""
     color = METHOD_COLORS.get(method, "#111827")
     label = METHOD_LABELS.get(method, method)
@@ -136,11 +141,13 @@ def stats_html(method: str, run: RunTrace | None, upto: int | None = None, runni
     else:
         state = finish_words(run.finish_reason) or ("…" if running else "")
     st = run_stats(run, upto)
-    cells = [("tokens/s", f"{st['tokens_per_second']:.1f}"), ("tokens/forward", f"{st['tokens_per_forward']:.2f}"),
+    cells = [("tokens/s", f"{st['tokens_per_second']:.1f}"),
+             ("tokens per forward", f"{st['tokens_per_forward']:.2f}"),
              ("steps", str(st["steps"])), ("tokens", str(st["tokens"])), ("time", f"{st['seconds']:.2f} s")]
     stat_cells = "".join(
         f'<div style="text-align:center;padding:0 6px"><div style="font-size:22px;font-weight:700">{v}</div>'
-        f'<div style="font-size:12px;color:#6b7280">{k}</div></div>' for k, v in cells)
+        f'<div class="sv-stat-label" style="font-size:12px;color:#6b7280">{term_html(k)}</div></div>'
+        for k, v in cells)
     return (f'<div class="sv-stats" style="border-top:6px solid {color};padding:6px 4px">'
             f'<div style="display:flex;justify-content:space-between;align-items:baseline">'
             f'<span style="font-size:22px;font-weight:700;color:{color}">{esc(label)}</span>'
@@ -250,8 +257,15 @@ def losslessness(race, method: str) -> dict:
             "This should not happen in fp32 greedy decoding: please report it with the downloaded trace."}
 
 
+# The summary table's columns; those that are measurements carry their glossary definition on hover.
+SUMMARY_COLUMNS = ("method", "speedup", "tokens/s", "tokens per forward", "accepted length", "speculated share",
+                   "tokens", "finish")
+SUMMARY_TERMS = SUMMARY_COLUMNS[1:-1]
+
+
 def summary_html(race, upto: dict[str, int] | None = None) -> str:
-    """After a run: speedup over AR, tokens per forward, acceptance, and the losslessness verdict."""
+    """After a run: speedup, tokens per forward, accepted length, speculated share, and the losslessness
+    verdict."""
     if race is None:
         return ""
     stats = {m: run_stats(r, (upto or {}).get(m)) for m, r in race.runs.items()}
@@ -261,7 +275,8 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
         st, run = stats[m], race.runs[m]
         speedup = f"{st['tokens_per_second'] / ar_rate:.2f}×" if ar_rate and m != "ar" and st["tokens"] else (
             "1.00×" if m == "ar" and st["tokens"] else "—")
-        acc = "—" if m == "ar" else f"{st['accepted_per_step']:.2f}/step ({st['speculated_share']:.0%} of tokens)"
+        accepted = f"{st['accepted_length']:.2f}" if st["steps"] > 1 else "—"
+        share = "—" if m == "ar" else f"{st['speculated_share']:.0%}"
         shown = (upto or {}).get(m)
         # Stepping back through a race: how a run ended is not known yet at that step.
         finish = "…" if shown is not None and shown < len(run.steps) else finish_words(run.finish_reason)
@@ -271,13 +286,13 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
             f'<td style="padding:4px 10px;font-size:20px;font-weight:700">{speedup}</td>'
             f'<td style="padding:4px 10px">{st["tokens_per_second"]:.1f}</td>'
             f'<td style="padding:4px 10px">{st["tokens_per_forward"]:.2f}</td>'
-            f'<td style="padding:4px 10px">{acc}</td><td style="padding:4px 10px">{st["tokens"]}</td>'
+            f'<td style="padding:4px 10px">{accepted}</td><td style="padding:4px 10px">{share}</td>'
+            f'<td style="padding:4px 10px">{st["tokens"]}</td>'
             f'<td style="padding:4px 10px">{esc(finish)}</td></tr>')
+    head = "".join(f'<th style="padding:4px 10px">{term_html(c) if c in SUMMARY_TERMS else esc(c)}</th>'
+                   for c in SUMMARY_COLUMNS)
     table = ('<table style="border-collapse:collapse;font-size:16px;margin-top:6px"><tr style="color:#6b7280;'
-             'text-align:left"><th style="padding:4px 10px">method</th><th style="padding:4px 10px">speedup vs AR'
-             '</th><th style="padding:4px 10px">tokens/s</th><th style="padding:4px 10px">tokens/forward</th>'
-             '<th style="padding:4px 10px">accepted speculation</th><th style="padding:4px 10px">tokens</th>'
-             '<th style="padding:4px 10px">finish</th></tr>' + "".join(rows) + "</table>")
+             f'text-align:left">{head}</tr>' + "".join(rows) + "</table>")
     found = [(METHOD_LABELS.get(m, m), losslessness(race, m)) for m in race.methods if m != "ar"]
     sampled = [label for label, v in found if v["status"] == "sampling"]
     if len(sampled) > 1:   # one note for every sampled method, not the same paragraph twice

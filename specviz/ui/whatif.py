@@ -1,8 +1,8 @@
 """The "what if" panel: the hardware-aware optimiser's prediction for any size, next to what a run reached.
 
-Sequoia: predicted tokens per step = best(n, d) from the acceptance vector (the tree
+Sequoia: predicted accepted length = best(n, d) from the acceptance vector (the tree
 DP), predicted step time = d draft forwards + t_target(n), predicted speedup =
-tokens per step x t(1) / step time (`specviz.sequoia.sizing`). Lookahead: expected
+accepted length x t(1) / step time (`specviz.sequoia.sizing`). Lookahead: expected
 tokens E(W, N, G) and one forward over (N-1)(W+G) tokens (`specviz.lookahead.sizing`).
 
 Inputs, best first: the plans `auto` cached for the trace's pair (`hardware.plans_for`),
@@ -225,7 +225,7 @@ def _other_ms(inp: dict, method: str) -> float:
 
 
 def sequoia_point(inp: dict, budget: int, depth: int, max_budget: int = 128, max_depth: int = 12) -> dict | None:
-    """Predicted tokens per step, step ms (and its parts) and speedup for the best tree of `budget` nodes and
+    """Predicted accepted length, step time (and its parts) and speedup for the best tree of `budget` nodes and
     `depth` levels."""
     from ..sequoia.tree import TreeShape
 
@@ -345,7 +345,7 @@ def _chart(title: str, x_label: str, series: list[tuple[str, str, list[tuple[flo
 def _fmt_point(p: dict | None, what: str) -> str:
     if not p:
         return "—"
-    return (f"{p['tokens_per_step']:.2f} tokens per step, {p['step_ms']:.0f} ms per step → "
+    return (f"accepted length {p['tokens_per_step']:.2f}, step time {p['step_ms']:.0f} ms → "
             f"<b>{p['speedup']:.2f}x</b> {what}")
 
 
@@ -358,8 +358,9 @@ def panel_html(trace: RaceTrace | None, budget: int, depth: int, window: int, ng
                 'or a saved profile) and the predictions appear here.</div>')
     done = actual(trace)
     legend = ('<div style="font-size:13px;color:#4b5563">○ your sliders · ★ what <b>auto</b> (fastest) chose · '
-              '◆ what the last run actually reached (per decoding step, like the predictions: the prompt\'s '
-              'forward, one token, is left out, so it reads a little above the summary\'s tokens per forward) · '
+              '◆ what the last run actually reached (its accepted length: like the predictions, the prompt\'s '
+              'forward and its one token are left out, so it reads a little above the summary\'s tokens per '
+              'forward) · '
               'dashed line: 1x = autoregressive speed</div>')
     parts = [f'<div class="sv-whatif" style="font-size:15px"><div>Costs from {esc(inp["curve_source"])}.</div>',
              legend]
@@ -367,7 +368,7 @@ def panel_html(trace: RaceTrace | None, budget: int, depth: int, window: int, ng
     cols = [_sequoia_column(inp, done, budget, depth), _lookahead_column(inp, done, window, ngram, guesses)]
     cols = [col for col in cols if col]
     parts.append('<div class="sv-whatif-cols">' + "".join(cols) + "</div>")
-    parts.append('<div style="font-size:13px;color:#4b5563;margin-top:4px">Lookahead\'s tokens per step are a '
+    parts.append('<div style="font-size:13px;color:#4b5563;margin-top:4px">Lookahead\'s accepted length is a '
                  'model: each verified n-gram\'s next token is right at the rate this run\'s n-grams matched at that '
                  'position '
                  '(before a run, a prior calibrated on the offline default, see <code>lookahead/sizing.py</code>); '
@@ -376,14 +377,14 @@ def panel_html(trace: RaceTrace | None, budget: int, depth: int, window: int, ng
     return "".join(parts)
 
 
-PART_ROWS = (("tokens per step", "tokens_per_step", "{:.2f}"), ("target forward", "target_ms", "{:.0f} ms"),
+PART_ROWS = (("accepted length", "tokens_per_step", "{:.2f}"), ("target forward", "target_ms", "{:.0f} ms"),
              ("draft", "draft_ms", "{:.0f} ms"), ("other (verify, caches, trace)", "other_ms", "{:.0f} ms"),
-             ("one step", "step_ms", "{:.0f} ms"), ("prompt's forward", "prefill_ms", "{:.0f} ms"))
+             ("step time", "step_ms", "{:.0f} ms"), ("prompt's forward", "prefill_ms", "{:.0f} ms"))
 
 
 def run_parts_html(trace: RaceTrace | None) -> str:
     """This run, predicted beside measured, part by part: the prediction takes the run's own costs and
-    predicts its tokens per step, so a gap in the speedup is a gap in the acceptance model."""
+    predicts its accepted length, so a gap in the speedup is a gap in the acceptance model."""
     rows = []
     for method in ("sequoia", "lookahead"):
         got = measured.run_prediction(trace, method)
@@ -406,7 +407,7 @@ def run_parts_html(trace: RaceTrace | None) -> str:
             'style="border-collapse:collapse;font-size:13px;text-align:right"><tr><th></th>' + head +
             '<th colspan="2">speedup</th><th>gap</th></tr><tr><th></th>' + sub + '<th></th></tr>' + "".join(rows) +
             '</table></div><div style="font-size:13px;color:#4b5563">Every cost is this run\'s own mean (the '
-            'machine\'s load changes them from run to run); only tokens per step is predicted: Sequoia\'s from '
+            'machine\'s load changes them from run to run); only accepted length is predicted: Sequoia\'s from '
             'how often each level\'s k-th child was accepted on its trees (an adaptive tree: how often a child '
             'drawn with the draft\'s confidence q was), Lookahead\'s from the rate its n-grams '
             'matched at, position by position. A step\'s time is its target forward + its draft + the rest; '

@@ -1,0 +1,189 @@
+"""One word per idea: every measurement and size the page, `bench`, the HTTP API and the docs name, defined once.
+
+The page's labels carry these definitions on hover, `bench` prints them under its table, `docs/glossary.md` is
+written from them (`python -m specviz.glossary > docs/glossary.md`; a test checks it is current), and a test fails
+when a label, a table column or an API field names a measurement this module does not define.
+
+Two counts that are easy to mix up (EAGLE's and Lookahead's trackers ask about exactly this):
+*accepted length* counts the target's own token, so it is 1 for autoregressive decoding and never below 1;
+*acceptance rate* is per drafted token, a share between 0 and 1 that the target's own token is no part of.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str            # the word used everywhere (labels, columns, docs), lower case
+    definition: str
+    symbol: str = ""     # the letter a formula or a slider uses for it (n, d, W, N, G)
+    field: str = ""      # its name in JSON (the HTTP API, `bench --json`, traces)
+    aliases: tuple[str, ...] = ()   # older JSON names for it, kept so saved runs and scripts still read
+
+
+TERMS: tuple[Term, ...] = (
+    Term("tokens", "New tokens a method wrote (the prompt's tokens are not counted).", field="tokens",
+         aliases=("new_tokens",)),
+    Term("time", "A method's wall time over its steps, the prompt's forward included, in seconds.",
+         field="wall_seconds"),
+    Term("tokens/s", "Tokens per second: tokens ÷ time.", field="tokens_per_second"),
+    Term("speedup", "A method's tokens/s ÷ autoregressive's tokens/s on the same prompt in the same run "
+         "(bench: per prompt, then the median). Above 1 is faster than autoregressive.", field="speedup",
+         aliases=("speedup_vs_ar",)),
+    Term("step", "One target forward of one method and the tokens it commits: autoregressive's writes 1 token, "
+         "Sequoia's its tree's accepted path + 1, Lookahead's an accepted n-gram + 1. A method's first step is "
+         "the prompt's forward (prefill), which writes 1 token."),
+    Term("global step", "One step of any method, in the order the race ran them (the methods take turns, the "
+         "one with the least compute so far first); the page's stepper counts these."),
+    Term("target forwards", "Forwards of the target model a method ran, the prompt's included: one per step.",
+         field="target_forwards"),
+    Term("tokens per forward", "tokens ÷ target forwards, the prompt's forward included. Autoregressive's is "
+         "1.00; a speculative method's is what its speculation buys per forward of the big model.",
+         field="tokens_per_forward"),
+    Term("accepted length", "Tokens committed per step after the prompt's forward, counting the target's own "
+         "token (the bonus or corrected one): 1 + the speculated tokens the target accepted. Autoregressive's "
+         "is 1, never less. It reads a little above tokens per forward, which also counts the prompt's "
+         "forward and its single token. The what-if panel predicts it from the acceptance rates.",
+         field="accepted_length"),
+    Term("acceptance rate", "Per speculated token: the share of the tokens a draft or an n-gram proposed that "
+         "the target accepted, between 0 and 1. The target's own token is not a speculated token, so it is not "
+         "counted (unlike accepted length). Sequoia measures it per rank of the draft's guess: the acceptance "
+         "vector."),
+    Term("acceptance vector", "Sequoia's acceptance rates by rank: entry k is how often the target accepts the "
+         "draft's k-th choice once the better ones were rejected. Sequoia's tree shape is the best one for it.",
+         field="acceptance"),
+    Term("speculated share", "The share of a method's tokens that came from speculation (Sequoia's draft tree, "
+         "Lookahead's window or pool) rather than from the target's own prediction.", field="speculated_share"),
+    Term("tree budget", "The nodes of Sequoia's tree, its root included (the root is the last token already "
+         "committed): a budget of n has the target verify n tokens in one forward and the draft propose n - 1.",
+         symbol="n", field="tree_budget"),
+    Term("tree depth", "The most levels of drafted tokens under the root of Sequoia's tree; a tree of depth d "
+         "costs d draft forwards per step and can write at most d + 1 tokens.", symbol="d", field="tree_depth"),
+    Term("window", "Lookahead's W: how many future positions its Jacobi window guesses at once.", symbol="W",
+         field="window"),
+    Term("n-gram", "Lookahead's N: the length of the n-grams it harvests and verifies (its window keeps N - 1 "
+         "levels of guesses).", symbol="N", field="ngram"),
+    Term("guesses", "Lookahead's G: how many n-grams from its pool it verifies in each step.", symbol="G",
+         field="guesses"),
+    Term("forward size", "Tokens the target processes in one forward of a step: 1 for autoregressive, the tree "
+         "budget for Sequoia, the window's and the guesses' tokens for Lookahead.", field="forward_size"),
+    Term("t(n)", "The target's forward time over n tokens at once, in ms, measured on this machine (the hardware "
+         "panel's curve). t(1) is the cost of an autoregressive step; on a GPU t(n) stays flat far longer than on "
+         "a CPU, which is why bigger trees and windows pay there."),
+    Term("step time", "The wall time of one step, in ms: the draft's forwards, the target's forward and the work "
+         "between them (verification, caches, the trace).", field="step_ms"),
+    Term("ms per token", "Step time ÷ accepted length: the milliseconds one written token costs (the sizes "
+         "`auto` weighs are ranked by it, lowest first).", field="ms_per_token"),
+    Term("predicted speedup", "The speedup the what-if panel and `auto` sizes expect: accepted length × t(1) ÷ "
+         "step time, from the acceptance rates and this machine's measured costs.", field="predicted_speedup"),
+    Term("max new tokens", "The most tokens each method may write for the prompt; it may stop sooner at the end "
+         "of the text.", field="max_new_tokens"),
+    Term("capture", "Time spent capturing CUDA graphs before the timed run (warm-up included), in ms; left out of "
+         "tokens/s.", field="capture_ms"),
+    Term("identical to ar", "Greedy output equal to autoregressive's token for token (exact in fp32). Sampled "
+         "output is not compared: it follows the same distribution, not the same text.", field="identical_to_ar",
+         aliases=("same_as_ar",)),
+)
+BY_NAME = {t.name: t for t in TERMS}
+# The words a label may spell a term with, lower case: its name, "name symbol" ("tree budget n"),
+# "symbol (name)" ("w (window)"), the bare symbol, and its JSON field names.
+_SPELLINGS: dict[str, Term] = {}
+for _t in TERMS:
+    for _s in (_t.name, _t.field, *_t.aliases) + ((_t.symbol, f"{_t.name} {_t.symbol}", f"{_t.symbol} ({_t.name})")
+                                                  if _t.symbol else ()):
+        if _s:
+            _SPELLINGS.setdefault(_s.lower(), _t)
+del _t, _s
+
+
+def normalized(label: str) -> str:
+    """A label as the glossary reads it: lower case, without what a label adds in brackets after the term
+    ("Tree budget n (nodes incl. root)", "tokens/s (median, IQR)"), a leading "predicted"/"measured" kept."""
+    text = re.sub(r"\s+", " ", label.strip().lower())
+    symbol_first = re.fullmatch(r"([a-z]) \(([^)]*)\)", text)   # "w (window)"
+    if symbol_first:
+        return text
+    return re.sub(r"\s*\([^)]*\)\s*$", "", text).strip(" :")
+
+
+def find(label: str) -> Term | None:
+    """The term a label, column or field spells (a plural too: "steps"), or None when the glossary does not
+    define it."""
+    text = normalized(label)
+    return _SPELLINGS.get(text) or (_SPELLINGS.get(text[:-1]) if text.endswith("s") else None)
+
+
+def term(label: str) -> Term:
+    """The term a label spells; KeyError (saying so) for a measurement word the glossary does not define."""
+    found = find(label)
+    if found is None:
+        raise KeyError(f"{label!r} is not defined in specviz/glossary.py: define it there, or use the word "
+                       "it defines for the same idea")
+    return found
+
+
+def undefined(labels) -> list[str]:
+    """The labels, columns or fields among `labels` that the glossary does not define."""
+    return [label for label in labels if find(label) is None]
+
+
+def title(label: str) -> str:
+    """The hover text for a label: the term's definition."""
+    t = term(label)
+    return f"{t.name}{f' ({t.symbol})' if t.symbol else ''}: {t.definition}"
+
+
+def term_html(label: str, shown: str | None = None) -> str:
+    """`shown` (default: the label) with the term's definition on hover; KeyError for an undefined term."""
+    return f'<span class="sv-term" title="{html.escape(title(label), quote=True)}">{html.escape(shown or label)}</span>'
+
+
+def legend(labels) -> str:
+    """One line defining the given terms, for under a table."""
+    return "; ".join(f"**{term(label).name}**: {term(label).definition}" for label in labels)
+
+
+def hover_map() -> dict[str, str]:
+    """Every spelling -> its hover text, for the page's script to title Gradio's own labels with."""
+    return {spelling: title(t.name) for spelling, t in _SPELLINGS.items()}
+
+
+def markdown() -> str:
+    """docs/glossary.md."""
+    lines = ["# Glossary", "",
+             "<!-- Written by `python -m specviz.glossary > docs/glossary.md` from specviz/glossary.py; "
+             "tests/test_glossary.py checks it is current. Edit the package, not this page. -->", "",
+             "One word per idea: the page, `bench`, the HTTP API and these docs use these words, and the page "
+             "shows each definition when you hover its label. Two that are easy to mix up: **accepted length** "
+             "counts the target's own token (it is 1 for autoregressive decoding), **acceptance rate** is per "
+             "speculated token (a share between 0 and 1).", "",
+             "| term | symbol | JSON field | definition |", "|---|---|---|---|"]
+    for t in TERMS:
+        field = f"`{t.field}`" if t.field else ""
+        if t.aliases:
+            field += " (older: " + ", ".join(f"`{a}`" for a in t.aliases) + ")"
+        lines.append(f"| {t.name} | {t.symbol} | {field} | {t.definition} |")
+    lines += ["", "Older JSON names, kept so saved runs and scripts still read: `new_tokens` (`bench --json`, the "
+              "CLI's trace summary) is **tokens**; `speedup_vs_ar` and `same_as_ar` (`bench --json`) are **speedup** "
+              "and **identical to ar**. New fields use the glossary's words; these may be renamed in a release "
+              "that says so.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--json"]:
+        print(json.dumps({t.name: t.definition for t in TERMS}, indent=1, ensure_ascii=False))
+    else:
+        sys.stdout.write(markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
