@@ -91,6 +91,10 @@ TERMS: tuple[Term, ...] = (
          aliases=("same_as_ar",)),
 )
 BY_NAME = {t.name: t for t in TERMS}
+# Column and label words that name what ran or how it ran, not a measurement or a size: a table may use them freely.
+NOT_MEASUREMENTS = frozenset({"suite", "method", "draft", "graphs", "note", "finish", "iqr", "prompt", "model pair",
+                              "methods", "temperature", "top-p", "seed", "precision", "sequoia tree",
+                              "lookahead sizes"})
 # The words a label may spell a term with, lower case: its name, "name symbol" ("tree budget n"),
 # "symbol (name)" ("w (window)"), the bare symbol, and its JSON field names.
 _SPELLINGS: dict[str, Term] = {}
@@ -109,7 +113,7 @@ def normalized(label: str) -> str:
     symbol_first = re.fullmatch(r"([a-z]) \(([^)]*)\)", text)   # "w (window)"
     if symbol_first:
         return text
-    return re.sub(r"\s*\([^)]*\)\s*$", "", text).strip(" :")
+    return re.sub(r"\s+\([^)]*\)\s*$", "", text).strip(" :")
 
 
 def find(label: str) -> Term | None:
@@ -129,8 +133,9 @@ def term(label: str) -> Term:
 
 
 def undefined(labels) -> list[str]:
-    """The labels, columns or fields among `labels` that the glossary does not define."""
-    return [label for label in labels if find(label) is None]
+    """The labels, columns or fields among `labels` that name neither a term of the glossary nor one of the
+    words that are not measurements (`NOT_MEASUREMENTS`)."""
+    return [label for label in labels if find(label) is None and normalized(label) not in NOT_MEASUREMENTS]
 
 
 def title(label: str) -> str:
@@ -144,9 +149,16 @@ def term_html(label: str, shown: str | None = None) -> str:
     return f'<span class="sv-term" title="{html.escape(title(label), quote=True)}">{html.escape(shown or label)}</span>'
 
 
-def legend(labels) -> str:
-    """One line defining the given terms, for under a table."""
-    return "; ".join(f"**{term(label).name}**: {term(label).definition}" for label in labels)
+def first_sentence(text: str) -> str:
+    return re.split(r"(?<=[.)])\s+(?=[A-Z])", text, maxsplit=1)[0]
+
+
+def legend(labels, markdown: bool = True, short: bool = False) -> str:
+    """One line defining the given terms, for under a table (`short`: each definition's first sentence)."""
+    words = [term(label) for label in labels]
+    bold = "**" if markdown else ""
+    return "; ".join(f"{bold}{t.name}{bold}: {(first_sentence(t.definition) if short else t.definition).rstrip('.')}"
+                     for t in words) + "."
 
 
 def hover_map() -> dict[str, str]:

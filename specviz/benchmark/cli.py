@@ -19,6 +19,7 @@ from ..cliargs import (
 from ..engine.prompts import limit_per_suite, read_prompts, read_suites
 from ..errors import InvalidInput
 from . import runner
+from .report import columns_line
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -64,6 +65,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                warmup_tokens=args.warmup_tokens, repeats=args.repeats, graphs=graphs)
     rows = runner.summarise(records, methods)
     print(runner.format_table(rows))
+    print(columns_line(markdown=False, short=True) + " All terms: docs/glossary.md.")
     out = runner.run_info(pair, methods, sampling, args.max_new_tokens, options, argv=sys.argv, repeats=args.repeats,
                           graphs=graphs)
     out.update(summary=rows, records=[r.to_dict() for r in records])

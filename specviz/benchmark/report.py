@@ -13,6 +13,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from .. import glossary
+
 SPEEDUP_FIGURE = "speedup"
 SIZE_FIGURE = "tokens_per_second_vs_size"
 
@@ -29,10 +31,20 @@ def _graphs_cell(row: dict) -> str:
     return label if share is None else f"{label}, host {share:.2f} ms/step"
 
 
+# The per-suite table's columns, in the glossary's words (a test checks each is defined there).
+TABLE_COLUMNS = ("suite", "method", "draft", "tokens/s (median, IQR)", "speedup (median, IQR)", "tokens per forward",
+                 "accepted length", "identical to ar", "graphs", "capture", "note")
+# The columns defined in the line under the table.
+DEFINED_COLUMNS = ("tokens/s", "speedup", "tokens per forward", "accepted length", "identical to ar", "capture")
+
+
+def columns_line(markdown: bool = True, short: bool = False) -> str:
+    """The line under the table: what its measurement columns mean (specviz.glossary, docs/glossary.md)."""
+    return glossary.legend(DEFINED_COLUMNS, markdown=markdown, short=short)
+
+
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| suite | method | draft | tokens/s (median, IQR) | speedup vs ar (median, IQR) "
-             "| tokens / target forward | mean accepted length | same as ar | graphs | capture | note |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| " + " | ".join(TABLE_COLUMNS) + " |", "|---" * len(TABLE_COLUMNS) + "|"]
     for r in rows:
         tps = f"{r['tokens_per_second']:.1f} ({r['tokens_per_second_q1']:.1f}-{r['tokens_per_second_q3']:.1f})"
         speed = "-" if r["speedup_vs_ar"] is None else (
@@ -121,7 +133,7 @@ def speedup_figure(rows: list[dict], methods: list[str]):
                                  arrayminus=[mine[s]["speedup_vs_ar"] - mine[s]["speedup_q1"] for s in xs]))
     fig.add_hline(y=1.0, line_dash="dot", line_color="gray")
     fig.update_layout(title="Speedup over autoregressive decoding (median over prompts, bars: IQR)",
-                      barmode="group", xaxis_title="suite", yaxis_title="speedup vs ar",
+                      barmode="group", xaxis_title="suite", yaxis_title="speedup",
                       template="plotly_white", width=1000, height=500)
     return fig
 
@@ -180,9 +192,8 @@ def write_report(run: dict, out_dir: str | Path, png: bool = True) -> list[Path]
     text = ["# SpecViz benchmark", "", header(run), "",
             "## Speedup over ar (median per prompt)", "", speedup_matrix(rows, methods), "",
             "## Per suite and method", "", markdown_table(suite_rows + [r for r in rows if r["suite"] == "all"]),
-            "", "tokens/s: new tokens over wall time of the whole call; speedup: per-prompt ratio to ar in the "
-            "same run; tokens / target forward includes the prefill forward; mean accepted length: tokens "
-            "committed per decoding forward after the prefill; same as ar: greedy outputs identical to ar's.",
+            "", columns_line() + " (tokens/s here: over the wall time of the whole call; identical to ar: "
+            "prompts whose greedy output was.) All terms: docs/glossary.md.",
             "", "## Figures", ""]
     for name in figures:
         png_name = f"{name}.png"

@@ -418,7 +418,7 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
         for method in methods:
             records.append(by_method[method])
         progress(f"[{i + 1}/{len(prompts)}] {item['id']}: " + "  ".join(
-            f"{m} {by_method[m].tokens_per_second:.1f}" for m in methods) + " tok/s")
+            f"{m} {by_method[m].tokens_per_second:.1f}" for m in methods) + " tokens/s")
     watch.close()
     return records
 
@@ -480,7 +480,7 @@ def tune_hf(pair: ModelPair, prompts: list[dict], sampling: SamplingConfig, max_
             tps = [run_one(method, pair, item, ids, sampling, max_new_tokens, {method: opts}).tokens_per_second
                    for item, ids in zip(prompts, encoded)]
             scores.append((statistics.median(tps), opts))
-            progress(f"tune {method} {opts}: {scores[-1][0]:.1f} tok/s")
+            progress(f"tune {method} {opts}: {scores[-1][0]:.1f} tokens/s")
         best = max(scores, key=lambda s: s[0])
         chosen[method] = best[1]
         results[method] = [{"options": o, "tokens_per_second": t} for t, o in scores]
@@ -586,17 +586,24 @@ def _tree_summary(recs: list[BenchRecord]) -> dict:
     return {"tree": label, "tree_depth_mean": statistics.mean(depths) if depths else None}
 
 
+# The printed table's columns and their widths, in the glossary's words (specviz.glossary; `bench` prints their
+# definitions under the table, and a test checks each is defined).
+TEXT_LAYOUT = (("suite", "<8"), ("method", "<20"), ("draft", "<11"), ("tokens/s", ">8"), ("IQR", ">13"),
+               ("speedup", ">8"), ("IQR", ">11"), ("tokens per forward", ">18"), ("accepted length", ">15"),
+               ("identical to ar", ">15"), ("graphs", ">12"), ("capture", ">9"))
+TEXT_COLUMNS = tuple(name for name, _ in TEXT_LAYOUT)
+
+
 def format_table(rows: list[dict]) -> str:
-    header = (f"{'suite':<8} {'method':<20} {'draft':<11} {'tok/s':>7} {'IQR':>13} {'speedup':>8} {'IQR':>11} "
-              f"{'tok/fwd':>7} {'acc.len':>7} {'same':>6} {'graphs':>12} {'capture':>9}")
+    header = " ".join(f"{name:{spec}}" for name, spec in TEXT_LAYOUT)
     lines = [header, "-" * len(header)]
     for r in rows:
         speed = f"{r['speedup_vs_ar']:.2f}x" if r["speedup_vs_ar"] is not None else "-"
         speed_iqr = (f"{r['speedup_q1']:.2f}-{r['speedup_q3']:.2f}" if r["speedup_vs_ar"] is not None else "-")
-        lines.append(f"{r['suite']:<8} {r['method']:<20} {r.get('draft') or '-':<11} {r['tokens_per_second']:>7.1f} "
+        lines.append(f"{r['suite']:<8} {r['method']:<20} {r.get('draft') or '-':<11} {r['tokens_per_second']:>8.1f} "
                      f"{r['tokens_per_second_q1']:>6.1f}-{r['tokens_per_second_q3']:<6.1f} {speed:>8} "
-                     f"{speed_iqr:>11} {r['tokens_per_forward']:>7.2f} {r['accepted_length']:>7.2f} "
-                     f"{r['same_as_ar'] or '-':>6} {r.get('graphs') or '-':>12} {_capture_text(r):>9}"
+                     f"{speed_iqr:>11} {r['tokens_per_forward']:>18.2f} {r['accepted_length']:>15.2f} "
+                     f"{r['same_as_ar'] or '-':>15} {r.get('graphs') or '-':>12} {_capture_text(r):>9}"
                      + (f"  {r['tree']}, depth {r['tree_depth_mean']:.1f}" if r.get("tree_depth_mean") else "")
                      + (f"  {host_share_text(r)}" if r.get("host_ms_per_step") is not None else "")
                      + (f"  {r['note']}" if r.get("note") else ""))

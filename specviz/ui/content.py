@@ -7,8 +7,10 @@ request's (`specviz.request`), shared with the HTTP API and the command line.
 
 from __future__ import annotations
 
+import json
 import os
 
+from .. import glossary
 from ..request import FEATURE_PRESET, ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE
 from . import narrate, whatif
 
@@ -154,7 +156,7 @@ html, body { overflow-x: hidden; }
 # the race comes into view at once, the button row at the top of the screen with the status line, the legend
 # and the three columns with their live numbers under it. At 1280 x 720 the controls above would otherwise
 # leave the columns below the first screen, and a projected room would see nothing happen.
-PAGE_JS = """
+PAGE_JS = r"""
 () => {
   // The presenter view: as the address asks at once (before the page's own load event sets the box), then as
   // the box says, kept in the address so that a reload or a copied link opens the same view.
@@ -170,13 +172,21 @@ PAGE_JS = """
     var box = e.target && e.target.closest && e.target.closest('#sv-presenter');
     if (box && e.target.type === 'checkbox') presenting(e.target.checked);
   }, true);
+  // Gradio's own labels (sliders, numbers) get the glossary's definition on hover, as the page's HTML has it.
+  var terms = %s;
+  document.addEventListener('mouseover', function (e) {
+    var label = e.target && e.target.closest && e.target.closest('label, [data-testid="block-info"], th');
+    if (!label || label.title) return;
+    var text = (label.innerText || '').trim().toLowerCase().replace(/\s+\([^)]*\)\s*$/, '');
+    if (terms[text]) label.title = terms[text];
+  });
   document.addEventListener('click', function (e) {
     var start = e.target && e.target.closest && e.target.closest('#sv-run');
     if (!start) return;
     (start.closest('.row') || start).scrollIntoView({block: 'start', behavior: 'instant'});
   }, true);
 }
-"""
+""" % json.dumps(glossary.hover_map(), ensure_ascii=False)
 
 # Prev / Next from the keyboard (ArrowLeft / ArrowRight), unless the focus is in a text field or slider.
 KEYS_JS = """

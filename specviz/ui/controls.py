@@ -122,8 +122,8 @@ def _method_settings(page: Page, init: RaceRequest) -> None:
                 page.tree = gr.Radio(TREE_CHOICES, value=init.tree, label="Sequoia tree", elem_id="sv-tree-mode")
                 with gr.Row():
                     page.tree_budget = gr.Number(value=init.tree_budget, precision=0,
-                                                 label="Tree budget (nodes incl. root)")
-                    page.tree_depth = gr.Number(value=init.tree_depth, precision=0, label="Tree depth")
+                                                 label="Tree budget n (nodes incl. root)")
+                    page.tree_depth = gr.Number(value=init.tree_depth, precision=0, label="Tree depth d")
             with gr.Column():
                 page.lookahead = gr.Radio(SIZING_CHOICES, value=init.lookahead, label="Lookahead sizes",
                                           elem_id="sv-look-mode")

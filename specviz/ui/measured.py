@@ -6,11 +6,11 @@ run's decoding steps, and the prompt's forward (step 0) apart, since in a short 
 CPU it is a tenth of the wall time. A speedup is then predicted the way the summary
 measures it, tokens per second over autoregressive's:
 
-    wall = prompt's forward + (tokens - its tokens) / tokens per step x step ms
+    wall = prompt's forward + (tokens - its tokens) / accepted length x step ms
 
 so a prediction that is right in every part is right in the whole. The run's own
 prediction takes every cost from the run (machine load shifts them from run to run)
-and predicts only tokens per step: Sequoia's from acceptance counted on the run's own
+and predicts only accepted length: Sequoia's from acceptance counted on the run's own
 trees (per level and rank, evaluated on each step's tree by `tree_dp.tree_value`; for
 an adaptive tree, per node from the acceptance its draft confidence earned),
 Lookahead's from the rates its verified n-grams matched at, position by position,
@@ -190,7 +190,7 @@ def _confidence_value(payload: TreePayload, calibrated) -> float:
 
 
 def sequoia_tokens_per_step(run: RunTrace | None, acc: dict | None) -> float | None:
-    """Predicted tokens per step over the run's own trees.
+    """Predicted accepted length over the run's own trees.
 
     A fixed tree: from acceptance vectors `acc` (per level and rank, `tree_dp.tree_value`). An adaptive
     tree grows where the draft is confident, so a level's average acceptance undersells its deep
@@ -273,7 +273,7 @@ def lookahead_expected(rate, ngram: int, candidates: float) -> float:
 
 
 def lookahead_tokens_per_step(run: RunTrace | None) -> float | None:
-    """Predicted tokens per step, step by step from the candidates it verified, at the run's matching rates."""
+    """Predicted accepted length, step by step from the candidates it verified, at the run's matching rates."""
     rates = lookahead_rates(run)
     if rates is None:
         return None
