@@ -63,6 +63,8 @@ def test_bench_two_prompts_with_report(tmp_path):
         assert f"| {method} |" in table
     assert "num_assistant_tokens=3" in table and "prompt_lookup_num_tokens=3" in table
     assert "uncompiled (transformers compiles only on CUDA)" in table
+    # The columns in the glossary's words, defined in the line under the table.
+    assert "| tokens per forward | accepted length | identical to ar |" in table and "target's own token" in table
     for name in ("speedup", "tokens_per_second_vs_size"):
         html = (report / f"{name}.html").read_text()
         assert "plotly" in html.lower() and len(html) > 1000
