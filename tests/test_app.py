@@ -264,8 +264,8 @@ def test_adaptive_tree_over_the_api(client):
 # The app's defaults (the page's initial values and the API's alike), pinned small: 'auto' would profile first.
 SMALL = {"max_new_tokens": 12, "dtype": "fp32", "tree": "manual", "tree_budget": 8, "tree_depth": 3,
          "lookahead": "manual", "window": 3, "ngram": 3, "guesses": 3}
-METHOD_FIELDS = {"text", "token_ids", "tokens", "tokens_per_second", "tokens_per_forward", "speedup",
-                 "identical_to_ar"}
+METHOD_FIELDS = {"text", "token_ids", "tokens", "tokens_per_second", "tokens_per_forward", "accepted_length",
+                 "speedup", "identical_to_ar"}
 
 
 @pytest.fixture(scope="module")
@@ -304,6 +304,8 @@ def test_api_race_result_names_each_methods_text_speed_and_verdict(api_result):
         assert method["speedup"] > 0
     ar = methods["ar"]
     assert ar["identical_to_ar"] is True and ar["speedup"] == 1.0 and ar["tokens_per_forward"] == 1.0
+    # Accepted length counts the target's own token: autoregressive's is 1, a speculative method's at least that.
+    assert ar["accepted_length"] == 1.0 and all(m["accepted_length"] >= 1.0 for m in methods.values())
     # Greedy fp32: token for token what autoregressive wrote, and said so.
     for name in ("sequoia", "lookahead"):
         assert methods[name]["token_ids"] == ar["token_ids"], name
