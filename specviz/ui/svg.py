@@ -55,6 +55,9 @@ def plural(n: int, word: str) -> str:
 
 LABEL_PX = 15   # the tree's labels' font size
 STAR_PX = 24
+# The presenter view draws the same tree's labels at 22 (content.PRESENTER_CSS), so a label's box is as wide as
+# that: the bonus line and star start past the label at either size.
+PRESENTER_LABEL_PX = 22
 
 
 def text_width(text: str, size: float = LABEL_PX) -> float:
@@ -63,8 +66,10 @@ def text_width(text: str, size: float = LABEL_PX) -> float:
 
 
 def _text_box(x: float, baseline: float, text: str, size: float = LABEL_PX) -> tuple[float, float, float, float]:
-    """(left, top, right, bottom) a label drawn at (x, baseline) covers, ascent and descent included."""
-    return (x, baseline - 0.95 * size, x + text_width(text, size), baseline + 0.3 * size)
+    """(left, top, right, bottom) a label drawn at (x, baseline) covers, ascent and descent included; a tree
+    label as wide as the presenter view draws it."""
+    wide = PRESENTER_LABEL_PX if size == LABEL_PX else size
+    return (x, baseline - 0.95 * size, x + text_width(text, wide), baseline + 0.3 * size)
 
 
 def _overlaps(a, b, gap: float = 2.0) -> bool:
