@@ -207,6 +207,12 @@ def test_presenter_view_holds_the_race_and_the_tree_in_large_type(app_url):
             page.wait_for_selector("#sv-run", timeout=60_000)
             normal = page.evaluate(VISIBLE_TEXT_SIZES_JS)
             assert normal[0]["px"] < PRESENTER_MIN_PX, normal[:3]   # negative control: the measure sees small text
+            # Gradio's own labels get the glossary's definition on hover (the page's HTML carries it already).
+            page.get_by_text("Method settings").click()
+            budget = page.get_by_text("Tree budget n (nodes incl. root)")
+            budget.hover()
+            assert budget.get_attribute("title").startswith("tree budget (n): The nodes of Sequoia's tree")
+            page.get_by_text("Method settings").click()
             box = page.locator("#sv-presenter input[type=checkbox]")
             box.check()   # the page's box turns it on, and the address follows
             page.wait_for_function("document.body.classList.contains('sv-presenter')", timeout=10_000)
