@@ -95,23 +95,29 @@ BY_NAME = {t.name: t for t in TERMS}
 NOT_MEASUREMENTS = frozenset({"suite", "method", "draft", "graphs", "note", "finish", "iqr", "prompt", "model pair",
                               "methods", "temperature", "top-p", "seed", "precision", "sequoia tree",
                               "lookahead sizes"})
-# The words a label may spell a term with, lower case: its name, "name symbol" ("tree budget n"),
-# "symbol (name)" ("w (window)"), the bare symbol, and its JSON field names.
-_SPELLINGS: dict[str, Term] = {}
-for _t in TERMS:
-    for _s in (_t.name, _t.field, *_t.aliases) + ((_t.symbol, f"{_t.name} {_t.symbol}", f"{_t.symbol} ({_t.name})")
-                                                  if _t.symbol else ()):
-        if _s:
-            _SPELLINGS.setdefault(_s.lower(), _t)
-del _t, _s
+
+
+def _spellings() -> dict[str, Term]:
+    """The words a label may spell a term with, lower case: its name, "name symbol" ("tree budget n"),
+    "symbol (name)" ("w (window)") and its JSON field names. A bare symbol is looked up as written (`SYMBOLS`):
+    n is the tree budget, N the n-gram."""
+    found: dict[str, Term] = {}
+    for t in TERMS:
+        named = (t.name, t.field, *t.aliases) + ((f"{t.name} {t.symbol}", f"{t.symbol} ({t.name})") if t.symbol else ())
+        for spelling in filter(None, named):
+            found.setdefault(spelling.lower(), t)
+    return found
+
+
+SPELLINGS = _spellings()
+SYMBOLS = {t.symbol: t for t in TERMS if t.symbol}
 
 
 def normalized(label: str) -> str:
     """A label as the glossary reads it: lower case, without what a label adds in brackets after the term
-    ("Tree budget n (nodes incl. root)", "tokens/s (median, IQR)"), a leading "predicted"/"measured" kept."""
+    ("Tree budget n (nodes incl. root)", "tokens/s (median, IQR)"); "W (window)" stays whole."""
     text = re.sub(r"\s+", " ", label.strip().lower())
-    symbol_first = re.fullmatch(r"([a-z]) \(([^)]*)\)", text)   # "w (window)"
-    if symbol_first:
+    if re.fullmatch(r"[a-z] \([^)]*\)", text):
         return text
     return re.sub(r"\s+\([^)]*\)\s*$", "", text).strip(" :")
 
@@ -119,8 +125,10 @@ def normalized(label: str) -> str:
 def find(label: str) -> Term | None:
     """The term a label, column or field spells (a plural too: "steps"), or None when the glossary does not
     define it."""
+    if label.strip() in SYMBOLS:
+        return SYMBOLS[label.strip()]
     text = normalized(label)
-    return _SPELLINGS.get(text) or (_SPELLINGS.get(text[:-1]) if text.endswith("s") else None)
+    return SPELLINGS.get(text) or (SPELLINGS.get(text[:-1]) if text.endswith("s") else None)
 
 
 def term(label: str) -> Term:
@@ -163,7 +171,7 @@ def legend(labels, markdown: bool = True, short: bool = False) -> str:
 
 def hover_map() -> dict[str, str]:
     """Every spelling -> its hover text, for the page's script to title Gradio's own labels with."""
-    return {spelling: title(t.name) for spelling, t in _SPELLINGS.items()}
+    return {spelling: title(t.name) for spelling, t in SPELLINGS.items()}
 
 
 def markdown() -> str:

@@ -212,6 +212,9 @@ def test_presenter_view_holds_the_race_and_the_tree_in_large_type(app_url):
             budget = page.get_by_text("Tree budget n (nodes incl. root)")
             budget.hover()
             assert budget.get_attribute("title").startswith("tree budget (n): The nodes of Sequoia's tree")
+            window = page.get_by_text("W (window)").first
+            window.hover()
+            assert window.get_attribute("title").startswith("window (W): Lookahead's W")
             page.get_by_text("Method settings").click()
             box = page.locator("#sv-presenter input[type=checkbox]")
             box.check()   # the page's box turns it on, and the address follows

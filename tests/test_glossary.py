@@ -55,6 +55,8 @@ def test_every_term_is_defined_once_and_spelled_one_way():
     for word in ("tokens per forward", "accepted length", "acceptance rate", "speedup", "step", "tree budget",
                  "tree depth", "W", "N", "G", "t(n)"):   # the list
         assert glossary.find(word) is not None, word
+    assert (glossary.find("n").name, glossary.find("N").name, glossary.find("N (n-gram)").name) == (
+        "tree budget", "n-gram", "n-gram")
 
 
 def test_the_pages_labels_are_glossary_terms_with_their_definition_on_hover():

@@ -178,8 +178,9 @@ PAGE_JS = r"""
   document.addEventListener('mouseover', function (e) {
     var label = e.target && e.target.closest && e.target.closest('label, [data-testid="block-info"], th');
     if (!label || label.title) return;
-    var text = (label.innerText || '').trim().toLowerCase().replace(/\s+\([^)]*\)\s*$/, '');
-    if (terms[text]) label.title = terms[text];
+    var text = (label.innerText || '').trim().toLowerCase().replace(/\s+/g, ' ');   // as glossary.normalized reads it
+    var hover = terms[text] || terms[text.replace(/\s+\([^)]*\)\s*$/, '')];
+    if (hover) label.title = hover;
   });
   document.addEventListener('click', function (e) {
     var start = e.target && e.target.closest && e.target.closest('#sv-run');
