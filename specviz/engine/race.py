@@ -370,6 +370,21 @@ def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,
     yield ("end", race.trace)
 
 
+def run_race(request, pairs: PairCache | None = None, on_status: Callable[[str], None] | None = None) -> RaceTrace:
+    """One race from a Python session (a notebook, a script), run here as the app's worker runs it.
+
+    `request` is a `specviz.request.RaceRequest` (validated here); `pairs` keeps the loaded models for
+    the next race. Returns the finished `RaceTrace`; `on_status` hears the status lines the page shows.
+    """
+    trace = None
+    for event in race_events(pairs if pairs is not None else PairCache(), request.validated()):
+        if event[0] == "status" and on_status is not None:
+            on_status(event[1])
+        elif event[0] == "end":
+            trace = event[1]
+    return trace
+
+
 def _race_steps(race: Race, should_stop: Callable[[], bool], max_run_seconds: float | None):
     """One ("step", ...) event per target forward until the race ends, is stopped or runs out of time."""
     import time

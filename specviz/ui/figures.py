@@ -62,12 +62,17 @@ def draft_saw(node, parent, sep: str) -> str:
 
 def tree_positions(payload: TreePayload) -> dict[int, tuple[float, float]]:
     """Node id -> (x, y): depth left to right, siblings top to bottom (networkx BFS layers)."""
+    return parent_positions([(node.id, node.parent) for node in payload.nodes])
+
+
+def parent_positions(edges: list[tuple[int, int]]) -> dict[int, tuple[float, float]]:
+    """`tree_positions` for (node id, parent id) pairs, the parent -1 for the root."""
     graph = nx.DiGraph()
-    for node in payload.nodes:
-        graph.add_node(node.id)
-        if node.parent >= 0:
-            graph.add_edge(node.parent, node.id)
-    roots = [n.id for n in payload.nodes if n.parent < 0]
+    for nid, parent in edges:
+        graph.add_node(nid)
+        if parent >= 0:
+            graph.add_edge(parent, nid)
+    roots = [nid for nid, parent in edges if parent < 0]
     if not roots:
         return {}
     layers = [list(layer) for layer in nx.bfs_layers(graph, roots[:1])]
@@ -79,8 +84,8 @@ def tree_positions(payload: TreePayload) -> dict[int, tuple[float, float]]:
         for i, nid in enumerate(layer):
             pos[nid] = (float(depth), 1.0 - 2.0 * i / span if len(layer) > 1 else 0.0)
     # Nodes unreachable from the root (should not happen) go to the far right.
-    for node in payload.nodes:
-        pos.setdefault(node.id, (float(len(layers)), 0.0))
+    for nid, _ in edges:
+        pos.setdefault(nid, (float(len(layers)), 0.0))
     return pos
 
 
@@ -157,6 +162,68 @@ def tree_figure(payload: TreePayload | None, step: int | None = None, height: in
     fig = _base_layout(fig, f"{title}<br><sup>{subtitle}</sup>", height)
     max_x = max((p[0] for p in pos.values()), default=0) + (2.2 if payload.bonus_token_id is not None else 1.2)
     fig.update_xaxes(visible=False, range=[-0.4, max_x])
+    fig.update_yaxes(visible=False, range=[-1.25, 1.25])
+    fig.update_layout(margin=dict(l=10, r=10, t=70, b=10))
+    return fig
+
+
+def acceptance_figure(acceptance: list[float], by_depth: list[list[float]] | None = None,
+                      title: str = "Acceptance vector", height: int = 340) -> go.Figure:
+    """p[k]: how often the k-th child drawn at a node is the one the target accepts (per level, if measured)."""
+    if not acceptance:
+        return empty_figure(title, "no acceptance vector measured for this pair", height)
+    ranks = list(range(1, len(acceptance) + 1))
+    fig = go.Figure(go.Bar(x=ranks, y=list(acceptance), name="all levels", marker_color=METHOD_COLORS["sequoia"],
+                           hovertemplate="child %{x}: p = %{y:.3f}<extra></extra>"))
+    for level, row in enumerate(by_depth or [], start=1):
+        fig.add_trace(go.Scatter(x=list(range(1, len(row) + 1)), y=list(row), mode="lines+markers",
+                                 name=f"level {level}", hovertemplate=f"level {level}, child %{{x}}: "
+                                                                      "p = %{y:.3f}<extra></extra>"))
+    fig = _base_layout(fig, f"{title}<br><sup>the chance that the k-th child drawn at a node is the one the "
+                            "target accepts</sup>", height)
+    fig.update_xaxes(title="k (child drawn k-th, without replacement)", tickvals=ranks, gridcolor="#eee")
+    fig.update_yaxes(title="acceptance p[k]", range=[0, 1], gridcolor="#eee")
+    fig.update_layout(margin=dict(t=80))
+    return fig
+
+
+def planned_tree_figure(parents: list[int], acceptance: list[float], title: str = "Optimal tree",
+                        height: int | None = None) -> go.Figure:
+    """A tree shape (parents, breadth first, -1 for the root) from Sequoia's DP, each node labelled with its
+    rank among its siblings and coloured by the chance the target reaches it (the product of p along its path)."""
+    if not parents:
+        return empty_figure(title, "no tree", height or 300)
+    pos = parent_positions(list(enumerate(parents)))
+    rank, reach = {}, {}
+    for nid, parent in enumerate(parents):   # breadth first: a parent comes before its children
+        if parent < 0:
+            rank[nid], reach[nid] = 0, 1.0
+            continue
+        rank[nid] = 1 + sum(1 for other in range(nid) if parents[other] == parent)
+        p = acceptance[rank[nid] - 1] if rank[nid] - 1 < len(acceptance) else 0.0
+        reach[nid] = reach[parent] * p
+    widest = max(sum(1 for p in pos.values() if p[0] == x) for x in {p[0] for p in pos.values()})
+    height = height or max(360, 22 * widest + 120)
+    xs, ys = [], []
+    for nid, parent in enumerate(parents):
+        if parent >= 0:
+            xs += [pos[parent][0], pos[nid][0], None]
+            ys += [pos[parent][1], pos[nid][1], None]
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
+                               line=dict(color="#cbd5e1", width=1.5)))
+    ids = list(range(len(parents)))
+    fig.add_trace(go.Scatter(
+        x=[pos[i][0] for i in ids], y=[pos[i][1] for i in ids], mode="markers+text", showlegend=False,
+        marker=dict(size=22, color=[reach[i] for i in ids], colorscale="Blues", cmin=0, cmax=1,
+                    colorbar=dict(title="reached", thickness=12), line=dict(color="#1e3a8a", width=1)),
+        text=["root" if rank[i] == 0 else f"#{rank[i]}" for i in ids], textposition="middle right",
+        hovertext=[f"node {i}, child #{rank[i]} of its parent<br>reached with probability {reach[i]:.3f}" for i in ids],
+        hoverinfo="text"))
+    value = sum(reach.values())
+    fig = _base_layout(fig, f"{title}<br><sup>{len(parents)} nodes, depth {int(max(p[0] for p in pos.values()))}; "
+                            f"expected accepted length {value:.2f} tokens per forward (the sum of the reach "
+                            f"probabilities, root included)</sup>", height)
+    fig.update_xaxes(visible=False, range=[-0.4, max(p[0] for p in pos.values()) + 1.0])
     fig.update_yaxes(visible=False, range=[-1.25, 1.25])
     fig.update_layout(margin=dict(l=10, r=10, t=70, b=10))
     return fig

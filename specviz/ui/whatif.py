@@ -287,6 +287,55 @@ def actual(trace: RaceTrace | None) -> dict:
     return out
 
 
+def sequoia_line(inp: dict, depth: int) -> list[tuple[float, float]]:
+    """(tree budget, predicted speedup) for budgets 2..128 at `depth` levels: the panel's Sequoia curve."""
+    return [(float(n), p["speedup"]) for n in range(2, 129, 2)
+            if (p := sequoia_point(inp, n, min(depth, n - 1))) is not None]
+
+
+def lookahead_line(inp: dict, ngram: int, guesses: int) -> list[tuple[float, float]]:
+    """(W, predicted speedup) for W = 1..32 at N and G: the panel's Lookahead curve."""
+    return [(float(wv), p["speedup"]) for wv in range(1, 33) if (p := lookahead_point(inp, wv, ngram, guesses))]
+
+
+def sweep_figure(trace: RaceTrace | None, depth: int = 5, ngram: int = 4, guesses: int = 4,
+                 profile: dict | None = None, height: int = 380):
+    """The panel's two curves as one plotly figure (for notebooks): predicted speedup against the tree budget
+    and against the window W, with the last run's measured speedup marked."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from .figures import _base_layout, empty_figure
+
+    inp = inputs(trace, profile)
+    if not inp["target_ms"]:
+        return empty_figure("What if", "nothing measured yet: run a race first", height)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[f"Sequoia: tree budget n (depth {depth})",
+                                                        f"Lookahead: window W (N={ngram}, G={guesses})"])
+    done = actual(trace)
+    for col, (method, line, size_key) in enumerate(
+            (("sequoia", sequoia_line(inp, depth), "tree_budget"),
+             ("lookahead", lookahead_line(inp, ngram, guesses), "window")), start=1):
+        fig.add_trace(go.Scatter(x=[x for x, _ in line], y=[y for _, y in line], mode="lines",
+                                 name=f"{method}: predicted", line=dict(color=METHOD_COLORS[method], width=3)),
+                      row=1, col=col)
+        got = done.get(method)
+        size = (got or {}).get("settings", {}).get(size_key)
+        if got and got["speedup"] is not None and size:
+            fig.add_trace(go.Scatter(x=[size], y=[got["speedup"]], mode="markers", name=f"{method}: last run",
+                                     marker=dict(symbol="diamond", size=14, color="#111827")), row=1, col=col)
+        fig.add_hline(y=1.0, line=dict(dash="dash", color="#9ca3af"), row=1, col=col)
+        fig.update_yaxes(title_text="predicted speedup" if col == 1 else None, rangemode="tozero",
+                         gridcolor="#eee", row=1, col=col)
+    fig = _base_layout(fig, f"What if: predicted speedup over autoregressive<br><sup>costs from "
+                            f"{inp['curve_source']}</sup>", height)
+    # The legend under the plots: above them it would cover the two subplot titles.
+    fig.update_layout(margin=dict(t=90, b=90), legend=dict(orientation="h", yanchor="top", y=-0.12, x=0.0,
+                                                           xanchor="left"))
+    fig.update_annotations(yshift=4)
+    return fig
+
+
 # ----------------------------------------------------------------------------- drawing
 
 
@@ -421,8 +470,7 @@ def _sequoia_column(inp: dict, done: dict, budget: int, depth: int) -> str:
     if sq is None:
         return ('<div><b style="color:%s">Sequoia</b>: no acceptance vector for this pair yet (run Sequoia '
                 'once).</div>' % METHOD_COLORS["sequoia"])
-    line = [(float(n), p["speedup"]) for n in range(2, 129, 2)
-            if (p := sequoia_point(inp, n, min(depth, n - 1))) is not None]
+    line = sequoia_line(inp, depth)
     marks = [(f"your tree: {budget} nodes, depth {sq['depth']}: {sq['speedup']:.2f}x", METHOD_COLORS["sequoia"],
               float(budget), sq["speedup"], "circle")]
     auto = (inp.get("sequoia_plan") or {}).get("choice")
@@ -460,7 +508,7 @@ def _lookahead_column(inp: dict, done: dict, window: int, ngram: int, guesses: i
     la = lookahead_point(inp, window, ngram, guesses)
     if la is None:
         return ""
-    line = [(float(wv), p["speedup"]) for wv in range(1, 33) if (p := lookahead_point(inp, wv, ngram, guesses))]
+    line = lookahead_line(inp, ngram, guesses)
     marks = [(f"your W={window}, N={ngram}, G={guesses}: {la['speedup']:.2f}x", METHOD_COLORS["lookahead"],
               float(window), la["speedup"], "circle")]
     auto = (inp.get("lookahead_plan") or {}).get("choice")
