@@ -55,14 +55,38 @@ def test_zerogpu_call_outlasts_the_race_it_runs():
 
 class StandInSpaces:
     """The `spaces` package as app.py meets it on a Space: `spaces.GPU(duration=...)` a decorator.
-    It records what it is asked and runs the function as it is (here, on the CPU)."""
+    It records what it is asked and runs the function here (on the CPU), each call in the caller's
+    thread as ZeroGPU runs each in a GPU worker of its own, counting the calls in flight (`calls`,
+    `peak`). `refusal`, when set, is raised instead of running a call, as ZeroGPU raises a spent quota."""
 
     def __init__(self):
+        import threading
+
         self.durations, self.wrapped = [], []
+        self.lock = threading.Lock()
+        self.calls = self.in_flight = self.peak = 0
+        self.refusal: Exception | None = None
 
     def GPU(self, fn=None, *, duration=60):
         self.durations.append(duration)
-        return lambda f: self.wrapped.append(f) or f
+
+        def decorate(generator_function):
+            self.wrapped.append(generator_function)
+
+            def call(*args, **kwargs):
+                if self.refusal is not None:
+                    raise self.refusal
+                with self.lock:
+                    self.calls += 1
+                    self.in_flight += 1
+                    self.peak = max(self.peak, self.in_flight)
+                try:
+                    yield from generator_function(*args, **kwargs)
+                finally:
+                    with self.lock:
+                        self.in_flight -= 1
+            return call
+        return decorate
 
 
 def run_app(monkeypatch, env: dict) -> tuple:
