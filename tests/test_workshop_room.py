@@ -218,32 +218,61 @@ def test_an_oversized_trace_is_refused_before_it_is_read(local_app, tmp_path):
     assert f"at most {TRACE_LIMIT_MB} MB" in str(refused.value)
 
 
-def test_races_started_together_never_share_a_session():
-    # A graph session is a KV cache and buffers that its race writes every step; two races starting at the
-    # same moment (ZeroGPU's parallel calls, in one process) must each get one of their own.
-    import sys
 
-    from helpers import tiny_model
-    from specviz.engine import static
+PROMPTS = ("Write a haiku about trees", "Name three rivers in Europe.", "What is 17 times 3?",
+           "Describe a cat in one sentence.")
 
-    model = tiny_model()
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)   # switch threads as often as the interpreter can: a shared take shows
-    try:
-        for _ in range(100):
-            start, taken = threading.Barrier(6), []
 
-            def take():
-                start.wait()
-                taken.append(static.checkout(model, "ar", 256, capture=False))
+def races_at_once(pair) -> tuple[dict, dict]:
+    """Each of PROMPTS raced by all three methods at once, one thread each, in this process (as ZeroGPU's
+    parallel calls would run beside each other), over the graph sessions kept on the shared model (graphs
+    "on": on a CPU each step runs eagerly over the buffers a GPU graph would replay). After one race first,
+    so that kept sessions exist to be taken. Returns ({prompt: {method: ids}}, {prompt: AR's ids alone})."""
+    from specviz.autoregressive.decoder import AutoregressiveDecoder
+    from specviz.engine.race import start_race
+    from specviz.engine.sampling import SamplingConfig
+    from specviz.engine.text import encode_prompt
+    from specviz.request import RaceRequest
 
-            threads = [threading.Thread(target=take) for _ in range(6)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            assert len({id(session) for session in taken}) == len(taken) == 6
-            for session in taken:
-                static.release(session)
-    finally:
-        sys.setswitchinterval(interval)
+    options = RaceRequest(prompt="x", **{k: v for k, v in RACE.items() if k != "dtype"}).validated().method_options()
+
+    def race(prompt: str) -> dict:
+        one = start_race(pair, prompt, ["ar", "sequoia", "lookahead"], sampling=SamplingConfig(),
+                         max_new_tokens=MAX_NEW, options=options, graphs="on")
+        try:
+            one.run()
+            return {m: one.runs[m].token_ids for m in one.methods}
+        finally:
+            one.close()
+
+    race(PROMPTS[0])
+    start, got = threading.Barrier(len(PROMPTS)), {}
+
+    def visit(prompt: str) -> None:
+        start.wait()
+        got[prompt] = race(prompt)
+
+    threads = [threading.Thread(target=visit, args=(p,)) for p in PROMPTS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    alone = {p: AutoregressiveDecoder(pair, p, encode_prompt(pair.tokenizer, p), SamplingConfig(), MAX_NEW).run()
+             .token_ids for p in PROMPTS}
+    return got, alone
+
+
+def test_races_at_once_keep_their_own_decoding_state(pair_fp32, one_thread):
+    got, alone = races_at_once(pair_fp32)
+    for prompt in PROMPTS:
+        assert got[prompt] == {m: alone[prompt] for m in ("ar", "sequoia", "lookahead")}, prompt
+
+
+def test_races_at_once_negative_control_one_shared_session(pair_fp32, one_thread):
+    # The test above has power: when a race may take a kept session another race is using (one KV cache and
+    # one set of buffers written by two races), some column stops matching autoregressive decoding.
+    import mutants
+
+    with mutants.mutated("checkout-shares-a-session"):
+        got, alone = races_at_once(pair_fp32)
+    assert any(got[p][m] != alone[p] for p in PROMPTS for m in ("ar", "sequoia", "lookahead"))
