@@ -276,3 +276,42 @@ def test_races_at_once_negative_control_one_shared_session(pair_fp32, one_thread
     with mutants.mutated("checkout-shares-a-session"):
         got, alone = races_at_once(pair_fp32)
     assert any(got[p][m] != alone[p] for p in PROMPTS for m in ("ar", "sequoia", "lookahead"))
+
+
+def worker_processes() -> set[int]:
+    """This process's children that are decoding workers (Linux: /proc)."""
+    from pathlib import Path
+
+    pids = {int(pid) for f in Path("/proc/self/task").glob("*/children") for pid in f.read_text().split()}
+    return {pid for pid in pids if b"specviz.engine.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()}
+
+
+def test_a_host_that_raises_concurrency_gets_a_worker_per_race_and_a_note(monkeypatch, expected_ids):
+    # Off ZeroGPU races share one device: a host may still run two at once, each in a worker of its own
+    # (a worker runs one race), and the page then says that speeds are shared.
+    from test_load import race_token_ids, run_args
+
+    from specviz.ui import build_demo
+
+    for name in ("SPACE_ID", "SPACES_ZERO_GPU", "SPECVIZ_HOSTED"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SPECVIZ_CONCURRENCY", "2")
+    before = worker_processes()
+    demo = build_demo()
+    with served(demo) as url:
+        results = [None, None]
+
+        def visit(i: int) -> None:
+            args = {**run_args(), "prompt": PROMPT, "max_new_tokens": MAX_NEW}
+            results[i] = Client(url, verbose=False).predict(**args, api_name="/race_stream")
+
+        threads = [threading.Thread(target=visit, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+        assert len(worker_processes() - before) == 2
+    for result in results:
+        assert race_token_ids(result) == [expected_ids] * 3
+        status = [v for v in result if isinstance(v, str) and v.startswith("Done.")]
+        assert status and "speeds are shared" in status[0]
