@@ -55,8 +55,9 @@ ZEROGPU_MIN_S = 10
 
 # Races in flight at once on ZeroGPU (SPECVIZ_CONCURRENCY changes it). Each `spaces.GPU` call gets a GPU
 # slice of its own from Hugging Face's pool, so parallel races neither share a device nor distort each
-# other's speeds, and each visitor's quota pays for their own race. 10 is what Hugging Face staff set on
-# ZeroGPU Spaces to scale them out (`concurrency_limit=10`); more than ZeroGPU's own per-Space slots only
+# other's speeds, and each visitor's quota pays for their own race. 10 is what a Hugging Face staff change
+# set on a ZeroGPU Space "so it can be easily scaled out" (`concurrency_limit=10`, quoted in issue 54); the
+# `spaces` package (0.51) queues calls beyond the Space's GPU slots itself, so more than those slots only
 # moves visitors from Gradio's queue, where the page shows their place and wait, into ZeroGPU's, where
 # it shows neither ("Waiting for a GPU slot on this Space"). At 10, a room of 30 pressing Start at once
 # runs in three waves: about a minute at the default race's 18 s asked for.
