@@ -42,6 +42,7 @@ SELECTIONS = {
     "lookahead-device-fallback-raw-p": ["tests/test_lookahead_static.py", "-k", "device_sampled_verdict_is_exact"],
     "race-sample-flattened": ["tests/test_sampling_exact.py", "-k", "test_sampling_is_exact and ar-graphs"],
     "sampler-ignores-temperature": ["tests/test_sampling_exact.py", "-k", "test_sampling_is_exact and ar and T0.6"],
+    "checkout-shares-a-session": ["tests/test_workshop_room.py", "-k", "keep_their_own_decoding_state"],
 }
 WIDE = ["tests", "-k", "(sampl or chi or distribution or exact or enumeration) and not negative_control"]
 

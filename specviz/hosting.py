@@ -53,6 +53,19 @@ TOKENS_PER_STEP = {"ar": 1.0, "sequoia": 2.0, "lookahead": 1.0}
 ZEROGPU_MARGIN = 1.5
 ZEROGPU_MIN_S = 10
 
+# Races in flight at once on ZeroGPU (SPECVIZ_CONCURRENCY changes it). Each `spaces.GPU` call gets a GPU
+# slice of its own from Hugging Face's pool, so parallel races neither share a device nor distort each
+# other's speeds, and each visitor's quota pays for their own race. 10 is what a Hugging Face staff change
+# set on a ZeroGPU Space "so it can be easily scaled out" (`concurrency_limit=10`, quoted in issue 54); the
+# `spaces` package (0.51) queues calls beyond the Space's GPU slots itself, so more than those slots only
+# moves visitors from Gradio's queue, where the page shows their place and wait, into ZeroGPU's, where
+# it shows neither ("Waiting for a GPU slot on this Space"). At 10, a room of 30 pressing Start at once
+# runs in three waves: about a minute at the default race's 18 s asked for.
+ZEROGPU_CONCURRENCY = 10
+# Races waiting on a hosted server (SPECVIZ_QUEUE_SIZE changes it): a room of 30, each with a second
+# race queued behind the first wave, without anyone being told the queue is full.
+HOSTED_QUEUE_SIZE = 48
+
 # CUDA graphs on ZeroGPU (docs/graphs.md). ZeroGPU does not support torch.compile, so graphs are captured
 # plainly with torch.cuda.graph inside the `spaces.GPU` call, and they live only as long as the worker:
 # a forked worker captures again, a reused one replays what an earlier race captured.
@@ -210,6 +223,10 @@ class HostingLimits:
     max_prompt_chars: int = 20_000
     max_run_seconds: float = 900.0
     queue_size: int = 16
+    # Races in flight at once: ZEROGPU_CONCURRENCY on ZeroGPU (a device per call), else 1 (one device,
+    # which parallel races would share, making their speeds unfair to compare) unless SPECVIZ_CONCURRENCY.
+    race_concurrency: int = 1
+    zerogpu: bool = False
     max_trace_bytes: int = 64 * 1024 * 1024
     allowed_models_explicit: bool = False   # SPECVIZ_ALLOWED_MODELS was set: it binds custom ids too
     hub_token: bool = False                  # HF_TOKEN is set: gated models (GATED_MODEL_IDS) may load
@@ -220,6 +237,7 @@ class HostingLimits:
         env = os.environ if env is None else env
         hosted = _flag(env, "SPECVIZ_HOSTED", bool(env.get("SPACE_ID")))
         allowed = tuple(m.strip() for m in env.get("SPECVIZ_ALLOWED_MODELS", "").split(",") if m.strip())
+        zerogpu = on_zerogpu(env)
         return HostingLimits(
             hosted=hosted,
             allow_custom_models=_flag(env, "SPECVIZ_ALLOW_CUSTOM_MODELS", not hosted),
@@ -229,9 +247,24 @@ class HostingLimits:
             max_new_tokens=_number(env, "SPECVIZ_MAX_NEW_TOKENS", 256 if hosted else 1024),
             max_prompt_chars=_number(env, "SPECVIZ_MAX_PROMPT_CHARS", 4000 if hosted else 20_000),
             max_run_seconds=_number(env, "SPECVIZ_MAX_RUN_SECONDS", 120.0 if hosted else 900.0, float),
-            queue_size=_number(env, "SPECVIZ_QUEUE_SIZE", 8 if hosted else 16),
+            queue_size=_number(env, "SPECVIZ_QUEUE_SIZE", HOSTED_QUEUE_SIZE if hosted else 16),
+            race_concurrency=_number(env, "SPECVIZ_CONCURRENCY", ZEROGPU_CONCURRENCY if zerogpu else 1),
+            zerogpu=zerogpu,
             max_trace_bytes=_number(env, "SPECVIZ_MAX_TRACE_MB", 16 if hosted else 64) * 1024 * 1024,
         )
+
+    @property
+    def max_upload_bytes(self) -> int:
+        """The largest file a visitor may upload: a trace at its limit (a profile is far smaller)."""
+        return self.max_trace_bytes
+
+    def shared_device_note(self) -> str:
+        """What the page says when parallel races share this server's one device (CPU, or a dedicated GPU):
+        each race's speed then depends on how many others run beside it. Empty where races do not share."""
+        if self.race_concurrency <= 1 or self.zerogpu:
+            return ""
+        return (f" Up to {self.race_concurrency} races run at once on this server's one device: speeds are shared "
+                "between them, so compare methods within one race, not across races.")
 
     def within_gpu_call(self, duration_s: float) -> "HostingLimits":
         """These limits for races that run inside a ZeroGPU call of `duration_s` seconds: a race

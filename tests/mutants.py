@@ -64,6 +64,10 @@ MUTANTS = [
     Mutant("sampler-ignores-temperature", "specviz.engine.sampling", "probs_from_logits",
            "    scores = logits.float() / cfg.temperature\n", "    scores = logits.float()\n",
            "probabilities are computed at temperature 1 whatever the setting"),
+    Mutant("checkout-shares-a-session", "specviz.engine.static", "checkout",
+           "        found = next((session for session in kept if not session.in_use), None)\n",
+           "        found = next(iter(kept), None)\n",
+           "a race takes a kept graph session while another race is using it: two races, one KV cache"),
 ]
 BY_NAME = {m.name: m for m in MUTANTS}
 

@@ -55,14 +55,38 @@ def test_zerogpu_call_outlasts_the_race_it_runs():
 
 class StandInSpaces:
     """The `spaces` package as app.py meets it on a Space: `spaces.GPU(duration=...)` a decorator.
-    It records what it is asked and runs the function as it is (here, on the CPU)."""
+    It records what it is asked and runs the function here (on the CPU), each call in the caller's
+    thread as ZeroGPU runs each in a GPU worker of its own, counting the calls in flight (`calls`,
+    `peak`). `refusal`, when set, is raised instead of running a call, as ZeroGPU raises a spent quota."""
 
     def __init__(self):
+        import threading
+
         self.durations, self.wrapped = [], []
+        self.lock = threading.Lock()
+        self.calls = self.in_flight = self.peak = 0
+        self.refusal: Exception | None = None
 
     def GPU(self, fn=None, *, duration=60):
         self.durations.append(duration)
-        return lambda f: self.wrapped.append(f) or f
+
+        def decorate(generator_function):
+            self.wrapped.append(generator_function)
+
+            def call(*args, **kwargs):
+                if self.refusal is not None:
+                    raise self.refusal
+                with self.lock:
+                    self.calls += 1
+                    self.in_flight += 1
+                    self.peak = max(self.peak, self.in_flight)
+                try:
+                    yield from generator_function(*args, **kwargs)
+                finally:
+                    with self.lock:
+                        self.in_flight -= 1
+            return call
+        return decorate
 
 
 def run_app(monkeypatch, env: dict) -> tuple:
@@ -157,3 +181,32 @@ def test_a_race_asks_zerogpu_for_what_it_needs():
     assert zerogpu_race_seconds(["ar"], 1) > ZEROGPU_SETUP_S   # the setup and a margin, never less
     # A visitor who is not logged in (2 minutes a day) can run several default races.
     assert 120 // default_race >= 4
+
+
+def test_races_run_in_parallel_only_where_each_gets_a_device():
+    from specviz.hosting import ZEROGPU_CONCURRENCY
+
+    for env in ({}, {"SPACE_ID": "org/specviz"}):   # locally, a T4 or a CPU Space: one device, one race
+        assert HostingLimits.from_env(env).race_concurrency == 1
+    zero = HostingLimits.from_env({"SPACE_ID": "org/specviz", "SPACES_ZERO_GPU": "true"})
+    assert zero.race_concurrency == ZEROGPU_CONCURRENCY >= 4 and zero.queue_size >= 40
+    assert zero.shared_device_note() == ""   # each race on a GPU of its own: speeds compare
+    raised = HostingLimits.from_env({"SPECVIZ_CONCURRENCY": "3"})
+    assert raised.race_concurrency == 3 and "speeds are shared" in raised.shared_device_note()
+    with pytest.raises(InvalidInput, match="SPECVIZ_CONCURRENCY"):
+        HostingLimits.from_env({"SPECVIZ_CONCURRENCY": "0"})
+
+
+def test_zerogpu_refusals_read_as_advice():
+    import gradio as gr
+
+    from specviz.ui.racing import zerogpu_refusal
+
+    # The errors `spaces` 0.51 raises (spaces/zero/client.py), title and message as it builds them.
+    spent = zerogpu_refusal(gr.Error("You have exceeded your free ZeroGPU quota (18s requested vs. 4s left). "
+                                     "Try again in 5:12:00. ", title="ZeroGPU quota exceeded"))
+    assert "Log in to Hugging Face" in spent and "tomorrow" in spent and "Try again in 5:12:00" in spent
+    busy = zerogpu_refusal(gr.Error('No GPU was available after 60s. <a href="/login">Sign in</a>',
+                                    title="ZeroGPU queue timeout"))
+    assert "try again" in busy and "<a" not in busy
+    assert zerogpu_refusal(gr.Error("something else")) is None and zerogpu_refusal(RuntimeError("x")) is None

@@ -19,6 +19,7 @@ copies on the model (`model.__dict__`), keyed by the parameters' versions.
 from __future__ import annotations
 
 import copy
+import threading
 import warnings
 
 import torch
@@ -36,6 +37,16 @@ def rows_together(*linears: torch.nn.Linear) -> torch.Tensor:
     the view. Weights moved since (`.to(...)`) are simply stacked again; weights made under
     inference_mode are stacked as a copy.
     """
+    with _STACKING:   # races starting together on one model: one of them re-points its linears
+        return _rows_together(linears)
+
+
+# `rows_together` re-points a shared model's linears: two threads doing it at once would each stack and
+# re-point, leaving linears spread over two stacked copies (same numbers, twice the memory).
+_STACKING = threading.Lock()
+
+
+def _rows_together(linears) -> torch.Tensor:
     weights = [m.weight for m in linears]
     first, cols = weights[0], weights[0].shape[1]
     rows = sum(w.shape[0] for w in weights)

@@ -16,9 +16,14 @@ inside the graphed function, so no step rebuilds one on the host.
 target model when the decoder closes (as `cpu_kernels.packed_weights` keeps prepacked
 weights), so the next race of the same method and capacity replays graphs already
 captured: a reused ZeroGPU worker, or a second race on a dedicated GPU, pays no capture.
+A session holds a KV cache and buffers that its decoder writes every step, so it is one
+race's alone while checked out: races at once (ZeroGPU's parallel calls) each take a free
+one or a new one, and `checkout`'s test-and-take is one step under a lock.
 """
 
 from __future__ import annotations
+
+import threading
 
 import torch
 
@@ -27,6 +32,9 @@ from .lean import LeanLlama, VocabSubsetHead, lean_llama_supported
 
 MIN_CAPACITY = 256
 SESSIONS_KEPT = 2   # per (method, capacity): two races at once each get their own buffers
+# Makes `checkout`'s "find a session not in use, mark it in use" atomic across the server's threads
+# (without it two races starting together could both take one session and write one KV cache).
+_CHECKOUT = threading.Lock()
 
 
 def cache_capacity(max_len: int) -> int:
@@ -146,20 +154,21 @@ class GraphSession:
 def checkout(model, method: str, capacity: int, capture: bool) -> GraphSession:
     """A session for one decoder of `method` (its graphs from an earlier run when one is free)."""
     device = next(model.parameters()).device
-    sessions = model.__dict__.setdefault("_specviz_graph_sessions", {})
-    kept = sessions.setdefault((method, capacity, capture), [])
-    for session in kept:
-        if not session.in_use:
-            session.in_use = True
-            session.runner.begin_run()
-            return session
-    session = GraphSession(device, capture, capacity)
-    session.in_use = True
-    if len(kept) < SESSIONS_KEPT:
-        kept.append(session)
-    return session
+    with _CHECKOUT:
+        sessions = model.__dict__.setdefault("_specviz_graph_sessions", {})
+        kept = sessions.setdefault((method, capacity, capture), [])
+        found = next((session for session in kept if not session.in_use), None)
+        if found is None:   # every kept one is in a race: a session of this race's own (kept if room)
+            found = GraphSession(device, capture, capacity)
+            if len(kept) < SESSIONS_KEPT:
+                kept.append(found)
+        else:
+            found.runner.begin_run()
+        found.in_use = True
+        return found
 
 
 def release(session: GraphSession | None) -> None:
     if session is not None:
-        session.in_use = False
+        with _CHECKOUT:
+            session.in_use = False

@@ -22,6 +22,7 @@ from ..engine.race import release_freed_memory
 from ..request import RaceRequest
 from ..trace import RaceTrace
 from . import html
+from .racing import Visitors
 
 TRACE_NAME = "specviz-trace.json"
 
@@ -131,6 +132,8 @@ class RaceApi:
         from .handlers import session_of
 
         session = session_of(request)
+        if not self.handlers.begin_race(session):
+            raise gr.Error(Visitors.ONE_RACE, print_exception=False)
         control = self.handlers._register(session)   # /stop in the same client session ends it
         trace = None
         try:
@@ -144,6 +147,7 @@ class RaceApi:
             release_freed_memory()
             if self.handlers.controls.get(session) is control:
                 self.handlers.controls.pop(session, None)
+            self.handlers.end_race(session)
         if trace is None:
             raise gr.Error("the race ended without a result", print_exception=False)
         return race_result(trace, self.serve(trace))

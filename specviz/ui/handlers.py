@@ -14,17 +14,25 @@ from pathlib import Path
 import gradio as gr
 
 from ..engine.race import release_freed_memory
-from ..errors import SpecVizError
+from ..errors import InvalidInput, SpecVizError
 from ..request import DEFAULT_PRESET, FEATURE_PRESET, ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE, INDEPENDENT_PRESET
 from ..request import RaceRequest
 from ..trace import RaceTrace
 from . import hardware, html, narrate, views, whatif
 from .content import LIVE_VIEW_INTERVAL_S, TEXT_INTERVAL_S, WORKSHOP
 from .controls import STEP_OUTPUTS, Page
-from .racing import RaceControl, Racer, TraceFiles, contention_note, prune_session_config
+from .racing import RaceControl, Racer, TraceFiles, Visitors, contention_note, prune_session_config
 from .views import COLUMNS
 
 WHATIF_SIZES = ("tree_budget", "tree_depth", "window", "ngram", "guesses")
+
+
+def check_upload_size(path, max_bytes: int) -> None:
+    """Refuse an uploaded trace over `max_bytes` from its size on disk, before reading it into memory."""
+    size = Path(path).stat().st_size
+    if size > max_bytes:
+        raise InvalidInput(f"the uploaded file is {size / 2**20:.1f} MB; this server replays traces of at most "
+                           f"{max_bytes / 2**20:g} MB")
 
 
 def session_of(request: gr.Request | None) -> str:
@@ -42,6 +50,7 @@ class PageHandlers:
         # Across ZeroGPU's process boundary a control cannot reach the race (garbage collection frees it).
         self.in_process_controls = in_process_controls
         self.controls: dict[str, RaceControl] = {}   # session hash -> its running race's control
+        self.visitors = Visitors()                    # sessions with a race in flight (one each)
         self.trace_files = TraceFiles()
         self.presets = presets
         self.demo: gr.Blocks | None = None   # set once the Blocks exist (sessions' state lives there)
@@ -80,6 +89,9 @@ class PageHandlers:
         """The Start race button: stream the race's texts and views, then its full view. `settings`: the
         19 race settings by name (see `api.takes_race_settings`)."""
         session = session_of(request)
+        if not self.begin_race(session):
+            yield self.outputs.pack(status=f"⚠ {Visitors.ONE_RACE}")
+            raise gr.Error(Visitors.ONE_RACE, print_exception=False)
         prune_session_config(self.demo, session)   # what the last run's final view left behind
         control = self._register(session)
         trace, failure = None, None
@@ -95,6 +107,7 @@ class PageHandlers:
             release_freed_memory()
             if self.controls.get(session) is control:
                 self.controls.pop(session, None)
+            self.end_race(session)
         if control is not None and control.stop.is_set():
             return   # Stop has rendered the final view; a late update must not overwrite it
         if failure is not None:
@@ -106,7 +119,16 @@ class PageHandlers:
         if trace is not None:
             message = ("Stopped early (this server's time limit per run)." if trace.cancelled else
                        "Done. Scrub the replay below or download the trace.")
-            yield self.outputs.pack(**self.full_view(trace, status_text=message + contention_note(trace)))
+            yield self.outputs.pack(**self.full_view(
+                trace, status_text=message + contention_note(trace) + self.limits.shared_device_note()))
+
+    def begin_race(self, session: str) -> bool:
+        """Whether this session may start a race now (one in flight each); a call without a Gradio
+        session (a script calling the handler itself) is not counted."""
+        return session == "local" or self.visitors.begin(session)
+
+    def end_race(self, session: str) -> None:
+        self.visitors.end(session)
 
     def _register(self, session: str) -> RaceControl | None:
         control = RaceControl() if self.in_process_controls else None
@@ -188,6 +210,7 @@ class PageHandlers:
         if not path:
             return self.outputs.pack()
         try:
+            check_upload_size(path, self.limits.max_trace_bytes)   # before a byte of it is read
             trace = RaceTrace.from_json(Path(path).read_bytes(), max_bytes=self.limits.max_trace_bytes)
         except SpecVizError as exc:
             raise gr.Error(str(exc), print_exception=False) from None

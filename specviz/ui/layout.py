@@ -143,8 +143,8 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
         page = build_page(init, limits, presets)
         warm = slot is not None and (warm_up_wanted() if warm_up is None else warm_up)
         page.measure_timer.active = warm
-        handlers = PageHandlers(page, Racer(pairs, limits, slot, compute), in_process_controls=gpu is None,
-                                presets=presets)
+        racer = Racer(pairs, limits, slot, compute)
+        handlers = PageHandlers(page, racer, in_process_controls=gpu is None, presets=presets)
         handlers.demo = demo
         wire(page, handlers, init)
 
@@ -159,8 +159,8 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
     if slot is not None:
         close_server = demo.close
 
-        def close(*args, **kwargs):   # the worker ends with the app, not only at interpreter exit
-            slot.close()
+        def close(*args, **kwargs):   # the workers end with the app, not only at interpreter exit
+            racer.close()
             return close_server(*args, **kwargs)
 
         demo.close = close
@@ -168,8 +168,12 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
 
 
 def launch_kwargs() -> dict:
-    """What `launch()` needs besides host and port (Gradio 6 takes css/theme there)."""
+    """What `launch()` needs besides host and port (Gradio 6 takes css/theme there); a hosted server also
+    caps uploads at its trace limit, so Gradio refuses a larger file while it arrives, before it lands."""
     # System fonts only: no font download (workshop laptops and CI are often offline).
     sans = ["Inter", "ui-sans-serif", "system-ui", "Segoe UI", "Arial", "sans-serif"]
     mono = ["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"]
-    return {"css": CSS, "theme": gr.themes.Soft(font=sans, font_mono=mono), "head": KEYS_JS, "js": PAGE_JS}
+    limits = hosting_limits()
+    uploads = {"max_file_size": limits.max_upload_bytes} if limits.hosted else {}
+    return {"css": CSS, "theme": gr.themes.Soft(font=sans, font_mono=mono), "head": KEYS_JS, "js": PAGE_JS,
+            **uploads}

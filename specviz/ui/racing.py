@@ -10,6 +10,7 @@ keeps the downloadable traces; `prune_session_config` keeps a session's state bo
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -41,6 +42,52 @@ class RaceControl:
             self.worker.stop()
         if self.race is not None:
             self.race.close()
+
+
+class Visitors:
+    """The sessions with a race in flight: one race each, so that where races run in parallel (ZeroGPU) one
+    visitor's second click or script cannot hold a second GPU while the room waits."""
+
+    ONE_RACE = ("your previous race is still running (or finishing): wait for it, or press Stop, "
+                "then start again")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.racing: set[str] = set()
+
+    def begin(self, session: str) -> bool:
+        """Take the session's one place (False: it has a race in flight already)."""
+        with self.lock:
+            if session in self.racing:
+                return False
+            self.racing.add(session)
+            return True
+
+    def end(self, session: str) -> None:
+        with self.lock:
+            self.racing.discard(session)
+
+
+# Titles of the `gradio.Error`s the `spaces` package raises when ZeroGPU refuses a call (spaces 0.51,
+# `spaces/zero/client.py` `schedule`), and what the page says instead of its message alone.
+ZEROGPU_QUOTA_TITLES = ("ZeroGPU quota exceeded", "ZeroGPU pending credits exceeded")
+ZEROGPU_QUOTA_ADVICE = ("ZeroGPU's daily GPU quota for you is spent. Log in to Hugging Face for more (a visitor "
+                        "has 2 minutes a day, a free account 5, PRO 40), or wait: used quota comes back over the "
+                        "day, all of it by tomorrow.")
+
+
+def zerogpu_refusal(exc: BaseException) -> str | None:
+    """The line a visitor reads when ZeroGPU refused to run their race (quota spent, no GPU free, a duration
+    over its maximum), else None. ZeroGPU's own words (what was asked, what is left, when to retry) follow."""
+    title = getattr(exc, "title", None) or ""
+    if not isinstance(exc, gr.Error) or not title.startswith("ZeroGPU"):
+        return None
+    said = re.sub(r"<[^>]+>", "", str(getattr(exc, "message", exc))).strip()
+    if title in ZEROGPU_QUOTA_TITLES or "quota" in said.lower():
+        return f"{ZEROGPU_QUOTA_ADVICE} (ZeroGPU: {said})" if said else ZEROGPU_QUOTA_ADVICE
+    if title == "ZeroGPU illegal duration":
+        return f"this race asks ZeroGPU for more seconds than it allows: try fewer new tokens ({said})"
+    return f"ZeroGPU could not give this race a GPU now: try again in a minute ({said})"
 
 
 class WorkerOutOfMemory(RuntimeError):
@@ -136,25 +183,63 @@ def _waited(status: str, call, ready: bool):
 
 
 class Racer:
-    """The app's one way to run a race: in its worker when there is one, else in this process
-    (`compute`, which ZeroGPU's `spaces.GPU` may wrap)."""
+    """The app's one way to run a race: in a worker when there is one, else in this process
+    (`compute`, which ZeroGPU's `spaces.GPU` may wrap).
+
+    A worker runs one race at a time. `slot` is the app's first worker (it measures the machine in the
+    background); where the host lets several races run at once (`limits.race_concurrency` > 1 off ZeroGPU),
+    each race in flight takes a worker of its own, started on first need, so no two races share one."""
 
     def __init__(self, pairs, limits, slot, compute):
         self.pairs, self.limits, self.slot, self.compute = pairs, limits, slot, compute
+        self._workers_lock = threading.Lock()
+        self._idle = [slot] if slot is not None else []   # worker slots with no race in flight
+        self._slots = list(self._idle)                     # every slot this racer started, for close()
+
+    def _take_slot(self):
+        with self._workers_lock:
+            if self._idle:
+                return self._idle.pop(0)   # the first worker first: it has the measurements
+            slot = type(self.slot)(self.slot.factory)
+            self._slots.append(slot)
+            return slot
+
+    def _return_slot(self, slot) -> None:
+        with self._workers_lock:
+            self._idle.insert(0, slot) if slot is self.slot else self._idle.append(slot)
+
+    def close(self) -> None:
+        """End every worker this racer started."""
+        with self._workers_lock:
+            slots = list(self._slots)
+        for slot in slots:
+            slot.close()
 
     def events(self, request, control: RaceControl | None):
         """("status", text) and ("trace", RaceTrace, done) events of one race of a validated request."""
-        runner = None
-        if self.slot is not None:
-            runner = yield from _waited("Starting the decoding worker…", self.slot.get, self.slot.ready())
-        if runner is not None:
-            yield from worker_race_events(runner, self.limits, control, request)
+        if self.slot is None:
+            yield from self._in_process(request, control)
             return
+        slot = self._take_slot()
+        try:
+            runner = yield from _waited("Starting the decoding worker…", slot.get, slot.ready())
+            if runner is None:
+                yield from self._in_process(request, control, slot.failed)
+                return
+            try:
+                yield from worker_race_events(runner, self.limits, control, request)
+            except WorkerUnavailable:
+                slot.discard()   # the next race on this slot starts a fresh worker
+                raise
+        finally:
+            self._return_slot(slot)
+
+    def _in_process(self, request, control: RaceControl | None, worker_failed: str | None = None):
         events = self.compute(control, request)
         try:
-            if self.slot is not None and self.slot.failed:
+            if worker_failed:
                 yield ("status", f"Decoding in the app's own process: the worker could not start "
-                                 f"({self.slot.failed}). Speeds may be lower than standalone.")
+                                 f"({worker_failed}). Speeds may be lower than standalone.")
             yield from events
         finally:
             events.close()   # runs the race's `finally` now (caches freed), not at garbage collection
@@ -167,8 +252,10 @@ class Racer:
         """The one line a visitor reads for a race that raised `exc`; frees what the failure left behind."""
         if isinstance(exc, SpecVizError):
             return str(exc)
-        if isinstance(exc, WorkerUnavailable):
-            self.slot.discard()   # the next run starts a fresh worker
+        refused = zerogpu_refusal(exc)
+        if refused is not None:   # the visitor's quota, not a fault of this server: no traceback in its log
+            return refused
+        if isinstance(exc, WorkerUnavailable):   # `events` discarded that worker: the next run starts a new one
             return f"the decoding worker stopped unexpectedly ({exc}); the next run starts a new one"
         if isinstance(exc, WorkerRunFailed):
             return f"the run failed: {exc}"

@@ -22,14 +22,18 @@ from .handlers import PRESET_SETTINGS, WHATIF_SIZES, PageHandlers
 def wire(page: Page, handlers: PageHandlers, defaults: RaceRequest) -> None:
     """Connect every event of the page, and add the `/race` endpoint."""
     outputs = page.race_outputs.components
-    # No progress overlay: Gradio animates a spinner and a timer on every output for the
-    # whole race, which alone kept a same-machine browser's renderer busy; the status
-    # line and the streaming columns show progress instead.
+    # Races in flight at once (`HostingLimits.race_concurrency`): several on ZeroGPU, where each gets a GPU of
+    # its own, else one. The page's race and `/race` share the one queue.
+    races = dict(concurrency_limit=handlers.limits.race_concurrency, concurrency_id="race")
+    # Progress only on the status line, "minimal": a waiting visitor reads Gradio's "queue: 3/20 | 4/51.2s"
+    # there (their place, and the wait it expects from the races ahead at their average length). Gradio's
+    # default animates a spinner and a timer on every output for the whole race, which alone kept a
+    # same-machine browser's renderer busy; SPECVIZ_PROGRESS=hidden shows nothing, =full the overlay.
     run_event = page.run_btn.click(
         takes_race_settings(handlers.race, stream=True), page.race_inputs(), outputs, api_name="race_stream",
         api_description="The page's own race: streams the page's components (texts, views, status). "
-                        "For one race as one JSON result, call /race.", concurrency_limit=1, concurrency_id="race",
-        show_progress=os.environ.get("SPECVIZ_PROGRESS", "hidden"))
+                        "For one race as one JSON result, call /race.", **races,
+        show_progress=os.environ.get("SPECVIZ_PROGRESS", "minimal"), show_progress_on=[page.status])
     page.stop_btn.click(handlers.stop, [page.trace], outputs, cancels=[run_event], api_name="stop", queue=False)
     _wire_measuring(page, handlers, run_event)
     stepping = [page.trace, page.step_slider]
@@ -41,9 +45,8 @@ def wire(page: Page, handlers: PageHandlers, defaults: RaceRequest) -> None:
     _wire_whatif(page, handlers, (run_event, load_event))
     _wire_workshop(page, handlers)
     _wire_presenter(page, handlers)
-    # The same queue as the page's race: one race at a time, whoever asks.
-    gr.api(RaceApi(handlers, served_by=page.trace_file).endpoint(defaults), api_name="race",
-           concurrency_limit=1, concurrency_id="race")
+    # The same queue as the page's race, whoever asks.
+    gr.api(RaceApi(handlers, served_by=page.trace_file).endpoint(defaults), api_name="race", **races)
 
 
 def _wire_measuring(page: Page, handlers: PageHandlers, run_event) -> None:
