@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 from helpers import tiny_tokenizer
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specviz.engine.kvcache import keep_positions, new_cache
 from specviz.engine.lean import LeanLlama, ModelForward, lean_llama_supported, make_forward
@@ -42,6 +42,20 @@ def tiny_qwen2(seed: int = 0, layers: int = 2, tied: bool = False, **config) -> 
     return model.float().eval()
 
 
+def llama_with_biases(seed: int = 0) -> LlamaForCausalLM:
+    """A random Llama with `attention_bias` and `mlp_bias` (every projection biased, o_proj and the MLP's too)."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.2,
+                      attention_bias=True, mlp_bias=True, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(".bias"):
+                param.normal_(0.0, 0.5)
+    return model.float().eval()
+
+
 def perturbed(model: Qwen2ForCausalLM, seed: int, noise: float = 0.05) -> Qwen2ForCausalLM:
     """A draft that agrees with the target often but not always: its weights plus noise."""
     draft = copy.deepcopy(model)
@@ -63,12 +77,14 @@ def _close(got, want):
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("tied", [False, True], ids=["own-head", "tied-embeddings"])
+@pytest.mark.parametrize("kind", ["qwen2", "qwen2-tied", "llama-biases"],
+                         ids=["qwen2-own-head", "qwen2-tied-embeddings", "llama-all-biases"])
 @torch.inference_mode()
-def test_lean_forward_equals_transformers_on_qwen2(tied, one_thread):
-    model = tiny_qwen2(tied=tied)
-    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
-    assert model.config.model_type == "qwen2" and lean_llama_supported(model)
+def test_lean_forward_equals_transformers_with_biases(kind, one_thread):
+    """Qwen2 (its own head, or tied as Qwen2.5-0.5B and -1.5B), and a Llama with every bias transformers allows."""
+    model = llama_with_biases() if kind == "llama-biases" else tiny_qwen2(tied=kind == "qwen2-tied")
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == (kind == "qwen2-tied")
+    assert lean_llama_supported(model)
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, VOCAB, (1, 20), generator=gen)
     tokens = torch.randint(0, VOCAB, (1, len(TREE)), generator=gen)
@@ -102,7 +118,7 @@ def test_lean_forward_equals_transformers_on_qwen2(tied, one_thread):
 
     # The biases matter here: a forward without them is far off (what the comparisons above would catch).
     for layer in lean.layers:
-        layer.qkv_proj.bias = None
+        layer.qkv_proj.bias = layer.o_proj.bias = layer.gate_up_proj.bias = layer.down_proj.bias = None
     lean.zero_cache()
     assert (lean(prompt, 0, rows=20) - want_prefill).abs().max() > 1e-2
 
