@@ -6,6 +6,10 @@ token, tree node (token, parent, probabilities, status), accepted path, window a
 Sizes are given explicitly so nothing depends on this machine's measured forward times.
 
     .venv/bin/python experiments/trace_fingerprint.py            # one digest per run, then the total
+    .venv/bin/python experiments/trace_fingerprint.py --graphs on   # the static step (eager on a CPU)
+
+With the default `auto` a CPU runs the eager step; `--graphs on` fingerprints the static, graph-ready step
+(the adaptive tree runs eagerly under every setting).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ def _strip(value):
     return value
 
 
-def main() -> int:
+def main(graphs: str = "auto") -> int:
     torch.manual_seed(0)
     total = hashlib.sha256()
     pairs = {}
@@ -57,7 +61,7 @@ def main() -> int:
             for prompt in PROMPTS:
                 sampling = SamplingConfig(temperature=temperature, seed=7).validated()
                 trace = make_decoder(method, pairs[draft], prompt, sampling=sampling,
-                                     max_new_tokens=40, **options).run()
+                                     max_new_tokens=40, graphs=graphs, **options).run()
                 blob = json.dumps(_strip(trace.to_dict()), sort_keys=True).encode()
                 digest = hashlib.sha256(blob).hexdigest()[:16]
                 total.update(blob)
@@ -68,5 +72,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
-    sys.exit(main())
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--graphs", choices=("auto", "on", "off"), default="auto",
+                        help="the decoders' graphs setting (default auto: the eager step on a CPU)")
+    sys.exit(main(parser.parse_args().graphs))

@@ -75,8 +75,9 @@ GPU_REPLAY_MS = 4.2
 # Capturing one shape runs it eagerly GraphRunner.WARMUP_CALLS (2) times on a side stream and once more
 # while recording: about three eager forwards of that shape.
 CAPTURE_FORWARDS_PER_SHAPE = 3
-# Shapes a method captures in one race: AR its one-token step; Sequoia the target's tree and each draft
-# level (a fixed tree about 6 levels deep, plus the root's one-token forward); Lookahead its window.
+# Shapes a method captures in one race: AR its one-token step; Sequoia the target's whole tree, the draft's
+# root (a re-read of the last committed tokens) and each drafted level but the last, depth + 1 in all (8: a tree
+# 7 deep); Lookahead one window layout per warm-up fill, N - 1 (2: N = 3). Estimates: sizes are chosen later.
 GRAPH_SHAPES = {"ar": 1, "sequoia": 8, "lookahead": 2}
 
 

@@ -23,6 +23,26 @@ from specviz.engine.models import ModelPair
 from specviz.engine.sampling import SamplingConfig
 
 
+@contextmanager
+def target_forward_rows():
+    """The rows of every fixed-shape target forward run meanwhile (the static step's, the prefill aside), in
+    order: what ran, read from the forward itself, to hold a trace's `tokens_processed` against."""
+    from specviz.engine.static import StaticShape
+
+    rows, run = [], StaticShape.__call__
+
+    def recording(self, ids, origin):
+        if self.key[0] == "target":
+            rows.append(self.n)
+        return run(self, ids, origin)
+
+    StaticShape.__call__ = recording
+    try:
+        yield rows
+    finally:
+        StaticShape.__call__ = run
+
+
 def tiny_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     vocab = {f"t{i}": i for i in range(vocab_size)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))

@@ -10,7 +10,7 @@ import random
 
 import pytest
 import torch
-from helpers import chi_square_pvalue, tiny_pair
+from helpers import chi_square_pvalue, target_forward_rows, tiny_pair
 
 from specviz.draws import exponential_like
 from specviz.engine.methods import make_decoder
@@ -146,8 +146,10 @@ def ar_tokens(pair_fp32):
 @pytest.mark.parametrize("draft", ["pruned", "self", "feature"])
 def test_greedy_static_step_equals_eager_and_autoregressive(pairs, ar_tokens, draft):
     pair = pairs[draft]
+    cut = 0
     for prompt in PROMPTS if draft == "pruned" else PROMPTS[:1]:   # (the CPU's budget)
-        static = sequoia(pair, prompt, "on").run()
+        with target_forward_rows() as rows:
+            static = sequoia(pair, prompt, "on").run()
         assert static.token_ids == ar_tokens[prompt], (draft, prompt)
         graphs = static.graphs
         assert graphs["enabled"] and not graphs["capturing"] and graphs["eager_calls"] > 0
@@ -155,8 +157,12 @@ def test_greedy_static_step_equals_eager_and_autoregressive(pairs, ar_tokens, dr
         steps = static.steps[1:]
         assert any(s.payload.accepted_path for s in steps)
         assert any(n.status == "rejected" for s in steps for n in s.payload.nodes) or draft == "self"
-        for step in steps:   # the tree is cut near the end, as on the eager path
-            assert step.tokens_processed == len(step.payload.nodes) == step.payload.budget
+        # The trace's forward sizes are what the target's forward ran: the whole fixed tree, also where the
+        # tree is cut near the end (its candidates are the cut tree's, as on the eager path).
+        assert [step.tokens_processed for step in steps] == rows
+        assert all(len(step.payload.nodes) <= step.tokens_processed for step in steps)
+        cut += sum(len(step.payload.nodes) < step.tokens_processed for step in steps)
+    assert cut, "no step cut its tree: the runs did not test a cut tree's forward size"
     if draft == "pruned":   # today's path, for the record (test_sequoia.py covers it); auto is it on a CPU
         eager = sequoia(pair, PROMPTS[0], "off").run()
         assert eager.token_ids == ar_tokens[PROMPTS[0]] and not eager.graphs["enabled"]

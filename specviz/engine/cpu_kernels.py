@@ -64,6 +64,15 @@ def _rows_together(linears) -> torch.Tensor:
     return stacked.detach()
 
 
+def biases_together(*linears: torch.nn.Linear) -> torch.Tensor | None:
+    """The linears' biases stacked as `rows_together` stacks their weights (zeros for a linear without one),
+    or None where none has a bias (Llama's). A copy: biases are a few thousand numbers."""
+    if all(m.bias is None for m in linears):
+        return None
+    return torch.cat([m.weight.new_zeros(m.weight.shape[0]) if m.bias is None else m.bias.detach()
+                      for m in linears])
+
+
 def _adjacent_rows(weights: list[torch.Tensor]) -> bool:
     """True when the matrices are consecutive row blocks of one contiguous storage."""
     first = weights[0]
@@ -83,7 +92,7 @@ def packed_matmul_supported(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 class Matmul:
-    """x @ weight.T, through a oneDNN-prepacked copy of the weight where `packed` is given.
+    """x @ weight.T (+ bias), through a oneDNN-prepacked copy of the weight where `packed` is given.
 
     `F.linear` in bf16 on a CPU reaches the same oneDNN kernel but first reorders the weight
     into the kernel's blocked layout, on every call; at a decoding step's 1-16 rows that
@@ -91,15 +100,15 @@ class Matmul:
     46 us prepacked). The prepacked copy is made once per model (`packed_weights`).
     """
 
-    __slots__ = ("weight", "packed")
+    __slots__ = ("weight", "packed", "bias")
 
-    def __init__(self, weight: torch.Tensor, packed: torch.Tensor | None = None):
-        self.weight, self.packed = weight, packed
+    def __init__(self, weight: torch.Tensor, packed: torch.Tensor | None = None, bias: torch.Tensor | None = None):
+        self.weight, self.packed, self.bias = weight, packed, bias
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
-            return F.linear(x, self.weight)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+            return F.linear(x, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
@@ -107,20 +116,22 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
 
 
-def _same_bits(weight: torch.Tensor, packed: torch.Tensor) -> bool:
+def _same_bits(weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     """The prepacked product equals `F.linear`'s bit for bit on a few row counts (else it is not used)."""
     gen = torch.Generator().manual_seed(0)
     for rows in (1, 3, 12):
         x = torch.randn(rows, weight.shape[1], generator=gen).to(weight.dtype)
-        if not torch.equal(Matmul(weight, packed)(x), F.linear(x, weight)):
+        if not torch.equal(Matmul(weight, packed, bias)(x), F.linear(x, weight, bias)):
             return False
     return True
 
 
-def packed_weights(model, weights: list[torch.Tensor]) -> list[torch.Tensor] | None:
+def packed_weights(model, weights: list[torch.Tensor], first_bias: torch.Tensor | None = None
+                   ) -> list[torch.Tensor] | None:
     """oneDNN-prepacked copies of `weights` (a model's own), made once per model and kept on it
     while the weights stay the same, or None where they cannot be used: not a CPU in bf16, or a
-    product that would not equal `F.linear`'s bit for bit (checked on the first weight)."""
+    product that would not equal `F.linear`'s bit for bit (checked on the first weight, with
+    `first_bias` where its forward adds one: Qwen2's q|k|v)."""
     first = weights[0]
     if not packed_matmul_supported(first.device, first.dtype):
         return None
@@ -135,7 +146,7 @@ def packed_weights(model, weights: list[torch.Tensor]) -> list[torch.Tensor] | N
     try:
         with torch.no_grad():
             packed = [pack(first)]
-            if not _same_bits(first, packed[0]):
+            if not _same_bits(first, packed[0], first_bias):
                 return None
             packed += [pack(w) for w in weights[1:]]
     except RuntimeError:   # a oneDNN build without bf16 kernels for this CPU

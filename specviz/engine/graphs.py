@@ -3,7 +3,7 @@
 On a GPU a small model's step is bound by kernel launches, not by arithmetic: the
 offline default's eager forward launches several hundred kernels (about 14 ms on an
 H200) for weights that take under 0.1 ms to read. A CUDA graph records those launches
-once and replays them as one (see `shared notes/gpu-graphs.md`). What a graph replays
+once and replays them as one (docs/graphs.md). What a graph replays
 must read only static buffers, so every graphed function here is a closure over
 tensors that the decoder refills in place (`copy_`, `fill_`) before each call; its
 outputs are tensors the graph owns, valid until the next replay of any graph of the
@@ -85,7 +85,7 @@ class GraphStats:
     reused: int = 0               # shapes found already captured (a reused worker or an earlier race)
     failed: list[str] = field(default_factory=list)   # shapes whose capture failed, with why
     # GPU time inside the replays (CUDA events around each; no sync): a step's wall time minus this is
-    # what the host and the eager ops between replays cost, the split the issue's 0.5 ms target is about.
+    # what the host and the eager ops between replays cost (`bench`'s host ms/step; docs/graphs.md).
     replay_ms: float = 0.0
     _events: list = field(default_factory=list, repr=False)
 

@@ -1,11 +1,13 @@
-"""A lean batch-1 Llama forward for the decoding loops, gpt-fast style.
+"""A lean batch-1 Llama-family forward for the decoding loops, gpt-fast style.
 
 transformers' module machinery (hooks, mask building, cache objects, output
 dataclasses) costs several milliseconds per forward on a CPU, which is a large
 share of a 4-layer draft's forward and a fifth of the target's. `LeanLlama` runs
 the very same tensor ops over the model's own weights (no copies) with a
 preallocated KV cache and precomputed rotary tables, so greedy fp32 output equals
-the model's own forward.
+the model's own forward. Qwen2 is Llama's layer with biases on q, k and v (and a
+sliding window that is off unless its config turns it on), so it runs here too:
+the Space's Qwen2.5 pair gets the lean forward and the static, graph-ready step.
 
 One object serves every decoder:
 - autoregressive: `forward(ids, start)`, plainly causal;
@@ -34,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .cpu_kernels import Matmul, pack, packed_weights, rows_together
+from .cpu_kernels import Matmul, biases_together, pack, packed_weights, rows_together
 from .kvcache import cache_length, crop, keep_positions, new_cache
 from .llama import decoder_layer, rms_norm, rotary_tables
 
@@ -57,15 +59,21 @@ def attention_kernels(device: torch.device, backends: list | None = None):
     return sdpa_kernel(backends) if backends else contextlib.nullcontext()
 
 
+# Architectures whose decoder layer is Llama's, up to biases on the projections (which `LeanLlama` adds).
+LEAN_MODEL_TYPES = ("llama", "qwen2")
+
+
 def lean_llama_supported(model) -> bool:
     """True when `LeanLlama` computes exactly what the model's own forward does."""
     cfg = model.config
     rope = getattr(cfg, "rope_parameters", None) or {}
     inner = getattr(model, "model", None)
-    return (getattr(cfg, "model_type", None) == "llama" and inner is not None
+    # Qwen2's sliding-window layers (`use_sliding_window`, off in Qwen2.5's configs) see a band, not a prefix.
+    layer_types = getattr(cfg, "layer_types", None) or ()
+    return (getattr(cfg, "model_type", None) in LEAN_MODEL_TYPES and inner is not None
             and getattr(cfg, "_attn_implementation", "sdpa") in ("sdpa", "eager")
             and rope.get("rope_type", "default") == "default"
-            and not getattr(cfg, "attention_bias", False) and not getattr(cfg, "mlp_bias", False)
+            and all(kind == "full_attention" for kind in layer_types)
             and getattr(cfg, "hidden_act", "silu") == "silu" and getattr(cfg, "pretraining_tp", 1) == 1
             and hasattr(inner, "rotary_emb") and hasattr(model, "lm_head"))
 
@@ -139,7 +147,7 @@ class _LeanLayer:
 
 
 class LeanLlama:
-    """Batch-1 Llama forward over `model`'s weights with a preallocated cache of `max_len` slots."""
+    """Batch-1 Llama (or Qwen2) forward over `model`'s weights with a preallocated cache of `max_len` slots."""
 
     def __init__(self, model, max_len: int, vocab_ids: torch.Tensor | None = None):
         cfg, inner = model.config, model.model
@@ -159,18 +167,21 @@ class LeanLlama:
         else:
             self.vocab_ids = getattr(head, "vocab_ids", None)
             self.lm_head = head.weight
-        norms, matrices = [], []
+        norms, matrices, biases = [], [], []
         for layer in inner.layers:
+            attn, mlp = layer.self_attn, layer.mlp
             norms.append((layer.input_layernorm.weight, layer.post_attention_layernorm.weight))
-            matrices += [rows_together(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
-                         layer.self_attn.o_proj.weight, rows_together(layer.mlp.gate_proj, layer.mlp.up_proj),
-                         layer.mlp.down_proj.weight]
+            matrices += [rows_together(attn.q_proj, attn.k_proj, attn.v_proj), attn.o_proj.weight,
+                         rows_together(mlp.gate_proj, mlp.up_proj), mlp.down_proj.weight]
+            # None where a projection has no bias (Llama's); Qwen2's q|k|v has one.
+            biases += [biases_together(attn.q_proj, attn.k_proj, attn.v_proj), biases_together(attn.o_proj),
+                       biases_together(mlp.gate_proj, mlp.up_proj), biases_together(mlp.down_proj)]
         # The head is packed with the layers only when it is the model's own (a vocabulary subset cut
         # here is a new tensor each time, packed for this forward alone).
         own_head = self.lm_head is head.weight
-        packed = packed_weights(model, matrices + ([self.lm_head] if own_head else []))
+        packed = packed_weights(model, matrices + ([self.lm_head] if own_head else []), biases[0])
         self.packed = packed is not None
-        mats = [Matmul(w, packed[i] if packed else None) for i, w in enumerate(matrices)]
+        mats = [Matmul(w, packed[i] if packed else None, biases[i]) for i, w in enumerate(matrices)]
         self.head = Matmul(self.lm_head, (packed[-1] if own_head else pack(self.lm_head)) if packed else None)
         layer_shape = _LayerShape(cfg, inner.layers[0].self_attn.scaling)
         self.layers = [_LeanLayer(layer_shape, w_in, w_post, *mats[4 * i:4 * i + 4])

@@ -218,7 +218,8 @@ class SequoiaDecoder(Decoder):
         times = timer.stop()
         payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
         payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
-        return self._emit(new_ids, sources, shape.size, times, payload)
+        # The forward ran the whole fixed tree, cut or not: what the cost fits and the what-if read as its size.
+        return self._emit(new_ids, sources, static.shape.size, times, payload)
 
     def _cut_tree(self, depth: int) -> TreeShape:
         """The fixed tree cut to `depth` levels (kept: a run cuts it at a few depths, near its end)."""

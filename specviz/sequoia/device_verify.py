@@ -45,7 +45,6 @@ class WalkTables:
     """
 
     def __init__(self, shape: TreeShape, device):
-        self.shape = shape
         self.n, self.depth = shape.size, shape.depth
         width = max(1, max(len(c) for c in shape.children))
         self.children = torch.tensor([c + [0] * (width - len(c)) for c in shape.children], dtype=torch.long,
@@ -54,7 +53,6 @@ class WalkTables:
                                       dtype=torch.bool, device=device)
         self.level_width = [max(len(shape.children[i]) for i in range(s, e)) for s, e in shape.level_ranges]
         self.node_ids = torch.arange(self.n, device=device)
-        self.ranks = torch.arange(width, device=device)
         self.levels = torch.arange(self.depth, device=device)
         self.path_depths = torch.arange(self.depth + 1, device=device)
         self.depths = torch.tensor(shape.depths, dtype=torch.long, device=device)
