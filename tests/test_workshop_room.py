@@ -215,7 +215,7 @@ def test_an_oversized_trace_is_refused_before_it_is_read(local_app, tmp_path):
     url, _ = local_app
     with pytest.raises(Exception) as refused:
         Client(url, verbose=False).predict(handle_file(str(oversized_trace(tmp_path))), api_name="/load_trace")
-    assert f"at most {TRACE_LIMIT_MB} MB" in str(refused.value)
+    assert f"the limit is {TRACE_LIMIT_MB} MB" in str(refused.value)
 
 
 

@@ -31,8 +31,8 @@ def check_upload_size(path, max_bytes: int) -> None:
     """Refuse an uploaded trace over `max_bytes` from its size on disk, before reading it into memory."""
     size = Path(path).stat().st_size
     if size > max_bytes:
-        raise InvalidInput(f"the uploaded file is {size / 2**20:.1f} MB; this server replays traces of at most "
-                           f"{max_bytes / 2**20:g} MB")
+        raise InvalidInput(f"the uploaded file is {size / 2**20:.1f} MB; the limit is {max_bytes / 2**20:g} MB "
+                           f"for a trace this server replays")
 
 
 def session_of(request: gr.Request | None) -> str:
