@@ -254,11 +254,6 @@ class HostingLimits:
             max_trace_bytes=_number(env, "SPECVIZ_MAX_TRACE_MB", 16 if hosted else 64) * 1024 * 1024,
         )
 
-    @property
-    def max_upload_bytes(self) -> int:
-        """The largest file a visitor may upload: a trace at its limit (a profile is far smaller)."""
-        return self.max_trace_bytes
-
     def shared_device_note(self) -> str:
         """What the page says when parallel races share this server's one device (CPU, or a dedicated GPU):
         each race's speed then depends on how many others run beside it. Empty where races do not share."""

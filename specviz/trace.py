@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .errors import InvalidInput
@@ -255,6 +256,11 @@ MAX_NODES_PER_STEP = 4096
 RACE_METHODS = ("ar", "sequoia", "lookahead")
 
 
+def _check_size(size: int, max_bytes: int) -> None:
+    if size > max_bytes:
+        raise InvalidInput(f"the trace file is {size / 2**20:.1f} MB; the limit is {max_bytes / 2**20:.3g} MB")
+
+
 @dataclass
 class RaceTrace:
     """Every method's `RunTrace` plus the global order in which their steps ran."""
@@ -322,17 +328,18 @@ class RaceTrace:
     def from_json(text: str | bytes, vocab_size: int | None = None,
                   max_bytes: int = MAX_TRACE_BYTES) -> "RaceTrace":
         """Parse and validate an uploaded trace; every problem is an `InvalidInput`."""
-        if isinstance(text, str):
-            size = len(text.encode("utf-8", errors="replace"))
-        else:
-            size = len(text)
-        if size > max_bytes:
-            raise InvalidInput(f"the trace file is {size / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.0f} MB")
+        _check_size(len(text.encode("utf-8", errors="replace")) if isinstance(text, str) else len(text), max_bytes)
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"the trace file is not valid JSON ({exc})") from None
         return RaceTrace.from_dict(data, vocab_size=vocab_size)
+
+    @staticmethod
+    def from_file(path, vocab_size: int | None = None, max_bytes: int = MAX_TRACE_BYTES) -> "RaceTrace":
+        """`from_json` of an uploaded file, whose size on disk is checked before a byte of it is read."""
+        _check_size(Path(path).stat().st_size, max_bytes)
+        return RaceTrace.from_json(Path(path).read_bytes(), vocab_size=vocab_size, max_bytes=max_bytes)
 
     @staticmethod
     def from_dict(data: Any, vocab_size: int | None = None) -> "RaceTrace":

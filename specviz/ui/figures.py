@@ -193,15 +193,14 @@ def planned_tree_figure(parents: list[int], acceptance: list[float], title: str 
     rank among its siblings and coloured by the chance the target reaches it (the product of p along its path)."""
     if not parents:
         return empty_figure(title, "no tree", height or 300)
+    from ..sequoia.tree import TreeShape
+
+    shape = TreeShape.from_parents(parents)
     pos = parent_positions(list(enumerate(parents)))
-    rank, reach = {}, {}
+    rank, reach = shape.ranks, {}
     for nid, parent in enumerate(parents):   # breadth first: a parent comes before its children
-        if parent < 0:
-            rank[nid], reach[nid] = 0, 1.0
-            continue
-        rank[nid] = 1 + sum(1 for other in range(nid) if parents[other] == parent)
-        p = acceptance[rank[nid] - 1] if rank[nid] - 1 < len(acceptance) else 0.0
-        reach[nid] = reach[parent] * p
+        p = acceptance[rank[nid] - 1] if 0 < rank[nid] <= len(acceptance) else 0.0
+        reach[nid] = 1.0 if parent < 0 else reach[parent] * p
     widest = max(sum(1 for p in pos.values() if p[0] == x) for x in {p[0] for p in pos.values()})
     height = height or max(360, 22 * widest + 120)
     xs, ys = [], []
@@ -220,7 +219,7 @@ def planned_tree_figure(parents: list[int], acceptance: list[float], title: str 
         hovertext=[f"node {i}, child #{rank[i]} of its parent<br>reached with probability {reach[i]:.3f}" for i in ids],
         hoverinfo="text"))
     value = sum(reach.values())
-    fig = _base_layout(fig, f"{title}<br><sup>{len(parents)} nodes, depth {int(max(p[0] for p in pos.values()))}; "
+    fig = _base_layout(fig, f"{title}<br><sup>{len(parents)} nodes, depth {shape.depth}; "
                             f"expected accepted length {value:.2f} tokens per forward (the sum of the reach "
                             f"probabilities, root included)</sup>", height)
     fig.update_xaxes(visible=False, range=[-0.4, max(p[0] for p in pos.values()) + 1.0])

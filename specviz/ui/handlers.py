@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import time
 from contextlib import closing
-from pathlib import Path
 
 import gradio as gr
 
 from ..engine.race import release_freed_memory
-from ..errors import InvalidInput, SpecVizError
+from ..errors import SpecVizError
 from ..request import DEFAULT_PRESET, FEATURE_PRESET, ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE, INDEPENDENT_PRESET
 from ..request import RaceRequest
 from ..trace import RaceTrace
@@ -25,14 +24,6 @@ from .racing import RaceControl, Racer, TraceFiles, Visitors, contention_note, p
 from .views import COLUMNS
 
 WHATIF_SIZES = ("tree_budget", "tree_depth", "window", "ngram", "guesses")
-
-
-def check_upload_size(path, max_bytes: int) -> None:
-    """Refuse an uploaded trace over `max_bytes` from its size on disk, before reading it into memory."""
-    size = Path(path).stat().st_size
-    if size > max_bytes:
-        raise InvalidInput(f"the uploaded file is {size / 2**20:.1f} MB; the limit is {max_bytes / 2**20:g} MB "
-                           f"for a trace this server replays")
 
 
 def session_of(request: gr.Request | None) -> str:
@@ -210,8 +201,7 @@ class PageHandlers:
         if not path:
             return self.outputs.pack()
         try:
-            check_upload_size(path, self.limits.max_trace_bytes)   # before a byte of it is read
-            trace = RaceTrace.from_json(Path(path).read_bytes(), max_bytes=self.limits.max_trace_bytes)
+            trace = RaceTrace.from_file(path, max_bytes=self.limits.max_trace_bytes)
         except SpecVizError as exc:
             raise gr.Error(str(exc), print_exception=False) from None
         except OSError as exc:

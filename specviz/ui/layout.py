@@ -174,6 +174,6 @@ def launch_kwargs() -> dict:
     sans = ["Inter", "ui-sans-serif", "system-ui", "Segoe UI", "Arial", "sans-serif"]
     mono = ["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"]
     limits = hosting_limits()
-    uploads = {"max_file_size": limits.max_upload_bytes} if limits.hosted else {}
+    uploads = {"max_file_size": limits.max_trace_bytes} if limits.hosted else {}   # a trace is the largest upload
     return {"css": CSS, "theme": gr.themes.Soft(font=sans, font_mono=mono), "head": KEYS_JS, "js": PAGE_JS,
             **uploads}

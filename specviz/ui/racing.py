@@ -206,7 +206,7 @@ class Racer:
 
     def _return_slot(self, slot) -> None:
         with self._workers_lock:
-            self._idle.insert(0, slot) if slot is self.slot else self._idle.append(slot)
+            self._idle.insert(0 if slot is self.slot else len(self._idle), slot)
 
     def close(self) -> None:
         """End every worker this racer started."""
