@@ -763,7 +763,10 @@ def test_a_deadline_holds_when_the_machine_changes_pace(feature_pair, tmp_path, 
         assert elapsed < budget + slack, f"{elapsed:.1f} s for a {budget:.0f} s deadline (slack {slack:.1f} s)"
         assert elapsed > 0.7 * budget, f"the run stopped after {elapsed:.1f} s of a {budget:.0f} s budget"
         if slow_steps == "after the fit":
-            assert settings["steps"] < first   # shortened as the pace fell
+            # Only a run whose first fit reaches well into the slow steps has a pace to fall (CI once fitted
+            # 22 steps after 20 slow-machine ones: the slow steps, from 25 on, never ran).
+            if first >= FIT_AFTER + 5 + 5:
+                assert settings["steps"] < first   # shortened as the pace fell
         else:
             assert settings["steps"] > first   # lengthened as the pace recovered
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["steps_done"] == settings["steps"]
