@@ -27,17 +27,28 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     of zero mass is never drawn). A row with no mass, or NaN, is an error, as it was for
     multinomial: it means the model produced garbage, and a token made up from it would hide that.
     """
+    draws, has_mass = sample_unchecked(probs, generator)
+    if not bool(has_mass):
+        raise ValueError(NO_MASS)
+    return draws
+
+
+NO_MASS = "cannot sample from a distribution with no mass (all zero, negative or NaN)"
+
+
+def sample_unchecked(probs: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sample`'s draws (the same tokens from the same stream) and, as a 0-d bool tensor, whether every
+    row had mass, with no host read: a step that reads its results once reads the check with them."""
     flat = probs.reshape(-1, probs.shape[-1])
     cdf = flat.double().cumsum(dim=-1)
     total = cdf[:, -1:]
-    if not bool((total > 0).all()):
-        raise ValueError("cannot sample from a distribution with no mass (all zero, negative or NaN)")
+    has_mass = (total > 0).all()
     u = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device, dtype=torch.float64)
     draws = torch.searchsorted(cdf, u * total, right=True).squeeze(-1)
     # u * total can round up to the total itself: take the last token that has mass.
     last = flat.shape[-1] - 1 - (flat.flip(-1) > 0).to(torch.int8).argmax(dim=-1)
     draws = torch.minimum(draws, last)
-    return draws.reshape(probs.shape[:-1])
+    return draws.reshape(probs.shape[:-1]), has_mass
 
 
 def exponential_like(q: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -1,9 +1,9 @@
-"""The graph runner, the static-buffer forward and AR's static step, all on a CPU.
+"""The graph runner, the static-buffer forward and AR's step, all on a CPU.
 
-A CPU cannot capture CUDA graphs, so here the runner falls back to eager and the static step runs over
-the very buffers a GPU replays: the same fixed shapes, the same masks built on the device, the same
-one-read-per-step walk. What these tests prove is what capture needs (no graph breaks in anything
-handed to the runner) and that the static path computes what today's path does (fp32 tokens equal).
+A CPU cannot capture CUDA graphs, so here the runner runs each shape's eager form (attention over the
+filled slots) over the very buffers a GPU replays: the same fixed shapes, the same one-read-per-step
+walk. What these tests prove is what capture needs (no graph breaks in the captured form, attention over
+the whole capacity) and that the captured and eager forms compute the same thing (fp32 logits equal).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import tiny_model
 
-from specviz.engine.graphs import GraphRunner, check_graphs, graphs_wanted
+from specviz.engine.graphs import GraphRunner, capture_wanted, check_graphs, graphs_wanted
 from specviz.engine.lean import LeanLlama
 from specviz.engine.methods import make_decoder
 from specviz.engine.static import GraphSession, cache_capacity, checkout, release
@@ -28,6 +28,9 @@ def test_the_graphs_setting_is_checked():
     # auto means CUDA only; on runs the static step anywhere (eager on a CPU)
     assert not graphs_wanted("auto", torch.device("cpu")) and graphs_wanted("auto", torch.device("cuda"))
     assert graphs_wanted("on", torch.device("cpu")) and not graphs_wanted("off", torch.device("cuda"))
+    # capture: CUDA only, and never when off
+    assert [capture_wanted(m, torch.device("cuda")) for m in ("auto", "on", "off")] == [True, True, False]
+    assert not any(capture_wanted(m, torch.device("cpu")) for m in ("auto", "on", "off"))
 
 
 def test_the_runner_falls_back_to_eager_on_a_cpu():
@@ -74,25 +77,56 @@ def test_the_static_forward_equals_the_lean_forward():
     torch.testing.assert_close(got, expected[3:], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("block", [torch.tensor([[True, False, False], [True, True, False]]),
+                                   torch.ones(2, 3, dtype=torch.bool)], ids=["masked", "sees-all"])
+def test_the_eager_form_equals_the_captured_form(block):
+    """Attention over the filled slots (eager, a view of the shape's one mask) and over the whole capacity
+    (what a graph records) give the same logits in fp32, at several origins: rows write the last two
+    slots of a three-slot block, as a draft level does."""
+    model = tiny_model()
+    session = GraphSession(torch.device("cpu"), capture=False, capacity=32)
+    forward = session.forward("target", model)
+    with torch.inference_mode():
+        forward.prefill(torch.tensor([[5, 0, 1, 4, 3, 2, 1, 0]]))
+        shape = forward.shape("level", write_offsets=[1, 2], position_offsets=[1, 2], block=block, rows=[0, 1])
+        for origin, ids in ((3, [[1, 2]]), (6, [[3, 4]]), (20, [[5, 0]])):
+            shape.ids.copy_(torch.tensor(ids))
+            shape.origin.fill_(origin)
+            shape._origin = origin
+            eager, captured = shape.eager().clone(), shape.compute().clone()
+            torch.testing.assert_close(eager, captured, rtol=1e-5, atol=1e-5)
+            assert shape(None, origin) is not None and session.runner.stats.eager_calls > 0
+
+
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_ar_static_step_gives_todays_tokens(pair_fp32, prompt):
+def test_ar_gives_the_same_tokens_whatever_the_graphs_setting_and_forward(pair_fp32, prompt):
+    """One step for every setting: graphs on and off run it (nothing captured on a CPU), and over
+    transformers' own forward (`lean = False`) it gives the lean forward's tokens and narration."""
+    from specviz.autoregressive.decoder import AutoregressiveDecoder
+    from specviz.engine.text import encode_prompt
+    from specviz.engine.sampling import SamplingConfig
+
     off = make_decoder("ar", pair_fp32, prompt, max_new_tokens=24, graphs="off").run()
     on = make_decoder("ar", pair_fp32, prompt, max_new_tokens=24, graphs="on").run()
-    assert on.token_ids == off.token_ids
-    # The narration's top three too (p to rounding: the static step attends over the whole cache, so its
-    # sums run in another order)
+    plain = type("PlainAR", (AutoregressiveDecoder,), {"lean": False})
+    model = plain(pair_fp32, prompt, encode_prompt(pair_fp32.tokenizer, prompt), SamplingConfig(), 24, graphs="on")
+    assert not model.forward.capturable
+    own = model.run()
+    assert on.token_ids == off.token_ids == own.token_ids
     assert [[a["id"] for a in s.alternatives] for s in on.steps] == [[a["id"] for a in s.alternatives]
-                                                                     for s in off.steps]
+                                                                     for s in own.steps]
     assert [a["p"] for s in on.steps for a in s.alternatives] == pytest.approx(
-        [a["p"] for s in off.steps for a in s.alternatives], abs=2e-5)
-    assert off.graphs["enabled"] is False and off.settings["graphs"] == "off"
-    assert on.graphs["enabled"] is True and on.graphs["capturing"] is False   # a CPU: eager over the buffers
-    assert on.graphs["eager_calls"] == len(on.steps) - 1   # every step but the prefill went through the runner
+        [a["p"] for s in own.steps for a in s.alternatives], abs=2e-5)
+    for trace, mode in ((off, "off"), (on, "on")):
+        assert trace.settings["graphs"] == mode
+        assert trace.graphs["enabled"] is True and trace.graphs["capturing"] is False
+        assert trace.graphs["eager_calls"] == len(trace.steps) - 1   # every step but the prefill: the runner
 
 
-def test_auto_is_todays_path_on_a_cpu(pair_fp32):
+def test_auto_runs_the_static_step_uncaptured_on_a_cpu(pair_fp32):
     trace = make_decoder("ar", pair_fp32, PROMPTS[0], max_new_tokens=4).run()
-    assert trace.settings["graphs"] == "auto" and trace.graphs["enabled"] is False
+    assert trace.settings["graphs"] == "auto" and trace.graphs["enabled"] is True
+    assert trace.graphs["capturing"] is False and trace.graphs["replays"] == 0
 
 
 def test_ar_sampled_static_steps_repeat_by_seed(pair_fp32):

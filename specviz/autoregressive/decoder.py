@@ -1,30 +1,34 @@
 """Plain autoregressive decoding: the baseline every speedup is measured against.
 
-One target forward per token over a KV cache, as lean as gpt-fast's loop. For
-Llama-family models (the offline default) the forward is a short function over
-the model's own weights with a preallocated KV cache and precomputed rotary
-tables: transformers' module machinery, mask building and cache bookkeeping cost
-about a fifth of each step on a CPU (measured with pyinstrument, see the bench
-notes). It runs the very same tensor ops as transformers' Llama, so greedy fp32
-output equals `model.generate`. Any other architecture uses the model's own
-forward over a DynamicCache, with no attention mask (batch 1 with no padding is
-plainly causal) and only the last position's logits computed.
+One target forward per token over a KV cache, as lean as gpt-fast's loop, run as one step
+program over `engine.static`: the prompt's prefill, then the shape "one" (one token at the
+committed length) every step. The engine decides whether that shape is captured as a CUDA
+graph and replayed (`graphs.capture_wanted`) or run eagerly over the filled slots (every CPU
+run); the step is the same either way. For Llama-family models (the offline default, Qwen2)
+the forward is `engine.lean`'s short function over the model's own weights with a
+preallocated KV cache and precomputed rotary tables: transformers' module machinery, mask
+building and cache bookkeeping cost about a fifth of each step on a CPU (measured with
+pyinstrument, see the bench notes). It runs the very same tensor ops as transformers' Llama,
+so greedy fp32 output equals `model.generate`. Any other architecture, or `lean = False`,
+runs the model's own forward behind the same static shapes (never captured).
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..draws import NO_MASS
 from ..engine.decoder import Decoder, PhaseTimer
-from ..engine.lean import make_forward
-from ..engine.sampling import next_token, next_token_on_device
-from ..engine.static import cache_capacity, checkout, release, static_supported
+from ..engine.sampling import draw_token
+from ..engine.static import cache_capacity, checkout, release
 from ..trace import PHASE_TARGET, PHASE_VERIFY, SOURCE_AR, StepRecord
+
+TOP_ALTERNATIVES = 3   # the narration's alternatives per step
 
 
 class AutoregressiveDecoder(Decoder):
     method = "ar"
-    lean = True  # False: always use the model's own forward (kept for A/B measurements)
+    lean = True  # False: the model's own forward (kept for A/B measurements)
 
     def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, graphs="auto", **options):
         if options:
@@ -33,52 +37,18 @@ class AutoregressiveDecoder(Decoder):
         self.model = pair.target
         self.position = 0
         max_len = len(self.prompt_ids) + self.max_new_tokens
-        self.session = None
-        if self.static_wanted and static_supported(self.model):
-            # One token a step over static buffers: the shape a CUDA graph replays.
-            self.session = checkout(self.model, self.method, cache_capacity(max_len), self.device.type == "cuda")
-            self.forward = self.session.forward("target", self.model)
-            self.one_token = self.forward.shape("one", write_offsets=[0], position_offsets=[0],
-                                                block=torch.ones(1, 1, dtype=torch.bool), rows=[0])
-            self.graph_stats = self.session.runner.stats
-        else:
-            self.forward = make_forward(self.model, max_len, lean=self.lean)
+        method = self.method if self.lean else f"{self.method}-model-forward"
+        self.session = checkout(self.model, method, cache_capacity(max_len), self.capture)
+        self.forward = self.session.forward("target", self.model, lean=self.lean)
+        self.one_token = self.forward.shape("one", write_offsets=[0], position_offsets=[0],
+                                            block=torch.ones(1, 1, dtype=torch.bool), rows=[0])
+        self.graph_stats = self.session.runner.stats
         # The next forward's input: the whole prompt first (prefill), then one token.
         self.pending = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
 
     def _step(self) -> StepRecord:
-        if self.session is not None:
-            return self._static_step()
-        timer = PhaseTimer(self.device)
-        timer.start(PHASE_TARGET)
-        n_in = self.pending.shape[1]
-        logits = self.forward(self.pending, self.position)
-        self.position += n_in
-        timer.start(PHASE_VERIFY)
-        token = next_token(logits, self.sampling, self.generator)
-        self.pending = token.view(1, 1)
-        token_id = int(token)
-        record = self._emit([token_id], [SOURCE_AR], n_in, timer.stop())
-        record.alternatives = self._alternatives(logits)   # after the timer: not charged to the race
-        return record
-
-    def _alternatives(self, logits: torch.Tensor, k: int = 3) -> list[dict]:
-        """The target's top-k next tokens with their probabilities, for the narrated step-through.
-
-        One topk and one logsumexp over the logits already computed (the step has already
-        synchronised on the token), p at the sampling temperature (1 when greedy), before top-p.
-        """
-        row = logits.reshape(-1, logits.shape[-1])[-1].float()
-        if not self.sampling.greedy:
-            row = row / self.sampling.temperature
-        top = torch.topk(row, k)
-        probs = torch.exp(top.values - torch.logsumexp(row, 0)).tolist()
-        return [{"id": int(i), "text": self._text(int(i)), "p": round(float(p), 5)}
-                for i, p in zip(top.indices.tolist(), probs)]
-
-    def _static_step(self) -> StepRecord:
-        """The step on static buffers: the token stays on the device, and one read brings back it and
-        the narration's top three (no other sync)."""
+        """One forward, the token left on the device, and one read that brings back it, the narration's
+        top three and the sampler's check (no other sync)."""
         timer = PhaseTimer(self.device)
         timer.start(PHASE_TARGET)
         n_in = self.pending.shape[1]
@@ -89,20 +59,25 @@ class AutoregressiveDecoder(Decoder):
         self.position += n_in
         timer.start(PHASE_VERIFY)
         row = logits.reshape(-1, logits.shape[-1])[-1:]
-        token = next_token_on_device(row, self.sampling, self.generator)
+        token, has_mass = draw_token(row, self.sampling, self.generator)
         self.pending = token.view(1, 1)
+        # p at the sampling temperature (1 when greedy), before top-p
         scores = row[0].float() if self.sampling.greedy else row[0].float() / self.sampling.temperature
-        top = torch.topk(scores, 3)
+        top = torch.topk(scores, TOP_ALTERNATIVES)
         probs = torch.exp(top.values - torch.logsumexp(scores, 0))
-        read = torch.cat([token.view(1).double(), top.indices.double(), probs.double()]).tolist()
-        token_id = int(read[0])
-        record = self._emit([token_id], [SOURCE_AR], n_in, timer.stop())
+        checks = [has_mass.view(1).double()] if has_mass is not None else []
+        read = torch.cat([token.view(1).double(), top.indices.double(), probs.double(), *checks]).tolist()
+        if checks and not read[-1]:
+            raise ValueError(NO_MASS)
+        k = TOP_ALTERNATIVES
+        record = self._emit([int(read[0])], [SOURCE_AR], n_in, timer.stop())
         record.alternatives = [{"id": int(i), "text": self._text(int(i)), "p": round(float(p), 5)}
-                               for i, p in zip(read[1:4], read[4:7])]
+                               for i, p in zip(read[1:1 + k], read[1 + k:1 + 2 * k])]
         return record
 
     def close(self) -> None:
         self.forward = None
+        self.one_token = None
         self.pending = None
         release(self.session)
         self.session = None

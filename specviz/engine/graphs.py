@@ -45,8 +45,18 @@ def check_graphs(mode) -> str:
     return mode
 
 
+def capture_wanted(mode: str, device: torch.device) -> bool:
+    """Whether a decoder's static step is captured as CUDA graphs and replayed: the one place that says.
+
+    'auto' and 'on': on CUDA; 'off': never; a CPU never captures (its step runs eagerly, over the filled
+    slots only). The static step itself runs either way; the trace's `graphs` record says which.
+    """
+    return check_graphs(mode) != "off" and torch.device(device).type == "cuda"
+
+
 def graphs_wanted(mode: str, device: torch.device) -> bool:
-    """Whether a decoder runs its static-buffer step: 'auto' means on CUDA only.
+    """Whether a decoder that still has an eager step of its own (Sequoia) runs its static-buffer step
+    instead: 'auto' means on CUDA only.
 
     'on' on a CPU runs the static step eagerly (the runner's fallback): the same buffers and
     device-side walks a GPU replays, which is how the tests check them without a GPU.
@@ -122,17 +132,21 @@ class GraphRunner:
         self._seen = set()
         return self.stats
 
-    def run(self, key, fn: Callable[[], object]):
-        """fn's outputs: replayed from key's graph, captured now if new, or computed eagerly."""
-        if not self.capture or key in self._eager:
+    def run(self, key, fn: Callable[[], object], eager: Callable[[], object] | None = None,
+            capturable: bool = True):
+        """fn's outputs: replayed from key's graph, captured now if new, or computed eagerly by `eager`
+        (default fn: the same computation, which a shape may run over fewer slots when nothing is
+        captured). `capturable` False: always eager (transformers' own forward)."""
+        eager = eager or fn
+        if not self.capture or not capturable or key in self._eager:
             self.stats.eager_calls += 1
-            return fn()
+            return eager()
         entry = self._graphs.get(key)
         if entry is None:
             entry = self._capture(key, fn)
             if entry is None:
                 self.stats.eager_calls += 1
-                return fn()
+                return eager()
         elif key not in self._seen:
             self._seen.add(key)
             self.stats.reused += 1

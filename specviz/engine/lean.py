@@ -224,27 +224,27 @@ class LeanLlama:
             mask = torch.zeros(1, 1, n, end, dtype=self.dtype, device=self.device).masked_fill_(
                 ~allowed, torch.finfo(self.dtype).min)
         causal = mask is None and n > 1   # a prefill from slot 0: plainly causal
-        x = F.embedding(input_ids, self.embed)
-        tapped = [] if hidden and taps else None
-        with attention_kernels(self.device, self.attention_backends):
-            x = self._layers(x, start, end, cos, sin, mask, causal, tapped, taps)
-        if hidden:
-            normed = rms_norm(x[0], self.final_norm, self.eps)
-            picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
-            return self.head(picked), torch.cat([normed] + tapped, -1) if tapped else normed
-        x = x[0, -rows:] if isinstance(rows, int) else x[0].index_select(0, rows)
-        # A 2-D input keeps F.linear on a plain matmul (see VocabSubsetHead.forward).
-        return self.head(rms_norm(x, self.final_norm, self.eps))
+        keys, values = self.keys, self.values
+
+        def kv(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            keys[i][:, :, start:end] = k
+            values[i][:, :, start:end] = v
+            return keys[i][:, :, :end], values[i][:, :, :end]
+
+        return self._run(input_ids, kv, cos, sin, mask, causal, rows, hidden, taps)
 
     __call__ = forward
 
     def forward_static(self, input_ids: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
-                       mask: torch.Tensor, rows: torch.Tensor, hidden: bool = False, taps: tuple[int, ...] = ()):
-        """`forward` at a fixed shape for graph capture: every argument is a tensor, nothing depends on data.
+                       mask: torch.Tensor | None, rows: torch.Tensor, hidden: bool = False,
+                       taps: tuple[int, ...] = (), end: int | None = None):
+        """`forward` with every argument a tensor, for graph capture: nothing depends on data.
 
         K/V go to the slots `slots` names (index_copy_, so the slot is data, not shape), and attention
-        spans the whole preallocated cache under the additive `mask` (1, 1, n, max_len), which blocks
-        every slot a row may not see (the caches start zeroed, so unwritten slots are finite).
+        spans slots [0, end) under the additive `mask` (1, 1, n, end), which blocks every slot a row may
+        not see. `end` None is the whole preallocated cache (the captured form: one width for every step;
+        the caches start zeroed, so unwritten slots are finite); an int is the filled slots only (the
+        eager form, which skips the empty tail and may pass no mask where a row sees every slot).
         Returns the logits of `rows` (an index tensor), and with `hidden` the features of every row.
         """
         cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
@@ -253,20 +253,30 @@ class LeanLlama:
         def kv(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             keys[i].index_copy_(2, slots, k)
             values[i].index_copy_(2, slots, v)
-            return keys[i], values[i]
+            if end is None:
+                return keys[i], values[i]
+            return keys[i][:, :, :end], values[i][:, :, :end]
 
+        return self._run(input_ids, kv, cos, sin, mask, False, rows, hidden, taps)
+
+    def _run(self, input_ids: torch.Tensor, kv, cos, sin, mask, causal: bool, rows: torch.Tensor | int,
+             hidden: bool, taps: tuple[int, ...]):
+        """Embedding, the decoder layers (K/V kept by `kv`), norm and head: both forwards' body.
+        With `hidden`, the outputs of layers `taps` (n, hidden) join each row's features."""
         x = F.embedding(input_ids, self.embed)
         tapped = []
         with attention_kernels(self.device, self.attention_backends):
             for i, layer in enumerate(self.layers):
-                x = decoder_layer(layer, x, cos, sin, kv, i, mask, False)
+                x = decoder_layer(layer, x, cos, sin, kv, i, mask, causal)
                 if hidden and i in taps:
                     tapped.append(x[0])
-        normed = rms_norm(x[0], self.final_norm, self.eps)
-        logits = self.head(normed.index_select(0, rows))
         if hidden:
-            return logits, torch.cat([normed] + tapped, -1) if tapped else normed
-        return logits
+            normed = rms_norm(x[0], self.final_norm, self.eps)
+            picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
+            return self.head(picked), torch.cat([normed] + tapped, -1) if tapped else normed
+        x = x[0, -rows:] if isinstance(rows, int) else x[0].index_select(0, rows)
+        # A 2-D input keeps F.linear on a plain matmul (see VocabSubsetHead.forward).
+        return self.head(rms_norm(x, self.final_norm, self.eps))
 
     def zero_cache(self) -> None:
         """Zero every slot: `forward_static` attends over unwritten slots (masked), which must be finite."""
@@ -281,25 +291,12 @@ class LeanLlama:
         self.lm_head = self._full_head.index_select(0, self.vocab_ids).contiguous()
         self.head = Matmul(self.lm_head, pack(self.lm_head) if self.packed else None)
 
-    def _layers(self, x: torch.Tensor, start: int, end: int, cos, sin, mask, causal: bool,
-                tapped: list | None = None, taps: tuple[int, ...] = ()) -> torch.Tensor:
-        """The decoder layers; with `tapped`, the outputs of layers `taps` (n, hidden) are appended to it."""
-        keys, values = self.keys, self.values
-
-        def kv(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            keys[i][:, :, start:end] = k
-            values[i][:, :, start:end] = v
-            return keys[i][:, :, :end], values[i][:, :, :end]
-
-        for i, layer in enumerate(self.layers):
-            x = decoder_layer(layer, x, cos, sin, kv, i, mask, causal)
-            if tapped is not None and i in taps:
-                tapped.append(x[0])
-        return x
-
     def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
-        """Move the K/V of `slots` (ascending, all >= prefix_len) to prefix_len, prefix_len + 1, ..."""
-        n = int(slots.numel())
+        """Move the K/V of `slots` (each >= its destination) to prefix_len, prefix_len + 1, ...
+
+        `slots` may be a fixed-length index (a static step's) whose entries past the kept ones repeat:
+        the slots they fill get whatever, masked until rewritten. No host read: numel is shape."""
+        n = slots.numel()
         if n == 0:
             return
         for cache in (self.all_keys, self.all_values):   # index_select copies first, so overlap is safe
@@ -320,8 +317,11 @@ class ModelForward:
 
     vocab_ids = None   # transformers' forward always returns the whole vocabulary
 
-    def __init__(self, model):
+    def __init__(self, model, max_len: int | None = None):
         self.model = model
+        weights = next(model.parameters())
+        self.device, self.dtype = weights.device, weights.dtype
+        self.max_len = max_len if max_len is not None else model.config.max_position_embeddings
         self.cache = new_cache(model)
 
     def forward(self, input_ids: torch.Tensor, start: int, positions: torch.Tensor | None = None,
@@ -359,4 +359,4 @@ def make_forward(model, max_len: int, vocab_ids: torch.Tensor | None = None, lea
     """`LeanLlama` where it is exact for this model, else the model's own forward."""
     if lean and lean_llama_supported(model):
         return LeanLlama(model, max_len, vocab_ids)
-    return ModelForward(model)
+    return ModelForward(model, max_len)

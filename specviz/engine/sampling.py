@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..draws import first_argmax, race_sample, sample
+from ..draws import first_argmax, race_sample, sample, sample_unchecked
 from ..errors import InvalidInput
 
 
@@ -120,3 +120,12 @@ def next_token_on_device(logits: torch.Tensor, cfg: SamplingConfig,
     if cfg.greedy:
         return first_argmax(logits)
     return race_sample(probs_from_logits(logits, cfg), generator)
+
+
+def draw_token(logits: torch.Tensor, cfg: SamplingConfig,
+               generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`next_token`'s token (the same draw from the same stream) with no host read, and the sampler's
+    mass check as a 0-d bool tensor (None when greedy) for the caller's one read to bring back."""
+    if cfg.greedy:
+        return first_argmax(logits), None
+    return sample_unchecked(probs_from_logits(logits, cfg), generator)

@@ -28,7 +28,7 @@ import threading
 import torch
 
 from .graphs import GraphRunner
-from .lean import LeanLlama, VocabSubsetHead, lean_llama_supported
+from .lean import LeanLlama, ModelForward, VocabSubsetHead, lean_llama_supported
 
 MIN_CAPACITY = 256
 SESSIONS_KEPT = 2   # per (method, capacity): two races at once each get their own buffers
@@ -47,7 +47,16 @@ def cache_capacity(max_len: int) -> int:
 
 
 class StaticShape:
-    """One fixed-shape forward of a `StaticForward`: buffers in, graph-owned logits (and features) out."""
+    """One fixed-shape forward of a `StaticForward`: buffers in, logits (and features) out.
+
+    Two forms of the same computation, chosen by the runner (`GraphRunner.run`):
+    - `compute`, captured (CUDA, graphs on): attention over the whole preallocated capacity under a
+      mask built on the device from `origin`, so one width serves every step;
+    - `eager`, everything else (every CPU run): attention over the filled slots only, [0, origin + B),
+      as a plain forward does, under a view of a mask made once per shape (no mask at all where every
+      row sees every slot, as AR's one token does). On a CPU the empty tail would cost attention over
+      up to capacity slots per step for nothing.
+    """
 
     def __init__(self, forward: "StaticForward", key, write_offsets: list[int], position_offsets: list[int],
                  block: torch.Tensor, rows: list[int], hidden: bool = False, taps: tuple[int, ...] = (),
@@ -67,6 +76,15 @@ class StaticShape:
         self.max_position = lean.max_len - 1 if max_position is None else min(max_position, lean.max_len - 1)
         self.neg = torch.tensor(torch.finfo(lean.dtype).min, dtype=lean.dtype, device=device)
         self.zero = torch.zeros((), dtype=lean.dtype, device=device)
+        self.capacity = lean.max_len
+        # The eager form's masks, all at once: columns [0, capacity) are the prefix (seen), then the block.
+        # Origin o's mask is the view of columns [capacity - o, capacity + B): width o + B, no copy.
+        self.sees_all = bool(self.block.all())
+        self.prefix_and_block = None
+        if not self.sees_all:
+            self.prefix_and_block = torch.zeros(n, self.capacity + self.block_width, dtype=lean.dtype, device=device)
+            self.prefix_and_block[:, self.capacity:] = torch.where(self.block, self.zero, self.neg)
+        self._origin = 0   # origin as a host number, for the eager form's slicing
 
     def mask(self) -> torch.Tensor:
         """(1, 1, n, max_len) additive: every slot before origin, then the block, nothing after."""
@@ -77,27 +95,50 @@ class StaticShape:
         allowed = (cols < self.origin) | in_block
         return torch.where(allowed, self.zero, self.neg).view(1, 1, self.n, -1)
 
-    def compute(self):
-        """The forward over the buffers as they stand (what the graph records)."""
+    def _inputs(self):
         slots = self.write_offsets + self.origin
         positions = (self.position_offsets + self.origin).clamp(max=self.max_position)
+        return slots, positions
+
+    def compute(self):
+        """The forward over the buffers as they stand, over the whole capacity (what a graph records)."""
+        slots, positions = self._inputs()
         return self.forward.lean.forward_static(self.ids, slots, positions, self.mask(), self.rows,
                                                 hidden=self.hidden, taps=self.taps)
+
+    def eager(self):
+        """The same forward over the filled slots [0, origin + B) only (nothing captured)."""
+        origin = self._origin
+        end = origin + self.block_width
+        if end > self.capacity:
+            raise ValueError(f"static shape {self.key}: {end} slots needed, {self.capacity} allocated")
+        slots, positions = self._inputs()
+        mask = None if self.sees_all else \
+            self.prefix_and_block[:, self.capacity - origin:].view(1, 1, self.n, end)
+        return self.forward.filled(self.ids, slots, positions, mask, self.rows, self.hidden, self.taps, end)
 
     def __call__(self, ids: torch.Tensor | None, origin: int):
         """Fill the buffers (`ids` None: already filled) and run: replayed, captured now, or eager."""
         if ids is not None:
             self.ids.copy_(ids.view(1, self.n))
         self.origin.fill_(origin)
-        return self.forward.runner.run(self.key, self.compute)
+        self._origin = origin
+        return self.forward.runner.run(self.key, self.compute, self.eager, self.forward.capturable)
 
 
 class StaticForward:
-    """A lean Llama forward whose cache, rotary tables and shapes are fixed for graph capture."""
+    """A forward whose cache, rotary tables and shapes are fixed for graph capture.
 
-    def __init__(self, lean: LeanLlama, runner: GraphRunner, role: str):
+    Over a `LeanLlama` its shapes can be captured; over a `ModelForward` (transformers' own forward: an
+    architecture the lean forward does not cover, or `lean=False` for A/B) they always run eagerly, the
+    same calls, so a decoder has one step for both.
+    """
+
+    def __init__(self, lean: LeanLlama | ModelForward, runner: GraphRunner, role: str):
         self.lean, self.runner, self.role = lean, runner, role
-        lean.zero_cache()
+        self.capturable = isinstance(lean, LeanLlama)
+        if self.capturable:
+            lean.zero_cache()
         self.columns = torch.arange(lean.max_len, device=lean.device)
         self.shapes: dict = {}
 
@@ -112,12 +153,19 @@ class StaticForward:
         """The prompt, eagerly (its length is the one shape that follows the data), into slots 0..P-1."""
         return self.lean.forward(ids, 0, hidden=hidden, taps=taps)
 
+    def filled(self, ids, slots, positions, mask, rows, hidden, taps, end: int):
+        """A shape's eager form: attention over slots [0, end) only."""
+        if self.capturable:
+            return self.lean.forward_static(ids, slots, positions, mask, rows, hidden=hidden, taps=taps, end=end)
+        # transformers' forward writes the n new tokens right after its cache: slots end - n .. end - 1,
+        # where every shape a decoder runs over it writes (the last n slots of its block).
+        start = end - ids.shape[1]
+        return self.lean.forward(ids, start, positions=positions, mask=mask, rows=rows, hidden=hidden, taps=taps)
+
     def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
         """Move the K/V of `slots` (a fixed-length index; entries past the kept ones may repeat) to
         prefix_len, prefix_len + 1, ...: slots past the kept ones get whatever, masked until rewritten."""
-        destination = self.columns[:slots.numel()] + prefix_len   # on the device already: no host copy
-        for cache in (self.lean.all_keys, self.lean.all_values):
-            cache.index_copy_(3, destination, cache.index_select(3, slots))
+        self.lean.keep(prefix_len, slots)
 
 
 def static_supported(model) -> bool:
@@ -143,11 +191,14 @@ class GraphSession:
         self.forwards: dict[str, StaticForward] = {}
         self.in_use = False
 
-    def forward(self, role: str, model, vocab_ids: torch.Tensor | None = None) -> StaticForward:
-        found = self.forwards.get(role)
+    def forward(self, role: str, model, vocab_ids: torch.Tensor | None = None, lean: bool = True) -> StaticForward:
+        """The static forward of `role`: over `LeanLlama` where it is exact for `model` (and `lean`), else
+        over transformers' own forward (never captured)."""
+        use_lean = lean and lean_llama_supported(model)
+        found = self.forwards.get((role, use_lean))
         if found is None:
-            lean = LeanLlama(model, self.capacity, vocab_ids)
-            found = self.forwards[role] = StaticForward(lean, self.runner, role)
+            inner = LeanLlama(model, self.capacity, vocab_ids) if use_lean else ModelForward(model, self.capacity)
+            found = self.forwards[(role, use_lean)] = StaticForward(inner, self.runner, role)
         return found
 
 
