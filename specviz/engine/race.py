@@ -182,15 +182,16 @@ def graphs_reason(mode: str, device) -> str:
     does on ZeroGPU): recorded in each run's settings["graphs_reason"]."""
     cuda = str(device).startswith("cuda")
     if mode == "auto":
-        return "auto: on for a CUDA device" if cuda else "auto: off on a CPU (the eager step)"
+        return "auto: on for a CUDA device" if cuda else "auto: off on a CPU (nothing to capture on)"
     if mode == "on" and not cuda:
-        return "on: the static-buffer step, run eagerly (no CUDA device to capture on)"
+        return "on: nothing captured without a CUDA device (the same step, run eagerly)"
     return f"{mode}: asked for"
 
 
 def graphs_words(runs_graphs, reason: str | None = None) -> str:
     """The graphs of a run or race in words, from each run's `trace.graphs` (`GraphStats.to_dict`):
-    "graphs: replayed (N shapes, capture X ms)", "graphs: static, eager (CPU)" or "graphs: off", then
+    "graphs: replayed (N shapes, capture X ms)", "graphs: static, eager (capture failed)" or "graphs: off"
+    (nothing captured: every decoder's step runs over the static buffers, so only capture is news), then
     `reason` in brackets when given (a hosting policy's decision)."""
     stats = [g for g in runs_graphs if g]
     replayed = [g for g in stats if g.get("capturing") and g.get("replays")]
@@ -202,9 +203,8 @@ def graphs_words(runs_graphs, reason: str | None = None) -> str:
             f", {reused} reused" if reused else "") + ")"
         failed = sum(len(g.get("failed") or []) for g in stats)
         words += f", {failed} shapes eager after a failed capture" if failed else ""
-    elif any(g.get("enabled") for g in stats):
-        words = "graphs: static, eager (CPU)" if not any(g.get("capturing") for g in stats) else \
-            "graphs: static, eager (capture failed)"
+    elif any(g.get("enabled") and g.get("capturing") for g in stats):
+        words = "graphs: static, eager (capture failed)"
     else:
         words = "graphs: off"
     return words + (f" ({reason})" if reason else "")

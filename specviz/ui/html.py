@@ -324,7 +324,7 @@ def first_sizes_words(race) -> str:
 
 
 def race_graphs_words(race) -> str:
-    """The summary line's graphs: "graphs: replayed (N shapes, capture X ms)", "graphs: static, eager (CPU)"
+    """The summary line's graphs: "graphs: replayed (N shapes, capture X ms)", "graphs: static, eager (capture failed)"
     or "graphs: off" (with ZeroGPU's reason when its policy decided)."""
     from ..engine.race import graphs_words
 
