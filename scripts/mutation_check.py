@@ -40,7 +40,7 @@ SELECTIONS = {
     "kv-keeps-rejected-slot": GREEDY_SEQUOIA,
     "device-walk-no-residual": ["tests/test_sequoia_static.py", "-k", "device_walk_keeps and not True"],
     "lookahead-device-fallback-raw-p": ["tests/test_lookahead_static.py", "-k", "device_sampled_verdict_is_exact"],
-    "race-sample-flattened": ["tests/test_sampling_exact.py", "-k", "test_sampling_is_exact and ar-graphs"],
+    "race-sample-flattened": ["tests/test_sampling_exact.py", "-k", "sync_free_draw"],
     "sampler-ignores-temperature": ["tests/test_sampling_exact.py", "-k", "test_sampling_is_exact and ar and T0.6"],
     "checkout-shares-a-session": ["tests/test_workshop_room.py", "-k", "keep_their_own_decoding_state"],
 }

@@ -52,9 +52,8 @@ class Family:
 SEQUOIA_MUTANTS = ("no-residual", "rejected-left-in-q")
 ADAPTIVE = {"tree": "adaptive", "tree_threshold": 0.04, "tree_budget": 10, "tree_depth": 3}
 FAMILIES = {
+    # AR's one step (graphs on or off: the same step) draws with `draws.sample` on the device.
     "ar": Family("ar", "self"),
-    # The static (graph-ready) step, run eagerly on the CPU: its sync-free sampler (`draws.race_sample`).
-    "ar-graphs": Family("ar", "self", {"graphs": "on"}, mutants=("race-sample-flattened",)),
     "sequoia-independent-fixed": Family("sequoia", "independent", {"tree_parents": SAMPLING_TREE},
                                                      mutants=SEQUOIA_MUTANTS),
     # An adaptive tree's shape follows the draft's ranked probabilities at the tokens drawn above each node
@@ -157,6 +156,28 @@ def test_the_sample_size_has_power_against_a_wrong_temperature(setting):
         exact = exact_distribution(model, list(prompt), sampling, N_TOKENS)
         wrong = exact_distribution(model, list(prompt), shifted_temperature(sampling, WRONG_TEMPERATURE), N_TOKENS)
         assert chi_square_power(exact, wrong, N_SAMPLES, ALPHA) >= 0.99, prompt
+
+
+def test_the_sync_free_draw_is_exact():
+    """`draws.race_sample` (the static walks' one draw with no host read) follows its distribution, rows at a
+    time, and the same check rejects it with its clocks of the wrong law (the mutant `race-sample-flattened`)."""
+    import torch
+    from scipy.stats import chisquare
+
+    from specviz import draws
+
+    probs = torch.tensor([0.02, 0.08, 0.15, 0.25, 0.5, 0.0])   # a token of no mass is never drawn
+    n = 20_000
+
+    def p_value() -> float:
+        drawn = draws.race_sample(probs.expand(n, -1), torch.Generator().manual_seed(3))
+        counts = torch.bincount(drawn, minlength=len(probs))
+        assert counts[-1] == 0
+        return float(chisquare(counts[:-1].numpy(), (probs[:-1] * n).numpy()).pvalue)
+
+    assert p_value() > ALPHA
+    with mutated("race-sample-flattened"):
+        assert p_value() < ALPHA
 
 
 def test_every_mutant_can_still_be_planted():
