@@ -33,6 +33,10 @@ class FeatureShape(StaticShape):
         positions = (self.position_offsets + self.origin).clamp(max=self.max_position)
         return self.forward.forward_static(self.ids, self.features, slots, positions, self.mask(), self.rows)
 
+    def eager(self):
+        """Uncaptured, the same whole-capacity forward (the feature draft has no filled-slots form yet)."""
+        return self.compute()
+
     def __call__(self, ids: torch.Tensor, features: torch.Tensor, origin: int):
         self.features.copy_(features)
         return super().__call__(ids, origin)
@@ -40,6 +44,8 @@ class FeatureShape(StaticShape):
 
 class FeatureStaticForward:
     """A feature draft's forward over a zeroed cache of `capacity` slots, its shapes, and the session's runner."""
+
+    capturable = True   # as a `StaticForward` over the lean forward
 
     def __init__(self, draft, capacity: int, runner, role: str):
         self.draft, self.runner, self.role = draft, runner, role
