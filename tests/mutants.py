@@ -37,9 +37,6 @@ MUTANTS = [
     Mutant("bonus-from-raw-target", "specviz.sequoia.verify", "sampling_walk",
            "    bonus = int(sample(p, generator))", "    bonus = int(sample(target_probs[node], generator))",
            "the bonus token is drawn from the target's P at the last node, not the residual"),
-    Mutant("lookahead-fallback-raw-p", "specviz.lookahead.verify", "sampling_verify",
-           "            final = probs if residual is None else residual\n", "            final = probs\n",
-           "Lookahead's fallback token is drawn from P, rejected candidates' tokens included"),
     Mutant("tree-positions-off-by-one", "specviz.sequoia.tree", "TreeTensors.__init__",
            "torch.tensor(shape.depths, dtype=torch.long",
            "torch.tensor([d + 1 for d in shape.depths], dtype=torch.long",
@@ -60,7 +57,11 @@ MUTANTS = [
            "the static step's device walk leaves P as it was after a rejected child: no residual"),
     Mutant("lookahead-device-fallback-raw-p", "specviz.lookahead.device_verify", "sampled_verdict",
            "torch.where(tried > 0, 0.0, probs)", "probs",
-           "the static step's device fallback token is drawn from P, rejected candidates' tokens included"),
+           "Lookahead's fallback token is drawn from P, rejected candidates' tokens included"),
+    Mutant("lookahead-device-accept-raw-p", "specviz.lookahead.device_verify", "sampled_verdict",
+           "uniforms[j] * (probs.double().sum() - tried_before) < p_offered",
+           "uniforms[j] * probs.double().sum() < p_offered",
+           "Lookahead accepts a later try with its raw P(x), not renormalised over the tokens not yet rejected"),
     Mutant("sampler-ignores-temperature", "specviz.engine.sampling", "probs_from_logits",
            "    scores = logits.float() / cfg.temperature\n", "    scores = logits.float()\n",
            "probabilities are computed at temperature 1 whatever the setting"),
@@ -73,7 +74,7 @@ BY_NAME = {m.name: m for m in MUTANTS}
 
 # Imported before patching, so every module that binds a mutated function by name is rebound too.
 DECODER_MODULES = ["specviz.engine.sampling", "specviz.autoregressive.decoder", "specviz.sequoia.decoder",
-                   "specviz.lookahead.decoder", "specviz.sequoia.verify", "specviz.lookahead.verify",
+                   "specviz.lookahead.decoder", "specviz.sequoia.verify", "specviz.lookahead.device_verify",
                    "specviz.sequoia.tree"]
 
 

@@ -1,23 +1,34 @@
-"""Lookahead's verification rules as fixed-shape tensor work: what the static (graph) step runs on the device.
+"""Verifying Lookahead's candidates against the target, greedy and exact sampling, on the device.
 
-The same rules as `verify.py` (greedy: longest self-consistent match, first on ties; sampling: the
-one-hot drafts' recursive rejection), written so nothing depends on the data's values: the step
-always verifies G candidate rows of L = N-1 tokens, the padding rows marked invalid by `valid`, with
-fixed loops over positions and `torch.where` in place of host branches. The result is one packed
-long tensor (`verdict_width(G, L)` values, see `pack`), read back with the step's other values in
-the step's one `.tolist()`; `unpack` turns it into verify.py's `Verdict` for the real candidates.
+Greedy: the longest self-consistent match wins, the first on ties. Sampling: the one-hot drafts'
+recursive rejection, so the output is distributed exactly as sampling from the target. Both are
+written so nothing depends on the data's values: the step verifies `count` candidate rows of
+L = N-1 tokens (under capture always G, the padding rows marked invalid by `valid`), with fixed
+loops over positions and `torch.where` in place of host branches. The result is one packed long
+tensor (`verdict_width(count, L)` values, see `pack`), read back with the step's other values in
+the step's one `.tolist()`; `unpack` turns it into a `Verdict` for the real candidates.
 
-Pure functions: no model, no cache, so the tests compare them with verify.py's host rules directly.
+Pure functions: no model, no cache. tests/lookahead_reference.py states the same rules as host
+loops, the independent reference these are checked against.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..draws import first_argmax, race_sample
-from .verify import Verdict
 
 NO_CANDIDATE = -1   # `best` when nothing was accepted, and the tokens past the emitted ones
+
+
+@dataclass
+class Verdict:
+    tokens: list[int]            # emitted: accepted candidate tokens + the target's next token
+    n_accepted: int              # leading tokens of `tokens` that came from the candidate
+    best: int | None             # index of the accepted candidate, None when nothing matched
+    match_lengths: list[int]     # per candidate: leading tokens equal to what was emitted
 
 
 def verdict_width(guesses: int, cand_len: int) -> int:
@@ -65,7 +76,7 @@ def _prefix_lengths(candidates: torch.Tensor, tokens: torch.Tensor, n_accepted: 
 
 def greedy_verdict(candidates: torch.Tensor, valid: torch.Tensor, first_pred: torch.Tensor,
                    cand_preds: torch.Tensor) -> torch.Tensor:
-    """`verify.greedy_verify` on the device: candidates and cand_preds (G, L) long, valid (G,) bool,
+    """The greedy verdict: candidates and cand_preds (G, L) long, valid (G,) bool,
     first_pred 0-d (the target's token after t0). Packed verdict (see `pack`)."""
     guesses, cand_len = candidates.shape
     if guesses == 0:   # a size, not data: no candidates, the target's own token
@@ -90,13 +101,13 @@ def _pick_row(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def sampled_verdict(candidates: torch.Tensor, valid: torch.Tensor, first_probs: torch.Tensor,
                     cand_probs: torch.Tensor, uniforms: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """`verify.sampling_verify` on the device, exact in distribution (it draws differently).
+    """The sampled verdict, exact in distribution.
 
     candidates (G, L) long, valid (G,) bool, first_probs (V,) = P after t0, cand_probs (G, L, V) = P after
     candidate k's token j, uniforms (L, G) float64 on [0, 1): the pre-drawn acceptance draw of each try.
     At position j the surviving candidates offer their tokens in pool order, each distinct token tried
     once: the i-th try x_i is accepted with probability P(x_i) / (1 - P(x_1) - ... - P(x_{i-1})), which
-    is what verify.py's renormalised residual gives; the first accepted try wins. When every try fails,
+    is what the renormalised residual gives; the first accepted try wins. When every try fails,
     the token is drawn from P with the tried tokens zeroed and the walk stops; after a full match the
     bonus token is drawn from P after the last one. The one draw at the end is `race_sample`'s.
     """

@@ -1,28 +1,22 @@
-"""Verifying Lookahead candidates against the target, greedy and exact sampling.
+"""Lookahead's verification walks on the host: the independent reference the device walks
+(`specviz.lookahead.device_verify`, what the decoder runs) are checked against.
 
 Both take the candidate n-grams (pool order) and what the target said in the
 step's forward: the prediction after t0 and the prediction after every
 candidate token. They return a `Verdict`: the tokens to emit (accepted
 candidate tokens, then the target's own next token, so a full match of N-1
 tokens yields N), how many of those came from a candidate, which candidate and
-every candidate's match length. Pure functions: no model, no cache.
+every candidate's match length. Written as plain loops over Python lists, in
+the order the rules are stated, so they share nothing with the device walks but
+the `Verdict` they return.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from ..draws import sample
-
-
-@dataclass
-class Verdict:
-    tokens: list[int]            # emitted: accepted candidate tokens + the target's next token
-    n_accepted: int              # leading tokens of `tokens` that came from the candidate
-    best: int | None             # index of the accepted candidate, None when nothing matched
-    match_lengths: list[int]     # per candidate: leading tokens equal to what was emitted
+from specviz.draws import sample
+from specviz.lookahead.device_verify import Verdict
 
 
 def _prefix_match(candidate, tokens) -> int:
