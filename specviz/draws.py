@@ -1,5 +1,5 @@
 """Exact random draws over probability tensors, with no model code: the verification rules
-(`sequoia.verify`, `lookahead.device_verify`) and the engine's sampler share them.
+(`sequoia.verify`, `lookahead.verify`) and the engine's sampler share them.
 
 Both are the standard distributions, drawn the cheaper way on a CPU: inverse CDF instead of
 torch.multinomial (0.05 against 0.85 ms over a 49k vocabulary), and Exp(1) as -log(U) instead

@@ -1,5 +1,5 @@
 """Lookahead's verification walks on the host: the independent reference the device walks
-(`specviz.lookahead.device_verify`, what the decoder runs) are checked against.
+(`specviz.lookahead.verify`, what the decoder runs) are checked against.
 
 Both take the candidate n-grams (pool order) and what the target said in the
 step's forward: the prediction after t0 and the prediction after every
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from specviz.draws import sample
-from specviz.lookahead.device_verify import Verdict
+from specviz.lookahead.verify import Verdict
 
 
 def _prefix_match(candidate, tokens) -> int:

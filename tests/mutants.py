@@ -55,10 +55,10 @@ MUTANTS = [
     Mutant("device-walk-no-residual", "specviz.sequoia.device_verify", "sampled_walk_device",
            "            p = torch.where(miss, residual_device(p, q), p)\n", "",
            "the static step's device walk leaves P as it was after a rejected child: no residual"),
-    Mutant("lookahead-device-fallback-raw-p", "specviz.lookahead.device_verify", "sampled_verdict",
+    Mutant("lookahead-device-fallback-raw-p", "specviz.lookahead.verify", "sampled_verdict",
            "torch.where(tried > 0, 0.0, probs)", "probs",
            "Lookahead's fallback token is drawn from P, rejected candidates' tokens included"),
-    Mutant("lookahead-device-accept-raw-p", "specviz.lookahead.device_verify", "sampled_verdict",
+    Mutant("lookahead-device-accept-raw-p", "specviz.lookahead.verify", "sampled_verdict",
            "uniforms[j] * (probs.double().sum() - tried_before) < p_offered",
            "uniforms[j] * probs.double().sum() < p_offered",
            "Lookahead accepts a later try with its raw P(x), not renormalised over the tokens not yet rejected"),
@@ -74,7 +74,7 @@ BY_NAME = {m.name: m for m in MUTANTS}
 
 # Imported before patching, so every module that binds a mutated function by name is rebound too.
 DECODER_MODULES = ["specviz.engine.sampling", "specviz.autoregressive.decoder", "specviz.sequoia.decoder",
-                   "specviz.lookahead.decoder", "specviz.sequoia.verify", "specviz.lookahead.device_verify",
+                   "specviz.lookahead.decoder", "specviz.sequoia.verify", "specviz.lookahead.verify",
                    "specviz.sequoia.tree"]
 
 

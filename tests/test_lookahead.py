@@ -234,6 +234,24 @@ def test_eos_on_tiny_model_and_window_never_holds_eos(one_thread):
             assert all(eos not in level for level in step.payload.window)
 
 
+def test_transformers_forward_runs_the_same_step(one_thread):
+    """A target the lean forward does not cover runs the same step over transformers' forward: greedy equals
+    `ar`, with the same rows per step as the lean forward."""
+    from specviz.lookahead.decoder import LookaheadDecoder
+
+    class ModelForwardLookahead(LookaheadDecoder):
+        lean = False
+
+    pair = tiny_pair(draft_seed=None)
+    reference = _tiny_ar(pair, TINY_PROMPT, 24)
+    for window, ngram, guesses in [(4, 3, 3), (5, 4, 0)]:
+        options = dict(window=window, ngram=ngram, guesses=guesses)
+        slow = ModelForwardLookahead(pair, "", TINY_PROMPT, SamplingConfig(), 24, **options).run()
+        lean = make_decoder("lookahead", pair, "", max_new_tokens=24, prompt_ids=TINY_PROMPT, **options).run()
+        assert slow.token_ids == lean.token_ids == reference, options
+        assert [s.tokens_processed for s in slow.steps] == [s.tokens_processed for s in lean.steps]
+
+
 def test_long_prompt_near_the_context_limit(one_thread):
     pair = tiny_pair(draft_seed=None)  # max_position_embeddings = 128
     prompt = (TINY_PROMPT * 12)[:120]

@@ -13,8 +13,8 @@ from mutants import BY_NAME, _mutated_function, _resolve
 
 from specviz.engine.methods import make_decoder
 from specviz.engine.sampling import SamplingConfig
-from specviz.lookahead import device_verify
-from specviz.lookahead.device_verify import greedy_verdict, unpack, verdict_width
+from specviz.lookahead import verify
+from specviz.lookahead.verify import greedy_verdict, unpack, verdict_width
 from specviz.trace import SOURCE_NGRAM
 
 # -- device verification alone (no model) -------------------------------------------------------
@@ -81,7 +81,7 @@ def test_padding_candidates_change_no_draw():
         for count in (guesses, n_real):
             gen = torch.Generator().manual_seed(seed)
             uniforms = torch.rand(cand_len, guesses, generator=gen, dtype=torch.float64)[:, :count]
-            packed = device_verify.sampled_verdict(cands[:count], torch.arange(count) < n_real, first,
+            packed = verify.sampled_verdict(cands[:count], torch.arange(count) < n_real, first,
                                                    after[:count], uniforms, gen)
             verdicts.append(unpack(packed.tolist(), n_real, cand_len))
         assert verdicts[0] == verdicts[1]
@@ -92,7 +92,7 @@ def _sampled(cands, first_probs, after, generator, n_real=None):
     guesses, cand_len = cands.shape
     valid = torch.arange(guesses) < (guesses if n_real is None else n_real)
     uniforms = torch.rand(cand_len, guesses, generator=generator, dtype=torch.float64)
-    packed = device_verify.sampled_verdict(cands, valid, first_probs, after, uniforms, generator)
+    packed = verify.sampled_verdict(cands, valid, first_probs, after, uniforms, generator)
     return unpack(packed.tolist(), int(valid.sum()), cand_len)
 
 

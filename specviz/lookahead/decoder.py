@@ -9,7 +9,7 @@ output is exactly greedy (or sampled) decoding of the target.
 
 One step program, on a CPU as on a GPU: the window and the pool stay host-side Python; the host sends
 the step's ids in one copy, the device runs the forward over a fixed shape (`engine.static`), the
-window's argmax and the verification (`device_verify.py`), and one read brings back the new level and
+window's argmax and the verification (`verify.py`), and one read brings back the new level and
 the verdict. Where the session captures CUDA graphs every step of a fill level runs one shape with G
 candidates (missing ones padded with n-grams nobody sees and verification skips), so a graph replays
 it; where nothing is captured (a CPU, graphs off) padding is not free, so the shape has exactly the
@@ -39,7 +39,7 @@ from ..trace import (
     NgramCandidate,
     StepRecord,
 )
-from .device_verify import greedy_verdict, sampled_verdict, unpack
+from .verify import greedy_verdict, sampled_verdict, unpack
 from .pool import NgramPool
 from .sizing import resolve_settings
 from .window import LookaheadLayout, build_layout
