@@ -45,7 +45,8 @@ CONFIGS = {   # name: (method, temperature, decoder options)
 }
 
 
-def worker(code_dir: str, threads: int, tokens: int, draft: str | None, interleave: bool = False) -> None:
+def worker(code_dir: str, threads: int, tokens: int, draft: str | None, interleave: bool = False,
+           dtype: str = "bf16") -> None:
     """Serve runs on stdin (one JSON per line) with the specviz found in code_dir."""
     sys.path.insert(0, code_dir)
     import torch
@@ -59,7 +60,7 @@ def worker(code_dir: str, threads: int, tokens: int, draft: str | None, interlea
 
     if not specviz.__file__.startswith(code_dir):
         raise SystemExit(f"imported {specviz.__file__}, not the code in {code_dir}")
-    pair = load_pair("default", draft, device="cpu", dtype="bf16")
+    pair = load_pair("default", draft, device="cpu", dtype=dtype)
     prompts = [p["prompt"] for p in read_suites("chat,code")]
     if interleave:   # chat, code, chat, code, ...: both kinds in the first N
         chat, code = [p["prompt"] for p in read_suites("chat")], [p["prompt"] for p in read_suites("code")]
@@ -89,7 +90,7 @@ def export(rev: str, into: Path, with_assets: bool = False) -> Path:
 
 def start(code_dir: Path, args) -> subprocess.Popen:
     cmd = [sys.executable, __file__, "--serve", str(code_dir), "--threads", str(args.threads),
-           "--tokens", str(args.tokens)] + (["--draft", args.draft] if args.draft else []) + (
+           "--tokens", str(args.tokens), "--dtype", args.dtype] + (["--draft", args.draft] if args.draft else []) + (
               ["--interleave"] if args.interleave else [])
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True, cwd=ROOT)
@@ -112,6 +113,8 @@ def main() -> int:
     p.add_argument("--interleave", action="store_true", help="alternate chat and code prompts (both kinds in N)")
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"),
+                   help="fp32 where the CPU has no native bf16 matmul (AVX2 only: bf16 runs slowly there)")
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated: " + ", ".join(CONFIGS))
     p.add_argument("--draft", default=None, help="the offline default's draft: feature (default) or independent")
     p.add_argument("--old-assets", action="store_true",
@@ -119,7 +122,7 @@ def main() -> int:
     p.add_argument("--serve", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
-        worker(args.serve, args.threads, args.tokens, args.draft, args.interleave)
+        worker(args.serve, args.threads, args.tokens, args.draft, args.interleave, args.dtype)
         return 0
     configs = {name: CONFIGS[name] for name in args.configs.split(",")}
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,7 +140,7 @@ def main() -> int:
             proc.stdin.close()
             proc.wait()
     old = args.old + (" with its own assets" if args.old_assets else "")
-    print(f"old = {old}, new = working tree; {args.prompts} prompts, {args.tokens} tokens, bf16, "
+    print(f"old = {old}, new = working tree; {args.prompts} prompts, {args.tokens} tokens, {args.dtype}, "
           f"{args.threads} threads")
     print("| run | old tok/s | new tok/s | new / old (paired) | tokens per step old / new | identical tokens |")
     print("|---|---|---|---|---|---|")

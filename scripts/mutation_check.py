@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from mutants import MUTANTS  # noqa: E402
 
 VERIFY_RULES = ["tests/test_verification.py", "-k", "enumeration or by_sampling or rule_is_exact"]
+LOOKAHEAD_WALK = ["tests/test_lookahead_static.py", "-k", "device_sampled_verdict_is_exact"]
 GREEDY_SEQUOIA = ["tests/test_sequoia.py", "-k", "greedy_equals_autoregressive and (chain or dp8)"]
 # The tests each mutant is run against: narrow enough to be quick, chosen so a killed mutant says which
 # kind of test guards that part of the core.
@@ -34,12 +35,12 @@ SELECTIONS = {
     "no-residual": VERIFY_RULES,
     "rejected-left-in-q": VERIFY_RULES,
     "bonus-from-raw-target": VERIFY_RULES,
-    "lookahead-fallback-raw-p": ["tests/test_lookahead.py", "-k", "sampling_verify"],
     "tree-positions-off-by-one": GREEDY_SEQUOIA,
     "tree-mask-skips-self": GREEDY_SEQUOIA,
     "kv-keeps-rejected-slot": GREEDY_SEQUOIA,
     "device-walk-no-residual": ["tests/test_sequoia_static.py", "-k", "device_walk_keeps and not True"],
-    "lookahead-device-fallback-raw-p": ["tests/test_lookahead_static.py", "-k", "device_sampled_verdict_is_exact"],
+    "lookahead-device-fallback-raw-p": LOOKAHEAD_WALK,
+    "lookahead-device-accept-raw-p": LOOKAHEAD_WALK,
     "race-sample-flattened": ["tests/test_sampling_exact.py", "-k", "sync_free_draw"],
     "sampler-ignores-temperature": ["tests/test_sampling_exact.py", "-k", "test_sampling_is_exact and ar and T0.6"],
     "checkout-shares-a-session": ["tests/test_workshop_room.py", "-k", "keep_their_own_decoding_state"],

@@ -3,12 +3,12 @@
 import pytest
 import torch
 from helpers import chi_square_pvalue, tiny_pair
+from lookahead_reference import greedy_verify, sampling_verify
 
 from specviz.engine.methods import make_decoder
 from specviz.engine.sampling import SamplingConfig
 from specviz.errors import InvalidInput
 from specviz.lookahead.sizing import choose, expected_tokens, interpolate, settings_table
-from specviz.lookahead.verify import greedy_verify, sampling_verify
 from specviz.lookahead.window import build_layout
 from specviz.trace import SOURCE_AR, SOURCE_BONUS, SOURCE_NGRAM, RunTrace
 
@@ -41,9 +41,6 @@ def test_layout_w3_n3_g2_by_hand():
     # Kept logits: the last level (the window's new level), then t0, then the candidates.
     assert lay.logits_index.tolist() == [3, 4, 5, 0, 6, 7, 8, 9]
     assert (lay.new_level_rows, lay.t0_row, lay.n_kept_fixed, lay.candidate_start) == (3, 3, 4, 6)
-    block = lay.mask_block(torch.float32)
-    assert torch.equal(block == 0, expected)
-    assert torch.all(block[~expected] == torch.finfo(torch.float32).min)
     # Fewer candidates: the leading rows and columns of the same block.
     assert lay.n_tokens(1) == 8 and lay.n_kept(1) == 6 and lay.n_tokens(0) == 6
 
@@ -235,6 +232,24 @@ def test_eos_on_tiny_model_and_window_never_holds_eos(one_thread):
     if eos not in TINY_PROMPT:
         for step in la.steps[2:]:
             assert all(eos not in level for level in step.payload.window)
+
+
+def test_transformers_forward_runs_the_same_step(one_thread):
+    """A target the lean forward does not cover runs the same step over transformers' forward: greedy equals
+    `ar`, with the same rows per step as the lean forward."""
+    from specviz.lookahead.decoder import LookaheadDecoder
+
+    class ModelForwardLookahead(LookaheadDecoder):
+        lean = False
+
+    pair = tiny_pair(draft_seed=None)
+    reference = _tiny_ar(pair, TINY_PROMPT, 24)
+    for window, ngram, guesses in [(4, 3, 3), (5, 4, 0)]:
+        options = dict(window=window, ngram=ngram, guesses=guesses)
+        slow = ModelForwardLookahead(pair, "", TINY_PROMPT, SamplingConfig(), 24, **options).run()
+        lean = make_decoder("lookahead", pair, "", max_new_tokens=24, prompt_ids=TINY_PROMPT, **options).run()
+        assert slow.token_ids == lean.token_ids == reference, options
+        assert [s.tokens_processed for s in slow.steps] == [s.tokens_processed for s in lean.steps]
 
 
 def test_long_prompt_near_the_context_limit(one_thread):

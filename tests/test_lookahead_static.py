@@ -1,5 +1,6 @@
-"""Lookahead's static-buffer (graph-ready) step: device verification against the host rules, and the
-static step (graphs="on", eager over the same buffers on a CPU) against today's path and `ar`."""
+"""Lookahead's one step program: the device walks against the host reference (tests/lookahead_reference.py),
+and the decoder with exactly the pool's candidates (a CPU: nothing captured) and padded to G (what a
+captured CUDA graph replays, run here eagerly) against each other and `ar`."""
 
 import dataclasses
 import random
@@ -7,13 +8,13 @@ import random
 import pytest
 import torch
 from helpers import chi_square_pvalue, target_forward_rows, tiny_pair
+from lookahead_reference import greedy_verify, sampling_verify
 from mutants import BY_NAME, _mutated_function, _resolve
 
 from specviz.engine.methods import make_decoder
 from specviz.engine.sampling import SamplingConfig
-from specviz.lookahead import device_verify
-from specviz.lookahead.device_verify import greedy_verdict, unpack, verdict_width
-from specviz.lookahead.verify import greedy_verify, sampling_verify
+from specviz.lookahead import verify
+from specviz.lookahead.verify import greedy_verdict, unpack, verdict_width
 from specviz.trace import SOURCE_NGRAM
 
 # -- device verification alone (no model) -------------------------------------------------------
@@ -41,12 +42,57 @@ def test_device_greedy_verdict_equals_the_host_rule():
     assert min(seen_full, seen_none, seen_tie) > 20, (seen_full, seen_none, seen_tie)
 
 
+def _one_hot_rows(rng, shape, vocab):
+    return torch.nn.functional.one_hot(torch.tensor([rng.randrange(vocab) for _ in range(shape)], dtype=torch.long), vocab).float()
+
+
+def test_device_sampled_verdict_equals_the_host_rule_where_it_is_certain():
+    """Where every P is one-hot the sampled walks are certain: the device verdict equals sampling_verify's in
+    every small case, padding candidates included (the draws then only ever pick the one token)."""
+    rng = random.Random(1)
+    seen_full, seen_none = 0, 0
+    for _ in range(600):
+        guesses, cand_len, vocab = rng.randint(0, 4), rng.randint(1, 3), 3
+        n_real = rng.randint(0, guesses)
+        cands = torch.tensor([[rng.randrange(vocab) for _ in range(cand_len)] for _ in range(guesses)],
+                             dtype=torch.long).view(guesses, cand_len)
+        first = _one_hot_rows(rng, 1, vocab)[0]
+        after = _one_hot_rows(rng, guesses * cand_len, vocab).view(guesses, cand_len, vocab)
+        gen = torch.Generator().manual_seed(rng.randrange(1000))
+        host = sampling_verify([tuple(r) for r in cands[:n_real].tolist()], first, after[:n_real], gen)
+        assert _sampled(cands, first, after, gen, n_real=n_real) == host, (cands, n_real, first, after)
+        seen_full += host.n_accepted == cand_len
+        seen_none += host.best is None
+    assert min(seen_full, seen_none) > 20, (seen_full, seen_none)
+
+
+def test_padding_candidates_change_no_draw():
+    """One random-number discipline: with the acceptance draws taken at (L, G) either way, the walk over
+    exactly the real candidates and the walk padded to G (what a captured step runs) give the same verdict."""
+    rng = random.Random(2)
+    for _ in range(200):
+        guesses, cand_len, vocab = rng.randint(1, 4), rng.randint(1, 3), 4
+        n_real = rng.randint(0, guesses)
+        cands = torch.tensor([[rng.randrange(vocab) for _ in range(cand_len)] for _ in range(guesses)], dtype=torch.long)
+        first = torch.rand(vocab, generator=torch.Generator().manual_seed(rng.randrange(1000)))
+        after = torch.rand(guesses, cand_len, vocab)
+        seed = rng.randrange(1000)
+        verdicts = []
+        for count in (guesses, n_real):
+            gen = torch.Generator().manual_seed(seed)
+            uniforms = torch.rand(cand_len, guesses, generator=gen, dtype=torch.float64)[:, :count]
+            packed = verify.sampled_verdict(cands[:count], torch.arange(count) < n_real, first,
+                                                   after[:count], uniforms, gen)
+            verdicts.append(unpack(packed.tolist(), n_real, cand_len))
+        assert verdicts[0] == verdicts[1]
+
+
 def _sampled(cands, first_probs, after, generator, n_real=None):
     """One device verdict (through the module attribute, so a planted mutant is what runs)."""
     guesses, cand_len = cands.shape
     valid = torch.arange(guesses) < (guesses if n_real is None else n_real)
     uniforms = torch.rand(cand_len, guesses, generator=generator, dtype=torch.float64)
-    packed = device_verify.sampled_verdict(cands, valid, first_probs, after, uniforms, generator)
+    packed = verify.sampled_verdict(cands, valid, first_probs, after, uniforms, generator)
     return unpack(packed.tolist(), int(valid.sum()), cand_len)
 
 
@@ -112,12 +158,19 @@ N_NEW = 32
 
 @pytest.fixture(scope="module")
 def ar_tokens(pair_fp32):
-    return {name: make_decoder("ar", pair_fp32, prompt, max_new_tokens=N_NEW, graphs="off").run().token_ids
+    return {name: make_decoder("ar", pair_fp32, prompt, max_new_tokens=N_NEW).run().token_ids
             for name, prompt in PROMPTS.items()}
 
 
 def _payloads(trace):
     return [dataclasses.replace(step.payload, step_ms=0.0) for step in trace.steps]
+
+
+def _run(pair, prompt, padded: bool, **options):
+    """A run of the one step program; `padded`: every step's shape at all G candidates, as under capture."""
+    dec = make_decoder("lookahead", pair, "" if "prompt_ids" in options else prompt, **options)
+    dec.padded = padded
+    return dec.run()
 
 
 # `auto` reads a forward-cost curve this test gives it (what a machine measures is its own business: issue
@@ -146,57 +199,60 @@ def auto_curve(request, tmp_path, monkeypatch):
                                         ("code", {"window": 4, "ngram": 3, "guesses": 3}),
                                         ("repeat", {"window": 4, "ngram": 3, "guesses": 3})],
                          ids=["code-auto-flat", "code-auto-steep", "code-w4n3g3", "repeat-w4n3g3"])
-def test_greedy_static_equals_todays_path_and_ar(pair_fp32, ar_tokens, auto_curve, name, sizes):
+def test_greedy_exact_and_padded_steps_equal_ar(pair_fp32, ar_tokens, auto_curve, name, sizes):
     from specviz.lookahead.sizing import choose
 
     prompt = PROMPTS[name]
     sizes = {} if auto_curve else sizes
-    off = make_decoder("lookahead", pair_fp32, prompt, max_new_tokens=N_NEW, graphs="off", **sizes).run()
-    with target_forward_rows() as rows:
-        on = make_decoder("lookahead", pair_fp32, prompt, max_new_tokens=N_NEW, graphs="on", **sizes).run()
-    assert on.token_ids == off.token_ids == ar_tokens[name]
+    with target_forward_rows() as exact_rows:
+        exact = _run(pair_fp32, prompt, False, max_new_tokens=N_NEW, **sizes)
+    with target_forward_rows() as padded_rows:
+        padded = _run(pair_fp32, prompt, True, max_new_tokens=N_NEW, **sizes)
+    assert exact.token_ids == padded.token_ids == ar_tokens[name]
     # What the app shows (window, harvest, pool, candidates and their match lengths) is the same too.
-    assert _payloads(on) == _payloads(off)
-    assert [s.token_sources for s in on.steps] == [s.token_sources for s in off.steps]
-    sources = [s for step in on.steps for s in step.token_sources]
-    guesses = on.settings["guesses"]
-    if auto_curve:   # the trace runs what the sizing chose for the curve it read, with or without graphs
-        for trace, graphs in ((off, False), (on, True)):
-            chosen = choose(pair_fp32, graphs=graphs)["choice"]
-            assert trace.settings["auto"] and (trace.settings["window"], trace.settings["ngram"],
-                                               trace.settings["guesses"]) == (
-                chosen["window"], chosen["ngram"], chosen["guesses"])
+    assert _payloads(exact) == _payloads(padded)
+    assert [s.token_sources for s in exact.steps] == [s.token_sources for s in padded.steps]
+    sources = [s for step in exact.steps for s in step.token_sources]
+    guesses, ngram = exact.settings["guesses"], exact.settings["ngram"]
+    if auto_curve:   # the trace runs what the sizing chose for the curve it read
+        chosen = choose(pair_fp32)["choice"]
+        assert exact.settings["auto"] and (exact.settings["window"], ngram, guesses) == (
+            chosen["window"], chosen["ngram"], chosen["guesses"])
     if auto_curve == "steep":   # no candidate pays for its rows there: G = 0, nothing from the pool
         assert guesses == 0 and SOURCE_NGRAM not in sources
     else:   # candidates were accepted (fixed sizes, or the flat curve's wide window)
         assert guesses > 0 and sources.count(SOURCE_NGRAM) > 0
-    assert any(not step.payload.warmup for step in on.steps[1:])  # past the warm-up
-    assert on.settings["graphs"] == "on" and off.settings["graphs"] == "off"
-    assert on.graphs["enabled"] and not on.graphs["capturing"] and on.graphs["eager_calls"] == len(on.steps) - 1
-    assert not off.graphs["enabled"] and off.graphs["eager_calls"] == 0
-    # The trace's forward sizes are what the target's forward ran (every step the layout's full shape, the
-    # pool's missing candidates padded), not a count restated from the layout.
-    assert [s.tokens_processed for s in on.steps[1:]] == rows
+    assert any(not step.payload.warmup for step in exact.steps[1:])  # past the warm-up
+    assert exact.graphs["enabled"] and not exact.graphs["capturing"]
+    # The trace's forward sizes are what the target's forward ran: without capture the pool's candidates
+    # only, padded every step's full G-candidate shape.
+    assert [s.tokens_processed for s in exact.steps[1:]] == exact_rows
+    assert [s.tokens_processed for s in padded.steps[1:]] == padded_rows
+    window_rows = [1 + sum(len(level) for level in s.payload.window) for s in exact.steps[1:]]
+    assert exact_rows == [w + len(s.payload.candidates) * (ngram - 1) for w, s in zip(window_rows, exact.steps[1:])]
+    assert padded_rows == [w + guesses * (ngram - 1) for w in window_rows]
+    if guesses:
+        assert exact_rows != padded_rows   # some step had fewer candidates than G
 
 
-def test_sampled_static_run_is_reproducible_by_seed(pair_fp32):
+def test_sampled_run_is_the_same_padded_or_not(pair_fp32):
+    """A seed gives the same tokens whether the step is padded to G (captured) or not."""
     sampling = SamplingConfig(temperature=0.8, seed=5).validated()
-    runs = [make_decoder("lookahead", pair_fp32, PROMPTS["code"], sampling=sampling, max_new_tokens=16, graphs="on",
-                         window=4, ngram=3, guesses=3).run() for _ in range(2)]
+    runs = [_run(pair_fp32, PROMPTS["code"], padded, sampling=sampling, max_new_tokens=16, window=4, ngram=3,
+                 guesses=3) for padded in (False, True)]
     assert runs[0].token_ids == runs[1].token_ids and len(runs[0].token_ids) == 16
-    assert _payloads(runs[0]) == _payloads(runs[1]) and runs[0].graphs["enabled"]
+    assert _payloads(runs[0]) == _payloads(runs[1])
+    assert [s.tokens_processed for s in runs[0].steps] != [s.tokens_processed for s in runs[1].steps]
 
 
 def test_static_shapes_have_no_graph_breaks(pair_fp32):
-    """What a CUDA graph captures (each shape's compute) is one graph for dynamo: a warm-up and a steady shape."""
-    dec = make_decoder("lookahead", pair_fp32, PROMPTS["code"], max_new_tokens=8, graphs="on", window=4, ngram=3,
-                       guesses=3)
+    """What a CUDA graph captures (each padded shape's compute) is one graph for dynamo: a warm-up and a steady shape."""
+    dec = make_decoder("lookahead", pair_fp32, PROMPTS["code"], max_new_tokens=8, window=4, ngram=3, guesses=3)
     try:
-        assert [dec.layouts[i].steady for i in (0, -1)] == [False, True]
-        for shape in (dec.shapes[0], dec.shapes[-1]):
+        for layout in (dec.layouts[0], dec.layouts[-1]):
             torch._dynamo.reset()
             with torch.inference_mode():
-                explained = torch._dynamo.explain(shape.compute)()
+                explained = torch._dynamo.explain(dec._shape(layout, dec.G).compute)()
             assert explained.graph_break_count == 0, explained.break_reasons
     finally:
         dec.close()
@@ -209,22 +265,22 @@ TINY_PROMPT = [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2]
 
 
 def test_tiny_edges_equal_ar(one_thread):
-    """G = 0, N = 2, wide warm-ups, one-token prompts and a prompt near the context limit (clamped positions)."""
+    """Padded to G: G = 0, N = 2, wide warm-ups, one-token prompts and a prompt near the context limit
+    (clamped positions)."""
     pair = tiny_pair(draft_seed=None)
     for prompt in ([3], TINY_PROMPT, (TINY_PROMPT * 12)[:120]):
         n = 8 if len(prompt) > 100 else 24
         ar = make_decoder("ar", pair, "", max_new_tokens=n, prompt_ids=prompt, graphs="off").run().token_ids
         for window, ngram, guesses in [(7, 5, 3), (4, 2, 4), (5, 4, 0), (1, 3, 2)]:
-            trace = make_decoder("lookahead", pair, "", max_new_tokens=n, prompt_ids=prompt, window=window,
-                                 ngram=ngram, guesses=guesses, graphs="on").run()
+            trace = _run(pair, "", True, max_new_tokens=n, prompt_ids=prompt, window=window, ngram=ngram,
+                         guesses=guesses)
             assert trace.token_ids == ar, (prompt[:3], window, ngram, guesses)
-            assert trace.graphs["enabled"]
 
 
 def test_static_sampling_is_exact_end_to_end(one_thread):
-    """The decoder with graphs on samples the tiny target's distribution (its first four tokens), with
-    candidates accepted; the same family's controls live in test_sampling_exact (planted host-rule bugs)
-    and above (the device rule's)."""
+    """The decoder padded to G (what a captured step runs) samples the tiny target's distribution (its first
+    four tokens), with candidates accepted; test_sampling_exact holds the unpadded step (a CPU's) to the same
+    test with its negative controls, and the device rule's control is above."""
     from helpers import exact_distribution
 
     sampling = SamplingConfig(1.0)
@@ -233,8 +289,8 @@ def test_static_sampling_is_exact_end_to_end(one_thread):
     samples, accepted = [], 0
     for seed in range(1500):
         cfg = SamplingConfig(1.0, seed=seed)
-        trace = make_decoder("lookahead", pair, "", prompt_ids=TINY_PROMPT, max_new_tokens=6, sampling=cfg,
-                             window=3, ngram=3, guesses=3, graphs="on").run()
+        trace = _run(pair, "", True, prompt_ids=TINY_PROMPT, max_new_tokens=6, sampling=cfg, window=3, ngram=3,
+                     guesses=3)
         samples.append(tuple(trace.token_ids[:4]))
         accepted += any(s == SOURCE_NGRAM for st in trace.steps for s in st.token_sources)
     assert chi_square_pvalue(samples, exact) > 1e-3

@@ -68,7 +68,7 @@ FAMILIES = {
     "sequoia-feature-taps-fixed": Family("sequoia", "feature", {"tree_parents": SAMPLING_TREE},
                                                            taps=(0,)),
     "lookahead": Family("lookahead", "self", {"window": 3, "ngram": 3, "guesses": 3},
-                        prompt=(1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2), mutants=("lookahead-fallback-raw-p",)),
+                        prompt=(1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2), mutants=("lookahead-device-fallback-raw-p",)),
 }
 # A wrong temperature is run once, through the autoregressive sampler: every family's target distribution is
 # that same tiny target's (after one of two prompts), and the power test below

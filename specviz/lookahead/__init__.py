@@ -2,8 +2,7 @@
 
 - `pool.py`: the n-gram pool (LRU per key);
 - `window.py`: where every token of a step sits (order, positions, attention mask);
-- `verify.py`: greedy and exact sampling verification of pool candidates;
-- `device_verify.py`: the same rules as fixed-shape tensor work, for the static (graph) step;
+- `verify.py`: greedy and exact sampling verification of pool candidates, on the device;
 - `sizing.py`: W, N, G chosen from the measured forward cost (`--lookahead auto`);
 - `decoder.py`: the decoder (one step = one target forward);
 - `cli.py`: `optimize-lookahead`.

@@ -7,11 +7,13 @@ n-grams that follow the last committed token. Accepted candidate tokens plus
 the target's own next token are emitted, so a step yields 1..N tokens, and the
 output is exactly greedy (or sampled) decoding of the target.
 
-With graphs (`graphs="on"`, or "auto" on CUDA) the step runs over static buffers: one fixed shape per
-warm-up fill level, always G candidates (missing ones padded with n-grams nobody sees and verification
-skips), so each shape is one CUDA graph. The window and the pool stay host-side Python; the host sends
-the step's ids in one copy, the device runs the forward, the window's argmax and the verification
-(`device_verify.py`), and one read brings back the new level and the verdict.
+One step program, on a CPU as on a GPU: the window and the pool stay host-side Python; the host sends
+the step's ids in one copy, the device runs the forward over a fixed shape (`engine.static`), the
+window's argmax and the verification (`verify.py`), and one read brings back the new level and
+the verdict. Where the session captures CUDA graphs every step of a fill level runs one shape with G
+candidates (missing ones padded with n-grams nobody sees and verification skips), so a graph replays
+it; where nothing is captured (a CPU, graphs off) padding is not free, so the shape has exactly the
+candidates the pool gave (one shape per fill level and candidate count, made when first needed).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import torch
 
 from ..draws import first_argmax
 from ..engine.decoder import Decoder, PhaseTimer
-from ..engine.lean import make_forward
-from ..engine.sampling import next_token, next_token_on_device, probs_from_logits
+from ..engine.graphs import graphs_wanted
+from ..engine.lean import ModelForward
+from ..engine.sampling import next_token_on_device, probs_from_logits
 from ..engine.static import cache_capacity, checkout, release, static_supported
 from ..errors import InvalidInput
 from ..trace import (
@@ -36,21 +39,10 @@ from ..trace import (
     NgramCandidate,
     StepRecord,
 )
-from .device_verify import greedy_verdict, sampled_verdict, unpack
+from .verify import greedy_verdict, sampled_verdict, unpack
 from .pool import NgramPool
 from .sizing import resolve_settings
-from .verify import greedy_verify, sampling_verify
 from .window import LookaheadLayout, build_layout
-
-
-class _LazyProbs:
-    """P after candidate k's token j, computed only for the rows verification reaches."""
-
-    def __init__(self, logits: torch.Tensor, sampling):
-        self.logits, self.sampling = logits, sampling
-
-    def __getitem__(self, kj):
-        return probs_from_logits(self.logits[kj], self.sampling)
 
 
 class _StagedInputs:
@@ -86,24 +78,25 @@ class LookaheadDecoder(Decoder):
         self.W, self.N, self.G = window, ngram, guesses
         self.cache_len = 0
         self.t0: int | None = None          # last committed token, not yet in the cache
-        dtype = self.pair.dtype
 
-        # Everything shape-dependent is built here, once: one layout per warm-up fill level.
+        # One layout per warm-up fill level; the shapes over them are made when a step first needs one.
         self.layouts = [build_layout(window, ngram, guesses, fill) for fill in range(ngram - 1)]
         n_max = max(lay.n_max for lay in self.layouts)
         self.max_position = pair.max_context - 1
-        self.session = None
-        if self.static_wanted and static_supported(pair.target):
-            self._init_static(n_max)
-        else:
-            self.mask_blocks = [lay.mask_block(dtype, self.device) for lay in self.layouts]
-            self.offsets = [lay.offsets.to(self.device) for lay in self.layouts]
-            self.logits_index = [lay.logits_index.to(self.device) for lay in self.layouts]
-            # The lean Llama forward where it is exact, else transformers'; one cache slot per token it can hold.
-            self.forward = make_forward(pair.target, len(self.prompt_ids) + self.max_new_tokens + n_max,
-                                        lean=self.lean)
-            self.committed_mask = torch.zeros(1, 1, n_max, len(self.prompt_ids) + self.max_new_tokens,
-                                              dtype=dtype, device=self.device)
+        target = pair.target
+        if self.lean and static_supported(target):
+            capacity = cache_capacity(len(self.prompt_ids) + self.max_new_tokens + n_max)
+            self.session = checkout(target, self.method, capacity, graphs_wanted(graphs, self.device))
+            self.forward = self.session.forward("target", target)
+            self.padded = self.session.runner.capture   # padding candidates is free only in a replayed graph
+            self.graph_stats = self.session.runner.stats
+        else:   # TEMPORARY (issue 50): until engine.static's StaticForward runs over transformers' forward
+            self.session = None
+            self.forward = _ModelForwardShapes(target)
+            self.padded = False
+        self.staged = _StagedInputs(1 + n_max, self.device)
+        self.candidate_numbers = torch.arange(self.G, device=self.device)
+        self.ngram_slots = torch.arange(self.N - 1, device=self.device)
 
         # Window guesses come from a private stream: deterministic for a seed, never the global RNG.
         self.rng = random.Random(self.sampling.seed if self.sampling.seed is not None else 0)
@@ -113,107 +106,63 @@ class LookaheadDecoder(Decoder):
         if pool_from_prompt:
             self.pool.seed_from_prompt(self.prompt_ids)
 
-    def _init_static(self, n_max: int) -> None:
-        """The static-buffer step's state: one fixed shape per warm-up fill level, each always verifying G
-        candidates (missing ones padded), so a CUDA graph per shape replays every step of a run."""
-        target = self.pair.target
-        capacity = cache_capacity(len(self.prompt_ids) + self.max_new_tokens + n_max)
-        self.session = checkout(target, self.method, capacity, self.device.type == "cuda")
-        self.forward = self.session.forward("target", target)
-        self.shapes = [self._static_shape(layout) for layout in self.layouts]
-        self.staged = _StagedInputs(1 + n_max, self.device)
-        self.candidate_numbers = torch.arange(self.G, device=self.device)
-        self.ngram_slots = torch.arange(self.N - 1, device=self.device)
-        self.graph_stats = self.session.runner.stats
-
-    def _static_shape(self, layout: LookaheadLayout):
-        """The layout at all G candidates: a padding candidate's rows see t0 and their own block only, and
-        no other row sees them, so they change nothing the step reads (verification skips them too)."""
+    def _shape(self, layout: LookaheadLayout, count: int):
+        """The layout with `count` candidates. A padding candidate's rows see t0 and their own block only,
+        and no other row sees them, so they change nothing the step reads (verification skips them too)."""
+        n = layout.n_tokens(count)
         return self.forward.shape(
-            (self.W, self.N, self.G, layout.fill), write_offsets=list(range(layout.n_max)),
-            position_offsets=layout.offsets.tolist(), block=layout.allowed, rows=layout.logits_index.tolist(),
-            max_position=self.max_position)
+            (self.W, self.N, layout.fill, count), write_offsets=list(range(n)),
+            position_offsets=layout.offsets[:n].tolist(), block=layout.allowed[:n, :n],
+            rows=layout.logits_index[:layout.n_kept(count)].tolist(), max_position=self.max_position)
 
     # -- one step ------------------------------------------------------------------------
 
     def _step(self) -> StepRecord:
-        if self.session is not None:
-            return self._static_step()
+        """The host builds the ids (window and pool are host state) and sends them in one copy; the forward
+        (replayed on CUDA), the window's argmax and the verification run on the device; one `.tolist()`
+        brings back the new level and the verdict, the step's only read."""
         if self.t0 is None:
             return self._prefill()
         timer = PhaseTimer(self.device)
         timer.start(PHASE_TARGET)
-        fill = self.fill
-        layout = self.layouts[fill]
+        layout = self.layouts[self.fill]
         t0, ctx = self.t0, self.cache_len
         candidates = self.pool.candidates(t0, self.G)
-        n_cand = len(candidates)
-        n_in = layout.n_tokens(n_cand)
-        n_kept = layout.n_kept(n_cand)
+        count = self.G if self.padded else len(candidates)
+        shape = self._shape(layout, count)
         window_in = [list(level) for level in self.levels]
-        ids = [t0] + [tok for level in self.levels for tok in level] + [tok for c in candidates for tok in c]
-        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
-        mask = torch.cat([self.committed_mask[:, :, :n_in, :ctx],
-                          self.mask_blocks[fill][:n_in, :n_in].view(1, 1, n_in, n_in)], dim=-1)
-        positions = (self.offsets[fill][:n_in] + ctx).clamp_(max=self.max_position)
-        logits = self.forward(input_ids, ctx, positions=positions, mask=mask, rows=self.logits_index[fill][:n_kept])
-
-        timer.start(PHASE_VERIFY)
-        preds = first_argmax(logits).tolist()
-        new_level = preds[:layout.new_level_rows]
-        cand_len = self.N - 1
-        cand_rows = layout.n_kept_fixed
-        if self.sampling.greedy:
-            cand_preds = [preds[cand_rows + k * cand_len:cand_rows + (k + 1) * cand_len] for k in range(n_cand)]
-            verdict = greedy_verify(candidates, preds[layout.t0_row], cand_preds)
-        else:
-            first_probs = probs_from_logits(logits[layout.t0_row], self.sampling)
-            cand_probs = _LazyProbs(logits[cand_rows:].view(n_cand, cand_len, logits.shape[-1]), self.sampling)
-            verdict = sampling_verify(candidates, first_probs, cand_probs, self.generator)
-        return self._conclude(timer, layout, t0, ctx, candidates, window_in, new_level, verdict, n_in)
-
-    def _static_step(self) -> StepRecord:
-        """The step over static buffers: the host builds the ids (window and pool are host state) and sends
-        them in one copy; the forward (replayed on CUDA), the window's argmax and the verification run on
-        the device; one `.tolist()` brings back the new level and the verdict, the step's only read."""
-        if self.t0 is None:
-            return self._static_prefill()
-        timer = PhaseTimer(self.device)
-        timer.start(PHASE_TARGET)
-        layout, shape = self.layouts[self.fill], self.shapes[self.fill]
-        t0, ctx = self.t0, self.cache_len
-        candidates = self.pool.candidates(t0, self.G)
-        window_in = [list(level) for level in self.levels]
-        padding = [t0] * ((self.G - len(candidates)) * (self.N - 1))
+        padding = [t0] * ((count - len(candidates)) * (self.N - 1))
         staged = self.staged.put([len(candidates), t0] + [tok for level in self.levels for tok in level]
                                  + [tok for c in candidates for tok in c] + padding)
         logits = shape(staged[1:1 + shape.n], ctx)
         timer.start(PHASE_VERIFY)
-        values = self._verdict_on_device(layout, logits, staged).tolist()
+        values = self._verdict_on_device(layout, count, logits, staged).tolist()
         new_level = values[:layout.new_level_rows]
         verdict = unpack(values[layout.new_level_rows:], len(candidates), self.N - 1)
         return self._conclude(timer, layout, t0, ctx, candidates, window_in, new_level, verdict, shape.n)
 
-    def _verdict_on_device(self, layout: LookaheadLayout, logits: torch.Tensor, staged: torch.Tensor):
+    def _verdict_on_device(self, layout: LookaheadLayout, count: int, logits: torch.Tensor, staged: torch.Tensor):
         """[the new window level's argmax | the packed verdict] as one long tensor, nothing read yet.
-        `staged` is [candidate count, the step's ids]; candidates past the count are padding."""
-        cand_len, guesses = self.N - 1, self.G
-        rows = layout.n_kept_fixed
-        candidates = staged[1 + layout.candidate_start:1 + layout.n_max].view(guesses, cand_len)
-        valid = self.candidate_numbers < staged[0]
+        `staged` is [candidate count, the step's ids]; of the `count` candidate rows, those past the
+        pool's candidates are padding."""
+        cand_len, rows = self.N - 1, layout.n_kept_fixed
+        start = 1 + layout.candidate_start
+        candidates = staged[start:start + count * cand_len].view(count, cand_len)
+        valid = self.candidate_numbers[:count] < staged[0]
         if self.sampling.greedy:
             preds = first_argmax(logits)
-            verdict = greedy_verdict(candidates, valid, preds[layout.t0_row], preds[rows:].view(guesses, cand_len))
+            verdict = greedy_verdict(candidates, valid, preds[layout.t0_row], preds[rows:].view(count, cand_len))
             return torch.cat([preds[:layout.new_level_rows], verdict])
         first_probs = probs_from_logits(logits[layout.t0_row], self.sampling)
-        cand_probs = probs_from_logits(logits[rows:], self.sampling).view(guesses, cand_len, logits.shape[-1])
-        uniforms = torch.rand(cand_len, guesses, generator=self.generator, device=self.device, dtype=torch.float64)
-        verdict = sampled_verdict(candidates, valid, first_probs, cand_probs, uniforms, self.generator)
+        cand_probs = probs_from_logits(logits[rows:], self.sampling).view(count, cand_len, logits.shape[-1])
+        # Drawn at (N-1, G) whatever the shape's candidate count, so a seed gives the same tokens padded or not.
+        uniforms = torch.rand(cand_len, self.G, generator=self.generator, device=self.device, dtype=torch.float64)
+        verdict = sampled_verdict(candidates, valid, first_probs, cand_probs, uniforms[:, :count], self.generator)
         return torch.cat([first_argmax(logits[:layout.new_level_rows]), verdict])
 
     def _conclude(self, timer: PhaseTimer, layout: LookaheadLayout, t0: int, ctx: int, candidates: list,
                   window_in: list[list[int]], new_level: list[int], verdict, n_in: int) -> StepRecord:
-        """Commit the verdict, move the window on and record the step (both paths)."""
+        """Commit the verdict, move the window on and record the step."""
         n_acc = verdict.n_accepted
         sources = [SOURCE_NGRAM] * n_acc + [SOURCE_BONUS if n_acc else SOURCE_AR]
         kept, reason = self._accept(verdict.tokens)
@@ -238,23 +187,12 @@ class LookaheadDecoder(Decoder):
 
     def _keep_accepted(self, first_slot: int, ctx: int, n_acc: int) -> None:
         """Move the accepted candidate's K/V (from first_slot) to right after t0's slot ctx."""
-        if self.session is None:
-            self.forward.keep(ctx + 1, torch.arange(first_slot, first_slot + n_acc, device=self.device))
-        elif n_acc:
+        if n_acc:
             # A fixed-length index (N-1): slots past the accepted ones move too, masked until rewritten.
             self.forward.keep(ctx + 1, self.ngram_slots + first_slot)
 
     def _prefill(self) -> StepRecord:
-        timer = PhaseTimer(self.device)
-        timer.start(PHASE_TARGET)
-        prompt = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
-        logits = self.forward(prompt, 0)[0]
-        timer.start(PHASE_VERIFY)
-        token = int(next_token(logits, self.sampling, self.generator))
-        return self._prefill_record(timer, token)
-
-    def _static_prefill(self) -> StepRecord:
-        """The prompt's eager forward into the static cache; the first token is drawn on the device and read once."""
+        """The prompt's forward into the cache; the first token is drawn on the device and read once."""
         timer = PhaseTimer(self.device)
         timer.start(PHASE_TARGET)
         prompt = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
@@ -302,6 +240,44 @@ class LookaheadDecoder(Decoder):
 
     def close(self) -> None:
         self.forward = None
-        self.committed_mask = None
         release(self.session)
         self.session = None
+
+
+class _ModelForwardShapes:
+    """TEMPORARY (issue 50), until engine.static's `StaticForward` runs over transformers' own forward:
+    the `shape`, `prefill` and `keep` the step calls, over `ModelForward` (any architecture; eager,
+    attending over the filled slots only, never captured)."""
+
+    def __init__(self, model):
+        self.model_forward = ModelForward(model)
+        self.dtype, self.device = model.dtype, next(model.parameters()).device
+        self.shapes: dict = {}
+
+    def shape(self, name, write_offsets, position_offsets, block, rows, max_position):
+        found = self.shapes.get(name)
+        if found is None:
+            offsets = torch.tensor(position_offsets, dtype=torch.long, device=self.device)
+            additive = torch.zeros(block.shape, dtype=self.dtype, device=self.device).masked_fill_(
+                ~block.to(self.device), torch.finfo(self.dtype).min)
+            rows = torch.tensor(rows, dtype=torch.long, device=self.device)
+            found = self.shapes[name] = _ModelShape(self, len(write_offsets), offsets, additive, rows, max_position)
+        return found
+
+    def prefill(self, ids: torch.Tensor):
+        return self.model_forward(ids, 0)
+
+    def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
+        self.model_forward.keep(prefix_len, slots)
+
+
+class _ModelShape:
+    def __init__(self, owner, n, offsets, additive, rows, max_position):
+        self.owner, self.n, self.offsets, self.additive, self.rows = owner, n, offsets, additive, rows
+        self.max_position = max_position
+
+    def __call__(self, ids: torch.Tensor, origin: int):
+        committed = self.additive.new_zeros(self.n, origin)
+        mask = torch.cat([committed, self.additive], dim=-1).view(1, 1, self.n, -1)
+        positions = (self.offsets + origin).clamp(max=self.max_position)
+        return self.owner.model_forward(ids.view(1, self.n), origin, positions=positions, mask=mask, rows=self.rows)

@@ -1,11 +1,15 @@
-"""Verifying Lookahead candidates against the target, greedy and exact sampling.
+"""Verifying Lookahead's candidates against the target, greedy and exact sampling, on the device.
 
-Both take the candidate n-grams (pool order) and what the target said in the
-step's forward: the prediction after t0 and the prediction after every
-candidate token. They return a `Verdict`: the tokens to emit (accepted
-candidate tokens, then the target's own next token, so a full match of N-1
-tokens yields N), how many of those came from a candidate, which candidate and
-every candidate's match length. Pure functions: no model, no cache.
+Greedy: the longest self-consistent match wins, the first on ties. Sampling: the one-hot drafts'
+recursive rejection, so the output is distributed exactly as sampling from the target. Both are
+written so nothing depends on the data's values: the step verifies `count` candidate rows of
+L = N-1 tokens (under capture always G, the padding rows marked invalid by `valid`), with fixed
+loops over positions and `torch.where` in place of host branches. The result is one packed long
+tensor (`verdict_width(count, L)` values, see `pack`), read back with the step's other values in
+the step's one `.tolist()`; `unpack` turns it into a `Verdict` for the real candidates.
+
+Pure functions: no model, no cache. tests/lookahead_reference.py states the same rules as host
+loops, the independent reference these are checked against.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..draws import sample
+from ..draws import first_argmax, race_sample
+
+NO_CANDIDATE = -1   # `best` when nothing was accepted, and the tokens past the emitted ones
 
 
 @dataclass
@@ -25,81 +31,120 @@ class Verdict:
     match_lengths: list[int]     # per candidate: leading tokens equal to what was emitted
 
 
-def _prefix_match(candidate, tokens) -> int:
-    m = 0
-    for a, b in zip(candidate, tokens):
-        if a != b:
-            break
-        m += 1
-    return m
+def verdict_width(guesses: int, cand_len: int) -> int:
+    """Values in a packed verdict: L + 1 tokens, the accepted count, the best candidate, G match lengths."""
+    return cand_len + 1 + 2 + guesses
 
 
-def greedy_verify(candidates: list, first_pred: int, cand_preds: list[list[int]]) -> Verdict:
-    """Longest match wins (first on ties); `cand_preds[k][j]` is the argmax after candidate k's token j."""
-    match_lengths = []
-    for cand, preds in zip(candidates, cand_preds):
-        expected = first_pred
-        m = 0
-        for j, tok in enumerate(cand):
-            if tok != expected:
-                break
-            m += 1
-            expected = preds[j]
-        match_lengths.append(m)
-    best_len = max(match_lengths, default=0)
-    if best_len == 0:
-        return Verdict([first_pred], 0, None, match_lengths)
-    best = match_lengths.index(best_len)
-    tokens = list(candidates[best][:best_len]) + [cand_preds[best][best_len - 1]]
-    return Verdict(tokens, best_len, best, match_lengths)
+def pack(tokens: torch.Tensor, n_accepted: torch.Tensor, best: torch.Tensor, match_lengths: torch.Tensor):
+    """(L+1,) tokens (NO_CANDIDATE past the emitted ones), 0-d count, 0-d best, (G,) lengths -> one long tensor."""
+    return torch.cat([tokens, n_accepted.view(1), best.view(1), match_lengths]).long()
 
 
-def sampling_verify(candidates: list, first_probs: torch.Tensor, cand_probs: torch.Tensor,
-                    generator: torch.Generator) -> Verdict:
-    """Exact verification of deterministic drafts (q one-hot) against the target distribution P.
+def unpack(values: list[int], n_candidates: int, cand_len: int) -> Verdict:
+    """The host's Verdict from a packed verdict already read back (only the first n_candidates are real)."""
+    n_accepted = values[cand_len + 1]
+    best = values[cand_len + 2]
+    lengths = values[cand_len + 3:cand_len + 3 + n_candidates]
+    return Verdict(values[:n_accepted + 1], n_accepted, None if best == NO_CANDIDATE else best, lengths)
 
-    At each position, for each distinct token x the surviving candidates offer,
-    in pool order: accept with probability P(x); on rejection P(x) <- 0 and
-    renormalise. Accepting x keeps only the candidates that share it; if every
-    offer is rejected, sample from what is left of P and stop. This is recursive
-    rejection sampling with one-hot drafts, so the output is distributed exactly
-    as sampling from the target. `cand_probs[k, j]` is P after candidate k's token j.
+
+def _first_true(flags: torch.Tensor) -> torch.Tensor:
+    """Index of the first True of a 1-D bool tensor (0 when none): max's first-maximum rule."""
+    return first_argmax(flags.to(torch.int8))
+
+
+def _pick(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """values[index] for a 0-d index tensor, as a gather (a tensor index would read it on the host)."""
+    return values.index_select(0, index.view(1))[0]
+
+
+def _emitted(accepted: torch.Tensor, n_accepted: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """(L+1,) the accepted tokens, then `last` at n_accepted, NO_CANDIDATE after."""
+    positions = torch.arange(accepted.shape[0] + 1, device=accepted.device)
+    padded = torch.cat([accepted, accepted.new_full((1,), NO_CANDIDATE)])
+    return torch.where(positions < n_accepted, padded,
+                       torch.where(positions == n_accepted, last, padded.new_full((), NO_CANDIDATE)))
+
+
+def _prefix_lengths(candidates: torch.Tensor, tokens: torch.Tensor, n_accepted: torch.Tensor) -> torch.Tensor:
+    """(G,) leading tokens of each candidate equal to the first n_accepted of `tokens`."""
+    positions = torch.arange(candidates.shape[1], device=candidates.device)
+    same = (candidates == tokens[:candidates.shape[1]].view(1, -1)) & (positions < n_accepted).view(1, -1)
+    return same.long().cumprod(1).sum(1)
+
+
+def greedy_verdict(candidates: torch.Tensor, valid: torch.Tensor, first_pred: torch.Tensor,
+                   cand_preds: torch.Tensor) -> torch.Tensor:
+    """The greedy verdict: candidates and cand_preds (G, L) long, valid (G,) bool,
+    first_pred 0-d (the target's token after t0). Packed verdict (see `pack`)."""
+    guesses, cand_len = candidates.shape
+    if guesses == 0:   # a size, not data: no candidates, the target's own token
+        zero = first_pred.new_zeros(())
+        return pack(_emitted(first_pred.new_zeros(cand_len), zero, first_pred), zero,
+                    zero + NO_CANDIDATE, first_pred.new_zeros(0))
+    # Candidate k's token j must equal what the target said after its tokens < j (after t0 for j = 0).
+    expected = torch.cat([first_pred.view(1, 1).expand(guesses, 1), cand_preds[:, :-1]], dim=1)
+    matches = (candidates == expected) & valid.view(-1, 1)
+    lengths = matches.long().cumprod(1).sum(1)
+    top = lengths.max(dim=0)
+    n_accepted, best = top.values, top.indices        # the first of the longest
+    bonus = _pick(cand_preds.reshape(-1), best * cand_len + (n_accepted - 1).clamp(min=0))
+    last = torch.where(n_accepted > 0, bonus, first_pred)
+    tokens = _emitted(_pick_row(candidates, best), n_accepted, last)
+    return pack(tokens, n_accepted, torch.where(n_accepted > 0, best, NO_CANDIDATE), lengths)
+
+
+def _pick_row(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return rows.index_select(0, index.view(1))[0]
+
+
+def sampled_verdict(candidates: torch.Tensor, valid: torch.Tensor, first_probs: torch.Tensor,
+                    cand_probs: torch.Tensor, uniforms: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """The sampled verdict, exact in distribution.
+
+    candidates (G, L) long, valid (G,) bool, first_probs (V,) = P after t0, cand_probs (G, L, V) = P after
+    candidate k's token j, uniforms (L, G) float64 on [0, 1): the pre-drawn acceptance draw of each try.
+    At position j the surviving candidates offer their tokens in pool order, each distinct token tried
+    once: the i-th try x_i is accepted with probability P(x_i) / (1 - P(x_1) - ... - P(x_{i-1})), which
+    is what the renormalised residual gives; the first accepted try wins. When every try fails,
+    the token is drawn from P with the tried tokens zeroed and the walk stops; after a full match the
+    bonus token is drawn from P after the last one. The one draw at the end is `race_sample`'s.
     """
-    survivors = list(range(len(candidates)))
-    probs = first_probs
-    tokens: list[int] = []
-    n_positions = len(candidates[0]) if candidates else 0
-    for j in range(n_positions):
-        residual = None          # P with rejected tokens zeroed, made lazily
-        accepted = None
-        tried = set()
-        for k in survivors:
-            x = candidates[k][j]
-            if x in tried:
-                continue         # already rejected: its probability is now 0
-            tried.add(x)
-            current = probs if residual is None else residual
-            px = float(current[x])
-            if px > 0 and float(torch.rand((), generator=generator, device=probs.device)) < px:
-                accepted = x
-                break
-            residual = current.clone() if residual is None else residual
-            residual[x] = 0.0
-            mass = float(residual.sum())
-            if mass <= 0.0:      # numerically all of P was on x: it is the only possible token
-                accepted = x
-                break
-            residual /= mass
-        if accepted is None:
-            final = probs if residual is None else residual
-            tokens.append(int(sample(final, generator)))
-            break
-        tokens.append(accepted)
-        survivors = [k for k in survivors if candidates[k][j] == accepted]
-        probs = cand_probs[survivors[0], j]
-    else:
-        tokens.append(int(sample(probs, generator)))
-    n_accepted = len(tokens) - 1
-    best = survivors[0] if n_accepted > 0 else None
-    match_lengths = [_prefix_match(c, tokens[:n_accepted]) for c in candidates]
-    return Verdict(tokens, n_accepted, best, match_lengths)
+    guesses, cand_len = candidates.shape
+    device = first_probs.device
+    if guesses == 0:   # a size, not data: no candidates, the target's own token
+        zero = torch.zeros((), dtype=torch.long, device=device)
+        last = race_sample(first_probs.view(1, -1), generator)[0]
+        return pack(_emitted(zero.new_zeros(cand_len), zero, last), zero, zero + NO_CANDIDATE, zero.new_zeros(0))
+    earlier = torch.ones(guesses, guesses, dtype=torch.bool, device=device).tril(-1)   # [k, k']: k' before k
+    flat = cand_probs.reshape(guesses * cand_len, -1)
+    survivors = valid.clone()
+    alive = torch.ones((), dtype=torch.bool, device=device)
+    n_accepted = torch.zeros((), dtype=torch.long, device=device)
+    probs, final = first_probs, first_probs
+    accepted = []
+    for j in range(cand_len):
+        offered = candidates[:, j]
+        # A token an earlier survivor already offered was tried (and rejected) there: its P is now 0.
+        repeated = ((offered.view(-1, 1) == offered.view(1, -1)) & earlier & survivors.view(1, -1)).any(1)
+        tries = survivors & ~repeated & alive
+        p_offered = probs.index_select(0, offered).double() * tries
+        tried_before = p_offered.cumsum(0) - p_offered
+        accept = tries & (uniforms[j] * (probs.double().sum() - tried_before) < p_offered)
+        took = alive & accept.any()
+        token = _pick(offered, _first_true(accept))
+        # Every try failed: the token comes from P without the tried tokens, and the walk stops here.
+        tried = torch.zeros_like(probs).index_add_(0, offered, tries.to(probs.dtype))
+        final = torch.where(alive & ~took, torch.where(tried > 0, 0.0, probs), final)
+        accepted.append(torch.where(took, token, NO_CANDIDATE))
+        n_accepted = n_accepted + took.long()
+        survivors = torch.where(took, survivors & (offered == token), survivors)
+        row = _pick_row(flat, _first_true(survivors) * cand_len + j)
+        probs = torch.where(took, row, probs)
+        alive = took
+    final = torch.where(alive, probs, final)            # a full match: the bonus token after it
+    last = race_sample(final.view(1, -1), generator)[0]
+    tokens = _emitted(torch.stack(accepted), n_accepted, last)
+    best = torch.where(n_accepted > 0, _first_true(survivors), NO_CANDIDATE)
+    return pack(tokens, n_accepted, best, _prefix_lengths(candidates, tokens, n_accepted))

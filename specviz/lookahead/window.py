@@ -4,10 +4,9 @@ One step's input (notes/lookahead.md section 2), in order:
     t0 (the last committed token), level 0 (W-1 guesses), levels 1..N-2 (W each),
     then up to G candidate n-grams of N-1 tokens from pool[t0].
 Positions are relative to t0 (= 0): level 0 column j at j+1, level l column i at
-l+i, every candidate's tokens at 1..N-1. The additive mask block (0 = attend,
-dtype minimum = block) covers only the step's new tokens; every row also sees
-the whole committed cache, which is zeros in those columns and added by the
-decoder.
+l+i, every candidate's tokens at 1..N-1. `allowed` covers only the step's new
+tokens; every row also sees the whole committed cache (the static shape's block
+over its slots, `engine.static`).
 
 During warm-up (`fill` < N-2 levels beyond level 0 filled) the window is wider:
 level 0 has L-1 tokens and levels 1..fill have L = W + (N-2-fill) each, so that
@@ -55,11 +54,6 @@ class LookaheadLayout:
 
     def n_kept(self, n_candidates: int) -> int:
         return self.n_kept_fixed + n_candidates * (self.ngram - 1)
-
-    def mask_block(self, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
-        """The additive float block over the new tokens: 0 attend, dtype minimum block."""
-        block = torch.zeros(self.allowed.shape, dtype=dtype, device=device)
-        return block.masked_fill_(~self.allowed.to(device), torch.finfo(dtype).min)
 
 
 def level_lengths(window: int, ngram: int, fill: int) -> list[int]:
