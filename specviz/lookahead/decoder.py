@@ -24,10 +24,8 @@ import torch
 
 from ..draws import first_argmax
 from ..engine.decoder import Decoder, PhaseTimer
-from ..engine.graphs import graphs_wanted
-from ..engine.lean import ModelForward
 from ..engine.sampling import next_token_on_device, probs_from_logits
-from ..engine.static import cache_capacity, checkout, release, static_supported
+from ..engine.static import cache_capacity, checkout, release
 from ..errors import InvalidInput
 from ..trace import (
     PHASE_TARGET,
@@ -84,16 +82,13 @@ class LookaheadDecoder(Decoder):
         n_max = max(lay.n_max for lay in self.layouts)
         self.max_position = pair.max_context - 1
         target = pair.target
-        if self.lean and static_supported(target):
-            capacity = cache_capacity(len(self.prompt_ids) + self.max_new_tokens + n_max)
-            self.session = checkout(target, self.method, capacity, graphs_wanted(graphs, self.device))
-            self.forward = self.session.forward("target", target)
-            self.padded = self.session.runner.capture   # padding candidates is free only in a replayed graph
-            self.graph_stats = self.session.runner.stats
-        else:   # TEMPORARY (issue 50): until engine.static's StaticForward runs over transformers' forward
-            self.session = None
-            self.forward = _ModelForwardShapes(target)
-            self.padded = False
+        capacity = cache_capacity(len(self.prompt_ids) + self.max_new_tokens + n_max)
+        self.session = checkout(target, self.method, capacity, self.capture)
+        # The lean forward where it is exact for the target, else transformers' own (never captured).
+        self.forward = self.session.forward("target", target, lean=self.lean)
+        # Padding candidates is free only in a replayed graph; eagerly each step runs the pool's own count.
+        self.padded = self.session.runner.capture and self.forward.capturable
+        self.graph_stats = self.session.runner.stats
         self.staged = _StagedInputs(1 + n_max, self.device)
         self.candidate_numbers = torch.arange(self.G, device=self.device)
         self.ngram_slots = torch.arange(self.N - 1, device=self.device)
@@ -242,42 +237,3 @@ class LookaheadDecoder(Decoder):
         self.forward = None
         release(self.session)
         self.session = None
-
-
-class _ModelForwardShapes:
-    """TEMPORARY (issue 50), until engine.static's `StaticForward` runs over transformers' own forward:
-    the `shape`, `prefill` and `keep` the step calls, over `ModelForward` (any architecture; eager,
-    attending over the filled slots only, never captured)."""
-
-    def __init__(self, model):
-        self.model_forward = ModelForward(model)
-        self.dtype, self.device = model.dtype, next(model.parameters()).device
-        self.shapes: dict = {}
-
-    def shape(self, name, write_offsets, position_offsets, block, rows, max_position):
-        found = self.shapes.get(name)
-        if found is None:
-            offsets = torch.tensor(position_offsets, dtype=torch.long, device=self.device)
-            additive = torch.zeros(block.shape, dtype=self.dtype, device=self.device).masked_fill_(
-                ~block.to(self.device), torch.finfo(self.dtype).min)
-            rows = torch.tensor(rows, dtype=torch.long, device=self.device)
-            found = self.shapes[name] = _ModelShape(self, len(write_offsets), offsets, additive, rows, max_position)
-        return found
-
-    def prefill(self, ids: torch.Tensor):
-        return self.model_forward(ids, 0)
-
-    def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
-        self.model_forward.keep(prefix_len, slots)
-
-
-class _ModelShape:
-    def __init__(self, owner, n, offsets, additive, rows, max_position):
-        self.owner, self.n, self.offsets, self.additive, self.rows = owner, n, offsets, additive, rows
-        self.max_position = max_position
-
-    def __call__(self, ids: torch.Tensor, origin: int):
-        committed = self.additive.new_zeros(self.n, origin)
-        mask = torch.cat([committed, self.additive], dim=-1).view(1, 1, self.n, -1)
-        positions = (self.offsets + origin).clamp(max=self.max_position)
-        return self.owner.model_forward(ids.view(1, self.n), origin, positions=positions, mask=mask, rows=self.rows)
