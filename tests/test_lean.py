@@ -181,7 +181,7 @@ def test_both_forward_paths_are_exact(method, options, lean, one_thread, monkeyp
     for prompt_ids in ([1, 2, 3], [4, 4, 1, 4, 4, 1]):
         ar = make_decoder("ar", pair, "", prompt_ids=prompt_ids, max_new_tokens=20).run().token_ids
         dec = make_decoder(method, pair, "", prompt_ids=prompt_ids, max_new_tokens=20, **options)
-        assert isinstance(dec.target_fwd if method == "sequoia" else dec.forward, LeanLlama if lean else ModelForward)
+        assert isinstance(dec.target_fwd if method == "sequoia" else dec.forward.lean, LeanLlama if lean else ModelForward)
         assert dec.run().token_ids == ar
 
 
