@@ -89,6 +89,7 @@ class LookaheadDecoder(Decoder):
         # Padding candidates is free only in a replayed graph; eagerly each step runs the pool's own count.
         self.padded = self.session.runner.capture and self.forward.capturable
         self.graph_stats = self.session.runner.stats
+        self.shapes: dict = {}   # (fill level, candidate count) -> the forward's shape
         self.staged = _StagedInputs(1 + n_max, self.device)
         self.candidate_numbers = torch.arange(self.G, device=self.device)
         self.ngram_slots = torch.arange(self.N - 1, device=self.device)
@@ -102,8 +103,15 @@ class LookaheadDecoder(Decoder):
             self.pool.seed_from_prompt(self.prompt_ids)
 
     def _shape(self, layout: LookaheadLayout, count: int):
-        """The layout with `count` candidates. A padding candidate's rows see t0 and their own block only,
-        and no other row sees them, so they change nothing the step reads (verification skips them too)."""
+        """The layout with `count` candidates, its spec built on first use only (a step reuses it)."""
+        found = self.shapes.get((layout.fill, count))
+        if found is None:
+            found = self.shapes[(layout.fill, count)] = self._new_shape(layout, count)
+        return found
+
+    def _new_shape(self, layout: LookaheadLayout, count: int):
+        """A padding candidate's rows see t0 and their own block only, and no other row sees them, so they
+        change nothing the step reads (verification skips them too)."""
         n = layout.n_tokens(count)
         return self.forward.shape(
             (self.W, self.N, layout.fill, count), write_offsets=list(range(n)),
@@ -235,5 +243,6 @@ class LookaheadDecoder(Decoder):
 
     def close(self) -> None:
         self.forward = None
+        self.shapes = {}
         release(self.session)
         self.session = None
