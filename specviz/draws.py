@@ -20,6 +20,9 @@ def first_argmax(logits: torch.Tensor) -> torch.Tensor:
     return logits.max(dim=-1).indices
 
 
+NO_MASS = "cannot sample from a distribution with no mass (all zero, negative or NaN)"
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One draw per row of `probs` (..., V) -> (...) int64; rows need not sum to one.
 
@@ -31,9 +34,6 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     if not bool(has_mass):
         raise ValueError(NO_MASS)
     return draws
-
-
-NO_MASS = "cannot sample from a distribution with no mass (all zero, negative or NaN)"
 
 
 def sample_unchecked(probs: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

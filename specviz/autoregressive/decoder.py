@@ -37,8 +37,7 @@ class AutoregressiveDecoder(Decoder):
         self.model = pair.target
         self.position = 0
         max_len = len(self.prompt_ids) + self.max_new_tokens
-        method = self.method if self.lean else f"{self.method}-model-forward"
-        self.session = checkout(self.model, method, cache_capacity(max_len), self.capture)
+        self.session = checkout(self.model, self.method, cache_capacity(max_len), self.capture)
         self.forward = self.session.forward("target", self.model, lean=self.lean)
         self.one_token = self.forward.shape("one", write_offsets=[0], position_offsets=[0],
                                             block=torch.ones(1, 1, dtype=torch.bool), rows=[0])
