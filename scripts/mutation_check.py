@@ -38,7 +38,6 @@ SELECTIONS = {
     "tree-positions-off-by-one": GREEDY_SEQUOIA,
     "tree-mask-skips-self": GREEDY_SEQUOIA,
     "kv-keeps-rejected-slot": GREEDY_SEQUOIA,
-    "device-walk-no-residual": ["tests/test_sequoia_static.py", "-k", "device_walk_keeps and not True"],
     "lookahead-device-fallback-raw-p": LOOKAHEAD_WALK,
     "lookahead-device-accept-raw-p": LOOKAHEAD_WALK,
     "race-sample-flattened": ["tests/test_sampling_exact.py", "-k", "sync_free_draw"],

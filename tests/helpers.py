@@ -266,3 +266,12 @@ def empty_profile_cache(path):
         if entry.name != "profiles" and not (path / entry.name).exists():
             (path / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
     return path
+
+
+def tree_attention(shape, prefix_len: int, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """A tree's target forward as transformers takes it, from a `sequoia.tree.TreeShape`: the additive
+    mask (1, 1, n, prefix_len + n) (every committed slot, then each node's ancestors and itself) and the
+    positions (prefix_len + depth)."""
+    allowed = torch.cat([torch.ones(shape.size, prefix_len, dtype=torch.bool), shape.ancestor_matrix()], dim=1)
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask.view(1, 1, *allowed.shape), torch.tensor(shape.depths) + prefix_len

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "specviz"
 METHOD_ROOMS = ("specviz.autoregressive", "specviz.sequoia", "specviz.lookahead")
 ENGINE = ("specviz.engine", "specviz.trace", "specviz.errors", "specviz.paths")
-PURE = ("specviz.sequoia.tree_dp", "specviz.sequoia.tree", "specviz.sequoia.verify", "specviz.sequoia.device_verify",
+PURE = ("specviz.sequoia.tree_dp", "specviz.sequoia.tree", "specviz.sequoia.verify",
         "specviz.lookahead.pool", "specviz.lookahead.window", "specviz.lookahead.verify")
 MODEL_CODE = ("transformers", "specviz.engine", "specviz.draft", "accelerate", "gguf")
 UI_LIBRARIES = ("gradio", "plotly", "networkx")

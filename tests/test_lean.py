@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import chi_square_pvalue, exact_distribution, tiny_pair
+from helpers import chi_square_pvalue, exact_distribution, tiny_pair, tree_attention
 
 from specviz.engine.kvcache import keep_positions, new_cache
 from specviz.engine.lean import (LeanLlama, ModelForward, VocabSubsetHead, attention_backends, attention_kernels,
@@ -16,16 +16,16 @@ from specviz.engine.lean import (LeanLlama, ModelForward, VocabSubsetHead, atten
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import ModelPair
 from specviz.engine.sampling import SamplingConfig
-from specviz.sequoia.tree import TreeShape, TreeTensors
+from specviz.sequoia.tree import TreeShape
 
 TREE = [-1, 0, 0, 1, 1, 2, 3]
 
 
-def _hf_tree_logits(model, prompt: torch.Tensor, tokens: torch.Tensor, tt: TreeTensors):
+def _hf_tree_logits(model, prompt: torch.Tensor, tokens: torch.Tensor, shape: TreeShape):
     cache = new_cache(model)
     model(input_ids=prompt, past_key_values=cache, use_cache=True)
-    p = prompt.shape[1]
-    logits = model(input_ids=tokens, attention_mask=tt.target_mask(p), position_ids=(tt.depth_offsets + p)[None],
+    mask, positions = tree_attention(shape, prompt.shape[1])
+    logits = model(input_ids=tokens, attention_mask=mask, position_ids=positions[None],
                    past_key_values=cache, use_cache=True).logits[0]
     return logits, cache
 
@@ -37,16 +37,17 @@ def test_tree_forward_and_keep_match_transformers(pair_fp32):
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, 49152, (1, 20), generator=gen)
     tokens = torch.randint(0, 49152, (1, len(TREE)), generator=gen)
-    tt = TreeTensors(TreeShape.from_parents(TREE), torch.device("cpu"), torch.float32)
-    expected, cache = _hf_tree_logits(model, prompt, tokens, tt)
+    shape = TreeShape.from_parents(TREE)
+    expected, cache = _hf_tree_logits(model, prompt, tokens, shape)
+    mask, positions = tree_attention(shape, 20)
 
     lean = LeanLlama(model, 64)
     prefill = lean(prompt, 0)
     torch.testing.assert_close(prefill, model(input_ids=prompt).logits[0, -1:], atol=2e-4, rtol=1e-4)
-    got = lean(tokens, 20, positions=tt.depth_offsets + 20, mask=tt.target_mask(20), rows=len(TREE))
+    got = lean(tokens, 20, positions=positions, mask=mask, rows=len(TREE))
     torch.testing.assert_close(got, expected, atol=2e-4, rtol=1e-4)
     rows = torch.tensor([0, 3, 6])
-    torch.testing.assert_close(lean(tokens, 20, positions=tt.depth_offsets + 20, mask=tt.target_mask(20),
+    torch.testing.assert_close(lean(tokens, 20, positions=positions, mask=mask,
                                     rows=rows), expected[rows], atol=2e-4, rtol=1e-4)
 
     # Keep the path 0 -> 1 -> 3, then read one more token: the same as transformers' cache after the same move.
@@ -181,7 +182,7 @@ def test_both_forward_paths_are_exact(method, options, lean, one_thread, monkeyp
     for prompt_ids in ([1, 2, 3], [4, 4, 1, 4, 4, 1]):
         ar = make_decoder("ar", pair, "", prompt_ids=prompt_ids, max_new_tokens=20).run().token_ids
         dec = make_decoder(method, pair, "", prompt_ids=prompt_ids, max_new_tokens=20, **options)
-        assert isinstance(dec.target_fwd if method == "sequoia" else dec.forward.lean, LeanLlama if lean else ModelForward)
+        assert isinstance((dec.target if method == "sequoia" else dec.forward).lean, LeanLlama if lean else ModelForward)
         assert dec.run().token_ids == ar
 
 

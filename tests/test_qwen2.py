@@ -11,7 +11,7 @@ import copy
 
 import pytest
 import torch
-from helpers import tiny_tokenizer
+from helpers import tiny_tokenizer, tree_attention
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specviz.engine.kvcache import keep_positions, new_cache
@@ -19,7 +19,7 @@ from specviz.engine.lean import LeanLlama, ModelForward, lean_llama_supported, m
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import ModelPair, load_model
 from specviz.engine.static import static_supported
-from specviz.sequoia.tree import TreeShape, TreeTensors
+from specviz.sequoia.tree import TreeShape
 
 VOCAB = 12
 TREE = [-1, 0, 0, 1, 1, 2, 3]
@@ -88,15 +88,15 @@ def test_lean_forward_equals_transformers_with_biases(kind, one_thread):
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, VOCAB, (1, 20), generator=gen)
     tokens = torch.randint(0, VOCAB, (1, len(TREE)), generator=gen)
-    tt = TreeTensors(TreeShape.from_parents(TREE), torch.device("cpu"), torch.float32)
+    tree_mask, positions = tree_attention(TreeShape.from_parents(TREE), 20)
     cache = new_cache(model)
     want_prefill = model(input_ids=prompt, past_key_values=cache, use_cache=True).logits[0]
-    want_tree = model(input_ids=tokens, attention_mask=tt.target_mask(20), position_ids=(tt.depth_offsets + 20)[None],
+    want_tree = model(input_ids=tokens, attention_mask=tree_mask, position_ids=positions[None],
                       past_key_values=cache, use_cache=True).logits[0]
 
     lean = LeanLlama(model, 64)
     _close(lean(prompt, 0, rows=20), want_prefill)
-    _close(lean(tokens, 20, positions=tt.depth_offsets + 20, mask=tt.target_mask(20), rows=len(TREE)), want_tree)
+    _close(lean(tokens, 20, positions=positions, mask=tree_mask, rows=len(TREE)), want_tree)
     # Keep the path 0 -> 1 -> 3, then cached single steps: the same as transformers' cache after the same move.
     path = torch.tensor([0, 1, 3]) + 20
     lean.keep(20, path)
@@ -112,7 +112,7 @@ def test_lean_forward_equals_transformers_with_biases(kind, one_thread):
                           _over_cache(torch.zeros(1, 1, 20, 20).masked_fill_(
                               torch.ones(20, 20, dtype=torch.bool).triu(1), torch.finfo(torch.float32).min), 64),
                           torch.arange(20))
-    got = static.forward_static(tokens, torch.arange(20, 27), tt.depth_offsets + 20, _over_cache(tt.target_mask(20), 64),
+    got = static.forward_static(tokens, torch.arange(20, 27), positions, _over_cache(tree_mask, 64),
                                 torch.arange(len(TREE)))
     _close(got, want_tree)
 
@@ -133,8 +133,8 @@ def _over_cache(mask: torch.Tensor, capacity: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("graphs", ["off", "on"], ids=["eager", "static"])
 def test_greedy_sequoia_and_lookahead_equal_ar_on_qwen2(qwen2_pair, graphs, one_thread):
-    """The lean forward's step (graphs off) and the static step (graphs on: eager through the graph runner on a
-    CPU) both speculate on a Qwen2 target and draft, and emit exactly the target's greedy tokens."""
+    """Each method's one step (nothing captured on a CPU, whatever the setting) speculates on a Qwen2 target and
+    draft over the lean forward, and emits exactly the target's greedy tokens."""
     pair = qwen2_pair
     runs = {"sequoia": {"tree_parents": [-1, 0, 0, 1, 1, 2, 3, 5]}, "lookahead": {"window": 4, "ngram": 3, "guesses": 3}}
     accepted = dict.fromkeys(runs, 0)
@@ -142,13 +142,12 @@ def test_greedy_sequoia_and_lookahead_equal_ar_on_qwen2(qwen2_pair, graphs, one_
         ar = make_decoder("ar", pair, "", prompt_ids=prompt_ids, max_new_tokens=24, graphs="off").run().token_ids
         for method, options in runs.items():
             dec = make_decoder(method, pair, "", prompt_ids=prompt_ids, max_new_tokens=24, graphs=graphs, **options)
-            # Lookahead has one step, the static one (nothing captured on a CPU) whatever the setting.
-            if graphs == "off" and method == "sequoia":
-                assert isinstance(dec.target_fwd, LeanLlama), method
-            if method == "lookahead":
-                assert isinstance(dec.forward.lean, LeanLlama), method
+            forward = dec.target if method == "sequoia" else dec.forward
+            assert isinstance(forward.lean, LeanLlama), method
+            if method == "sequoia":
+                assert isinstance(dec.drafter.forward.lean, LeanLlama)
             trace = dec.run()
-            assert trace.graphs["enabled"] == (graphs == "on" or method == "lookahead"), method
+            assert trace.graphs["enabled"] and not trace.graphs["capturing"], method
             assert trace.token_ids == ar, (method, graphs, prompt_ids)
             accepted[method] += sum(s in ("draft", "ngram") for step in trace.steps[1:] for s in step.token_sources)
     assert all(accepted.values()), accepted   # speculation was tried and sometimes right, not only bonus tokens

@@ -1,7 +1,8 @@
-"""Sequoia's static-buffer step (graph-ready): the device walks, exactness, and what a graph would capture.
+"""Sequoia's one step (graph-ready) on the real model: exactness with every draft, honest forward sizes,
+what a graph would capture, and the device walk's distribution.
 
-On a CPU graphs="on" runs the static step eagerly through the graph runner's fallback: the same buffers,
-fixed shapes and device-side walks a GPU captures and replays.
+On a CPU every graphs setting runs the same step uncaptured: the same buffers, shapes and device-side
+walks a GPU captures and replays, each shape over the filled slots only.
 """
 
 from __future__ import annotations
@@ -10,18 +11,17 @@ import random
 
 import pytest
 import torch
-from helpers import chi_square_pvalue, target_forward_rows, tiny_pair
+from helpers import cache_forward_curves, chi_square_pvalue, target_forward_rows, tiny_pair
 
 from specviz.draws import exponential_like
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import OFFLINE_DRAFT_DIR, OFFLINE_FEATURE_DRAFT_DIR, ModelPair
 from specviz.engine.sampling import SamplingConfig
 from specviz.engine.text import encode_prompt
-from specviz.sequoia import device_verify, sizing
+from specviz.sequoia import sizing, verify
 from specviz.sequoia.decoder import SequoiaDecoder
-from specviz.sequoia.device_verify import STATUS_NAMES, WalkTables, greedy_walk_device, sampled_walk_device
 from specviz.sequoia.tree import TreeShape
-from specviz.sequoia.verify import greedy_walk
+from specviz.sequoia.verify import WalkTables, sampled_walk
 
 PROMPTS = ["Write a Python function that reverses a string.", "Explain why the sky is blue in two sentences."]
 MAX_NEW = 24   # room for full trees and for the cut ones near the end
@@ -37,41 +37,6 @@ def sequoia(pair, prompt, graphs, sampling=None, max_new=MAX_NEW, prompt_ids=Non
 
 
 # -- the device walks alone (no model) ---------------------------------------------------------------
-
-
-def random_tree(rng: random.Random, size: int, max_children: int = 3) -> list[int]:
-    """A breadth-first parent list: each node in order takes 0..max_children children."""
-    parents, frontier = [-1], [0]
-    while len(parents) < size and frontier:
-        nxt = []
-        for node in frontier:
-            for _ in range(rng.randint(0 if node else 1, max_children)):
-                if len(parents) < size:
-                    parents.append(node)
-                    nxt.append(len(parents) - 1)
-        frontier = nxt
-    return parents
-
-
-def test_greedy_device_walk_equals_the_host_walk():
-    rng = random.Random(0)
-    vocab = 4
-    for _ in range(300):
-        shape = TreeShape.from_parents(random_tree(rng, rng.randint(1, 14)))
-        tokens = [0] * shape.size
-        for kids in shape.children:   # siblings are distinct draws
-            for kid, tok in zip(kids, rng.sample(range(vocab), len(kids))):
-                tokens[kid] = tok
-        picks = [rng.randrange(vocab) for _ in range(shape.size)]
-        limit = rng.randint(0, shape.depth)
-        host_shape = shape.truncated(limit)
-        want = greedy_walk(host_shape.children, tokens, picks)
-        got = greedy_walk_device(WalkTables(shape, "cpu"), torch.tensor(tokens), torch.tensor(picks), limit)
-        k = int(got.accepted)
-        assert got.path.tolist()[1:k + 1] == want.accepted and int(got.bonus) == want.bonus_token
-        assert got.path.tolist()[k + 1:] == [got.path.tolist()[k]] * (shape.depth - k)   # padded by repeating
-        status = [STATUS_NAMES[c] for c in got.status.tolist()]
-        assert status[:host_shape.size] == want.statuses(host_shape.size)
 
 
 MARKOV_P = torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.35, 0.05, 0.6]])   # target P(next | last)
@@ -93,7 +58,7 @@ def markov_decode(n_tokens: int, generator: torch.Generator) -> tuple:
                 q = MARKOV_Q[tokens[node]]
                 tokens[kids] = (q / exponential_like(q, generator)).topk(len(kids)).indices
         uniforms = torch.rand(shape.depth, tables.children.shape[1], generator=generator)
-        walk = sampled_walk_device(tables, tokens, MARKOV_P[tokens], MARKOV_Q[tokens], uniforms, shape.depth,
+        walk = sampled_walk(tables, tokens, MARKOV_P[tokens], MARKOV_Q[tokens], uniforms, shape.depth,
                                    generator)
         k = int(walk.accepted)
         out += [int(t) for t in tokens[walk.path[1:k + 1]]] + [int(walk.bonus)]
@@ -112,7 +77,7 @@ def test_sampled_device_walk_keeps_the_target_distribution(monkeypatch, control)
     """Three tokens of the Markov target through the device walk follow P exactly; with a planted bug
     (no residual after a rejection: the classic mistake) the same check at the same N rejects."""
     if control:
-        monkeypatch.setattr(device_verify, "residual_device", lambda p, q: p)
+        monkeypatch.setattr(verify, "residual", lambda p, q: p)
     generator = torch.Generator().manual_seed(1)
     samples = [markov_decode(3, generator) for _ in range(2500)]
     p_value = chi_square_pvalue(samples, markov_exact(3), control=control)
@@ -144,51 +109,60 @@ def ar_tokens(pair_fp32):
 
 
 @pytest.mark.parametrize("draft", ["pruned", "self", "feature"])
-def test_greedy_static_step_equals_eager_and_autoregressive(pairs, ar_tokens, draft):
+def test_greedy_step_equals_autoregressive_whatever_the_graphs_setting(pairs, ar_tokens, draft):
     pair = pairs[draft]
     cut = 0
     for prompt in PROMPTS if draft == "pruned" else PROMPTS[:1]:   # (the CPU's budget)
         with target_forward_rows() as rows:
-            static = sequoia(pair, prompt, "on").run()
-        assert static.token_ids == ar_tokens[prompt], (draft, prompt)
-        graphs = static.graphs
+            trace = sequoia(pair, prompt, "on").run()
+        assert trace.token_ids == ar_tokens[prompt], (draft, prompt)
+        graphs = trace.graphs
         assert graphs["enabled"] and not graphs["capturing"] and graphs["eager_calls"] > 0
-        assert static.settings["graphs"] == "on"
-        steps = static.steps[1:]
+        assert trace.settings["graphs"] == "on"
+        steps = trace.steps[1:]
         assert any(s.payload.accepted_path for s in steps)
         assert any(n.status == "rejected" for s in steps for n in s.payload.nodes) or draft == "self"
-        # The trace's forward sizes are what the target's forward ran: the whole fixed tree, also where the
-        # tree is cut near the end (its candidates are the cut tree's, as on the eager path).
+        # The trace's forward sizes are what the target's forward ran: uncaptured, a tree cut near the end
+        # runs cut (its nodes are the tree the app draws).
         assert [step.tokens_processed for step in steps] == rows
-        assert all(len(step.payload.nodes) <= step.tokens_processed for step in steps)
-        cut += sum(len(step.payload.nodes) < step.tokens_processed for step in steps)
-    assert cut, "no step cut its tree: the runs did not test a cut tree's forward size"
-    if draft == "pruned":   # today's path, for the record (test_sequoia.py covers it); auto is it on a CPU
-        eager = sequoia(pair, PROMPTS[0], "off").run()
-        assert eager.token_ids == ar_tokens[PROMPTS[0]] and not eager.graphs["enabled"]
-        auto = sequoia(pair, PROMPTS[0], "auto")
-        assert auto.static is None and auto.trace.settings["graphs"] == "auto"
-        auto.close()
+        assert all(len(step.payload.nodes) == step.tokens_processed for step in steps)
+        cut += sum(step.payload.depth < TREE["tree_depth"] for step in steps)
+    assert cut, "no step cut its tree: the runs did not test a cut tree's forward"
+    if draft == "pruned":   # every setting runs the one step on a CPU, and gives the same tokens
+        for graphs in ("off", "auto"):
+            other = sequoia(pair, PROMPTS[0], graphs).run()
+            assert other.token_ids == ar_tokens[PROMPTS[0]] and other.graphs["enabled"]
+            assert not other.graphs["capturing"] and other.settings["graphs"] == graphs
+
+
+def all_shapes(forward) -> list:
+    return list(forward.shapes.values()) + list(forward.transient.values())
 
 
 @pytest.mark.parametrize("draft", ["pruned", "feature"])
-def test_what_a_graph_captures_has_no_graph_breaks(pairs, draft):
-    """The target's tree forward and every draft forward (the root's read and each level's) trace as one
-    graph each: a break would make capture fail on a GPU."""
-    decoder = sequoia(pairs[draft], PROMPTS[0], "on", max_new=8, tree_parents=[-1, 0, 0, 1, 3])
-    decoder.step()
-    decoder.step()   # a tree step: every shape built and its buffers filled
-    static = decoder.static
-    drafter = static.drafter
-    root = drafter._root_shape if draft == "pruned" else drafter._root_shape(drafter.window)   # C - 1 > window
-    computes = [static.tree_forward.compute] + [s.compute for s in [root] + drafter._level_shapes[1:]]
-    assert len(computes) == 4
-    for compute in computes:
+def test_what_a_graph_captures_has_no_graph_breaks(pairs, draft, tmp_path, monkeypatch):
+    """Every shape the step runs traces as one graph: the target's trees (whole, cut, adaptive) and every
+    draft forward (the root's read and each level's). A break would make capture fail on a GPU."""
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    cache_forward_curves(pairs[draft])   # a cheap draft level: the adaptive tree grows levels
+    fixed = sequoia(pairs[draft], PROMPTS[0], "on", max_new=24, tree_parents=[-1, 0, 0, 1, 3])
+    adaptive = sequoia(pairs[draft], PROMPTS[0], "on", max_new=24, tree="adaptive", tree_budget=8, tree_depth=3,
+                       tree_threshold=0.001)
+    shapes = []
+    for decoder in (fixed, adaptive):
+        for _ in range(3):
+            decoder.step()   # the prefill and two tree steps: every shape built and its buffers filled
+        shapes += all_shapes(decoder.target) + all_shapes(decoder.drafter.forward)
+    kinds = {shape.key[1][0] for shape in shapes}
+    assert {"tree", "root", "level"} <= kinds, kinds
+    assert any(not shape.capturable for shape in shapes)   # the adaptive tree's (kept, never captured)
+    for shape in shapes:
         with torch.inference_mode():
-            explained = torch._dynamo.explain(compute)()
-        assert explained.graph_break_count == 0, explained.break_reasons
-        assert explained.graph_count == 1
-    decoder.run()
+            explained = torch._dynamo.explain(shape.compute)()
+        assert explained.graph_break_count == 0, (shape.key, explained.break_reasons)
+        assert explained.graph_count == 1, shape.key
+    for decoder in (fixed, adaptive):
+        decoder.run()
 
 
 def test_sampled_static_step_is_reproducible_by_seed(pairs):
@@ -225,7 +199,7 @@ def test_sampled_static_step_keeps_the_target_distribution(one_thread, monkeypat
     sampling = SamplingConfig(1.0)
     pair = tiny_pair(draft_seed=1, logit_scale=14.0)
     if control:
-        monkeypatch.setattr(device_verify, "residual_device", lambda p, q: p)
+        monkeypatch.setattr(verify, "residual", lambda p, q: p)
     samples, depths = static_samples(pair, sampling, STATIC_SAMPLES)
     p_value = chi_square_pvalue(samples, exact_distribution(pair.target, [1, 2, 3], sampling, 4), control=control)
     assert (p_value < 1e-3) if control else (p_value > 1e-3), p_value

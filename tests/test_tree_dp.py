@@ -136,21 +136,7 @@ def test_tree_shape_helpers_and_mask():
         [1, 0, 1, 0, 0, 1],
     ], dtype=torch.bool)
     assert torch.equal(shape.ancestor_matrix(), expected)
-    tt = TreeTensors(shape, torch.device("cpu"), torch.float32)
-    mask = tt.target_mask(prefix_len=3)
-    low = torch.finfo(torch.float32).min
-    assert mask.shape == (1, 1, 6, 9)
-    assert torch.all(mask[0, 0, :, :3] == 0)
-    assert torch.equal(mask[0, 0, :, 3:] == 0, expected)
-    assert torch.all(mask[0, 0, :, 3:][~expected] == low)
-    assert tt.depth_offsets.tolist() == [0, 1, 1, 2, 2, 2]
-    # Level 2's draft mask: its rows, all columns up to the end of the level, after the prefix.
-    dm = tt.draft_mask(2, prefix_len=4)
-    assert dm.shape == (1, 1, 3, 10)
-    assert torch.equal(dm[0, 0, :, 4:] == 0, expected[3:6, :6])
-    # Level 0 with two pending tokens: causal.
-    d0 = tt.draft_mask(0, prefix_len=5, pending=2)
-    assert torch.equal(d0[0, 0, :, 5:] == 0, torch.tensor([[True, False], [True, True]]))
+    tt = TreeTensors(shape, torch.device("cpu"))
     # Where each child's token comes from in its level's top-c draws.
     assert tt.draw_row[0].tolist() == [0, 0] and tt.draw_rank[0].tolist() == [0, 1]
     assert tt.draw_row[1].tolist() == [0, 0, 1] and tt.draw_rank[1].tolist() == [0, 1, 0]
@@ -162,7 +148,7 @@ def test_tree_shape_helpers_and_mask():
 
 def test_probabilities_at_parents_need_only_the_parents_rows():
     from specviz.sequoia.decoder import _probs_at
-    tt = TreeTensors(TreeShape.from_parents([-1, 0, 0, 1, 1, 2, 3]), torch.device("cpu"), torch.float32)
+    tt = TreeTensors(TreeShape.from_parents([-1, 0, 0, 1, 1, 2, 3]), torch.device("cpu"))
     logits = torch.randn(7, 50, generator=torch.Generator().manual_seed(0)) * 3
     tokens = torch.randint(0, 50, (7,), generator=torch.Generator().manual_seed(1))
     want = torch.softmax(logits, -1)[tt.parents, tokens]
@@ -362,13 +348,16 @@ def test_adaptive_allocation_serves_confident_nodes_first_within_the_budget():
     assert allocate_children([0.5, 0.5], [[0.9], [0.9]], tau=0.1, max_children=4, budget=1) == [1, 0]
 
 
-def test_adaptive_scratch_mask_sees_the_prefix_its_ancestors_and_itself():
-    from specviz.sequoia.adaptive import scratch_mask
+def test_an_adaptive_level_sees_the_root_its_read_ancestors_and_itself():
+    from specviz.sequoia.adaptive import read_block
 
-    mask = scratch_mask([[5], [5, 6]], visible_prefix=5, start=8, dtype=torch.float32, device=torch.device("cpu"))
-    assert mask.shape == (1, 1, 2, 10)
-    seen = (mask[0, 0] == 0).nonzero().tolist()
-    assert seen == [[0, c] for c in (0, 1, 2, 3, 4, 5, 8)] + [[1, c] for c in (0, 1, 2, 3, 4, 5, 6, 9)]
+    #   0 -> 1 (read at offset 1), 2 (not read); 1 -> 3, 4 (read at offsets 2, 3); 3 -> 5, 4 -> 6
+    parents = [-1, 0, 0, 1, 1, 3, 4]
+    offsets = {0: 0, 1: 1, 3: 2, 4: 3}
+    rows = read_block([5, 6], parents, {**offsets, 5: 4, 6: 5}, first=4)
+    assert [[c for c, seen in enumerate(row) if seen] for row in rows] == [[0, 1, 2, 4], [0, 1, 3, 5]]
+    # a level right after the root's: the root and itself
+    assert read_block([1, 2], parents, {0: 0, 1: 1, 2: 2}, first=1) == [[True, True, False], [True, False, True]]
 
 
 def test_an_adaptive_level_is_read_only_where_it_can_pay_for_itself():

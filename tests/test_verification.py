@@ -1,20 +1,31 @@
-"""Sequoia's verification rules alone, without a model."""
+"""Sequoia's verification rules alone, without a model.
+
+The package's walks run on the device (`specviz.sequoia.verify`); they are checked here by enumerating
+every branch against the target's exact distribution, and case by case against the plain host walk of
+`sequoia_reference` (itself checked by enumeration), which states the same rules independently.
+"""
 
 import itertools
+import random
 
 import pytest
 import torch
 from scipy import stats
+from sequoia_reference import greedy_walk as host_greedy_walk
+from sequoia_reference import residual, verify_children
+from sequoia_reference import sampling_walk as host_sampling_walk
 
+import specviz.sequoia.verify as verify
+from specviz.sequoia.tree import TreeShape
 from specviz.sequoia.verify import (
     ACCEPTED,
     NOT_REACHED,
     REJECTED,
     ROOT,
+    STATUS_NAMES,
+    WalkTables,
     greedy_walk,
-    residual,
-    sampling_walk,
-    verify_children,
+    sampled_walk,
 )
 
 
@@ -78,17 +89,45 @@ def acceptance_threshold(accepted) -> float:
     return 1.0 if hi == 1.0 else (lo + hi) / 2   # u < 1 always accepts: a threshold of 1 (P >= q)
 
 
-def emitted_by_verify_children(p: torch.Tensor, q: torch.Tensor, c: int) -> torch.Tensor:
+class RecordedBonus:
+    """Stands in for the device walk's bonus draw: records the P it would draw from, returns token 0."""
+
+    def __init__(self):
+        self.p = None
+
+    def __call__(self, p, generator=None):
+        self.p = p.double().clone()
+        return torch.zeros((), dtype=torch.long)
+
+
+def device_walk(monkeypatch, shape: TreeShape, tokens, target_probs, draft_q, uniforms, limit=None):
+    """The package's sampled walk with the bonus recorded: (accepted node ids, status names, bonus P)."""
+    bonus = RecordedBonus()
+    monkeypatch.setattr(verify, "race_sample", bonus)
+    walk = sampled_walk(WalkTables(shape, "cpu"), torch.as_tensor(tokens), target_probs, draft_q,
+                        torch.as_tensor(uniforms, dtype=torch.float64),
+                        shape.depth if limit is None else limit, None)
+    monkeypatch.undo()
+    k = int(walk.accepted)
+    return walk.path.tolist()[1:k + 1], [STATUS_NAMES[c] for c in walk.status.tolist()], bonus.p
+
+
+def emitted_by_device_walk(monkeypatch, p: torch.Tensor, q: torch.Tensor, c: int) -> torch.Tensor:
     """P(the token one node emits = t), enumerating every ordered draw of c children from q and every
-    accept/reject branch of the package's `verify_children`; each branch's probability comes from the
-    threshold its decisions reveal, and the bonus from the P it returns."""
+    accept/reject branch of the package's walk over a root with c children; each branch's probability
+    comes from the threshold its decisions reveal, and the bonus from the P the walk draws it from."""
+    shape = TreeShape.from_parents([-1] + [0] * c)
     out = torch.zeros_like(p, dtype=torch.float64)
     for seq, prob in without_replacement_sequences(q, c):
+        tokens = [0] + seq
+        target_probs = p.expand(c + 1, -1)
         rejecting: list[float] = []   # uniforms that reject the children tested so far
         weight = prob
         for i, tok in enumerate(seq):
             def accepted(u, i=i):
-                return verify_children(p, q, seq, rejecting + [u] + [1.0] * (c - i - 1))[0] == i
+                got, _, _ = device_walk(monkeypatch, shape, tokens, target_probs, q.view(1, -1),
+                                        [rejecting + [u] + [1.0] * (c - i - 1)])
+                return got == [i + 1]
             t = acceptance_threshold(accepted)
             out[tok] += weight * t
             weight *= 1 - t
@@ -96,84 +135,62 @@ def emitted_by_verify_children(p: torch.Tensor, q: torch.Tensor, c: int) -> torc
                 break
             rejecting.append((t + 1) / 2)
         else:
-            hit, p_bonus = verify_children(p, q, seq, rejecting)
-            assert hit is None
-            out += weight * p_bonus.double()
+            got, _, p_bonus = device_walk(monkeypatch, shape, tokens, target_probs, q.view(1, -1), [rejecting])
+            assert got == []
+            out += weight * p_bonus
     return out
 
 
 @pytest.mark.parametrize("seed,c", [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)])
-def test_verify_children_is_exact_by_enumeration(seed, c):
+def test_device_walk_at_one_node_is_exact_by_enumeration(monkeypatch, seed, c):
     gen = torch.Generator().manual_seed(seed)
     p = torch.softmax(torch.randn(5, generator=gen, dtype=torch.float64) * 2, -1)
     q = torch.softmax(torch.randn(5, generator=gen, dtype=torch.float64) * 2, -1)
     p[int(p.argmin())] = 0.0   # a token the target never emits, which the draft offers
     p /= p.sum()
-    torch.testing.assert_close(emitted_by_verify_children(p, q, c), p, atol=1e-10, rtol=0)
+    torch.testing.assert_close(emitted_by_device_walk(monkeypatch, p, q, c), p, atol=1e-10, rtol=0)
 
 
-class ScriptedDraws:
-    """Stands in for the walk's random draws: uniforms from a script (0.5 once it runs out), and the
-    bonus token's distribution recorded rather than sampled."""
+def walk_outcomes(monkeypatch, shape: TreeShape, tokens, target_probs, draft_q):
+    """[(probability, accepted node ids, bonus distribution)] over every branch of the package's walk.
 
-    def __init__(self, script: list[list[float]]):
-        self.script, self.sizes, self.bonus_p = script, [], None
-
-    def rand(self, n, generator=None, device=None):
-        k = len(self.sizes)
-        self.sizes.append(n)
-        return torch.tensor(self.script[k] if k < len(self.script) else [0.5] * n, dtype=torch.float64)
-
-    def sample(self, p, generator=None):
-        self.bonus_p = p.double().clone()
-        return torch.tensor(0)
-
-
-def run_walk(monkeypatch, script, children, tokens, target_probs, draft_probs):
-    import specviz.sequoia.verify as verify
-
-    draws = ScriptedDraws(script)
-    shim = type("TorchWithScriptedRand", (), {"rand": staticmethod(draws.rand),
-                                              "__getattr__": lambda self, name: getattr(torch, name)})()
-    monkeypatch.setattr(verify, "torch", shim)
-    monkeypatch.setattr(verify, "sample", draws.sample)
-    walk = sampling_walk(children, tokens, target_probs, draft_probs, torch.Generator())
-    monkeypatch.undo()
-    return walk, draws
-
-
-def walk_outcomes(monkeypatch, children, tokens, target_probs, draft_probs):
-    """[(probability, accepted node ids, bonus distribution)] over every branch of the package's walk."""
+    The walk tests at most one node per level, with that level's row of uniforms: a branch is explored
+    by fixing the rows of the levels decided so far."""
+    width = max(len(c) for c in shape.children) or 1
     outcomes = []
 
+    def run(script):
+        rows = script + [[0.5] * width] * (max(shape.depth, 1) - len(script))
+        return device_walk(monkeypatch, shape, tokens, target_probs, draft_q, rows)
+
     def explore(script, weight):
-        walk, draws = run_walk(monkeypatch, script, children, tokens, target_probs, draft_probs)
-        k = len(script)   # the call this branch decides: the k-th node on the path
-        if len(draws.sizes) <= k:
-            outcomes.append((weight, walk.accepted, draws.bonus_p))
+        accepted, _, bonus_p = run(script)
+        k = len(script)   # the level this branch decides
+        kids = shape.children[0 if k == 0 else accepted[k - 1]] if len(accepted) >= k else []
+        if k >= shape.depth or not kids:
+            outcomes.append((weight, accepted, bonus_p))
             return
-        kids = children[0 if k == 0 else walk.accepted[k - 1]]
         rejecting = []
         for i, kid in enumerate(kids):
-            def accepted(u, i=i, kid=kid):
-                w, _ = run_walk(monkeypatch, script + [rejecting + [u] + [1.0] * (len(kids) - i - 1)], children,
-                                tokens, target_probs, draft_probs)
-                return len(w.accepted) > k and w.accepted[k] == kid
-            t = acceptance_threshold(accepted)
+            def hit(u, i=i, kid=kid):
+                got, _, _ = run(script + [rejecting + [u] + [1.0] * (width - i - 1)])
+                return len(got) > k and got[k] == kid
+            t = acceptance_threshold(hit)
             if t > 0:
-                explore(script + [rejecting + [t / 2] + [0.5] * (len(kids) - i - 1)], weight * t)
+                explore(script + [rejecting + [t / 2] + [0.5] * (width - i - 1)], weight * t)
             weight *= 1 - t
             if weight == 0:
                 return
             rejecting.append((t + 1) / 2)
-        explore(script + [rejecting], weight)
+        explore(script + [rejecting + [1.0] * (width - len(rejecting))], weight)
 
     explore([], 1.0)
     return outcomes
 
 
 def test_sampling_walk_is_exact_by_enumeration(monkeypatch):
-    """Every tree a draft can draw (root with two children, the first with one), every branch of the walk:
+    """Every tree a draft can draw (root with two children, the first with one), every branch of the
+    package's walk:
     the first three tokens (continued by the target where the walk emits fewer) follow the target."""
     vocab = 4
     gen = torch.Generator().manual_seed(11)
@@ -189,15 +206,15 @@ def test_sampling_walk_is_exact_by_enumeration(monkeypatch):
         return table_q[padded[0], padded[1]]
 
     parents = [-1, 0, 0, 1]
-    children = [[1, 2], [3], [], []]
+    shape = TreeShape.from_parents(parents)
     emitted: dict[tuple, float] = {}
     for (a, b), p_ab in without_replacement_sequences(draft(()), 2):
         for (c,), p_c in without_replacement_sequences(draft((a,)), 1):
             tokens = [0, a, b, c]
             paths = [(), (a,), (b,), (a, c)]
             target_probs = torch.stack([target(path) for path in paths])
-            for weight, accepted, bonus_p in walk_outcomes(monkeypatch, children, tokens, target_probs,
-                                                           {0: draft(()), 1: draft((a,))}):
+            draft_q = torch.stack([draft(()), draft((a,))])   # by node id: the nodes with children
+            for weight, accepted, bonus_p in walk_outcomes(monkeypatch, shape, tokens, target_probs, draft_q):
                 assert [parents[n] for n in accepted] == ([0] + accepted)[:len(accepted)]   # a path from the root
                 head = tuple(tokens[n] for n in accepted)
                 for bonus in range(vocab):
@@ -248,27 +265,117 @@ def test_children_with_zero_draft_probability_are_skipped():
     assert torch.allclose(p_final, torch.tensor([0.0, 0.0, 1.0]))
 
 
-def test_greedy_walk():
+def test_reference_greedy_walk():
     #        0
     #      1   2        tokens: 1->7, 2->8, 3->9, 4->5, 5->9
     #     3 4   5
     children = [[1, 2], [3, 4], [5], [], [], []]
     tokens = [0, 7, 8, 9, 5, 9]
     argmax = [8, 0, 9, 0, 0, 4]
-    walk = greedy_walk(children, tokens, argmax)
+    walk = host_greedy_walk(children, tokens, argmax)
     assert walk.accepted == [2, 5] and walk.bonus_token == 4
     assert walk.statuses(6) == [ROOT, REJECTED, ACCEPTED, NOT_REACHED, NOT_REACHED, ACCEPTED]
-    walk = greedy_walk(children, tokens, [3, 0, 0, 0, 0, 0])
+    walk = host_greedy_walk(children, tokens, [3, 0, 0, 0, 0, 0])
     assert walk.accepted == [] and walk.bonus_token == 3
 
 
-def test_sampling_walk_accepts_everything_when_draft_is_target():
-    children = [[1], [2], []]
-    tokens = [0, 1, 2]
+def test_sampled_walk_accepts_everything_when_draft_is_target(monkeypatch):
+    shape = TreeShape.from_parents([-1, 0, 1])
     p = torch.softmax(torch.randn(3, 4, generator=torch.Generator().manual_seed(0)), -1)
     # q equals P at every node, so min(1, P/q) = 1 for every drawn child.
-    walk = sampling_walk(children, tokens, p, {0: p[0], 1: p[1]}, torch.Generator().manual_seed(1))
-    assert walk.accepted == [1, 2] and walk.rejected == []
+    accepted, status, _ = device_walk(monkeypatch, shape, [0, 1, 2], p, p[:2], [[0.99], [0.99]])
+    assert accepted == [1, 2] and REJECTED not in status
+
+
+def random_tree(rng: random.Random, size: int, max_children: int = 3) -> list[int]:
+    """A breadth-first parent list: each node in order takes 0..max_children children."""
+    parents, frontier = [-1], [0]
+    while len(parents) < size and frontier:
+        nxt = []
+        for node in frontier:
+            for _ in range(rng.randint(0 if node else 1, max_children)):
+                if len(parents) < size:
+                    parents.append(node)
+                    nxt.append(len(parents) - 1)
+        frontier = nxt
+    return parents
+
+
+def distinct_children_tokens(rng: random.Random, shape: TreeShape, vocab: int) -> list[int]:
+    tokens = [0] * shape.size
+    for kids in shape.children:   # siblings are distinct draws
+        for kid, tok in zip(kids, rng.sample(range(vocab), len(kids))):
+            tokens[kid] = tok
+    return tokens
+
+
+def test_greedy_walk_equals_the_reference_on_random_trees():
+    rng = random.Random(0)
+    vocab = 4
+    for _ in range(300):
+        shape = TreeShape.from_parents(random_tree(rng, rng.randint(1, 14)))
+        tokens = distinct_children_tokens(rng, shape, vocab)
+        picks = [rng.randrange(vocab) for _ in range(shape.size)]
+        limit = rng.randint(0, shape.depth)
+        host_shape = shape.truncated(limit)
+        want = host_greedy_walk(host_shape.children, tokens, picks)
+        got = greedy_walk(WalkTables(shape, "cpu"), torch.tensor(tokens), torch.tensor(picks), limit)
+        k = int(got.accepted)
+        assert got.path.tolist()[1:k + 1] == want.accepted and int(got.bonus) == want.bonus_token
+        assert got.path.tolist()[k + 1:] == [got.path.tolist()[k]] * (shape.depth - k)   # padded by repeating
+        status = [STATUS_NAMES[c] for c in got.status.tolist()]
+        assert status[:host_shape.size] == want.statuses(host_shape.size)
+
+
+class ScriptedHostDraws:
+    """The reference walk's draws from a table: node at level k reads row k of the device walk's
+    uniforms (its first len(children) entries); the bonus P recorded, not sampled."""
+
+    def __init__(self, uniforms: torch.Tensor):
+        self.uniforms, self.calls, self.bonus_p = uniforms, 0, None
+
+    def rand(self, n, generator=None, device=None):
+        row = self.uniforms[self.calls, :n]
+        self.calls += 1
+        return row
+
+    def sample(self, p, generator=None):
+        self.bonus_p = p.double().clone()
+        return torch.tensor(0)
+
+
+def test_sampled_walk_equals_the_reference_on_random_trees(monkeypatch):
+    """Same tree, P, q and uniforms: the device walk accepts, rejects and leaves for the bonus the P the
+    host walk does, on random trees (zero-mass tokens, cut depths, draft supports that run out)."""
+    import sequoia_reference
+
+    rng = random.Random(1)
+    gen = torch.Generator().manual_seed(1)
+    vocab = 5
+    for case in range(300):
+        shape = TreeShape.from_parents(random_tree(rng, rng.randint(1, 12)))
+        limit = rng.randint(0, shape.depth)
+        tokens = distinct_children_tokens(rng, shape, vocab)
+        p = torch.softmax(torch.randn(shape.size, vocab, generator=gen, dtype=torch.float64) * 2, -1)
+        q = torch.softmax(torch.randn(shape.size, vocab, generator=gen, dtype=torch.float64) * 2, -1)
+        if case % 3 == 0:   # targets that never emit a token, drafts whose support ran out
+            p[:, rng.randrange(vocab)] = 0.0
+            q[:, rng.randrange(vocab)] = 0.0
+            p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
+        width = max(1, max(len(c) for c in shape.children))
+        uniforms = torch.rand(max(shape.depth, 1), width, generator=gen, dtype=torch.float64)
+        accepted, status, bonus_p = device_walk(monkeypatch, shape, tokens, p, q, uniforms, limit)
+        host_shape = shape.truncated(limit)
+        draws = ScriptedHostDraws(uniforms)
+        shim = type("TorchWithScriptedRand", (), {"rand": staticmethod(draws.rand),
+                                                  "__getattr__": lambda self, name: getattr(torch, name)})()
+        monkeypatch.setattr(sequoia_reference, "torch", shim)
+        monkeypatch.setattr(sequoia_reference, "sample", draws.sample)
+        want = host_sampling_walk(host_shape.children, tokens, p, {i: q[i] for i in range(shape.size)}, None)
+        monkeypatch.undo()
+        assert accepted == want.accepted, case
+        assert status[:host_shape.size] == want.statuses(host_shape.size), case
+        torch.testing.assert_close(bonus_p, draws.bonus_p, atol=1e-12, rtol=0)
 
 
 # -- the samplers the rules draw with ------------------------------------------------------

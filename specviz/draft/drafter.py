@@ -1,61 +1,85 @@
 """The drafter interface: what a tree decoder asks of a draft, whatever the draft is.
 
-Modelled on transformers' `CandidateGenerator` (generation/candidate_generator.py),
-for trees and level by level. A decoder drafts one step as
+Modelled on transformers' `CandidateGenerator` (generation/candidate_generator.py), for trees
+and level by level, over `engine.static` shapes (so a GPU captures each call and replays it).
+A decoder drafts one step as
 
-    slot, logits = drafter.root(generated, causal_mask)        # level 0: the root's children
-    logits = drafter.level(tokens, parent_rows, slot, positions, mask)   # each later level
+    logits = drafter.root(history, committed)           # the root's children, (1, V')
+    logits = drafter.level(level, tokens, root_slot)     # each later level's nodes, (n, V')
     ...one target forward, the verification walk...
-    drafter.commit(path, keep_from, read_slots, target_features, drafted)   # keep the accepted path
-    drafter.widen(new_ids)                                      # head rows for written tokens
+    drafter.commit(path, path_slots, root_slot, target_features)   # keep the accepted path
+    drafter.widen(new_ids)                               # head rows for written tokens
 
-Shapes. `root` returns (1, V') logits; `level` takes n nodes (`tokens` (n,), their
-parents' rows (n,), `positions` (n,), an additive `mask` (1, 1, n, slot + n)) and
-returns (n, V') logits, V' = len(`vocab_ids`) (or the vocabulary when it is None).
-Every row a step reads (the root's first, then each level's, in order) is one
-"row" of the step, which is what `parent_rows` index: for a fixed tree a node's
-row is its breadth-first id. A fixed tree's level widths are known up front, so
-each `level` call's shapes depend only on (tree shape, level), and a drafter
-allocates nothing per call whose shape depends on data (its step rows are
-preallocated). Two shapes still follow the data: the committed tokens `root`
-reads (those the draft has not read yet, a few) and V', which `widen` grows
-between steps. The adaptive tree's levels follow the draft's confidence; one held
-to a fixed node count per level would pad each level to that count (rows that
-repeat a parent, whose outputs are not drawn from).
+`history` holds every committed token by slot on the device (the root is `history[committed - 1]`),
+so the root's read is a fixed window of the last committed tokens, not "the tokens not read yet":
+nothing on the host counts what the draft has read. A `TreeLevel` says which nodes a level reads,
+where their K/V go (offsets after the root's slot), their depths and which earlier slots each sees;
+a fixed tree's levels are made once per tree, an adaptive tree's each step (their shapes are kept,
+a handful recur). `path` (node ids) and `path_slots` (each path node's offset) are fixed-length
+device tensors: the root, the accepted nodes, then the deepest repeated.
 
-Cost. What the sizing and the profiler time as one draft level is the draft
-model's: `engine.profiler.timing_forward(model)` (a draft whose levels run another
-forward gives its own `timing_forward`), cached under `forward_kind(model)` (a
-draft's `decoding_kind`, when it has one).
+Logits columns are the tokens `vocab_ids` names (None: column = token). On a CPU a draft with a
+vocabulary-subset head reads only that subset, the draft's own rows and the prompt's tokens, widened as
+the target writes new ones: there the full 49k-row head is most of a small draft's cost. Elsewhere it
+reads the whole head (`whole_head_wanted`: a fixed width that graphs can capture, no `widen`; on a GPU
+it costs microseconds).
 
-Implementations: `ModelDrafter` (an independent draft: a pruned, distilled or any
-causal LM; also the target drafting for itself) here, and `FeatureDrafter`
-(`feature_drafter.py`, EAGLE style). A draft model names its drafter by
-`drafter_kind`, looked up in `DRAFTERS` by module path, as the engine's methods are.
+Cost. What the sizing and the profiler time as one draft level is the draft model's:
+`engine.profiler.timing_forward(model)` (a draft whose levels run another forward gives its own
+`timing_forward`), cached under `forward_kind(model)` (a draft's `decoding_kind`, when it has one).
+
+Implementations: `ModelDrafter` (an independent draft: a pruned, distilled or any causal LM; also
+the target drafting for itself) here, and `FeatureDrafter` (`feature_drafter.py`, EAGLE style). A
+draft model names its drafter by `drafter_kind`, looked up in `DRAFTERS` by module path, as the
+engine's methods are.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from ..engine.lean import VocabSubsetHead, make_forward
-from ..engine.static import full_vocabulary_head, static_supported
+from ..engine.lean import VocabSubsetHead
+from ..engine.static import full_vocabulary_head
 
 # drafter_kind -> "module:class", imported on first use; a draft model without a drafter_kind is
 # an ordinary causal LM (`ModelDrafter`).
 DRAFTERS = {
     "feature": "specviz.draft.feature_drafter:FeatureDrafter",
 }
+ADAPTIVE_SHAPES_KEPT = 256   # an adaptive tree's level shapes held per draft forward (a few recur)
 
-# causal_mask(prefix_len, pending): the mask a fixed tree's level 0 reads its pending tokens under.
-CausalMask = Callable[[int, int], torch.Tensor]
+
+@dataclass(eq=False)
+class TreeLevel:
+    """One draft forward over some of a step's tree nodes (a fixed tree's level, or an adaptive tree's
+    nodes that may still get children).
+
+    Slots are counted from the root's (offset 0): a row's K/V go to root + `offsets[j]`, it sits at
+    position root + `depths[j]`, and it sees every slot before the root's and those of root ..
+    root + B - 1 that `block[j]` allows (itself and its ancestors). `key` names the shape (equal keys,
+    equal offsets and block); `adaptive`: one of many shapes that follow the data (kept bounded).
+    """
+
+    key: tuple
+    nodes: torch.Tensor     # (n,) node ids read, in row order (on the device)
+    parents: torch.Tensor   # (n,) their parents' node ids
+    offsets: list[int]
+    depths: list[int]
+    block: torch.Tensor     # (n, B) bool
+    adaptive: bool = False
+
+    def shape_spec(self) -> dict:
+        return {"write_offsets": self.offsets, "position_offsets": self.depths, "block": self.block,
+                "rows": list(range(len(self.offsets))), "kept": ADAPTIVE_SHAPES_KEPT if self.adaptive else None}
 
 
 class Drafter(Protocol):
-    """One decoder's draft: its caches, its head's rows, and what it asks of the target."""
+    """One decoder's draft: its forwards (in the decoder's `GraphSession`), its head's rows, and what it
+    asks of the target."""
 
     reads_features: bool          # every target forward returns its hidden states for this drafter
     taps: tuple[int, ...]         # target layers whose outputs join those features
@@ -64,51 +88,18 @@ class Drafter(Protocol):
     @property
     def vocab_ids(self) -> torch.Tensor | None: ...   # token of each logits column (None: column = token)
 
-    @property
-    def dtype(self) -> torch.dtype: ...   # of the masks its levels take
+    def prefill(self, prompt: torch.Tensor, target_features: torch.Tensor | None, target) -> None: ...
 
-    def prefill(self, prompt: torch.Tensor, target_features: torch.Tensor | None) -> None: ...
+    def root(self, history: torch.Tensor, committed: int) -> torch.Tensor: ...
 
-    def root(self, generated: list[int], causal_mask: CausalMask | None) -> tuple[int, torch.Tensor]: ...
+    def level(self, level: TreeLevel, tokens: torch.Tensor, root_slot: int) -> torch.Tensor: ...
 
-    def level(self, tokens: torch.Tensor, parent_rows, slot: int, positions: torch.Tensor,
-              mask: torch.Tensor) -> torch.Tensor: ...
-
-    def commit(self, path: list[int], keep_from: int, read_slots: torch.Tensor,
-               target_features: torch.Tensor | None, drafted: bool) -> None: ...
+    def commit(self, path: torch.Tensor, path_slots: torch.Tensor, root_slot: int,
+               target_features: torch.Tensor | None) -> None: ...
 
     def widen(self, token_ids: list[int]) -> None: ...
 
     def input_label(self, depth: int) -> str: ...
-
-
-class StaticDrafter(Drafter, Protocol):
-    """A drafter's static-buffer step (`engine.static`; graph-captured on CUDA), for a fixed tree.
-
-    Every call has a shape fixed by (tree, level), reads the draft's full vocabulary head (no `widen`),
-    and takes its inputs from device tensors (no host round trip):
-
-        drafter.static_prepare(shape)                        # once: the tree's (a TreeShape) shapes
-        drafter.static_prefill(prompt, target_features, target_static)
-        logits = drafter.static_root(history, committed)     # (1, V): the root's children
-        logits = drafter.static_level(level, tokens, root_slot)   # (level's nodes, V)
-        drafter.static_commit(path, root_slot, target_features)
-
-    `history` holds every committed token by slot (the decoder keeps it on the device); `path` is the
-    step's fixed-length compaction index (node ids: the root and the accepted path, padded by
-    repeating its deepest node; `sequoia.device_verify`), `root_slot` = committed - 1.
-    """
-
-    def static_prepare(self, shape) -> None: ...   # a `sequoia.tree.TreeShape`
-
-    def static_prefill(self, prompt: torch.Tensor, target_features: torch.Tensor | None, target_static) -> None: ...
-
-    def static_root(self, history: torch.Tensor, committed: int) -> torch.Tensor: ...
-
-    def static_level(self, level: int, tokens: torch.Tensor, root_slot: int) -> torch.Tensor: ...
-
-    def static_commit(self, path: torch.Tensor, root_slot: int,
-                      target_features: torch.Tensor | None) -> None: ...
 
 
 def drafter_class(pair) -> type:
@@ -119,20 +110,19 @@ def drafter_class(pair) -> type:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def make_drafter(pair, prompt_ids: list[int], max_len: int, max_nodes: int, target_forward,
-                 lean: bool = True, session=None) -> Drafter:
-    """The drafter of `pair.draft` for one decoder (caches of `max_len` slots, steps of up to `max_nodes`).
-
-    With a `GraphSession` (`engine.static`), a drafter for the static-buffer step (`StaticDrafter`)."""
-    cls = drafter_class(pair)
-    if cls is ModelDrafter:
-        return ModelDrafter(pair, prompt_ids, max_len, target_forward, lean, session=session)
-    return cls(pair, prompt_ids, max_len, max_nodes, session=session)
+def make_drafter(pair, prompt_ids: list[int], session, max_nodes: int, max_depth: int, lean: bool = True) -> Drafter:
+    """The drafter of `pair.draft` for one decoder, its forwards in the decoder's `GraphSession`, for
+    trees of up to `max_nodes` nodes and `max_depth` levels (`lean` False: transformers' own forward,
+    for A/B measurements)."""
+    return drafter_class(pair)(pair, prompt_ids, session, max_nodes, max_depth, lean=lean)
 
 
-def static_drafter_supported(pair) -> bool:
-    """Whether `pair.draft`'s drafter has a static step for this pair."""
-    return drafter_class(pair).static_supported(pair)
+def whole_head_wanted(device: torch.device) -> bool:
+    """Whether a draft reads its whole head rather than a widening subset: everywhere but on a CPU.
+
+    Decided by the device, not by capture, so a seed gives the same tokens whether a step is replayed or
+    run eagerly (the subset changes q, and so the draws)."""
+    return torch.device(device).type != "cpu"
 
 
 def session_role(kind: str, weight: torch.Tensor) -> str:
@@ -169,134 +159,66 @@ class HeadRows:
 class ModelDrafter:
     """An independent draft (a causal LM over its own cache, the target's included) as a `Drafter`.
 
-    Its cache holds the committed tokens it has read (`seen`); the root is read at slot C - 1 and a
-    tree node i of a fixed tree at slot C - 1 + i, so the accepted path is kept by moving its slots.
+    Its cache mirrors the target's: the root at slot C - 1, a tree's node read at offset k at C - 1 + k,
+    so the accepted path is kept by moving its slots. The root re-reads the last TWO committed tokens
+    (slots C - 2 and C - 1, causally): the committed tokens the draft has not read are the root and at
+    most one before it (the path's deepest node, when it was never read: a fixed tree's last level, an
+    adaptive tree's unexpanded node), and rewriting a slot with the token it already holds only
+    refreshes a draft's K/V, which proposes and never decides. So the root's shape is fixed.
     """
 
     reads_features = False
     taps: tuple[int, ...] = ()
 
-    def __init__(self, pair, prompt_ids: list[int], max_len: int, target_forward, lean: bool = True,
-                 session=None):
+    def __init__(self, pair, prompt_ids: list[int], session, max_nodes: int, max_depth: int, lean: bool = True):
+        draft = pair.draft
         self.device, self.vocab = pair.device, pair.vocab_size
         self.prompt_len = len(prompt_ids)
         self.settings: dict = {}
-        self.static = None
-        if session is not None:
-            self._static_init(pair, session)
-            return
-        head = getattr(pair.draft, "lm_head", None)
-        vocab_ids = with_prompt_tokens(head.vocab_ids, prompt_ids, self.device) \
-            if isinstance(head, VocabSubsetHead) else None
-        self.forward = make_forward(pair.draft, max_len, vocab_ids, lean=lean)
-        # The target drafting for itself through the same forward copies the target's prefill.
-        self.copies_target = pair.draft_is_target and type(self.forward) is type(target_forward)
-        self.target_forward = target_forward
-        self.head = HeadRows(self.forward, self.vocab, self.device)
-        self.seen = 0
+        head = getattr(draft, "lm_head", None)
+        # Off a CPU the whole head, captured or not (`whole_head_wanted`): its columns are the tokens.
+        self.full_head = whole_head_wanted(self.device)
+        role = session_role("draft", next(draft.parameters()))
+        self.forward = session.forward(role, draft, full_vocabulary_head(draft) if self.full_head else None,
+                                       lean=lean)
+        inner = self.forward.lean
+        if isinstance(head, VocabSubsetHead) and not self.full_head and hasattr(inner, "cut_head"):
+            # A kept session's head may have been widened by an earlier prompt: this prompt's subset.
+            inner.cut_head(with_prompt_tokens(head.vocab_ids, prompt_ids, self.device))
+        self.head = HeadRows(None if self.full_head else inner, self.vocab, self.device)
+        self.copies_target = pair.draft_is_target
+        self._root = self.forward.shape(("root", 2), write_offsets=[0, 1], position_offsets=[0, 1],
+                                        block=torch.ones(2, 2, dtype=torch.bool).tril(), rows=[1])
 
     @property
     def vocab_ids(self) -> torch.Tensor | None:
-        return None if self.static is not None else self.forward.vocab_ids
+        return None if self.full_head else self.forward.lean.vocab_ids
 
-    @property
-    def dtype(self) -> torch.dtype:
-        if self.static is not None:
-            return self.static.lean.dtype
-        return getattr(self.forward, "dtype", None) or self.forward.model.dtype
-
-    def prefill(self, prompt: torch.Tensor, target_features: torch.Tensor | None) -> None:
-        if self.copies_target:   # same model, same prompt: the draft's cache is a copy, not a second prefill
-            self.forward.copy_prefix(self.target_forward, self.prompt_len)
+    def prefill(self, prompt: torch.Tensor, target_features: torch.Tensor | None, target) -> None:
+        if self.copies_target:   # same weights, same prompt: copy the target's cache
+            self.forward.lean.copy_prefix(target.lean, self.prompt_len)
         else:
-            self.forward(prompt, 0)
-        self.seen = self.prompt_len
+            self.forward.prefill(prompt)
 
-    def root(self, generated: list[int], causal_mask: CausalMask | None) -> tuple[int, torch.Tensor]:
-        """Read the committed tokens not read yet (always generated ones after the prefill), the root last."""
-        pending = generated[self.seen - self.prompt_len:]
-        committed = self.prompt_len + len(generated)
-        start = committed - len(pending)
-        ids = torch.tensor([pending], dtype=torch.long, device=self.device)
-        mask = None if causal_mask is None else causal_mask(start, len(pending))
-        logits = self.forward(ids, start, mask=mask) if mask is not None else self.forward(ids, start)
-        self.seen = committed
-        return committed - 1, self._logits(logits)
+    def root(self, history: torch.Tensor, committed: int) -> torch.Tensor:
+        return self._logits(self._root(history[committed - 2:committed], committed - 2))
 
-    def level(self, tokens: torch.Tensor, parent_rows, slot: int, positions: torch.Tensor,
-              mask: torch.Tensor) -> torch.Tensor:
-        logits = self.forward(tokens.unsqueeze(0), slot, positions=positions, mask=mask, rows=tokens.numel())
-        return self._logits(logits)
+    def level(self, level: TreeLevel, tokens: torch.Tensor, root_slot: int) -> torch.Tensor:
+        shape = self.forward.shape(("level",) + level.key, **level.shape_spec())
+        return self._logits(shape(tokens, root_slot))
 
     def _logits(self, logits: torch.Tensor) -> torch.Tensor:
         """Logits over the head's rows, or the real vocabulary (no padding rows)."""
-        return logits if self.forward.vocab_ids is not None else logits[:, :self.vocab]
+        return logits if self.vocab_ids is not None else logits[:, :self.vocab]
 
-    def commit(self, path: list[int], keep_from: int, read_slots: torch.Tensor,
-               target_features: torch.Tensor | None, drafted: bool) -> None:
-        """Move the K/V of the accepted path's nodes this step read (`read_slots`) to slots `keep_from`..;
-        the rest of the path is read next step."""
-        if not drafted:
-            return   # the draft ran no forward this step; its pending tokens simply grow
-        self.forward.keep(keep_from, read_slots)
-        self.seen = keep_from + int(read_slots.numel())
+    def commit(self, path: torch.Tensor, path_slots: torch.Tensor, root_slot: int,
+               target_features: torch.Tensor | None) -> None:
+        """The root and the accepted path's K/V to root_slot.. (a node never read has garbage there,
+        which the next root's window rewrites)."""
+        self.forward.keep(root_slot, path_slots + root_slot)
 
     def widen(self, token_ids: list[int]) -> None:
-        if self.static is None:   # the static step reads the whole head
-            self.head.widen(token_ids)
+        self.head.widen(token_ids)
 
     def input_label(self, depth: int) -> str:
         return ""
-
-    # -- the static-buffer step (`StaticDrafter`) ------------------------------------------------------
-
-    @staticmethod
-    def static_supported(pair) -> bool:
-        return static_supported(pair.draft)
-
-    def _static_init(self, pair, session) -> None:
-        """The draft's static forward (its full head: fixed shapes, no widen) in the decoder's session."""
-        draft = pair.draft
-        role = session_role("draft", draft.model.layers[0].self_attn.q_proj.weight)
-        self.static = session.forward(role, draft, full_vocabulary_head(draft))
-        self.copies_target = pair.draft_is_target
-        self.forward = None
-        self._root_shape, self._level_shapes = None, []
-
-    def static_prepare(self, shape) -> None:
-        """The root's shape and each drafted level's (levels 1 .. depth - 1; the last level is never read).
-
-        The root re-reads the last TWO committed tokens at slots C - 2 and C - 1 under a causal block:
-        the committed tokens the draft has not read are the root and at most one before it (the deepest
-        accepted node, when the path reached the last level), and rewriting a slot with the token it
-        already holds only refreshes a draft's K/V, which proposes and never decides. So the root's
-        shape is fixed, and nothing on the host counts what the draft has read.
-        """
-        parents, ancestors = shape.parents, shape.ancestor_matrix()
-        self._root_shape = self.static.shape(("root", 2), write_offsets=[0, 1], position_offsets=[0, 1],
-                                             block=torch.ones(2, 2, dtype=torch.bool).tril(), rows=[1])
-        self._level_shapes = [None]
-        for level in range(1, shape.depth):
-            start, end = shape.level_ranges[level]
-            self._level_shapes.append(self.static.shape(
-                ("level", tuple(parents), level), write_offsets=list(range(start, end)),
-                position_offsets=shape.depths[start:end], block=ancestors[start:end, :end],
-                rows=list(range(end - start))))
-
-    def static_prefill(self, prompt: torch.Tensor, target_features, target_static) -> None:
-        if self.copies_target:   # same weights, same prompt: copy the target's cache
-            self.static.lean.copy_prefix(target_static.lean, self.prompt_len)
-        else:
-            self.static.prefill(prompt)
-
-    def static_root(self, history: torch.Tensor, committed: int) -> torch.Tensor:
-        return self._root_shape(history[committed - 2:committed], committed - 2)[:, :self.vocab]
-
-    def static_level(self, level: int, tokens: torch.Tensor, root_slot: int) -> torch.Tensor:
-        """Level `level`'s nodes at slots root_slot + node id, positions root_slot + depth."""
-        return self._level_shapes[level](tokens, root_slot)[:, :self.vocab]
-
-    def static_commit(self, path: torch.Tensor, root_slot: int, target_features) -> None:
-        """The root and the accepted path to root_slot.. (a node on the last level was never read: its
-        slot is rewritten by the next root, which re-reads it)."""
-        self.static.keep(root_slot, path + root_slot)

@@ -13,12 +13,14 @@ feature, taps included, at the root's pairs; a parent's predicted feature at a t
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 import torch.nn.functional as F
 
 from ..engine.lean import attention_backends, attention_kernels
 from ..engine.llama import decoder_layer, rms_norm
-from ..engine.static import StaticShape
+from ..engine.static import StaticShape, _kept_shape
 
 
 class FeatureShape(StaticShape):
@@ -62,12 +64,11 @@ class FeatureStaticForward:
         # The target's whole head: a fixed shape, whatever tokens a prompt adds.
         self.head = draft._target[0].lm_head.weight.detach().to(self.dtype)
         self.shapes: dict = {}
+        self.transient: OrderedDict = OrderedDict()
 
-    def shape(self, name, width: int, **spec) -> FeatureShape:
-        found = self.shapes.get(name)
-        if found is None:
-            found = self.shapes[name] = FeatureShape(self, (self.role, name), width, **spec)
-        return found
+    def shape(self, name, width: int, kept: int | None = None, **spec) -> FeatureShape:
+        """The shape `name` (see `StaticForward.shape`, `kept` included)."""
+        return _kept_shape(self, name, kept, lambda: FeatureShape(self, (self.role, name), width, **spec))
 
     def _layers(self, x: torch.Tensor, cos, sin, kv, mask, causal: bool) -> torch.Tensor:
         with attention_kernels(self.device, self.backends):

@@ -17,7 +17,7 @@ import torch
 
 from ..errors import InvalidInput
 from ..trace import RunTrace, StepRecord
-from .graphs import capture_wanted, check_graphs, graphs_off_stats, graphs_wanted
+from .graphs import capture_wanted, check_graphs, graphs_off_stats
 from .models import ModelPair, dtype_name
 from .sampling import SamplingConfig, make_generator
 from .text import Detokenizer
@@ -98,12 +98,10 @@ class Decoder(ABC):
                       "graphs": check_graphs(graphs)},
             target_name=pair.target_name, draft_name=pair.draft_name,
             device=str(pair.device), dtype=dtype_name(pair.dtype), graphs=graphs_off_stats())
-        # Whether the static step's shapes are captured as CUDA graphs (`graphs.capture_wanted`, the one
-        # place that decides): a decoder checks out its static session with it and sets `self.graph_stats`
-        # to the session's record. A decoder that still keeps an eager step of its own (Sequoia) runs its
-        # static step only where `static_wanted` says so.
+        # Whether the step's shapes are captured as CUDA graphs (`graphs.capture_wanted`, the one place
+        # that decides): a decoder checks out its static session with it and sets `self.graph_stats` to
+        # the session's record.
         self.capture = capture_wanted(graphs, pair.device)
-        self.static_wanted = graphs_wanted(graphs, pair.device) and getattr(self, "lean", True)
         self.graph_stats = None
 
     # -- the interface ---------------------------------------------------------------

@@ -54,19 +54,6 @@ def capture_wanted(mode: str, device: torch.device) -> bool:
     return check_graphs(mode) != "off" and torch.device(device).type == "cuda"
 
 
-def graphs_wanted(mode: str, device: torch.device) -> bool:
-    """Whether a decoder that still has an eager step of its own (Sequoia) runs its static-buffer step
-    instead: 'auto' means on CUDA only.
-
-    'on' on a CPU runs the static step eagerly (the runner's fallback): the same buffers and
-    device-side walks a GPU replays, which is how the tests check them without a GPU.
-    """
-    mode = check_graphs(mode)
-    if mode == "auto":
-        return torch.device(device).type == "cuda"
-    return mode == "on"
-
-
 def compile_wanted() -> bool:
     """Fuse each graphed function with torch.compile (inductor) before capturing it.
 

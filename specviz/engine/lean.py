@@ -287,7 +287,11 @@ class LeanLlama:
         """Give a head over a vocabulary subset rows for `token_ids` too, after its current rows."""
         if self.vocab_ids is None:
             return   # the whole vocabulary already
-        self.vocab_ids = torch.cat([self.vocab_ids, token_ids.to(self.device, torch.long)])
+        self.cut_head(torch.cat([self.vocab_ids, token_ids.to(self.device, torch.long)]))
+
+    def cut_head(self, vocab_ids: torch.Tensor) -> None:
+        """The head over exactly `vocab_ids`' rows (a kept forward starting a new prompt's subset)."""
+        self.vocab_ids = vocab_ids.to(self.device, torch.long)
         self.lm_head = self._full_head.index_select(0, self.vocab_ids).contiguous()
         self.head = Matmul(self.lm_head, pack(self.lm_head) if self.packed else None)
 
@@ -348,7 +352,10 @@ class ModelForward:
     __call__ = forward
 
     def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
-        keep_positions(self.cache, prefix_len, slots)
+        """As `LeanLlama.keep`; a fixed-length index may name slots past this cache's end (a path node the
+        draft never read, or the padding after it): only the slots it holds move."""
+        length = cache_length(self.cache)
+        keep_positions(self.cache, prefix_len, slots[slots < length][:max(0, length - prefix_len)])
 
     def copy_prefix(self, other: "ModelForward", n: int) -> None:
         self.cache = copy.deepcopy(other.cache)

@@ -24,6 +24,7 @@ one or a new one, and `checkout`'s test-and-take is one step under a lock.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 
 import torch
 
@@ -63,6 +64,7 @@ class StaticShape:
                  max_position: int | None = None):
         lean, device = forward.lean, forward.lean.device
         self.forward, self.key = forward, key
+        self.capturable = forward.capturable   # a shape among many that follow the data never is (`kept`)
         n = len(write_offsets)
         self.n = n
         self.ids = torch.zeros(1, n, dtype=torch.long, device=device)
@@ -123,7 +125,7 @@ class StaticShape:
             self.ids.copy_(ids.view(1, self.n))
         self.origin.fill_(origin)
         self._origin = origin
-        return self.forward.runner.run(self.key, self.compute, self.eager, self.forward.capturable)
+        return self.forward.runner.run(self.key, self.compute, self.eager, self.capturable)
 
 
 class StaticForward:
@@ -141,13 +143,14 @@ class StaticForward:
             lean.zero_cache()
         self.columns = torch.arange(lean.max_len, device=lean.device)
         self.shapes: dict = {}
+        self.transient: OrderedDict = OrderedDict()
 
-    def shape(self, name, **spec) -> StaticShape:
-        """The shape `name` (made from `spec` the first time: see `StaticShape`)."""
-        found = self.shapes.get(name)
-        if found is None:
-            found = self.shapes[name] = StaticShape(self, (self.role, name), **spec)
-        return found
+    def shape(self, name, kept: int | None = None, **spec) -> StaticShape:
+        """The shape `name` (made from `spec` the first time: see `StaticShape`).
+
+        `kept`: the shape is one of many that follow the data (an adaptive tree's), of which only the
+        `kept` most recently used are held; the rest are made again when they recur."""
+        return _kept_shape(self, name, kept, lambda: StaticShape(self, (self.role, name), **spec))
 
     def prefill(self, ids: torch.Tensor, hidden: bool = False, taps: tuple[int, ...] = ()):
         """The prompt, eagerly (its length is the one shape that follows the data), into slots 0..P-1."""
@@ -166,6 +169,24 @@ class StaticForward:
         """Move the K/V of `slots` (a fixed-length index; entries past the kept ones may repeat) to
         prefix_len, prefix_len + 1, ...: slots past the kept ones get whatever, masked until rewritten."""
         self.lean.keep(prefix_len, slots)
+
+
+def _kept_shape(forward, name, kept: int | None, make):
+    """`forward.shapes[name]`, or made by `make`; with `kept`, from the bounded `forward.transient`."""
+    if kept is None:
+        found = forward.shapes.get(name)
+        if found is None:
+            found = forward.shapes[name] = make()
+        return found
+    found = forward.transient.get(name)
+    if found is None:
+        if len(forward.transient) >= kept:
+            forward.transient.popitem(last=False)
+        found = forward.transient[name] = make()
+        found.capturable = False   # capturing each would cost far more than its few replays save
+    else:
+        forward.transient.move_to_end(name)
+    return found
 
 
 def static_supported(model) -> bool:

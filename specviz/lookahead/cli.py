@@ -25,12 +25,12 @@ def register(subparsers) -> None:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from ..engine.graphs import graphs_wanted
+    from ..engine.graphs import capture_wanted
     from ..engine.models import load_pair
 
     graphs = graphs_from_args(args)
     pair = load_pair(args.model, "self", device=args.device, dtype=args.dtype)
-    result = choose(pair, refresh=args.refresh, graphs=graphs_wanted(graphs, pair.device))
+    result = choose(pair, refresh=args.refresh, graphs=capture_wanted(graphs, pair.device))
     if args.json:
         print(json.dumps(result))
         return 0

@@ -18,7 +18,7 @@ Exactness at any temperature: how many children v gets depends on v's score, on
 the ranked probabilities of q_v and on the nodes served before v, never on the
 tokens drawn as v's children or below them. The children are then the first
 draws without replacement from q_v (Gumbel-top-k order), so Sequoia's walk
-(`verify.sampling_walk`) stays exact; greedy walks accept any tree. A child's
+(`verify.sampled_walk`) stays exact; greedy walks accept any tree. A child's
 score takes the ranked probability of its rank, not its drawn token's own: the
 count of v's children must be fixed before they are drawn, and the same numbers
 then score them (a drawn token's own probability would also be exact for its
@@ -27,8 +27,6 @@ children's counts, and predicted acceptance no better in a T=0.6 trial: Brier
 """
 
 from __future__ import annotations
-
-import torch
 
 
 def allocate_children(scores: list[float], ranked_probs: list[list[float]], tau: float, max_children: int,
@@ -64,28 +62,24 @@ def free_rows(target_cost: list[float], row_price: float, least: int, most: int)
     return max(least, n)
 
 
-def scratch_mask(ancestor_slots: list[list[int]], visible_prefix: int, start: int, dtype: torch.dtype,
-                 device: torch.device) -> torch.Tensor:
-    """Additive mask (1, 1, n, start + n) for one draft level of an adaptive tree.
+def read_block(frontier: list[int], parents: list[int], offset_of: dict[int, int], first: int) -> list[list[bool]]:
+    """Which slots after the root's each node of one adaptive draft level sees (the block of its shape).
 
-    Row i (written at slot start + i) sees the committed slots [0, visible_prefix),
-    the slots of its expanded ancestors, and itself.
+    The level's nodes are read at offsets first, first + 1, ... after the root's slot (offset 0); row i
+    sees the root, the offsets of its read ancestors (every ancestor below the root was read, since it
+    has children) and its own; the committed slots before the root's are visible to every row anyway.
     """
-    n = len(ancestor_slots)
-    # The committed prefix is visible to every row; only the few scratch columns after it differ, and
-    # they are built as one small list (a level's mask in 4 ops, not 2 per row: 11 against 53 us).
-    blocked = torch.finfo(dtype).min
+    width = first + len(frontier)
     rows = []
-    for i, slots in enumerate(ancestor_slots):
-        row = [blocked] * (start + n - visible_prefix)
-        for slot in slots:
-            if slot >= visible_prefix:
-                row[slot - visible_prefix] = 0.0
-        row[start + i - visible_prefix] = 0.0
+    for i, node in enumerate(frontier):
+        row = [False] * width
+        row[0] = row[first + i] = True
+        ancestor = parents[node]
+        while ancestor > 0:
+            row[offset_of[ancestor]] = True
+            ancestor = parents[ancestor]
         rows.append(row)
-    mask = torch.zeros(n, start + n, dtype=dtype, device=device)
-    mask[:, visible_prefix:] = torch.tensor(rows, dtype=dtype, device=device)
-    return mask.view(1, 1, n, start + n)
+    return rows
 
 
 def level_pays(frontier_scores: list[float], child_share: float, expected_tokens: float, level_cost: float,

@@ -1,41 +1,40 @@
 """Sequoia: tree speculative decoding with an optimal tree and exact sampling.
 
-Each step (one target forward):
-1. draft, level by level through the drafter (`specviz.draft.drafter`, the same
-   for every kind of draft): one draft forward per tree level over all of that
-   level's nodes (tree attention on the draft's own cache); every node draws its
-   children from the draft distribution without replacement (Gumbel-top-k via
-   q / Exp(1)), or takes the draft's top-c at temperature 0;
-2. one target forward over the whole tree (additive float mask, explicit positions);
-3. the verification walk (`verify.py`) picks the accepted path and a
-   bonus token;
-4. both caches keep only the accepted path; the bonus token becomes the next
-   step's root, which has no K/V yet.
+One step program, over `engine.static` shapes, whatever the device (a GPU captures each shape as a
+CUDA graph and replays it; a CPU runs the same calls eagerly over the filled slots only). A step,
+with C committed tokens (the root is the last, at slot C - 1, with no K/V yet):
+1. draft, level by level through the drafter (`draft.drafter`, the same for every kind of draft):
+   the root's read, then one draft forward per tree level over that level's nodes (tree attention);
+   every node draws its children from the draft distribution without replacement (Gumbel-top-k via
+   q / Exp(1)), or takes the draft's top-c at temperature 0, on the device;
+2. ONE target forward over the whole tree: node i at slot C - 1 + i, position C - 1 + depth(i);
+3. the verification walk on the device (`verify.py`), which picks the accepted path and a bonus
+   token: fixed loops, no host branching;
+4. both caches keep the root and the accepted path (a fixed-length index), and the committed tokens
+   go into the device-side `history` the next root is read from;
+5. ONE host read: the path, the bonus, and every node's token, p, q and status for the trace.
 
-Cache layout, with C committed tokens (prompt + generated; the last one is the
-root): the target cache holds C - 1 slots; the tree's node i goes to slot
-C - 1 + i, at position C - 1 + depth(i). The draft's cache is its drafter's:
-at level 0 it is fed the committed tokens it has not read (the root last, plus
-the deepest accepted token of the last step when the path reached the last
-level, which the draft never processes), and a level's nodes are written from
-the slot the root's level returns, at that slot + depth.
+A fixed tree's shapes are made once. Near the end of a run the tree is cut to the levels that can
+still be emitted: uncaptured, the cut tree runs (its own target shape; the draft levels are the
+tree's first ones); captured, the whole tree runs and the walk is held to the cut depth (a cut tree
+replays once or twice a run, so capturing it would cost more than its unused rows). An adaptive
+tree grows each step from the draft's confidence (`adaptive.py`), reading the allocation on the
+host level by level; its shapes follow the data, so they are kept (a handful recur) and never captured.
 
-With graphs wanted (`engine.graphs`: on CUDA by default, or `graphs="on"`), a fixed tree
-runs the same step on static buffers instead (`static_step.py`: fixed-shape forwards a GPU
-captures and replays, the walks on the device, one host read a step); the adaptive tree
-keeps this eager step.
+Random numbers are drawn at shapes fixed by the tree (the walk's uniforms at the whole tree's depth
+and width, one Gumbel draw per drafted level), so a seed gives the same tokens whether a step is
+replayed or run eagerly, cut or not.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..draft.drafter import make_drafter, static_drafter_supported
+from ..draft.drafter import TreeLevel, make_drafter
 from ..draws import exponential_like, first_argmax
 from ..engine.decoder import Decoder, PhaseTimer
-from ..engine.lean import make_forward
-from ..engine.sampling import next_token, probs_from_logits
-from ..engine.static import static_supported
+from ..engine.sampling import next_token_on_device, probs_from_logits
+from ..engine.static import cache_capacity, checkout, release
 from ..trace import (
     PHASE_DRAFT,
     PHASE_TARGET,
@@ -47,12 +46,11 @@ from ..trace import (
     TreeNode,
     TreePayload,
 )
-from .adaptive import allocate_children, level_pays, scratch_mask
-from .static_step import StaticTreeStep
+from .adaptive import allocate_children, level_pays, read_block
 from .tree import TreeShape, TreeTensors
-from .verify import greedy_walk, sampling_walk
+from .verify import STATUS_NAMES, WalkTables, greedy_walk, sampled_walk
 
-ADAPTIVE_SHAPES_KEPT = 256   # prepared tensors of recent adaptive trees (a few shapes recur)
+ADAPTIVE_TREES_KEPT = 256   # prepared adaptive trees (a few shapes recur)
 
 
 def _probs_at(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
@@ -68,22 +66,32 @@ def _probs_at(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
     return (logits[rows, cols].float() - norms[places]).exp()
 
 
-class _GreedyPicks:
-    """The target's greedy token at a tree node, picked when the verification walk reads it.
+class _Tree:
+    """One tree shape's prepared state: the target's shape for it, its draft levels (a fixed tree's),
+    the walk's tables and the draws' index tensors."""
 
-    A greedy walk reads only the rows of the accepted path and the node where it ends (two or three of a
-    12-node tree's), so on a CPU picking those rows alone costs a fraction of one pick over every row.
-    On a GPU every read would be a device sync, so there all rows are picked at once.
-    """
-
-    def __init__(self, logits: torch.Tensor):
-        self.logits = logits
-        self.all = first_argmax(logits).tolist() if logits.device.type != "cpu" else None
-
-    def __getitem__(self, node: int) -> int:
-        if self.all is not None:
-            return self.all[node]
-        return int(first_argmax(self.logits[node]))
+    def __init__(self, decoder: "SequoiaDecoder", shape: TreeShape, adaptive: bool):
+        dev = decoder.device
+        self.shape, self.n = shape, shape.size
+        self.tensors = TreeTensors(shape, dev)
+        self.tables = WalkTables(shape, dev)
+        key = ("tree", tuple(shape.parents), decoder.features, decoder.taps)
+        ancestors = shape.ancestor_matrix()
+        self.target = decoder.target.shape(
+            key, kept=ADAPTIVE_TREES_KEPT if adaptive else None, write_offsets=list(range(self.n)),
+            position_offsets=shape.depths, block=ancestors, rows=list(range(self.n)),
+            hidden=decoder.features, taps=decoder.taps)
+        self.levels: list[TreeLevel | None] = [None]
+        if adaptive:
+            return
+        parents = self.tensors.parents
+        for level in range(1, shape.depth):
+            start, end = shape.level_ranges[level]
+            # Keyed by the nodes up to this level only, so a cut tree shares the whole tree's levels.
+            self.levels.append(TreeLevel(
+                ("tree", tuple(shape.parents[:end]), level), nodes=torch.arange(start, end, device=dev),
+                parents=parents[start:end], offsets=list(range(start, end)), depths=shape.depths[start:end],
+                block=ancestors[start:end, :end]))
 
 
 class SequoiaDecoder(Decoder):
@@ -93,7 +101,7 @@ class SequoiaDecoder(Decoder):
     def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, tree_choice, graphs="auto"):
         """`tree_choice`: the tree, resolved before the decoder is built (`sizing.tree_choice`, which
         `engine.methods.make_decoder` asks for): a fixed tree's parents, or an adaptive tree's limits.
-        `graphs`: 'auto' | 'on' | 'off' (`engine.graphs`), the static-buffer step where it is wanted."""
+        `graphs`: 'auto' | 'on' | 'off' (`engine.graphs`): whether the step's shapes are captured."""
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens, graphs=graphs)
         self.adaptive = tree_choice.parents is None
         if self.adaptive:
@@ -101,52 +109,80 @@ class SequoiaDecoder(Decoder):
             self.adaptive_plan, self.adaptive_costs = tree_choice.adaptive_plan, tree_choice.adaptive_costs
             self.shape = None   # grown each step (`_draft_adaptive`)
             max_nodes, self.max_depth = self.adaptive_plan["max_nodes"], self.adaptive_plan["max_depth"]
+            self.max_width = self.adaptive_plan["max_children"]
         else:
             self.shape = TreeShape.from_parents(tree_choice.parents)
             max_nodes, self.max_depth = self.shape.size, self.shape.depth
+            self.max_width = max(1, max(len(c) for c in self.shape.children))
         self.trace.settings.update(tree_choice.settings)
         self.vocab = pair.vocab_size
-        # Both models run through one forward interface (a lean Llama forward where exact, else
-        # transformers'), each over its own cache, even when the target drafts for itself.
         max_len = len(self.prompt_ids) + self.max_new_tokens + max_nodes
-        self.static = None   # the static-buffer step (`static_step`), where wanted and supported
-        if (self.static_wanted and not self.adaptive and static_supported(pair.target)
-                and static_drafter_supported(pair)):
-            # The adaptive tree keeps the eager step under graphs for now: its shape follows the draft's
-            # confidence, so a static one needs each level padded to a fixed node count, a target block
-            # built on the device from the drawn parents, and a host read per level for the allocation.
-            self.static = StaticTreeStep(self, tree_choice.parents, max_len)
-            self.target_fwd, self.drafter = None, self.static.drafter
-            self.graph_stats = self.static.stats
-        else:
-            self.target_fwd = make_forward(pair.target, max_len, lean=self.lean)
-            self.drafter = make_drafter(pair, self.prompt_ids, max_len, max_nodes, self.target_fwd, lean=self.lean)
+        self.session = checkout(pair.target, self.method, cache_capacity(max_len), self.capture)
+        self.graph_stats = self.session.runner.stats
+        # Both models run in the session, each over its own cache, even when the target drafts for itself.
+        self.target = self.session.forward("target", pair.target, lean=self.lean)
+        self.drafter = make_drafter(pair, self.prompt_ids, self.session, max_nodes, self.max_depth, lean=self.lean)
         self.trace.settings.update(self.drafter.settings)
         # What every target forward returns for the drafter besides logits (a feature draft's features).
-        self.target_features, self.taps = self.drafter.reads_features, self.drafter.taps
-        self._tensors: dict = {}   # depth (or an adaptive tree's parents) -> prepared tensors
-
-    # -- per-shape preparation ----------------------------------------------------------------
-
-    def _tree(self, depth: int) -> TreeTensors:
-        """Tensors for the tree cut to `depth` levels (near max_new_tokens or the context end)."""
-        tt = self._tensors.get(depth)
-        if tt is None:
-            shape = self.shape if depth == self.shape.depth else self.shape.truncated(depth)
-            tt = self._tensors[depth] = TreeTensors(shape, self.device, self.pair.dtype)
-        return tt
+        self.features, self.taps = self.drafter.reads_features, self.drafter.taps
+        dev = self.device
+        self.tokens = torch.zeros(max_nodes, dtype=torch.long, device=dev)
+        self.child_q = torch.ones(max_nodes, device=dev)
+        # q of every node that drew children, over the whole vocabulary (sampling only), by node id.
+        self.draft_q = None if self.sampling.greedy else torch.zeros(max_nodes, self.vocab, device=dev)
+        # Every committed token by slot: the root and the drafters' inputs are read from it on the device.
+        self.history = torch.zeros(self.session.capacity + self.max_depth + 2, dtype=torch.long, device=dev)
+        self.arange = torch.arange(self.max_depth + 1, device=dev)
+        self.trees: dict = {}   # depth (fixed) or parents (adaptive) -> _Tree
 
     # -- the step -----------------------------------------------------------------------------
 
-    def _adaptive_tree(self, parents: list[int]) -> TreeTensors:
-        """Prepared tensors of an adaptive step's tree: a handful of shapes recur, so they are kept."""
-        key = tuple(parents)
-        tt = self._tensors.get(key)
-        if tt is None:
-            if len(self._tensors) >= ADAPTIVE_SHAPES_KEPT:
-                self._tensors.pop(next(iter(self._tensors)))
-            tt = self._tensors[key] = TreeTensors(TreeShape.from_parents(parents), self.device, self.pair.dtype)
-        return tt
+    def _step(self) -> StepRecord:
+        if not self.trace.steps:
+            return self._prefill()
+        committed = len(self.prompt_ids) + len(self.generated)
+        depth = self._depth()
+        timer = PhaseTimer(self.device)
+        timer.start(PHASE_DRAFT)
+        self.tokens[:1] = self.history[committed - 1:committed]
+        read_slots = None
+        if self.adaptive:
+            tree, read_slots = self._draft_adaptive(committed, depth)
+        else:
+            tree = self._fixed_tree(depth)
+            self._draft_fixed(tree, committed, depth)
+        timer.start(PHASE_TARGET)
+        out = tree.target(self.tokens[:tree.n], committed - 1)
+        logits, hidden = out if self.features else (out, None)
+        timer.start(PHASE_VERIFY)
+        got = self._verify(tree, committed, depth, logits[:, :self.vocab], hidden, read_slots)
+        shape = tree.shape if tree.shape.depth <= depth else self._cut_shape(depth)
+        new_ids = [got["tokens"][i] for i in got["accepted"]] + [got["bonus"]]
+        sources = [SOURCE_DRAFT] * len(got["accepted"]) + [SOURCE_BONUS]
+        payload = self._tree_payload(shape, got)
+        times = timer.stop()
+        payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
+        payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
+        self.drafter.widen(new_ids)
+        # tokens_processed: the rows the target's forward ran (a captured cut step runs the whole tree).
+        return self._emit(new_ids, sources, tree.n, times, payload)
+
+    def _prefill(self) -> StepRecord:
+        """Step 0: the target reads the prompt and yields the first token, like autoregressive."""
+        timer = PhaseTimer(self.device)
+        timer.start(PHASE_TARGET)
+        ids = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
+        out = self.target.prefill(ids, hidden=self.features, taps=self.taps)
+        logits, hidden = out if self.features else (out, None)
+        token = next_token_on_device(logits[-1:, :self.vocab], self.sampling, self.generator)
+        prompt_len = ids.shape[1]
+        self.history[:prompt_len] = ids[0]
+        self.history[prompt_len:prompt_len + 1] = token
+        timer.start(PHASE_DRAFT)
+        self.drafter.prefill(ids, hidden, self.target)
+        first = int(token)
+        self.drafter.widen([first])
+        return self._emit([first], [SOURCE_AR], prompt_len, timer.stop())
 
     def _depth(self) -> int:
         """Levels this step may speculate: none past what can be emitted, nor past the model's context."""
@@ -154,213 +190,146 @@ class SequoiaDecoder(Decoder):
         remaining = self.max_new_tokens - len(self.generated)
         return max(0, min(self.max_depth, remaining - 1, self.pair.max_context - committed))
 
-    def _step(self) -> StepRecord:
-        if self.static is not None:
-            return self._static_step()
-        if not self.trace.steps:
-            return self._prefill()
-        committed = len(self.prompt_ids) + len(self.generated)
-        depth = self._depth()
-        timer = PhaseTimer(self.device)
-        timer.start(PHASE_DRAFT)
-        expanded_slots = None   # adaptive trees: the draft slot of each expanded node
-        if self.adaptive:
-            tt, tokens, draft_probs, child_q, expanded_slots = self._draft_adaptive(depth)
-        else:
-            tt = self._tree(depth)
-            tokens, draft_probs, child_q = self._draft_tree(tt)
-        timer.start(PHASE_TARGET)
-        root_slot = committed - 1
-        out, hidden = self._target(tokens.unsqueeze(0), root_slot, positions=tt.depth_offsets + root_slot,
-                                   mask=tt.target_mask(root_slot), rows=tt.shape.size)
-        logits = out[:, :self.vocab]
-        timer.start(PHASE_VERIFY)
-        shape = tt.shape
-        token_list = tokens.tolist()
-        if self.sampling.greedy:
-            walk = greedy_walk(shape.children, token_list, _GreedyPicks(logits))
-            target_probs = None
-        else:
-            target_probs = probs_from_logits(logits, self.sampling)
-            walk = sampling_walk(shape.children, token_list, target_probs, draft_probs, self.generator)
-        self._compact(walk.accepted, shape, depth, root_slot, hidden, expanded_slots)
-        new_ids = [token_list[i] for i in walk.accepted] + [walk.bonus_token]
-        sources = [SOURCE_DRAFT] * len(walk.accepted) + [SOURCE_BONUS]
-        payload = self._payload(tt, token_list, walk, logits, target_probs, child_q)
-        times = timer.stop()
-        payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
-        payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
-        self.drafter.widen(new_ids)
-        return self._emit(new_ids, sources, shape.size, times, payload)
+    def _fixed_tree(self, depth: int) -> _Tree:
+        """The fixed tree this step runs: cut to `depth` levels when nothing is captured (fewer rows for
+        the same walk), else the whole tree (its one captured shape), the walk held to `depth`."""
+        if self.capture:
+            depth = self.shape.depth
+        tree = self.trees.get(depth)
+        if tree is None:
+            tree = self.trees[depth] = _Tree(self, self._cut_shape(depth), adaptive=False)
+        return tree
 
-    def _static_step(self) -> StepRecord:
-        """The step on static buffers (`static_step`): device-side drafting, walk and compaction, one read."""
-        static = self.static
-        timer = PhaseTimer(self.device)
-        if not self.trace.steps:
-            timer.start(PHASE_TARGET)
-            token = static.prefill()
-            return self._emit([token], [SOURCE_AR], len(self.prompt_ids), timer.stop())
-        committed = len(self.prompt_ids) + len(self.generated)
-        depth = self._depth()
-        timer.start(PHASE_DRAFT)
-        static.draft(committed)
-        timer.start(PHASE_TARGET)
-        logits, hidden = static.target_forward(committed)
-        timer.start(PHASE_VERIFY)
-        got = static.verify(committed, depth, logits, hidden)
-        shape = self._cut_tree(depth)   # the rows past `depth` were computed but never candidates
-        tokens = got["tokens"]
-        new_ids = [tokens[i] for i in got["accepted"]] + [got["bonus"]]
-        sources = [SOURCE_DRAFT] * len(got["accepted"]) + [SOURCE_BONUS]
-        payload = self._tree_payload(shape, tokens, got["accepted"], got["bonus"], got["target_p"],
-                                     got["draft_p"], got["status"])
-        times = timer.stop()
-        payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
-        payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
-        # The forward ran the whole fixed tree, cut or not: what the cost fits and the what-if read as its size.
-        return self._emit(new_ids, sources, static.shape.size, times, payload)
+    def _cut_shape(self, depth: int) -> TreeShape:
+        return self.shape if depth >= self.shape.depth else self.shape.truncated(depth)
 
-    def _cut_tree(self, depth: int) -> TreeShape:
-        """The fixed tree cut to `depth` levels (kept: a run cuts it at a few depths, near its end)."""
-        key = ("cut", depth)
-        shape = self._tensors.get(key)
-        if shape is None:
-            shape = self._tensors[key] = self.shape if depth == self.shape.depth else self.shape.truncated(depth)
-        return shape
+    # -- drafting ---------------------------------------------------------------------------------
 
-    def _target(self, ids: torch.Tensor, start: int, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The target's logits, and the hidden states of every row where the drafter reads them (else None)."""
-        out = self.target_fwd(ids, start, hidden=self.target_features, taps=self.taps, **kwargs)
-        return out if self.target_features else (out, None)
+    def _draft_fixed(self, tree: _Tree, committed: int, depth: int) -> None:
+        """Fill `tokens` (and q per node with children, each child's draft probability) level by level."""
+        if depth == 0:
+            return
+        logits = self.drafter.root(self.history, committed)
+        self._draw_children(tree, 0, logits)
+        for level in range(1, depth):
+            start, end = tree.shape.level_ranges[level]
+            logits = self.drafter.level(tree.levels[level], self.tokens[start:end], committed - 1)
+            self._draw_children(tree, level, logits)
 
-    def _prefill(self) -> StepRecord:
-        """Step 0: the target reads the prompt and yields the first token, like autoregressive."""
-        timer = PhaseTimer(self.device)
-        timer.start(PHASE_TARGET)
-        ids = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
-        out, hidden = self._target(ids, 0)
-        logits = out[:, :self.vocab]
-        token = int(next_token(logits, self.sampling, self.generator))
-        timer.start(PHASE_DRAFT)
-        self.drafter.prefill(ids, hidden)
-        self.drafter.widen([token])
-        return self._emit([token], [SOURCE_AR], len(self.prompt_ids), timer.stop())
-
-    def _draft_tree(self, tt: TreeTensors) -> tuple[torch.Tensor, dict, torch.Tensor]:
-        """Fill the tree's tokens level by level.
-
-        Returns the tokens, q at every node with children (sampling only), and each
-        node's draft probability when it was drawn (for the app). A node's row among the
-        draft's rows of the step is its id: the root's first, then each level's in order.
-        """
-        shape = tt.shape
-        tokens = torch.empty(shape.size, dtype=torch.long, device=self.device)
-        tokens[0] = self.generated[-1]
-        child_q = torch.ones(shape.size, device=self.device)
-        draft_probs: dict[int, torch.Tensor] = {}
-        if shape.depth == 0:
-            return tokens, draft_probs, child_q
-        root_slot, logits = self.drafter.root(self.generated, lambda start, pending: tt.draft_mask(0, start, pending))
-        self._draw_children(tt, 0, logits, self.drafter.vocab_ids, tokens, draft_probs, child_q)
-        for level in range(1, shape.depth):
-            start, end = shape.level_ranges[level]
-            logits = self.drafter.level(tokens[start:end], tt.parents[start:end], root_slot + start,
-                                        tt.depth_offsets[start:end] + root_slot, tt.draft_mask(level, root_slot))
-            self._draw_children(tt, level, logits, self.drafter.vocab_ids, tokens, draft_probs, child_q)
-        return tokens, draft_probs, child_q
-
-    def _draw_children(self, tt: TreeTensors, level: int, logits: torch.Tensor, vocab_ids: torch.Tensor | None,
-                       tokens: torch.Tensor, draft_probs: dict, child_q: torch.Tensor) -> None:
+    def _draw_children(self, tree: _Tree, level: int, logits: torch.Tensor) -> None:
         """From the draft's logits at one level's nodes, draw their children (without replacement)
         into `tokens`, with q per parent (sampling) and each child's draft probability."""
-        shape = tt.shape
-        start, end = shape.level_ranges[level]
+        shape, tt = tree.shape, tree.tensors
         width = tt.level_width[level]
+        rows, ranks = tt.draw_row[level], tt.draw_rank[level]
+        child_start, child_end = shape.level_ranges[level + 1]
         if self.sampling.greedy:
-            draws = logits.topk(width, dim=-1).indices
-            q = None
+            picked = logits.topk(width, dim=-1).indices[rows, ranks]
+            self.child_q[child_start:child_end] = _probs_at(logits, rows, picked)
         else:
             q = probs_from_logits(logits, self.sampling)
-            draws = self._draws_without_replacement(q, width)
-            for i in range(start, end):
-                if shape.children[i]:
-                    draft_probs[i] = self._full_vocab(q[i - start], vocab_ids)
-        child_start, child_end = shape.level_ranges[level + 1]
-        rows, ranks = tt.draw_row[level], tt.draw_rank[level]
-        picked = draws[rows, ranks]
-        if q is None:   # greedy: each drawn token's draft probability, only shown in the app
-            child_q[child_start:child_end] = _probs_at(logits, rows, picked)
-        else:
-            child_q[child_start:child_end] = q[rows, picked]
-        tokens[child_start:child_end] = picked if vocab_ids is None else vocab_ids[picked]
+            self._keep_q(torch.arange(*shape.level_ranges[level], device=self.device), q)
+            picked = self._without_replacement(q, width)[rows, ranks]
+            self.child_q[child_start:child_end] = q[rows, picked]
+        vocab_ids = self.drafter.vocab_ids
+        self.tokens[child_start:child_end] = picked if vocab_ids is None else vocab_ids[picked]
 
-    def _draft_adaptive(self, max_depth: int):
+    def _keep_q(self, nodes: torch.Tensor, q: torch.Tensor) -> None:
+        """q at `nodes` over the whole vocabulary (zero outside the draft head's rows), for the walk."""
+        vocab_ids = self.drafter.vocab_ids
+        if vocab_ids is not None:
+            q = q.new_zeros(q.shape[0], self.vocab).index_copy_(1, vocab_ids, q)
+        self.draft_q.index_copy_(0, nodes, q)
+
+    def _without_replacement(self, q: torch.Tensor, width: int) -> torch.Tensor:
+        """`width` tokens per row of q, drawn without replacement, in drawing order (Gumbel-top-k: the
+        top-c of q / Exp(1) is such a draw)."""
+        return (q / exponential_like(q, self.generator)).topk(width, dim=-1).indices
+
+    def _draft_adaptive(self, committed: int, max_depth: int) -> tuple[_Tree, torch.Tensor]:
         """Grow this step's tree from the draft's confidence (`adaptive.py`).
 
-        Nodes are numbered breadth first as they are made; an expanded node's K/V goes to the next free
-        draft slot after the root's (scratch, overwritten next step). Returns the tree's prepared
-        tensors, its tokens, q per node with children (sampling), each node's draft probability, and
-        the draft slot of every expanded node (an independent draft keeps the accepted ones).
+        Nodes are numbered breadth first as they are made. The draft reads a level's nodes that may
+        still get children, each at the next free offset after the root's (scratch, overwritten next
+        step), attending to the committed tokens and its read ancestors. Returns the prepared tree and
+        each node's read offset (what the draft's cache keeps of the accepted path).
         """
         plan = self.adaptive_plan
         tau, max_children, max_nodes = plan["threshold"], plan["max_children"], plan["max_nodes"]
-        parents, token_ids, scores, depths = [-1], [self.generated[-1]], [1.0], [0]
-        child_q, draft_probs = [1.0], {}
-        if max_depth == 0:
-            tt = self._adaptive_tree(parents)
-            return tt, torch.tensor(token_ids, device=self.device), draft_probs, torch.ones(1, device=self.device), {}
-        root_slot, logits = self.drafter.root(self.generated, None)   # causal after the cache
-        vocab_ids = self.drafter.vocab_ids
-        target_cost, level_cost = self.adaptive_costs["target"], self.adaptive_costs["draft"]
-        spent = level_cost[1]   # the draft's cost so far (the root's level)
-        # Expanded nodes: their draft slot and their row among the rows the draft read this step.
-        frontier, slot_of, row_of = [0], {0: root_slot}, {0: 0}
-        next_slot, rows_read = root_slot + 1, 1
-        for level in range(max_depth):
-            q, draws, p_list = self._ranked_children(logits, max_children)
-            counts = allocate_children([scores[v] for v in frontier], p_list, tau, max_children,
-                                       max_nodes - len(parents))
-            if not any(counts):
-                break
-            drawn = (draws if vocab_ids is None else vocab_ids[draws]).tolist()
-            # Greedy draws are the ranked children themselves, so their q is the ranked probabilities.
-            drawn_q = p_list if self.sampling.greedy else q.gather(-1, draws).tolist()
-            made = []
-            for r, v in enumerate(frontier):
-                if counts[r] and not self.sampling.greedy:
-                    draft_probs[v] = self._full_vocab(q[r], vocab_ids)
-                for k in range(counts[r]):
-                    parents.append(v)
-                    token_ids.append(drawn[r][k])
-                    scores.append(scores[v] * p_list[r][k])
-                    depths.append(depths[v] + 1)
-                    child_q.append(drawn_q[r][k])
-                    made.append(len(parents) - 1)
-            frontier = [i for i in made if scores[i] >= tau]
-            if level == max_depth - 1 or not frontier or len(parents) >= max_nodes:
-                break
-            cost = level_cost[len(frontier)]
-            top1 = sum(p[0] for p in p_list) / len(p_list)   # how sure the draft was at this level
-            if not level_pays([scores[i] for i in frontier], top1, sum(scores), cost,
-                              target_cost[len(parents)] + spent):
-                break
-            spent += cost
-            # The draft reads the nodes that may still get children, each attending to the committed
-            # tokens and to its expanded ancestors.
-            ancestors = [self._ancestor_slots(i, parents, slot_of) for i in frontier]
-            mask = scratch_mask(ancestors, root_slot + 1, next_slot, self.drafter.dtype, self.device)
-            positions = torch.tensor([root_slot + depths[i] for i in frontier], dtype=torch.long,
-                                     device=self.device)
-            ids = torch.tensor([token_ids[i] for i in frontier], dtype=torch.long, device=self.device)
-            logits = self.drafter.level(ids, [row_of[parents[i]] for i in frontier], next_slot, positions, mask)
-            for j, i in enumerate(frontier):
-                slot_of[i], row_of[i] = next_slot + j, rows_read + j
-            next_slot += len(frontier)
-            rows_read += len(frontier)
-        tt = self._adaptive_tree(parents)
-        return (tt, torch.tensor(token_ids, dtype=torch.long, device=self.device), draft_probs,
-                torch.tensor(child_q, device=self.device), slot_of)
+        parents, token_ids, scores, depths, child_q = [-1], [None], [1.0], [0], [1.0]
+        offset_of = {0: 0}
+        if max_depth > 0:
+            logits = self.drafter.root(self.history, committed)
+            vocab_ids = self.drafter.vocab_ids
+            target_cost, level_cost = self.adaptive_costs["target"], self.adaptive_costs["draft"]
+            spent = level_cost[1]   # the draft's cost so far (the root's level)
+            frontier, next_offset = [0], 1
+            for level in range(max_depth):
+                q, draws, p_list = self._ranked_children(logits, max_children)
+                counts = allocate_children([scores[v] for v in frontier], p_list, tau, max_children,
+                                           max_nodes - len(parents))
+                if not any(counts):
+                    break
+                if not self.sampling.greedy:
+                    drew = [r for r, c in enumerate(counts) if c]
+                    self._keep_q(torch.tensor([frontier[r] for r in drew], device=self.device),
+                                 q[drew] if len(drew) < len(frontier) else q)
+                drawn = (draws if vocab_ids is None else vocab_ids[draws]).tolist()
+                # Greedy draws are the ranked children themselves, so their q is the ranked probabilities.
+                drawn_q = p_list if self.sampling.greedy else q.gather(-1, draws).tolist()
+                made = []
+                for r, v in enumerate(frontier):
+                    for k in range(counts[r]):
+                        parents.append(v)
+                        token_ids.append(drawn[r][k])
+                        scores.append(scores[v] * p_list[r][k])
+                        depths.append(depths[v] + 1)
+                        child_q.append(drawn_q[r][k])
+                        made.append(len(parents) - 1)
+                frontier = [i for i in made if scores[i] >= tau]
+                if level == max_depth - 1 or not frontier or len(parents) >= max_nodes:
+                    break
+                cost = level_cost[len(frontier)]
+                top1 = sum(p[0] for p in p_list) / len(p_list)   # how sure the draft was at this level
+                if not level_pays([scores[i] for i in frontier], top1, sum(scores), cost,
+                                  target_cost[len(parents)] + spent):
+                    break
+                spent += cost
+                for j, i in enumerate(frontier):
+                    offset_of[i] = next_offset + j
+                step_level = self._adaptive_level(frontier, parents, depths, offset_of, next_offset)
+                ids = torch.tensor([token_ids[i] for i in frontier], dtype=torch.long, device=self.device)
+                logits = self.drafter.level(step_level, ids, committed - 1)
+                next_offset += len(frontier)
+        n = len(parents)
+        if n > 1:
+            self.tokens[1:n] = torch.tensor(token_ids[1:], dtype=torch.long, device=self.device)
+            self.child_q[:n] = torch.tensor(child_q, device=self.device)
+        # A node the draft never read keeps its own depth as offset: the next root's window rewrites it.
+        read_slots = torch.tensor([offset_of.get(i, depths[i]) for i in range(n)], dtype=torch.long,
+                                  device=self.device)
+        return self._adaptive_tree(parents), read_slots
+
+    def _adaptive_level(self, frontier: list[int], parents: list[int], depths: list[int],
+                        offset_of: dict[int, int], first: int) -> TreeLevel:
+        """The draft's read of `frontier` at offsets first.. (`adaptive.read_block`)."""
+        rows = read_block(frontier, parents, offset_of, first)
+        level_depths = [depths[i] for i in frontier]
+        dev = self.device
+        return TreeLevel(("adaptive", first, tuple(level_depths), tuple(map(tuple, rows))),
+                         nodes=torch.tensor(frontier, device=dev),
+                         parents=torch.tensor([parents[i] for i in frontier], device=dev),
+                         offsets=list(range(first, first + len(frontier))), depths=level_depths,
+                         block=torch.tensor(rows, dtype=torch.bool), adaptive=True)
+
+    def _adaptive_tree(self, parents: list[int]) -> _Tree:
+        key = tuple(parents)
+        tree = self.trees.get(key)
+        if tree is None:
+            if len(self.trees) >= ADAPTIVE_TREES_KEPT:
+                self.trees.pop(next(iter(self.trees)))
+            tree = self.trees[key] = _Tree(self, TreeShape.from_parents(parents), adaptive=True)
+        return tree
 
     def _ranked_children(self, logits: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, list]:
         """q per row (what children are drawn from), `width` draws per row in drawing order, and the
@@ -374,73 +343,65 @@ class SequoiaDecoder(Decoder):
         if self.sampling.greedy:
             return confidence, ranked.indices, ranked.values.tolist()
         q = probs_from_logits(logits, self.sampling)
-        return q, self._draws_without_replacement(q, width), ranked.values.tolist()
+        return q, self._without_replacement(q, width), ranked.values.tolist()
 
-    def _draws_without_replacement(self, q: torch.Tensor, width: int) -> torch.Tensor:
-        """`width` tokens per row of q, drawn without replacement, in drawing order (Gumbel-top-k: the
-        top-c of q / Exp(1) is such a draw)."""
-        return (q / exponential_like(q, self.generator)).topk(width, dim=-1).indices
+    # -- verification ---------------------------------------------------------------------------
+
+    def _verify(self, tree: _Tree, committed: int, depth: int, logits: torch.Tensor,
+                hidden: torch.Tensor | None, read_slots: torch.Tensor | None) -> dict:
+        """The device walk held to `depth` levels, compaction, the next tokens; ONE host read of it all."""
+        root_slot, n, tt = committed - 1, tree.n, tree.tensors
+        tokens = self.tokens[:n]
+        if self.sampling.greedy:
+            walk = greedy_walk(tree.tables, tokens, first_argmax(logits), depth)
+            # The model's own confidence (temperature 1), normalising only the rows that are a parent.
+            target_p = _probs_at(logits, tt.parents, tokens, tt.inner_rows, tt.parent_place)
+        else:
+            target_probs = probs_from_logits(logits, self.sampling)
+            # Drawn at the whole tree's shape whatever runs, so a seed's draws do not depend on the cut.
+            uniforms = torch.rand(max(self.max_depth, 1), self.max_width, generator=self.generator,
+                                  device=self.device)
+            walk = sampled_walk(tree.tables, tokens, target_probs, self.draft_q, uniforms, depth,
+                                self.generator)
+            target_p = target_probs[tt.parents, tokens]
+        self.target.keep(root_slot, walk.path + root_slot)
+        path_slots = walk.path if read_slots is None else read_slots.index_select(0, walk.path)
+        self.drafter.commit(walk.path, path_slots, root_slot, hidden)
+        # The committed tokens after the root: the accepted path's, then the bonus (repeated past it).
+        steps = self.arange[:walk.path.numel()]
+        after = torch.cat([tokens.index_select(0, walk.path[1:]), walk.bonus.view(1)])
+        self.history.index_copy_(0, steps + committed, torch.where(steps < walk.accepted, after, walk.bonus))
+        read = torch.cat([walk.accepted.view(1).double(), walk.bonus.view(1).double(), walk.path.double(),
+                          tokens.double(), target_p.double(), self.child_q[:n].double(),
+                          walk.status.double()]).tolist()
+        return self._unpack(read, walk.path.numel(), n)
 
     @staticmethod
-    def _ancestor_slots(node: int, parents: list[int], slot_of: dict[int, int]) -> list[int]:
-        """Draft slots of a node's ancestors below the root (all expanded, since they have children)."""
-        slots, a = [], parents[node]
-        while a > 0:
-            slots.append(slot_of[a])
-            a = parents[a]
-        return slots
+    def _unpack(read: list[float], path_len: int, n: int) -> dict:
+        accepted, bonus = int(read[0]), int(read[1])
+        path = [int(x) for x in read[2:2 + path_len]]
+        at = 2 + path_len
+        return {"accepted": path[1:1 + accepted], "bonus": bonus, "tokens": [int(x) for x in read[at:at + n]],
+                "target_p": read[at + n:at + 2 * n], "draft_p": read[at + 2 * n:at + 3 * n],
+                "status": [STATUS_NAMES[int(x)] for x in read[at + 3 * n:at + 4 * n]]}
 
-    def _compact(self, accepted: list[int], shape: TreeShape, depth: int, root_slot: int,
-                 hidden: torch.Tensor | None, expanded_slots: dict[int, int] | None = None) -> None:
-        """Keep the root and the accepted path in both caches, right after the prefix."""
-        path = [0] + accepted
-        keep = torch.tensor(path, dtype=torch.long, device=self.device) + root_slot
-        self.target_fwd.keep(root_slot, keep)
-        if expanded_slots is not None:
-            # An adaptive tree's expanded path nodes (a prefix of the path: a node is read only if its
-            # parent was) sit in scratch slots after the root's; the rest stay pending.
-            slots = [expanded_slots[i] for i in accepted if i in expanded_slots]
-            keep_from, read = root_slot + 1, torch.tensor(slots, dtype=torch.long, device=self.device)
-        else:
-            # The draft read levels 0 .. depth-1 only: a path node on the last level is pending.
-            keep_from, read = root_slot, keep[:sum(1 for i in path if shape.depths[i] < depth)]
-        self.drafter.commit(path, keep_from, read, hidden, drafted=depth > 0)
+    # -- the trace ---------------------------------------------------------------------------------
 
-    def _full_vocab(self, q: torch.Tensor, vocab_ids: torch.Tensor | None) -> torch.Tensor:
-        """q over the whole vocabulary (zero outside the draft head's rows), as verification needs."""
-        if vocab_ids is None:
-            return q
-        return q.new_zeros(self.vocab).index_copy_(0, vocab_ids, q)
-
-    def _payload(self, tt: TreeTensors, tokens: list[int], walk, logits: torch.Tensor,
-                 target_probs: torch.Tensor | None, child_q: torch.Tensor) -> TreePayload:
-        shape = tt.shape
-        parent_rows = tt.parents  # prepared once per tree shape
-        token_ids = torch.tensor(tokens, device=self.device)
-        if target_probs is None:
-            # Greedy: show the softmax at temperature 1, the model's own confidence.
-            target_p = _probs_at(logits, parent_rows, token_ids, tt.inner_rows, tt.parent_place).tolist()
-        else:
-            target_p = target_probs[parent_rows, token_ids].tolist()
-        return self._tree_payload(shape, tokens, walk.accepted, walk.bonus_token, target_p, child_q.tolist(),
-                                  walk.statuses(shape.size))
-
-    def _tree_payload(self, shape: TreeShape, tokens: list[int], accepted: list[int], bonus: int,
-                      target_p: list[float], draft_p: list[float], status: list[str]) -> TreePayload:
-        n = shape.size
+    def _tree_payload(self, shape: TreeShape, got: dict) -> TreePayload:
+        """The tree as the app draws it: the cut tree's nodes (rows past it ran but were never candidates)."""
+        tokens, target_p, draft_p, status = got["tokens"], got["target_p"], got["draft_p"], got["status"]
         nodes = [TreeNode(id=i, parent=shape.parents[i], depth=shape.depths[i], token_id=tokens[i],
                           text=self._text(tokens[i]), draft_prob=1.0 if i == 0 else round(draft_p[i], 6),
                           target_prob=1.0 if i == 0 else round(target_p[i], 6), status=status[i],
                           draft_input=self.drafter.input_label(shape.depths[i]))
-                 for i in range(n)]
-        return TreePayload(nodes=nodes, accepted_path=list(accepted), bonus_token_id=bonus,
-                           bonus_text=self._text(bonus), budget=n, depth=shape.depth,
+                 for i in range(shape.size)]
+        bonus = got["bonus"]
+        return TreePayload(nodes=nodes, accepted_path=list(got["accepted"]), bonus_token_id=bonus,
+                           bonus_text=self._text(bonus), budget=shape.size, depth=shape.depth,
                            draft_ms=0.0, verify_ms=0.0)
 
     def close(self) -> None:
-        self.target_fwd = None
-        self.drafter = None
-        self._tensors.clear()
-        if self.static is not None:
-            self.static.close()
-            self.static = None
+        self.target = self.drafter = None
+        self.trees.clear()
+        release(self.session)
+        self.session = None

@@ -19,10 +19,11 @@ decoder's options (auto, budget + depth, an explicit parent list, or adaptive) i
 its tree before the decoder is built (`engine.methods.make_decoder` asks
 `decoder_options`), so a decoder never sizes, profiles or races decoders itself.
 
-Graphs: a decoder that will run its static-buffer step (`engine.graphs.graphs_wanted`, on CUDA
-under `auto`) pays replays, not launches, so its tree is sized from the graphed curves
+Graphs: a decoder whose step is captured (`engine.graphs.capture_wanted`, on CUDA under `auto`)
+pays replays, not launches, so its tree is sized from the graphed curves
 (`forward_curve(graphs=True)`), its step costs fitted from graphed decoders' steps, and its
-plan cached apart (`|graphs` in the keys). `graphs` below is that decision, a bool.
+plan cached apart (`|graphs` in the keys). `graphs` below is that decision, a bool; uncaptured (every
+CPU run) the step's forwards cost what the plain forwards' curves say.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..engine import measuring
-from ..engine.graphs import check_graphs, graphs_wanted
+from ..engine.graphs import capture_wanted, check_graphs
 from ..engine.models import dtype_name
 from ..engine.profiler import (
     CONTENDED_SHARE,
@@ -71,9 +72,9 @@ def _model_key(name: str, pair) -> str:
 
 
 def graphs_decided(pair, graphs) -> bool:
-    """Whether the decoder being sized runs its static-buffer step: `graphs` is a mode ('auto', 'on',
-    'off') or already that decision (a bool)."""
-    return graphs_wanted(check_graphs(graphs), pair.device)
+    """Whether the decoder being sized captures its step: `graphs` is a mode ('auto', 'on', 'off') or
+    already that decision (a bool)."""
+    return capture_wanted(check_graphs(graphs), pair.device)
 
 
 def decoder_graphs(graphs: bool) -> str:

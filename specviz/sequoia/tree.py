@@ -3,14 +3,13 @@
 A tree is a parent list in breadth-first order (root = node 0, parent -1): each
 level's nodes are contiguous and a node's children are consecutive, ordered by
 drawing rank. From it we precompute everything the hot loop needs: depths, level
-ranges, the additive ancestor mask block, position offsets, and the index
+ranges, the ancestor matrix (the block of the tree's attention), and the index
 tensors that scatter each level's top-c draws to its child nodes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import torch
 
@@ -88,91 +87,29 @@ class TreeShape:
         return torch.tensor(rows, dtype=torch.bool)
 
 
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """0 where attention is allowed, the dtype's minimum where it is blocked."""
-    out = torch.zeros(allowed.shape, dtype=dtype)
-    return out.masked_fill_(~allowed, torch.finfo(dtype).min)
-
-
 class TreeTensors:
-    """Device tensors for one tree shape, built once and reused every step.
+    """Device index tensors for one tree shape, built once and reused every step.
 
-    - `mask_block` (1, 1, n, n): the target's tree-attention block;
-    - `draft_masks[d]`: the block the draft uses at level d (rows of level d,
-      columns of every node up to the end of level d);
-    - `depth_offsets` (n,): position of each node minus the root's position;
-    - `draw_row[d]`, `draw_rank[d]`: for the nodes of level d + 1, which row of
-      level d's top-c draws (their parent's position within level d) and which
-      column (rank - 1) holds their token.
+    - `parents` (n,): each node's parent (the root its own), the rows a node's p and q are read at;
+    - `inner_rows`, `parent_place`: the nodes with children, and each node's parent's place among them
+      (a greedy step normalises only those rows for the app's probabilities);
+    - `level_width[d]`: the widest fan-out of level d (how many draws its forward needs);
+    - `draw_row[d]`, `draw_rank[d]`: for the nodes of level d + 1, which row of level d's top-c draws
+      (their parent's place within level d) and which column (rank - 1) holds their token.
     """
 
-    def __init__(self, shape: TreeShape, device: torch.device, dtype: torch.dtype):
-        self.shape = shape
+    def __init__(self, shape: TreeShape, device: torch.device):
+        self.shape, self.device = shape, device
         n = shape.size
-        allowed = shape.ancestor_matrix()
-        block = additive_mask(allowed, dtype).to(device)
-        self.mask_block = block.view(1, 1, n, n)
-        self.depth_offsets = torch.tensor(shape.depths, dtype=torch.long, device=device)
         self.parents = torch.tensor([max(p, 0) for p in shape.parents], dtype=torch.long, device=device)
-        # The nodes with children (the only rows whose softmax the app's tree shows a child's probability
-        # from) and, per node, its parent's place among them: normalising those rows alone instead of
-        # every leaf's too saves most of the step's softmax work.
         inner = [i for i in range(n) if shape.children[i]] or [0]
         place = {node: k for k, node in enumerate(inner)}
         self.inner_rows = torch.tensor(inner, dtype=torch.long, device=device)
         self.parent_place = torch.tensor([place.get(max(p, 0), 0) for p in shape.parents], dtype=torch.long,
                                          device=device)
-        # Children per node and the widest fan-out per level: how many draws a level's forward needs.
-        self.n_children = [len(c) for c in shape.children]
-        self.level_width = [max(self.n_children[s:e]) for s, e in shape.level_ranges]
-        self.dtype = dtype
-        self.device = device
-        self._pending_blocks: dict[int, torch.Tensor] = {}   # level 0's causal block, by input length
-        self._zeros = torch.zeros(1, 1, n, 0, dtype=dtype, device=device)   # the attend-all prefix, grown on demand
-
-    # A fixed tree's levels are drafted with these; an adaptive tree (a new shape on most steps) never
-    # reads them, so they are built on first use.
-    @cached_property
-    def draft_masks(self) -> list[torch.Tensor]:
-        block = self.mask_block[0, 0]
-        return [block[s:e, :e].reshape(1, 1, e - s, e) for s, e in self.shape.level_ranges]
-
-    @cached_property
-    def draw_row(self) -> list[torch.Tensor]:
-        shape = self.shape
-        return [torch.tensor([shape.parents[i] - shape.level_ranges[d][0] for i in range(*shape.level_ranges[d + 1])],
-                             device=self.device) for d in range(shape.depth)]
-
-    @cached_property
-    def draw_rank(self) -> list[torch.Tensor]:
-        shape = self.shape
-        return [torch.tensor([shape.ranks[i] - 1 for i in range(*shape.level_ranges[d + 1])], device=self.device)
-                for d in range(shape.depth)]
-
-    def target_mask(self, prefix_len: int) -> torch.Tensor:
-        """(1, 1, n, prefix_len + n): the whole committed prefix, then the tree block."""
-        return torch.cat([self._prefix(self.shape.size, prefix_len), self.mask_block], dim=-1)
-
-    def draft_mask(self, level: int, prefix_len: int, pending: int = 1) -> torch.Tensor:
-        """Mask for the draft's forward over level `level`, after `prefix_len` cached slots.
-
-        At level 0 the input is the `pending` committed tokens the draft has not
-        seen yet, the root last: plain causal among themselves.
-        """
-        if level == 0:
-            block = self._pending_blocks.get(pending)
-            if block is None:
-                causal = torch.ones(pending, pending, dtype=torch.bool).tril()
-                block = additive_mask(causal, self.dtype).to(self.device).view(1, 1, pending, pending)
-                self._pending_blocks[pending] = block
-        else:
-            block = self.draft_masks[level]
-        return torch.cat([self._prefix(block.shape[2], prefix_len), block], dim=-1)
-
-    def _prefix(self, rows: int, cols: int) -> torch.Tensor:
-        """A (1, 1, rows, cols) view of zeros: every committed slot is visible to every node."""
-        if self._zeros.shape[2] < rows or self._zeros.shape[3] < cols:
-            # Grown geometrically, so a run allocates it a handful of times rather than every step.
-            grown = (1, 1, max(rows, self._zeros.shape[2]), max(2 * cols, 256, self._zeros.shape[3]))
-            self._zeros = torch.zeros(grown, dtype=self.dtype, device=self.device)
-        return self._zeros[:, :, :rows, :cols]
+        self.level_width = [max(len(c) for c in shape.children[s:e]) for s, e in shape.level_ranges]
+        self.draw_row = [torch.tensor([shape.parents[i] - shape.level_ranges[d][0]
+                                       for i in range(*shape.level_ranges[d + 1])], device=device)
+                         for d in range(shape.depth)]
+        self.draw_rank = [torch.tensor([shape.ranks[i] - 1 for i in range(*shape.level_ranges[d + 1])],
+                                       device=device) for d in range(shape.depth)]

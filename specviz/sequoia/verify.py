@@ -1,121 +1,171 @@
-"""Sequoia's verification rules, pure functions over a tree and its distributions.
+"""Sequoia's verification walks, on the device: fixed loops, no host branching, no sync.
 
-Sampling (any temperature): walk from the root. At the current node, for its
-children x_1..x_c in drawing order, with q the draft distribution the children
-were drawn from (without replacement) and P the target distribution there:
+Sampling (any temperature): walk from the root. At the current node, for its children x_1..x_c in
+drawing order, with q the draft distribution the children were drawn from (without replacement) and
+P the target distribution there:
   - accept x_i with probability min(1, P(x_i) / q(x_i)) and move to it;
-  - on rejection P <- normalise(max(P - q, 0)) (falling back to the old P when
-    that is numerically zero), then q(x_i) <- 0 and q is renormalised.
-When every child is rejected, or the node is a leaf, the bonus token is drawn
-from the current P. The output is distributed exactly as autoregressive
-sampling from the target (Sequoia, Theorem 3.5 / SpecInfer).
+  - on rejection P <- normalise(max(P - q, 0)) (P itself when that is numerically zero), then
+    q(x_i) <- 0 and q is renormalised;
+  - a child whose q is zero was never really drawn (the draft's support ran out before c draws) and
+    is skipped.
+When every child is rejected, or the node is a leaf, the bonus token is drawn from the current P. The
+output is distributed exactly as autoregressive sampling from the target (Sequoia, Theorem 3.5 /
+SpecInfer). Greedy (temperature 0): accept the child equal to the target's argmax; the bonus is the
+argmax at the last accepted node.
 
-Greedy (temperature 0): accept the child equal to the target's argmax; the bonus
-token is the argmax at the last accepted node.
+The sampled walk is a fixed loop over the tree's levels and child ranks whose every decision is a
+`torch.where`; the greedy one needs no loop (a pass over the ancestor matrix). Neither asks the host
+which way to go: a GPU captures them with the step, and a step reads the outcome back once, with
+everything else its record needs. `tests/sequoia_reference.py` states the same rules as a plain host
+walk, against which the tests check these on every enumerated case.
+
+What a walk returns (`DeviceWalk`), all on the device:
+- `path` (depth + 1,): the root, then the accepted nodes, padded by repeating the deepest: the
+  fixed-length index both caches are compacted through;
+- `accepted` (0-d): how many of `path[1:]` are real;
+- `bonus` (0-d): the bonus token;
+- `status` (n,): each node's status code (`STATUS_NAMES`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from ..draws import sample
+from ..draws import race_sample
+from .tree import TreeShape
 
 # A residual whose mass is below this is treated as zero: P - q vanished only by rounding.
 RESIDUAL_EPS = 1e-9
-
 ROOT, ACCEPTED, REJECTED, NOT_REACHED = "root", "accepted", "rejected", "not_reached"
+STATUS_NAMES = (ROOT, ACCEPTED, REJECTED, NOT_REACHED)   # a status code is its index here
+ROOT_CODE, ACCEPTED_CODE, REJECTED_CODE, NOT_REACHED_CODE = range(4)
 
 
 @dataclass
-class WalkResult:
-    accepted: list[int]              # node ids below the root, root excluded, in path order
-    bonus_token: int
-    rejected: list[int] = field(default_factory=list)   # children tested and rejected
-
-    def statuses(self, n: int) -> list[str]:
-        status = [NOT_REACHED] * n
-        status[0] = ROOT
-        for i in self.rejected:
-            status[i] = REJECTED
-        for i in self.accepted:
-            status[i] = ACCEPTED
-        return status
+class DeviceWalk:
+    path: torch.Tensor
+    accepted: torch.Tensor
+    bonus: torch.Tensor
+    status: torch.Tensor
 
 
-def greedy_walk(children: list[list[int]], tokens: list[int], target_argmax) -> WalkResult:
-    """Follow the child whose token is the target's argmax; the bonus is the argmax where the path ends.
+class WalkTables:
+    """One tree shape's index tables for the device walks, built once.
 
-    target_argmax[node] is read once per node on the path (a list, or picks made on demand).
+    `children[i, r]` is node i's child of rank r + 1 (0 where it has none, `has_child` False);
+    `level_width[d]` the widest fan-out of level d's nodes (how many ranks a level's loop tests).
     """
-    node, accepted, rejected = 0, [], []
-    while True:
-        want = target_argmax[node]
-        nxt = None
-        for child in children[node]:
-            if nxt is None and tokens[child] == want:
-                nxt = child
-            else:
-                rejected.append(child)
-        if nxt is None:
-            return WalkResult(accepted, want, rejected)
-        accepted.append(nxt)
-        node = nxt
+
+    def __init__(self, shape: TreeShape, device):
+        self.n, self.depth = shape.size, shape.depth
+        width = max(1, max(len(c) for c in shape.children))
+        self.children = torch.tensor([c + [0] * (width - len(c)) for c in shape.children], dtype=torch.long,
+                                     device=device)
+        self.has_child = torch.tensor([[r < len(c) for r in range(width)] for c in shape.children],
+                                      dtype=torch.bool, device=device)
+        self.level_width = [max(len(shape.children[i]) for i in range(s, e)) for s, e in shape.level_ranges]
+        self.node_ids = torch.arange(self.n, device=device)
+        self.levels = torch.arange(self.depth, device=device)
+        self.path_depths = torch.arange(self.depth + 1, device=device)
+        self.depths = torch.tensor(shape.depths, dtype=torch.long, device=device)
+        self.parents = torch.tensor([max(p, 0) for p in shape.parents], dtype=torch.long, device=device)
+        below_root = shape.ancestor_matrix()   # (i, j): j is i or an ancestor of i
+        below_root[:, 0] = False
+        self.ancestors_below_root = below_root.to(device)
+        self.codes = torch.arange(len(STATUS_NAMES), device=device)
+        self.zero = torch.zeros((), dtype=torch.long, device=device)
+        self.true = torch.ones((), dtype=torch.bool, device=device)
+
+
+def _row(table: torch.Tensor, node: torch.Tensor) -> torch.Tensor:
+    """table[node] for a 0-d device index (index_select: indexing with a 0-d tensor may read it on the host)."""
+    return table.index_select(0, node.view(1))[0]
+
+
+def _stacked(tables: WalkTables, path: list[torch.Tensor]) -> torch.Tensor:
+    """A walk's nodes, padded to depth + 1 by repeating its deepest."""
+    return torch.stack(path + [path[-1]] * (tables.depth + 1 - len(path)))
+
+
+def _finish(tables: WalkTables, path_t: torch.Tensor, accepted: torch.Tensor, bonus: torch.Tensor,
+            rejected: torch.Tensor) -> DeviceWalk:
+    """The walk's outcome, with every node's status."""
+    real = tables.levels[None, :] < accepted   # which of path[1:] are real
+    on_path = ((tables.node_ids[:, None] == path_t[None, 1:]) & real).any(dim=1)
+    codes = tables.codes
+    status = torch.where(on_path, codes[ACCEPTED_CODE], torch.where(rejected, codes[REJECTED_CODE],
+                                                                     codes[NOT_REACHED_CODE]))
+    status = torch.where(tables.node_ids == 0, codes[ROOT_CODE], status)
+    return DeviceWalk(path_t, accepted, bonus, status)
+
+
+def greedy_walk(tables: WalkTables, tokens: torch.Tensor, picks: torch.Tensor, limit: int) -> DeviceWalk:
+    """The greedy walk: `picks` (n,) the target's argmax at every node, `limit` the
+    levels the walk may descend (a tree cut near the end of the run).
+
+    No loop: a node is on the path when it and each of its ancestors below the root carries its
+    parent's argmax (one test per node, then one pass over the ancestor matrix). Siblings carry
+    distinct tokens (they are draws without replacement), so at most one child of a node passes and the
+    nodes on the path form one chain.
+    """
+    depths = tables.depths
+    good = (tokens == picks.index_select(0, tables.parents)) & (depths <= limit)
+    on = ~(tables.ancestors_below_root & ~good[None, :]).any(dim=1) & (depths > 0)
+    accepted = on.long().sum()
+    deepest = (on.long() * depths).argmax()   # the root when nothing was accepted
+    with_root = on | (tables.node_ids == 0)
+    tested = with_root.index_select(0, tables.parents) & (depths <= limit) & (depths > 0)
+    at_depth = with_root[None, :] & (depths[None, :] == tables.path_depths[:, None])
+    path = (at_depth.long() * tables.node_ids[None, :]).sum(dim=1)
+    path = torch.where(tables.path_depths <= accepted, path, deepest)
+    return _finish(tables, path, accepted, _row(picks, deepest), tested & ~on)
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """normalise(max(P - q, 0)), or P itself when the difference has (numerically) no mass."""
-    r = (p - q).clamp_min_(0)
+    """normalise(max(P - q, 0)), or P itself when that has (numerically) no mass."""
+    r = (p - q).clamp_min(0)
     mass = r.sum()
-    if float(mass) <= RESIDUAL_EPS:
-        return p
-    return r / mass
+    return torch.where(mass > RESIDUAL_EPS, r / mass.clamp_min(RESIDUAL_EPS), p)
 
 
-def verify_children(p: torch.Tensor, q: torch.Tensor, child_tokens: list[int], uniforms: list[float]
-                    ) -> tuple[int | None, torch.Tensor]:
-    """Test one node's children in order; return (index accepted or None, P for the bonus token).
+def sampled_walk(tables: WalkTables, tokens: torch.Tensor, target_probs: torch.Tensor,
+                        draft_q: torch.Tensor, uniforms: torch.Tensor, limit: int,
+                        generator: torch.Generator | None) -> DeviceWalk:
+    """The sampled walk.
 
-    `uniforms[i]` is the U(0, 1) draw used for child i. A child whose q is zero was
-    never really drawn (the draft's support ran out before c draws) and is skipped.
+    target_probs (n, V): P at every node; draft_q (m, V): the q each node with children drew them
+    from (row = node id; m covers every such node); uniforms (depth, width): the U(0, 1) of the child
+    of each rank tested at each level (at most one node is tested per level, so each is used once).
     """
-    q = q.clone()
-    for i, tok in enumerate(child_tokens):
-        q_tok = float(q[tok])
-        if q_tok <= 0.0:
-            continue
-        if uniforms[i] * q_tok < float(p[tok]):
-            return i, p
-        p = residual(p, q)
-        q[tok] = 0.0
-        mass = q.sum()
-        if float(mass) > 0:
-            q = q / mass
-    return None, p
-
-
-def sampling_walk(children: list[list[int]], tokens: list[int], target_probs, draft_probs: dict,
-                  generator: torch.Generator) -> WalkResult:
-    """The exact verification walk.
-
-    `target_probs[node]` is P at that node (a (V,) tensor; indexable by node id),
-    `draft_probs[node]` the q its children were drawn from (nodes with children only).
-    """
-    node, accepted, rejected = 0, [], []
-    while True:
-        p = target_probs[node]
-        kids = children[node]
-        if not kids:
-            break
-        kid_tokens = [tokens[k] for k in kids]
-        uniforms = torch.rand(len(kids), generator=generator, device=p.device).tolist()
-        hit, p = verify_children(p, draft_probs[node], kid_tokens, uniforms)
-        tested = kids if hit is None else kids[:hit]
-        rejected.extend(k for k in tested if float(draft_probs[node][tokens[k]]) > 0)
-        if hit is None:
-            break
-        node = kids[hit]
-        accepted.append(node)
-    bonus = int(sample(p, generator))
-    return WalkResult(accepted, bonus, rejected)
+    cur, alive, accepted = tables.zero, tables.true, tables.zero
+    rejected = torch.zeros(tables.n, dtype=torch.bool, device=tokens.device)
+    p = target_probs[0]
+    path = [cur]
+    last_q_row = draft_q.shape[0] - 1
+    for level in range(min(limit, tables.depth)):
+        p = torch.where(alive, _row(target_probs, cur), p)
+        q = _row(draft_q, cur.clamp(max=last_q_row))       # a leaf's row is never tested (has_child False)
+        kids, has = _row(tables.children, cur), _row(tables.has_child, cur)
+        moved, nxt = ~tables.true, cur
+        for rank in range(tables.level_width[level]):
+            kid = kids[rank]
+            tok = tokens.index_select(0, kid.view(1))
+            q_tok, p_tok = q.index_select(0, tok)[0], p.index_select(0, tok)[0]
+            tested = alive & ~moved & has[rank] & (q_tok > 0)
+            hit = tested & (uniforms[level, rank] * q_tok < p_tok)
+            miss = tested & ~hit
+            nxt = torch.where(hit, kid, nxt)
+            moved = moved | hit
+            rejected = rejected | ((tables.node_ids == kid) & miss)
+            p = torch.where(miss, residual(p, q), p)
+            q = torch.where(miss, q.index_fill(0, tok, 0.0), q)
+            q_mass = q.sum()
+            q = torch.where(miss & (q_mass > 0), q / q_mass.clamp_min(1e-30), q)
+        cur = torch.where(moved, nxt, cur)
+        accepted = accepted + moved.long()
+        alive = alive & moved
+        path.append(cur)
+    p = torch.where(alive, _row(target_probs, cur), p)
+    return _finish(tables, _stacked(tables, path), accepted, race_sample(p, generator), rejected)
