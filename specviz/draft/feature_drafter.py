@@ -43,7 +43,7 @@ class FeatureDrafter:
         self.labels: dict[int, str] = {}
         self.static = None
         if session is not None:
-            self._static_init(pair, session)
+            self._static_init(pair, prompt_ids, session)
             return
         self.forward = FeatureDraftForward(draft, max_len, with_prompt_tokens(draft.vocab_ids, prompt_ids,
                                                                               self.device))
@@ -58,7 +58,7 @@ class FeatureDrafter:
 
     @property
     def vocab_ids(self) -> torch.Tensor | None:
-        return None if self.static is not None else self.forward.vocab_ids
+        return self.forward.vocab_ids if self.static is None else self.static.vocab_ids
 
     @property
     def dtype(self) -> torch.dtype:
@@ -99,7 +99,7 @@ class FeatureDrafter:
         self.pending_feats = feats if drafted else torch.cat([self.pending_feats, feats])
 
     def widen(self, token_ids: list[int]) -> None:
-        if self.static is None:   # the static step reads the whole head
+        if self.head is not None:   # None: a captured static step reads the whole head
             self.head.widen(token_ids)
 
     def input_label(self, depth: int) -> str:
@@ -123,7 +123,7 @@ class FeatureDrafter:
     def static_supported(pair) -> bool:
         return static_supported(pair.target)   # the draft's own forward is plain torch
 
-    def _static_init(self, pair, session) -> None:
+    def _static_init(self, pair, prompt_ids: list[int], session) -> None:
         draft = pair.draft
         role = session_role("feature-draft", draft.fc.weight)
         found = session.forwards.get(role)
@@ -131,7 +131,12 @@ class FeatureDrafter:
             found = session.forwards[role] = FeatureStaticForward(draft, session.capacity, session.runner, role)
         self.static, self.forward = found, None
         self.hidden, self.width = draft.hidden, draft.hidden * (1 + len(self.taps))
-        self.settings = {"draft_kind": "feature", "draft_int8": False}
+        inner = found.eager_forward   # uncaptured: the eager path's forward (int8, a head over a subset)
+        self.head = None
+        if inner is not None:   # the session outlives a race: this race's head starts from its own prompt
+            found.reset_head(with_prompt_tokens(draft.vocab_ids, prompt_ids, self.device))
+            self.head = HeadRows(inner, pair.vocab_size, self.device)
+        self.settings = {"draft_kind": "feature", "draft_int8": inner is not None and inner.int8}
         self.features_by_slot = None
 
     def static_prepare(self, shape) -> None:

@@ -82,7 +82,9 @@ class StaticTreeStep:
         self.history[:prompt_len] = ids[0]
         self.history[prompt_len:prompt_len + 1] = token
         self.drafter.static_prefill(ids, hidden, self.target)
-        return int(token)
+        token = int(token)
+        self.drafter.widen([token])
+        return token
 
     # -- a tree step ------------------------------------------------------------------------------
 
@@ -101,6 +103,7 @@ class StaticTreeStep:
 
     def _draw_children(self, level: int, logits: torch.Tensor) -> None:
         tt = self.tt
+        vocab_ids = self.drafter.vocab_ids   # the token of each logits column (None: column = token)
         width = tt.level_width[level]
         rows, ranks = tt.draw_row[level], tt.draw_rank[level]
         child_start, child_end = self.shape.level_ranges[level + 1]
@@ -110,11 +113,14 @@ class StaticTreeStep:
         else:
             q = probs_from_logits(logits, self.sampling)
             start, end = self.shape.level_ranges[level]
-            self.draft_q[start:end] = q
+            if vocab_ids is None:
+                self.draft_q[start:end] = q
+            else:   # zero outside the head's rows: they only grow in a run, so no column is ever stale
+                self.draft_q[start:end].index_copy_(1, vocab_ids, q)
             # Gumbel-top-k: the top-c of q / Exp(1) are c draws without replacement, in drawing order.
             picked = (q / exponential_like(q, self.generator)).topk(width, dim=-1).indices[rows, ranks]
             self.child_q[child_start:child_end] = q[rows, picked]
-        self.tokens[child_start:child_end] = picked
+        self.tokens[child_start:child_end] = picked if vocab_ids is None else vocab_ids[picked]
 
     def target_forward(self, committed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The tree's one target forward from the root's slot: logits of every node (and features)."""
@@ -144,7 +150,9 @@ class StaticTreeStep:
                                                                          walk.bonus))
         read = torch.cat([walk.accepted.view(1).double(), walk.bonus.view(1).double(), walk.path.double(),
                           tokens.double(), target_p.double(), self.child_q.double(), walk.status.double()])
-        return self._unpack(read.tolist())
+        got = self._unpack(read.tolist())
+        self.drafter.widen([got["tokens"][i] for i in got["accepted"]] + [got["bonus"]])
+        return got
 
     def _unpack(self, read: list[float]) -> dict:
         n, depth = self.shape.size, self.shape.depth
