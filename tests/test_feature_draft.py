@@ -13,6 +13,7 @@ import pytest
 import torch
 from helpers import tiny_feature_pair
 
+from specviz.draft.drafter import with_prompt_tokens
 from specviz.draft.feature import (FeatureDraft, FeatureDraftForward, is_feature_draft_dir, load_feature_draft,
                                    save_feature_draft)
 from specviz.draft.featuretrain import evaluate_depths, heldout_features, target_features, unroll_mask, unrolled
@@ -141,15 +142,18 @@ def test_heldout_agreement_counts_the_head_as_sequoia_widens_it(feature_pair, ar
     assert shipped["depth1"] > widened["depth1"]
 
 
-@pytest.mark.parametrize("tree", ["dp16", "adaptive"])
-def test_the_heads_rows_grow_with_the_tokens_the_target_writes(feature_pair, ar_tokens, tree):
+@pytest.mark.parametrize("tree,graphs", [("dp16", "off"), ("adaptive", "off"), ("dp16", "on")])
+def test_the_heads_rows_grow_with_the_tokens_the_target_writes(feature_pair, ar_tokens, tree, graphs):
     """A token the draft's head has no row for can never be drafted; once the target writes it, it can
-    (answers repeat their own words). The head here lacks every token of the answer but the prompt's."""
+    (answers repeat their own words). The head here lacks every token of the answer but the prompt's.
+    The static step (graphs on, uncaptured on a CPU) reads the same widening head."""
     prompt = PROMPTS[1]
     draft, removed = _head_without(feature_pair, prompt, ar_tokens[prompt])
     pair = ModelPair(feature_pair.target, draft, feature_pair.tokenizer, feature_pair.target_name, "cut head",
                      feature_pair.device, feature_pair.dtype)
-    decoder = make_decoder("sequoia", pair, prompt, max_new_tokens=MAX_NEW, **TREES[tree])
+    decoder = make_decoder("sequoia", pair, prompt, max_new_tokens=MAX_NEW, graphs=graphs, **TREES[tree])
+    assert (decoder.static is not None) == (graphs == "on")
+    static_forward = decoder.drafter.static
     heads = []
     trace = decoder.run(on_step=lambda record: heads.append(decoder.drafter and decoder.drafter.vocab_ids))
     assert trace.token_ids == ar_tokens[prompt]
@@ -160,6 +164,10 @@ def test_the_heads_rows_grow_with_the_tokens_the_target_writes(feature_pair, ar_
     drafted = [n.token_id for step in trace.steps[1:] for n in step.payload.nodes
                if n.status == "accepted" and n.depth > 0]
     assert removed & set(drafted)
+    if graphs == "on":
+        assert trace.graphs["enabled"] and not trace.graphs["capturing"]
+        _a_new_race_starts_from_its_own_prompts_rows(pair, static_forward, heads[-2], removed)
+        return
     # A new row scores its token as the target's own head row does (in int8: one scale per row).
     feats = torch.randn(3, feature_pair.target.config.hidden_size)
     new = torch.tensor(sorted(removed)[:5])
@@ -174,6 +182,22 @@ def test_the_heads_rows_grow_with_the_tokens_the_target_writes(feature_pair, ar_
         column = {t: c for c, t in enumerate(whole.vocab_ids.tolist())}   # the draft's own rows come first
         assert sorted(column) == list(range(feature_pair.vocab_size))
         torch.testing.assert_close(after[:, before.shape[1]:], whole.logits(feats)[:, [column[t] for t in new.tolist()]])
+
+
+def _a_new_race_starts_from_its_own_prompts_rows(pair, static_forward, widened: torch.Tensor, removed: set) -> None:
+    """The static forward is kept in its session across races: the next race's head is its own prompt's,
+    none of the rows the last race's answer added."""
+    prompt = PROMPTS[0]
+    decoder = make_decoder("sequoia", pair, prompt, max_new_tokens=4, graphs="on", **TREES["dp16"])
+    try:
+        assert decoder.drafter.static is static_forward   # the same session, so the same forward and head
+        assert set(widened.tolist()) & removed   # the last race widened its head
+        expected = FeatureDraftForward(pair.draft, 8, with_prompt_tokens(pair.draft.vocab_ids, decoder.prompt_ids,
+                                                                         "cpu")).vocab_ids
+        assert torch.equal(decoder.drafter.vocab_ids, expected)
+        assert decoder.trace.settings["draft_int8"] is False   # fp32 drafts stay dense (int8: next test)
+    finally:
+        decoder.close()
 
 
 def test_adaptive_trees_follow_the_drafts_confidence(feature_pair):
@@ -204,8 +228,11 @@ def test_greedy_with_int8_draft_levels_equals_autoregressive(feature_pair, ar_to
     import specviz.draft.feature as feature
 
     monkeypatch.setattr(feature, "int8_decoding_supported", lambda device, dtype: True)
-    for tree in ("dp16", "adaptive"):   # 24 tokens: the int8 kernel is slow with fp32 inputs
-        trace = make_decoder("sequoia", feature_pair, PROMPTS[0], max_new_tokens=24, **TREES[tree]).run()
+    # 24 tokens: the int8 kernel is slow with fp32 inputs. Graphs on: the static step, uncaptured, runs them too.
+    for tree, graphs in (("dp16", "off"), ("adaptive", "off"), ("dp16", "on")):
+        decoder = make_decoder("sequoia", feature_pair, PROMPTS[0], max_new_tokens=24, graphs=graphs, **TREES[tree])
+        assert (decoder.static is not None) == (graphs == "on")
+        trace = decoder.run()
         assert trace.settings["draft_int8"] is True
         assert trace.token_ids == ar_tokens[PROMPTS[0]][:24], tree
 
