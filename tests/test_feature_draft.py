@@ -200,6 +200,43 @@ def _a_new_race_starts_from_its_own_prompts_rows(pair, static_forward, widened: 
         decoder.close()
 
 
+SAMPLING_TREE = [-1, 0, 0, 0, 1, 1, 2, 4, 4, 7]   # test_sampling_exact's: widths up to 3, depth 4
+STATIC_SAMPLES = 2000   # test_sequoia_static's N for the same tiny target (its control rejects at it)
+
+
+@pytest.mark.parametrize("control", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_sampled_static_step_with_a_head_subset_keeps_the_target_distribution(one_thread, monkeypatch, control):
+    """The static step, uncaptured, with a feature draft whose head is a subset in its own order (column !=
+    token), joined by the prompt's tokens and widened by the target's: q over the whole vocabulary is zero
+    outside the rows and each drawn column maps to its token, so the first four tokens follow the exact
+    distribution; with the walk's residual planted wrong, the same check at the same N rejects."""
+    from helpers import chi_square_pvalue, exact_distribution, sample_sequences
+
+    from specviz.sequoia import device_verify
+
+    tiny = tiny_feature_pair(logit_scale=14.0, noise=1.0)
+    draft = FeatureDraft(tiny.target, torch.tensor([5, 2, 0]), torch.float32)   # 1, 3: the prompt's; 4: written
+    draft.load_state_dict(tiny.draft.own_state(), strict=False)
+    pair = ModelPair(tiny.target, draft.eval(), tiny.tokenizer, tiny.target_name, "subset head", tiny.device,
+                     tiny.dtype)
+    if control:
+        monkeypatch.setattr(device_verify, "residual_device", lambda p, q: p)
+    sampling, prompt, depths, widened_drafts = SamplingConfig(1.0), [1, 2, 3], [], []
+
+    def record(trace):
+        assert trace.graphs["enabled"] and not trace.graphs["capturing"]
+        depths.append(len(trace.steps[1].payload.accepted_path))
+        widened_drafts.extend(n.token_id for step in trace.steps[1:] for n in step.payload.nodes
+                              if n.depth > 0 and n.token_id == 4)
+
+    samples = sample_sequences("sequoia", pair, prompt, sampling, STATIC_SAMPLES, on_trace=record, graphs="on",
+                               tree_parents=SAMPLING_TREE)
+    p_value = chi_square_pvalue(samples, exact_distribution(pair.target, prompt, sampling, 4), control=control)
+    assert (p_value < 1e-3) if control else (p_value > 1e-3), p_value
+    assert min(depths) == 0 and max(depths) >= 2, depths   # rejections at the root and paths two deep
+    assert widened_drafts   # the token the head lacked was drafted once the target had written it
+
+
 def test_adaptive_trees_follow_the_drafts_confidence(feature_pair):
     """Each step's tree is grown from the draft's ranked probabilities: shapes vary, stay within the limits,
     and every non-root node's path score reached the threshold."""
