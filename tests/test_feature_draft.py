@@ -13,6 +13,7 @@ import pytest
 import torch
 from helpers import tiny_feature_pair
 
+from specviz.draft.drafter import with_prompt_tokens
 from specviz.draft.feature import (FeatureDraft, FeatureDraftForward, is_feature_draft_dir, load_feature_draft,
                                    save_feature_draft)
 from specviz.draft.featuretrain import evaluate_depths, heldout_features, target_features, unroll_mask, unrolled
@@ -141,15 +142,17 @@ def test_heldout_agreement_counts_the_head_as_sequoia_widens_it(feature_pair, ar
     assert shipped["depth1"] > widened["depth1"]
 
 
-@pytest.mark.parametrize("tree", ["dp16", "adaptive"])
-def test_the_heads_rows_grow_with_the_tokens_the_target_writes(feature_pair, ar_tokens, tree):
+@pytest.mark.parametrize("tree,graphs", [("dp16", "off"), ("adaptive", "off"), ("dp16", "on")])
+def test_the_heads_rows_grow_with_the_tokens_the_target_writes(feature_pair, ar_tokens, tree, graphs):
     """A token the draft's head has no row for can never be drafted; once the target writes it, it can
-    (answers repeat their own words). The head here lacks every token of the answer but the prompt's."""
+    (answers repeat their own words). The head here lacks every token of the answer but the prompt's.
+    The static step (graphs on, uncaptured on a CPU) reads the same widening head."""
     prompt = PROMPTS[1]
     draft, removed = _head_without(feature_pair, prompt, ar_tokens[prompt])
     pair = ModelPair(feature_pair.target, draft, feature_pair.tokenizer, feature_pair.target_name, "cut head",
                      feature_pair.device, feature_pair.dtype)
-    decoder = make_decoder("sequoia", pair, prompt, max_new_tokens=MAX_NEW, **TREES[tree])
+    decoder = make_decoder("sequoia", pair, prompt, max_new_tokens=MAX_NEW, graphs=graphs, **TREES[tree])
+    static_forward = decoder.drafter.forward
     heads = []
     trace = decoder.run(on_step=lambda record: heads.append(decoder.drafter and decoder.drafter.vocab_ids))
     assert trace.token_ids == ar_tokens[prompt]
@@ -160,6 +163,10 @@ def test_the_heads_rows_grow_with_the_tokens_the_target_writes(feature_pair, ar_
     drafted = [n.token_id for step in trace.steps[1:] for n in step.payload.nodes
                if n.status == "accepted" and n.depth > 0]
     assert removed & set(drafted)
+    if graphs == "on":
+        assert trace.graphs["enabled"] and not trace.graphs["capturing"]
+        _a_new_race_starts_from_its_own_prompts_rows(pair, static_forward, heads[-2], removed)
+        return
     # A new row scores its token as the target's own head row does (in int8: one scale per row).
     feats = torch.randn(3, feature_pair.target.config.hidden_size)
     new = torch.tensor(sorted(removed)[:5])
@@ -174,6 +181,59 @@ def test_the_heads_rows_grow_with_the_tokens_the_target_writes(feature_pair, ar_
         column = {t: c for c, t in enumerate(whole.vocab_ids.tolist())}   # the draft's own rows come first
         assert sorted(column) == list(range(feature_pair.vocab_size))
         torch.testing.assert_close(after[:, before.shape[1]:], whole.logits(feats)[:, [column[t] for t in new.tolist()]])
+
+
+def _a_new_race_starts_from_its_own_prompts_rows(pair, static_forward, widened: torch.Tensor, removed: set) -> None:
+    """The static forward is kept in its session across races: the next race's head is its own prompt's,
+    none of the rows the last race's answer added."""
+    prompt = PROMPTS[0]
+    decoder = make_decoder("sequoia", pair, prompt, max_new_tokens=4, graphs="on", **TREES["dp16"])
+    try:
+        assert decoder.drafter.forward is static_forward   # the same session, so the same forward and head
+        assert set(widened.tolist()) & removed   # the last race widened its head
+        expected = FeatureDraftForward(pair.draft, 8, with_prompt_tokens(pair.draft.vocab_ids, decoder.prompt_ids,
+                                                                         "cpu")).vocab_ids
+        assert torch.equal(decoder.drafter.vocab_ids, expected)
+        assert decoder.trace.settings["draft_int8"] is False   # fp32 drafts stay dense (int8: next test)
+    finally:
+        decoder.close()
+
+
+SAMPLING_TREE = [-1, 0, 0, 0, 1, 1, 2, 4, 4, 7]   # test_sampling_exact's: widths up to 3, depth 4
+STATIC_SAMPLES = 2000   # test_sequoia_static's N for the same tiny target (its control rejects at it)
+
+
+@pytest.mark.parametrize("control", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_sampled_static_step_with_a_head_subset_keeps_the_target_distribution(one_thread, monkeypatch, control):
+    """The static step, uncaptured, with a feature draft whose head is a subset in its own order (column !=
+    token), joined by the prompt's tokens and widened by the target's: q over the whole vocabulary is zero
+    outside the rows and each drawn column maps to its token, so the first four tokens follow the exact
+    distribution; with the walk's residual planted wrong, the same check at the same N rejects."""
+    from helpers import chi_square_pvalue, exact_distribution, sample_sequences
+
+    from specviz.sequoia import verify
+
+    tiny = tiny_feature_pair(logit_scale=14.0, noise=1.0)
+    draft = FeatureDraft(tiny.target, torch.tensor([5, 2, 0]), torch.float32)   # 1, 3: the prompt's; 4: written
+    draft.load_state_dict(tiny.draft.own_state(), strict=False)
+    pair = ModelPair(tiny.target, draft.eval(), tiny.tokenizer, tiny.target_name, "subset head", tiny.device,
+                     tiny.dtype)
+    if control:
+        monkeypatch.setattr(verify, "residual", lambda p, q: p)
+    sampling, prompt, depths, widened_drafts = SamplingConfig(1.0), [1, 2, 3], [], []
+
+    def record(trace):
+        assert trace.graphs["enabled"] and not trace.graphs["capturing"]
+        depths.append(len(trace.steps[1].payload.accepted_path))
+        widened_drafts.extend(n.token_id for step in trace.steps[1:] for n in step.payload.nodes
+                              if n.depth > 0 and n.token_id == 4)
+
+    samples = sample_sequences("sequoia", pair, prompt, sampling, STATIC_SAMPLES, on_trace=record, graphs="on",
+                               tree_parents=SAMPLING_TREE)
+    p_value = chi_square_pvalue(samples, exact_distribution(pair.target, prompt, sampling, 4), control=control)
+    assert (p_value < 1e-3) if control else (p_value > 1e-3), p_value
+    assert min(depths) == 0 and max(depths) >= 2, depths   # rejections at the root and paths two deep
+    assert widened_drafts   # the token the head lacked was drafted once the target had written it
 
 
 def test_adaptive_trees_follow_the_drafts_confidence(feature_pair):
@@ -204,8 +264,10 @@ def test_greedy_with_int8_draft_levels_equals_autoregressive(feature_pair, ar_to
     import specviz.draft.feature as feature
 
     monkeypatch.setattr(feature, "int8_decoding_supported", lambda device, dtype: True)
-    for tree in ("dp16", "adaptive"):   # 24 tokens: the int8 kernel is slow with fp32 inputs
-        trace = make_decoder("sequoia", feature_pair, PROMPTS[0], max_new_tokens=24, **TREES[tree]).run()
+    # 24 tokens: the int8 kernel is slow with fp32 inputs. Graphs on: the static step, uncaptured, runs them too.
+    for tree, graphs in (("dp16", "off"), ("adaptive", "off"), ("dp16", "on")):
+        trace = make_decoder("sequoia", feature_pair, PROMPTS[0], max_new_tokens=24, graphs=graphs,
+                             **TREES[tree]).run()
         assert trace.settings["draft_int8"] is True
         assert trace.token_ids == ar_tokens[PROMPTS[0]][:24], tree
 

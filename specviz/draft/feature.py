@@ -379,16 +379,12 @@ class FeatureDraftForward:
         dev = draft.fc.weight.device
         self.device, self.dtype = dev, draft.fc.weight.dtype
         self.int8 = int8_decoding_supported(dev, self.dtype) if int8 is None else int8
-        own = draft.vocab_ids
-        # The draft's own rows come first: their head is prepared once per draft, not per prompt.
-        self.vocab_ids = own if vocab_ids is None else torch.cat(
-            [own, (ids := vocab_ids.to(dev))[~torch.isin(ids, own)]])
-        self._own_rows = own.numel()
+        self._own_ids = draft.vocab_ids
         if self.int8:
             self.draft, self._full_head, self._own_head = draft.int8_parts()
         else:
             self.draft, self._full_head = draft, draft._target[0].lm_head.weight.detach()
-        self.head = self._head_rows()
+        self.reset_head(vocab_ids)
         # fbgemm's layers run on fp32 activations (`Int8Fp32Layer`): the features, masks and K/V are fp32.
         self.layers = Int8Fp32Layer.of(self.draft) if self.int8 else None
         if self.layers is not None:
@@ -445,6 +441,14 @@ class FeatureDraftForward:
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         return self.head(features)
 
+    def reset_head(self, vocab_ids: torch.Tensor | None = None) -> None:
+        """The head over the draft's own rows, then `vocab_ids`' others (rows any `widen` added are dropped)."""
+        own = self._own_ids
+        # The draft's own rows come first: their head is prepared once per draft, not per prompt.
+        self.vocab_ids = own if vocab_ids is None else torch.cat(
+            [own, (ids := vocab_ids.to(self.device))[~torch.isin(ids, own)]])
+        self.head = self._head_rows()
+
     def widen(self, token_ids: torch.Tensor) -> None:
         """Give the head rows for `token_ids` too, after its current rows (so row r keeps its token)."""
         self.vocab_ids = torch.cat([self.vocab_ids, token_ids.to(self.device, torch.long)])
@@ -454,12 +458,12 @@ class FeatureDraftForward:
         """The head over `vocab_ids`' rows of the target's head (int8 on a CPU: one scale per row); the
         draft's own cut while the rows are its own."""
         if self.int8:
-            own, extra = self._own_head, self.vocab_ids[self._own_rows:]
+            own, extra = self._own_head, self.vocab_ids[self._own_ids.numel():]
             if not extra.numel():
                 return own
             more = self._full_head.rows(extra)   # a few dozen rows: cut and packed in well under a ms
             return lambda x: torch.cat([own(x), more(x)], dim=-1)
-        head = self.draft.head if self.vocab_ids is self.draft.vocab_ids else (
+        head = self.draft.head if self.vocab_ids is self._own_ids else (
             self._full_head.index_select(0, self.vocab_ids).to(self.dtype).contiguous())
         return lambda x: F.linear(x, head)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .drafter import TreeLevel, session_role
+from .drafter import HeadRows, TreeLevel, session_role, with_prompt_tokens
 from .feature_static import FeatureStaticForward
 
 
@@ -46,7 +46,13 @@ class FeatureDrafter:
         if found is None:
             found = session.forwards[role] = FeatureStaticForward(draft, session.capacity, session.runner, role)
         self.forward = found
-        self.settings = {"draft_kind": "feature", "draft_int8": False}
+        inner = found.eager_forward   # on a CPU: the eager forward (int8, a head over a widening subset)
+        self.head = None
+        if inner is not None:   # the session outlives a race: this race's head starts from its own prompt
+            found.reset_head(with_prompt_tokens(draft.vocab_ids, prompt_ids, self.device))
+            self.head = HeadRows(inner, pair.vocab_size, self.device)
+        # draft_int8: its levels ran in weight-only int8 (on a CPU; proposals only, exactness untouched)
+        self.settings = {"draft_kind": "feature", "draft_int8": inner is not None and inner.int8}
         self.hidden, self.width = draft.hidden, draft.hidden * (1 + len(self.taps))
         self.window = max_depth + 1
         dev, dtype = self.device, found.dtype
@@ -56,7 +62,7 @@ class FeatureDrafter:
 
     @property
     def vocab_ids(self) -> torch.Tensor | None:
-        return None
+        return self.forward.vocab_ids
 
     def prefill(self, prompt: torch.Tensor, target_features: torch.Tensor | None, target) -> None:
         """Pairs (f_j, x_{j+1}) for j < P - 1 go into the draft's cache now; (f_{P-1}, first token) is the
@@ -78,7 +84,7 @@ class FeatureDrafter:
         logits, out = self._root_shape(pairs)(history[origin + 1:committed],
                                               self.features_by_slot[origin:origin + pairs], origin)
         self.predicted[:1] = out[-1:]
-        return logits[:, :self.vocab]
+        return self._logits(logits)
 
     def level(self, level: TreeLevel, tokens: torch.Tensor, root_slot: int) -> torch.Tensor:
         """The level's nodes read (their parent's predicted feature, their token) from the root's pair
@@ -86,7 +92,11 @@ class FeatureDrafter:
         shape = self.forward.shape(("level",) + level.key, self.hidden, **level.shape_spec())
         logits, out = shape(tokens, self.predicted.index_select(0, level.parents), root_slot - 1)
         self.predicted.index_copy_(0, level.nodes, out)
-        return logits[:, :self.vocab]
+        return self._logits(logits)
+
+    def _logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits over the head's rows, or the real vocabulary (no padding rows)."""
+        return logits if self.vocab_ids is not None else logits[:, :self.vocab]
 
     def commit(self, path: torch.Tensor, path_slots: torch.Tensor, root_slot: int,
                target_features: torch.Tensor | None) -> None:
@@ -96,7 +106,8 @@ class FeatureDrafter:
         self.features_by_slot.index_copy_(0, slots, target_features.index_select(0, path).to(self.forward.dtype))
 
     def widen(self, token_ids: list[int]) -> None:
-        pass
+        if self.head is not None:   # None: the whole head, read everywhere but on a CPU
+            self.head.widen(token_ids)
 
     def input_label(self, depth: int) -> str:
         label = self.labels.get(depth)

@@ -1,11 +1,14 @@
 """The feature draft's forward at fixed shapes, for the static-buffer step (graph-captured on CUDA).
 
 `FeatureDraftForward`'s arithmetic (fuse the pair (feature, token), the draft's layers, its norm)
-over a cache of a fixed capacity, with `LeanLlama.forward_static`'s conventions: K/V written with
-`index_copy_` at the slots the shape's buffers name, attention over the whole cache under an
-additive mask built on the device (`engine.static.StaticShape.mask`), and the target's whole head
-(fixed shape, no `widen`). It runs the draft's own (float) weights: the CPU's int8 kernels serve
-the eager path only, and on a GPU a level is launch-bound, not weight-bound.
+at the slots and positions a `FeatureShape`'s buffers name, in two forms (as `StaticShape`'s):
+- `compute`, what a graph captures: `LeanLlama.forward_static`'s conventions (K/V written with
+  `index_copy_`, attention over the whole cache under an additive mask built on the device), the
+  draft's own float weights and the target's whole head (a fixed shape: no `widen`); on a GPU a
+  level is launch-bound, not weight-bound;
+- `eager`, on a CPU (where nothing is captured): the eager path's `FeatureDraftForward` itself (weight-only int8 where `int8_decoding_supported`, the head over a
+  vocabulary subset that widens as the target writes), attending over the filled slots only. On a
+  CPU a level is weight-bound and the 49k-row head is most of it, so this is what makes it fast.
 
 A `FeatureShape` is a `StaticShape` with one more buffer: the features each row reads (a true
 feature, taps included, at the root's pairs; a parent's predicted feature at a tree level).
@@ -21,6 +24,8 @@ import torch.nn.functional as F
 from ..engine.lean import attention_backends, attention_kernels
 from ..engine.llama import decoder_layer, rms_norm
 from ..engine.static import StaticShape, _kept_shape
+from .drafter import whole_head_wanted
+from .feature import FeatureDraftForward
 
 
 class FeatureShape(StaticShape):
@@ -29,6 +34,9 @@ class FeatureShape(StaticShape):
     def __init__(self, forward: "FeatureStaticForward", key, width: int, **spec):
         super().__init__(forward, key, **spec)
         self.features = torch.zeros(self.n, width, dtype=forward.dtype, device=forward.device)
+        # The eager form writes its rows' K/V as one run of slots ending at the block's end.
+        if spec["write_offsets"] != list(range(self.block_width - self.n, self.block_width)):
+            raise ValueError(f"feature shape {key}: rows must write the last {self.n} slots of the block")
 
     def compute(self):
         slots = self.write_offsets + self.origin
@@ -36,8 +44,18 @@ class FeatureShape(StaticShape):
         return self.forward.forward_static(self.ids, self.features, slots, positions, self.mask(), self.rows)
 
     def eager(self):
-        """Uncaptured, the same whole-capacity forward (the feature draft has no filled-slots form yet)."""
-        return self.compute()
+        """Uncaptured: the eager path's forward over the filled slots [0, origin + B) only."""
+        end = self._origin + self.block_width
+        if end > self.capacity:
+            raise ValueError(f"static shape {self.key}: {end} slots needed, {self.capacity} allocated")
+        if self.forward.eager_forward is None:   # a capturing session whose shape failed to capture
+            return self.compute()
+        positions = (self.position_offsets + self._origin).clamp(max=self.max_position)
+        if self.sees_all:   # every row sees every slot: no mask for one row (a plain read), zeros for more
+            mask = None if self.n == 1 else self.zero.expand(1, 1, self.n, end)
+        else:
+            mask = self.prefix_and_block[:, self.capacity - self._origin:].view(1, 1, self.n, end)
+        return self.forward.filled(self.ids, self.features, end - self.n, positions, mask, self.rows)
 
     def __call__(self, ids: torch.Tensor, features: torch.Tensor, origin: int):
         self.features.copy_(features)
@@ -45,7 +63,13 @@ class FeatureShape(StaticShape):
 
 
 class FeatureStaticForward:
-    """A feature draft's forward over a zeroed cache of `capacity` slots, its shapes, and the session's runner."""
+    """A feature draft's forward over a cache of `capacity` slots, its shapes, and the session's runner.
+
+    `eager_forward`, on a CPU: the `FeatureDraftForward` every shape runs (its cache, int8 weights and head
+    over `vocab_ids`); None elsewhere, where the whole head is read captured or not, so a seed gives the
+    same tokens either way (`drafter.whole_head_wanted`). `dtype` is the shapes' buffers'
+    and masks' (fp32 where that forward runs fbgemm's int8 layers on fp32 activations).
+    """
 
     capturable = True   # as a `StaticForward` over the lean forward
 
@@ -55,20 +79,35 @@ class FeatureStaticForward:
         self.max_len = capacity
         self.lean = self   # what `StaticShape` reads its device, dtype and capacity from
         self.columns = torch.arange(capacity, device=self.device)
+        self.eager_forward = None if whole_head_wanted(self.device) else FeatureDraftForward(draft, capacity)
+        if self.eager_forward is not None:
+            self.dtype = self.eager_forward.dtype
+        # The capture form, in the draft's own dtype (kept uncaptured too: tests trace it on a CPU).
+        self.weights_dtype = dtype = draft.fc.weight.dtype
         self.layers = draft.decoder_layers()
         self.backends = attention_backends(self.device)
-        self.cos, self.sin = draft.rotary(torch.arange(capacity, device=self.device), self.dtype)
+        self.cos, self.sin = draft.rotary(torch.arange(capacity, device=self.device), dtype)
         shape = (1, draft.n_kv, capacity, draft.head_dim)
-        self.keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
-        self.values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+        self.keys = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in self.layers]
+        self.values = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in self.layers]
         # The target's whole head: a fixed shape, whatever tokens a prompt adds.
-        self.head = draft._target[0].lm_head.weight.detach().to(self.dtype)
+        self.head = draft._target[0].lm_head.weight.detach().to(dtype)
         self.shapes: dict = {}
         self.transient: OrderedDict = OrderedDict()
 
     def shape(self, name, width: int, kept: int | None = None, **spec) -> FeatureShape:
         """The shape `name` (see `StaticForward.shape`, `kept` included)."""
         return _kept_shape(self, name, kept, lambda: FeatureShape(self, (self.role, name), width, **spec))
+
+    def reset_head(self, vocab_ids: torch.Tensor) -> None:
+        """A new race's head rows (uncaptured): the draft's own and `vocab_ids`', none of the last race's."""
+        if self.eager_forward is not None:
+            self.eager_forward.reset_head(vocab_ids)
+
+    @property
+    def vocab_ids(self) -> torch.Tensor | None:
+        """The token of each logits column (None: the whole head, column = token)."""
+        return None if self.eager_forward is None else self.eager_forward.vocab_ids
 
     def _layers(self, x: torch.Tensor, cos, sin, kv, mask, causal: bool) -> torch.Tensor:
         with attention_kernels(self.device, self.backends):
@@ -79,7 +118,7 @@ class FeatureStaticForward:
     def forward_static(self, ids: torch.Tensor, features: torch.Tensor, slots: torch.Tensor,
                        positions: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor):
         """(logits of `rows` over the whole vocabulary, predicted features of every row)."""
-        keys, values = self.keys, self.values
+        keys, values, dtype = self.keys, self.values, self.weights_dtype
 
         def kv(i: int, k: torch.Tensor, v: torch.Tensor):
             keys[i].index_copy_(2, slots, k)
@@ -87,12 +126,23 @@ class FeatureStaticForward:
             return keys[i], values[i]
 
         cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
-        x = self.draft.fuse(ids, features.unsqueeze(0))
-        out = self._layers(x, cos, sin, kv, mask, False)
-        return F.linear(out.index_select(0, rows), self.head), out
+        x = self.draft.fuse(ids, features.unsqueeze(0).to(dtype))
+        out = self._layers(x, cos, sin, kv, mask.to(dtype), False)
+        return F.linear(out.index_select(0, rows), self.head), out.to(self.dtype)
+
+    def filled(self, ids: torch.Tensor, features: torch.Tensor, start: int, positions: torch.Tensor,
+               mask: torch.Tensor | None, rows: torch.Tensor):
+        """A shape's eager form: rows written at slots start.., attention over [0, start + n) only;
+        (logits of `rows` over `vocab_ids`, predicted features of every row)."""
+        forward = self.eager_forward
+        out = forward(ids.view(-1), features, start, positions=positions, mask=mask)
+        return forward.logits(out.index_select(0, rows)), out
 
     def prefill(self, ids: torch.Tensor, features: torch.Tensor) -> None:
         """The prompt's pairs into slots 0 .. n-1, causally (eager: its length follows the prompt)."""
+        if self.eager_forward is not None:
+            self.eager_forward(ids.view(-1), features, 0)
+            return
         n = ids.shape[1]
 
         def kv(i: int, k: torch.Tensor, v: torch.Tensor):
@@ -100,5 +150,5 @@ class FeatureStaticForward:
             self.values[i][:, :, :n] = v
             return k, v
 
-        x = self.draft.fuse(ids, features.unsqueeze(0).to(self.dtype))
+        x = self.draft.fuse(ids, features.unsqueeze(0).to(self.weights_dtype))
         self._layers(x, self.cos[:n], self.sin[:n], kv, None, n > 1)
