@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from . import feature
 from .drafter import HeadRows, TreeLevel, session_role, with_prompt_tokens
 from .feature_static import FeatureStaticForward
 
@@ -41,7 +42,10 @@ class FeatureDrafter:
         self.prompt_len = len(prompt_ids)
         self.taps = draft.taps   # target layers that join the true features
         self.labels: dict[int, str] = {}
-        role = session_role("feature-draft", draft.fc.weight)
+        # The session outlives the race: a forward kept for this draft is reused only where a new one
+        # would be the same (its weights in int8 or not).
+        int8 = feature.int8_decoding_supported(pair.device, draft.fc.weight.dtype)
+        role = session_role(f"feature-draft-{'int8' if int8 else 'dense'}", draft.fc.weight)
         found = session.forwards.get(role)
         if found is None:
             found = session.forwards[role] = FeatureStaticForward(draft, session.capacity, session.runner, role)
