@@ -37,8 +37,8 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 def add_graphs_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--graphs", default="auto", metavar="{auto,on,off}",
-                   help="CUDA graphs: auto (on for a CUDA device), on (on a CPU: the static-buffer step run "
-                        "eagerly), off (the eager step); 'auto' sizes are measured for the path chosen")
+                   help="CUDA graphs: auto (on for a CUDA device), on, off; whether each method's one step is "
+                        "captured and replayed (never on a CPU); 'auto' sizes are measured for it")
 
 
 def graphs_from_args(args: argparse.Namespace) -> str:

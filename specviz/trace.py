@@ -129,8 +129,8 @@ class StepRecord:
     new_token_ids: list[int]
     new_token_texts: list[str]
     token_sources: list[str]
-    # Tokens the target forward took as input: on the static step its whole fixed shape (a cut tree's unused rows
-    # and padded Lookahead candidates included), since that is what ran and what the cost fits and the what-if time.
+    # Tokens the target forward took as input: its whole shape as it ran (under capture a cut tree's unused rows
+    # and padded Lookahead candidates included), since that is what the cost fits and the what-if time.
     tokens_processed: int
     cumulative_tokens: int            # generated tokens so far, this step included
     time_ms: dict[str, float]         # phase -> milliseconds (PHASE_*)

@@ -1,4 +1,4 @@
-"""The feature draft's forward at fixed shapes, for the static-buffer step (graph-captured on CUDA).
+"""The feature draft's forward at fixed shapes, for Sequoia's one step (graph-captured on CUDA).
 
 `FeatureDraftForward`'s arithmetic (fuse the pair (feature, token), the draft's layers, its norm)
 at the slots and positions a `FeatureShape`'s buffers name, in two forms (as `StaticShape`'s):
@@ -6,9 +6,10 @@ at the slots and positions a `FeatureShape`'s buffers name, in two forms (as `St
   `index_copy_`, attention over the whole cache under an additive mask built on the device), the
   draft's own float weights and the target's whole head (a fixed shape: no `widen`); on a GPU a
   level is launch-bound, not weight-bound;
-- `eager`, on a CPU (where nothing is captured): the eager path's `FeatureDraftForward` itself (weight-only int8 where `int8_decoding_supported`, the head over a
-  vocabulary subset that widens as the target writes), attending over the filled slots only. On a
-  CPU a level is weight-bound and the 49k-row head is most of it, so this is what makes it fast.
+- `eager`, on a CPU (where nothing is captured): `FeatureDraftForward` itself (weight-only int8 where
+  `int8_decoding_supported`, the head over a vocabulary subset that widens as the target writes),
+  attending over the filled slots only. On a CPU a level is weight-bound and the 49k-row head is most
+  of it, so this is what makes it fast.
 
 A `FeatureShape` is a `StaticShape` with one more buffer: the features each row reads (a true
 feature, taps included, at the root's pairs; a parent's predicted feature at a tree level).
@@ -44,7 +45,7 @@ class FeatureShape(StaticShape):
         return self.forward.forward_static(self.ids, self.features, slots, positions, self.mask(), self.rows)
 
     def eager(self):
-        """Uncaptured: the eager path's forward over the filled slots [0, origin + B) only."""
+        """Uncaptured: `FeatureDraftForward` over the filled slots [0, origin + B) only."""
         end = self._origin + self.block_width
         if end > self.capacity:
             raise ValueError(f"static shape {self.key}: {end} slots needed, {self.capacity} allocated")

@@ -177,5 +177,5 @@ class GraphRunner:
 
 
 def graphs_off_stats() -> dict:
-    """The trace's record for a run whose decoder took today's eager path."""
+    """The trace's record before a decoder's first step (every decoder sets its session's record)."""
     return GraphStats(enabled=False, capturing=False).to_dict()

@@ -60,8 +60,9 @@ MAX_TREE_BUDGET = 1024
 # Bump when the cost model changes, or what a step costs outside its forwards does, so plans and step
 # costs cached under an older one are made again (3: the app's softmax over a tree's parents only, one
 # gather for the whole cache's compaction, and greedy picks only on the rows the walk reads; 4: step
-# work fitted against each step's own timed target forward, not the curve; 5: a cost per node drawn from).
-COST_MODEL = 5
+# work fitted against each step's own timed target forward, not the curve; 5: a cost per node drawn from;
+# 6: the one step program: a root that re-reads two committed tokens, device-side walks, one host read).
+COST_MODEL = 6
 # (budget, depth) of the trees whose real steps the step costs are fitted from: one level, a few, many.
 CALIBRATION_TREES = ((4, 1), (12, 3), (32, 5))
 
@@ -85,7 +86,7 @@ def decoder_graphs(graphs: bool) -> str:
 def measured_curves(pair, refresh: bool = False, graphs: bool = False) -> tuple[dict[int, float], dict[int, float], bool]:
     """(t_target(n), t_draft(n)) in ms, and whether both are trusted (measured on quiet cores, so cached).
 
-    The draft curve is the target's when it drafts for itself. `graphs`: the static-buffer forwards' curves.
+    The draft curve is the target's when it drafts for itself. `graphs`: the captured forwards' curves.
     """
     target_key = _model_key(pair.target_name, pair)
     target_ms = forward_curve(pair.target, target_key, refresh=refresh, graphs=graphs)
@@ -346,7 +347,7 @@ def measure_step_times(pair, sampling: SamplingConfig, trees: list[list[int]], s
     a core (None off Linux)}.
 
     Wall time around `step()`, so whatever a step costs (the trace record included) counts. `graphs`:
-    the decoders run their static-buffer step (each tree's shapes captured in its warm-up steps).
+    the decoders' steps are captured (each tree's shapes in its warm-up steps).
     """
     ids = {p: encode_prompt(pair.tokenizer, p) for p in CALIBRATION_PROMPTS}
     room = {p: max(2, min(max_new_tokens, pair.max_context - len(ids[p]))) for p in CALIBRATION_PROMPTS}

@@ -137,8 +137,8 @@ def _method_settings(page: Page, init: RaceRequest) -> None:
                 page.dtype = gr.Dropdown(list(DTYPES), value=init.dtype,
                                          label="Precision (fp32 = exact greedy equality)")
                 page.graphs = gr.Dropdown(list(GRAPHS_MODES), value=init.graphs, elem_id="sv-graphs",
-                                          label="CUDA graphs (auto: on for a GPU; on a CPU 'on' runs the "
-                                                "static step eagerly)")
+                                          label="CUDA graphs (auto: on for a GPU; a CPU runs the "
+                                                "same step uncaptured)")
         gr.Markdown(SIZING_NOTE, elem_id="sv-sizing-note")
 
 
