@@ -6,10 +6,9 @@ token, tree node (token, parent, probabilities, status), accepted path, window a
 Sizes are given explicitly so nothing depends on this machine's measured forward times.
 
     .venv/bin/python experiments/trace_fingerprint.py            # one digest per run, then the total
-    .venv/bin/python experiments/trace_fingerprint.py --graphs on   # the static step (eager on a CPU)
+    .venv/bin/python experiments/trace_fingerprint.py --graphs on   # the same on a CPU (nothing captured)
 
-With the default `auto` a CPU runs the eager step; `--graphs on` fingerprints the static, graph-ready step
-(the adaptive tree runs eagerly under every setting).
+Every method has one step program; on a GPU `--graphs on` fingerprints its captured replays.
 """
 
 from __future__ import annotations
