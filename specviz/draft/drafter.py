@@ -4,15 +4,16 @@ Modelled on transformers' `CandidateGenerator` (generation/candidate_generator.p
 and level by level, over `engine.static` shapes (so a GPU captures each call and replays it).
 A decoder drafts one step as
 
-    logits = drafter.root(history, committed)           # the root's children, (1, V')
+    logits = drafter.root(history, committed, fresh)    # the root's children, (1, V')
     logits = drafter.level(level, tokens, root_slot)     # each later level's nodes, (n, V')
     ...one target forward, the verification walk...
     drafter.commit(path, path_slots, root_slot, target_features)   # keep the accepted path
     drafter.widen(new_ids)                               # head rows for written tokens
 
 `history` holds every committed token by slot on the device (the root is `history[committed - 1]`),
-so the root's read is a fixed window of the last committed tokens, not "the tokens not read yet":
-nothing on the host counts what the draft has read. A `TreeLevel` says which nodes a level reads,
+so a captured root's read is a fixed window of the last committed tokens, not "the tokens not read
+yet": nothing on the device counts what the draft has read. `fresh` (the tokens committed since the
+last root read, the host knows it from the step's one read) lets an uncaptured read take only those. A `TreeLevel` says which nodes a level reads,
 where their K/V go (offsets after the root's slot), their depths and which earlier slots each sees;
 a fixed tree's levels are made once per tree, an adaptive tree's each step (their shapes are kept,
 a handful recur). `path` (node ids) and `path_slots` (each path node's offset) are fixed-length
@@ -90,7 +91,7 @@ class Drafter(Protocol):
 
     def prefill(self, prompt: torch.Tensor, target_features: torch.Tensor | None, target) -> None: ...
 
-    def root(self, history: torch.Tensor, committed: int) -> torch.Tensor: ...
+    def root(self, history: torch.Tensor, committed: int, fresh: int) -> torch.Tensor: ...
 
     def level(self, level: TreeLevel, tokens: torch.Tensor, root_slot: int) -> torch.Tensor: ...
 
@@ -200,7 +201,7 @@ class ModelDrafter:
         else:
             self.forward.prefill(prompt)
 
-    def root(self, history: torch.Tensor, committed: int) -> torch.Tensor:
+    def root(self, history: torch.Tensor, committed: int, fresh: int) -> torch.Tensor:
         return self._logits(self._root(history[committed - 2:committed], committed - 2))
 
     def level(self, level: TreeLevel, tokens: torch.Tensor, root_slot: int) -> torch.Tensor:

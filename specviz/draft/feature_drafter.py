@@ -5,7 +5,8 @@ pairs (f_j, x_{j+1}) at slot j built from true features only. The root x_{C-1} i
 C - 2, so a tree node read at offset k sits at slot C - 2 + k, position C - 2 + depth. The root's
 read feeds the last R = depth + 1 true pairs (slots C - 1 - R .. C - 2, the root's last): at most
 depth + 1 pairs are new after a step (the root's and the accepted path's), so the window always covers
-them, and re-reading the others rewrites the same true pairs. Its last output is the root's predicted
+them, and re-reading the others rewrites the same true pairs. On a CPU, where its forward attends over
+the filled slots only, it feeds exactly the new pairs (their count is the decoder's `fresh`). Its last output is the root's predicted
 feature, which drafts level 1. A node at level d >= 1 reads (its parent's predicted feature, its token)
 and attends to the committed pairs and its ancestors; these scratch slots are overwritten by the next
 step's root window, so only true-feature entries persist. The true features live on the device by slot
@@ -81,9 +82,10 @@ class FeatureDrafter:
                                   position_offsets=list(range(pairs)),
                                   block=torch.ones(pairs, pairs, dtype=torch.bool).tril(), rows=[pairs - 1])
 
-    def root(self, history: torch.Tensor, committed: int) -> torch.Tensor:
-        # Only a prompt shorter than the window makes a narrower one (one more shape, at the start).
-        pairs = min(self.window, committed - 1)
+    def root(self, history: torch.Tensor, committed: int, fresh: int) -> torch.Tensor:
+        # On a CPU only the fresh pairs (a few shapes, one per count); else the fixed window (only a
+        # prompt shorter than it makes a narrower one, at the start).
+        pairs = min(fresh if self.forward.eager_forward is not None else self.window, committed - 1)
         origin = committed - 1 - pairs
         logits, out = self._root_shape(pairs)(history[origin + 1:committed],
                                               self.features_by_slot[origin:origin + pairs], origin)

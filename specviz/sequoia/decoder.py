@@ -134,6 +134,7 @@ class SequoiaDecoder(Decoder):
         self.history = torch.zeros(self.session.capacity + self.max_depth + 2, dtype=torch.long, device=dev)
         self.arange = torch.arange(self.max_depth + 1, device=dev)
         self.trees: dict = {}   # depth (fixed) or parents (adaptive) -> _Tree
+        self.fresh = 1   # tokens committed since the draft's last root read (the root's included)
 
     # -- the step -----------------------------------------------------------------------------
 
@@ -164,6 +165,7 @@ class SequoiaDecoder(Decoder):
         payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
         payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
         self.drafter.widen(new_ids)
+        self.fresh = len(new_ids) if depth > 0 else self.fresh + len(new_ids)
         # tokens_processed: the rows the target's forward ran (a captured cut step runs the whole tree).
         return self._emit(new_ids, sources, tree.n, times, payload)
 
@@ -209,7 +211,7 @@ class SequoiaDecoder(Decoder):
         """Fill `tokens` (and q per node with children, each child's draft probability) level by level."""
         if depth == 0:
             return
-        logits = self.drafter.root(self.history, committed)
+        logits = self.drafter.root(self.history, committed, self.fresh)
         self._draw_children(tree, 0, logits)
         for level in range(1, depth):
             start, end = tree.shape.level_ranges[level]
@@ -259,7 +261,7 @@ class SequoiaDecoder(Decoder):
         parents, token_ids, scores, depths, child_q = [-1], [None], [1.0], [0], [1.0]
         offset_of = {0: 0}
         if max_depth > 0:
-            logits = self.drafter.root(self.history, committed)
+            logits = self.drafter.root(self.history, committed, self.fresh)
             vocab_ids = self.drafter.vocab_ids
             target_cost, level_cost = self.adaptive_costs["target"], self.adaptive_costs["draft"]
             spent = level_cost[1]   # the draft's cost so far (the root's level)
