@@ -4,7 +4,7 @@ Modelled on transformers' `CandidateGenerator` (generation/candidate_generator.p
 and level by level, over `engine.static` shapes (so a GPU captures each call and replays it).
 A decoder drafts one step as
 
-    logits = drafter.root(history, committed, fresh)    # the root's children, (1, V')
+    logits = drafter.root(history, committed, fresh, unread)   # the root's children, (1, V')
     logits = drafter.level(level, tokens, root_slot)     # each later level's nodes, (n, V')
     ...one target forward, the verification walk...
     drafter.commit(path, path_slots, root_slot, target_features)   # keep the accepted path
@@ -13,7 +13,8 @@ A decoder drafts one step as
 `history` holds every committed token by slot on the device (the root is `history[committed - 1]`),
 so a captured root's read is a fixed window of the last committed tokens, not "the tokens not read
 yet": nothing on the device counts what the draft has read. `fresh` (the tokens committed since the
-last root read, the host knows it from the step's one read) lets an uncaptured read take only those. A `TreeLevel` says which nodes a level reads,
+last root read) and `unread` (how many of them no draft forward read), host numbers from the step's
+one read, let an uncaptured read take only what it needs. A `TreeLevel` says which nodes a level reads,
 where their K/V go (offsets after the root's slot), their depths and which earlier slots each sees;
 a fixed tree's levels are made once per tree, an adaptive tree's each step (their shapes are kept,
 a handful recur). `path` (node ids) and `path_slots` (each path node's offset) are fixed-length
@@ -91,7 +92,7 @@ class Drafter(Protocol):
 
     def prefill(self, prompt: torch.Tensor, target_features: torch.Tensor | None, target) -> None: ...
 
-    def root(self, history: torch.Tensor, committed: int, fresh: int) -> torch.Tensor: ...
+    def root(self, history: torch.Tensor, committed: int, fresh: int, unread: int) -> torch.Tensor: ...
 
     def level(self, level: TreeLevel, tokens: torch.Tensor, root_slot: int) -> torch.Tensor: ...
 
@@ -124,6 +125,12 @@ def whole_head_wanted(device: torch.device) -> bool:
     Decided by the device, not by capture, so a seed gives the same tokens whether a step is replayed or
     run eagerly (the subset changes q, and so the draws)."""
     return torch.device(device).type != "cpu"
+
+
+def _own_weight(model) -> torch.Tensor:
+    """A weight no other draft shares (a pruned draft shares its target's embeddings, not its layers)."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    return layers[0].self_attn.q_proj.weight if layers else next(model.parameters())
 
 
 def session_role(kind: str, weight: torch.Tensor) -> str:
@@ -161,11 +168,12 @@ class ModelDrafter:
     """An independent draft (a causal LM over its own cache, the target's included) as a `Drafter`.
 
     Its cache mirrors the target's: the root at slot C - 1, a tree's node read at offset k at C - 1 + k,
-    so the accepted path is kept by moving its slots. The root re-reads the last TWO committed tokens
-    (slots C - 2 and C - 1, causally): the committed tokens the draft has not read are the root and at
-    most one before it (the path's deepest node, when it was never read: a fixed tree's last level, an
-    adaptive tree's unexpanded node), and rewriting a slot with the token it already holds only
-    refreshes a draft's K/V, which proposes and never decides. So the root's shape is fixed.
+    so the accepted path is kept by moving its slots. The committed tokens the draft has not read are
+    the root and at most one before it (the path's deepest node, when it was never read: a fixed tree's
+    last level, an adaptive tree's unexpanded node). Captured, the root re-reads the last TWO (slots
+    C - 2 and C - 1, causally) every step: rewriting a slot with the token it already holds only
+    refreshes a draft's K/V, which proposes and never decides, so the root's shape is fixed. On a CPU
+    it reads only the unread ones (the decoder counts them).
     """
 
     reads_features = False
@@ -179,7 +187,7 @@ class ModelDrafter:
         head = getattr(draft, "lm_head", None)
         # Off a CPU the whole head, captured or not (`whole_head_wanted`): its columns are the tokens.
         self.full_head = whole_head_wanted(self.device)
-        role = session_role("draft", next(draft.parameters()))
+        role = session_role("draft", _own_weight(draft))
         self.forward = session.forward(role, draft, full_vocabulary_head(draft) if self.full_head else None,
                                        lean=lean)
         inner = self.forward.lean
@@ -188,8 +196,6 @@ class ModelDrafter:
             inner.cut_head(with_prompt_tokens(head.vocab_ids, prompt_ids, self.device))
         self.head = HeadRows(None if self.full_head else inner, self.vocab, self.device)
         self.copies_target = pair.draft_is_target
-        self._root = self.forward.shape(("root", 2), write_offsets=[0, 1], position_offsets=[0, 1],
-                                        block=torch.ones(2, 2, dtype=torch.bool).tril(), rows=[1])
 
     @property
     def vocab_ids(self) -> torch.Tensor | None:
@@ -201,8 +207,13 @@ class ModelDrafter:
         else:
             self.forward.prefill(prompt)
 
-    def root(self, history: torch.Tensor, committed: int, fresh: int) -> torch.Tensor:
-        return self._logits(self._root(history[committed - 2:committed], committed - 2))
+    def root(self, history: torch.Tensor, committed: int, fresh: int, unread: int) -> torch.Tensor:
+        # On a CPU only the unread tokens (the root, and the path's deepest node when no level read it);
+        # captured, always the last two.
+        n = 2 if self.full_head else min(unread, committed)
+        shape = self.forward.shape(("root", n), write_offsets=list(range(n)), position_offsets=list(range(n)),
+                                   block=torch.ones(n, n, dtype=torch.bool).tril(), rows=[n - 1])
+        return self._logits(shape(history[committed - n:committed], committed - n))
 
     def level(self, level: TreeLevel, tokens: torch.Tensor, root_slot: int) -> torch.Tensor:
         shape = self.forward.shape(("level",) + level.key, **level.shape_spec())

@@ -82,7 +82,7 @@ class FeatureDrafter:
                                   position_offsets=list(range(pairs)),
                                   block=torch.ones(pairs, pairs, dtype=torch.bool).tril(), rows=[pairs - 1])
 
-    def root(self, history: torch.Tensor, committed: int, fresh: int) -> torch.Tensor:
+    def root(self, history: torch.Tensor, committed: int, fresh: int, unread: int) -> torch.Tensor:
         # On a CPU only the fresh pairs (a few shapes, one per count); else the fixed window (only a
         # prompt shorter than it makes a narrower one, at the start).
         pairs = min(fresh if self.forward.eager_forward is not None else self.window, committed - 1)

@@ -134,7 +134,9 @@ class SequoiaDecoder(Decoder):
         self.history = torch.zeros(self.session.capacity + self.max_depth + 2, dtype=torch.long, device=dev)
         self.arange = torch.arange(self.max_depth + 1, device=dev)
         self.trees: dict = {}   # depth (fixed) or parents (adaptive) -> _Tree
-        self.fresh = 1   # tokens committed since the draft's last root read (the root's included)
+        # What the draft's next root read must cover (host numbers, from each step's one read): the tokens
+        # committed since its last root read, and how many of them no draft forward has read.
+        self.fresh = self.unread = 1
 
     # -- the step -----------------------------------------------------------------------------
 
@@ -165,7 +167,7 @@ class SequoiaDecoder(Decoder):
         payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
         payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
         self.drafter.widen(new_ids)
-        self.fresh = len(new_ids) if depth > 0 else self.fresh + len(new_ids)
+        self._count_fresh(new_ids, got["accepted"], depth, tree, read_slots)
         # tokens_processed: the rows the target's forward ran (a captured cut step runs the whole tree).
         return self._emit(new_ids, sources, tree.n, times, payload)
 
@@ -185,6 +187,23 @@ class SequoiaDecoder(Decoder):
         first = int(token)
         self.drafter.widen([first])
         return self._emit([first], [SOURCE_AR], prompt_len, timer.stop())
+
+    def _count_fresh(self, new_ids: list[int], accepted: list[int], depth: int, tree: _Tree,
+                     read_slots: torch.Tensor | None) -> None:
+        """`fresh` and `unread` for the next root read. A step that drafted read its root and the accepted
+        nodes it expanded; the path's deepest node is unread when it sat on the last level drafted (a
+        fixed tree) or was never expanded (an adaptive one, whose read nodes have an offset past the root's)."""
+        if depth == 0:   # no draft forward this step
+            self.fresh += len(new_ids)
+            self.unread += len(new_ids)
+            return
+        deepest_read = True
+        if accepted:
+            deepest = accepted[-1]
+            deepest_read = (tree.shape.depths[deepest] < depth if read_slots is None
+                            else deepest in self._expanded)
+        self.fresh = len(new_ids)
+        self.unread = 1 if deepest_read else 2
 
     def _depth(self) -> int:
         """Levels this step may speculate: none past what can be emitted, nor past the model's context."""
@@ -211,7 +230,7 @@ class SequoiaDecoder(Decoder):
         """Fill `tokens` (and q per node with children, each child's draft probability) level by level."""
         if depth == 0:
             return
-        logits = self.drafter.root(self.history, committed, self.fresh)
+        logits = self.drafter.root(self.history, committed, self.fresh, self.unread)
         self._draw_children(tree, 0, logits)
         for level in range(1, depth):
             start, end = tree.shape.level_ranges[level]
@@ -260,8 +279,9 @@ class SequoiaDecoder(Decoder):
         tau, max_children, max_nodes = plan["threshold"], plan["max_children"], plan["max_nodes"]
         parents, token_ids, scores, depths, child_q = [-1], [None], [1.0], [0], [1.0]
         offset_of = {0: 0}
+        self._expanded = offset_of   # the nodes the draft read (`_count_fresh`)
         if max_depth > 0:
-            logits = self.drafter.root(self.history, committed, self.fresh)
+            logits = self.drafter.root(self.history, committed, self.fresh, self.unread)
             vocab_ids = self.drafter.vocab_ids
             target_cost, level_cost = self.adaptive_costs["target"], self.adaptive_costs["draft"]
             spent = level_cost[1]   # the draft's cost so far (the root's level)
