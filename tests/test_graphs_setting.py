@@ -12,6 +12,7 @@ from helpers import tiny_pair
 
 from specviz.cli import build_parser, main
 from specviz.cliargs import graphs_from_args
+from specviz.engine import graphs as graph_modes
 from specviz.engine.graphs import GRAPH_MODES
 from specviz.engine.methods import make_decoder
 from specviz.engine.race import graphs_reason, graphs_words, race_events, start_race
@@ -317,12 +318,16 @@ def test_sequoia_sizing_reads_the_graphed_curves_when_the_decoder_runs_graphs(tm
     # falls back to the weights' ratio when they do not (negative control).
     _save_curve(pair.target, _model_key(pair.target_name, pair), default_sizes(pair.device), lambda n: 4.0 + n / 64, True)
     _save_curve(pair.draft, _model_key(pair.draft_name, pair), DRAFT_SIZES, lambda n: 1.0 + n / 64, True)
-    graphed = decoder_options(pair, SamplingConfig(), graphs="on", tree="adaptive")["tree_choice"]
+    # A CPU never captures, whatever the mode: it sizes from the plain curves.
+    on_a_cpu = decoder_options(pair, SamplingConfig(), graphs="on", tree="adaptive")["tree_choice"]
     eager = decoder_options(pair, SamplingConfig(), graphs="off", tree="adaptive")["tree_choice"]
-    auto = decoder_options(pair, SamplingConfig(), graphs="auto", tree="adaptive")["tree_choice"]   # a CPU: off
+    monkeypatch.setattr(graph_modes, "capture_wanted", lambda mode, device: mode != "off")   # as on a GPU
+    graphed = decoder_options(pair, SamplingConfig(), graphs="on", tree="adaptive")["tree_choice"]
+    auto = decoder_options(pair, SamplingConfig(), graphs="off", tree="adaptive")["tree_choice"]
     assert graphed.adaptive_costs["from"] == "measured" and graphed.settings["level_cost"] == pytest.approx(
         (1.0 + 1 / 64) / (4.0 + 1 / 64), abs=1e-3)
     assert eager.adaptive_costs["from"] == "weights" and auto.adaptive_costs["from"] == "weights"
+    assert on_a_cpu.adaptive_costs["from"] == "weights"
     assert _costs_key(pair, SamplingConfig(), True) == _costs_key(pair, SamplingConfig()) + "|graphs"
 
 
@@ -336,7 +341,8 @@ def test_lookahead_auto_chooses_from_the_graphed_curve_when_the_decoder_runs_gra
     key = f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}:target"
     _save_curve(pair.target, key, CURVE_SIZES, lambda n: 10.0 * n, False)   # eager: every row costs a forward
     _save_curve(pair.target, key, CURVE_SIZES, lambda n: 4.0, True)         # replays: rows are free up to 64
-    eager = resolve_settings(pair, graphs="off")
+    eager = resolve_settings(pair, graphs="on")   # a CPU never captures: the eager curve
+    monkeypatch.setattr(graph_modes, "capture_wanted", lambda mode, device: mode != "off")   # as on a GPU
     graphed = resolve_settings(pair, graphs="on")
     assert eager[3] and graphed[3]   # both chosen automatically
     w, n, g = graphed[:3]

@@ -55,11 +55,11 @@ def _check(name: str, value) -> int:
 def resolve_settings(pair, window=None, ngram=None, guesses=None, graphs="auto") -> tuple[int, int, int, bool]:
     """(W, N, G, chosen_automatically) from user options; all None means auto, sized for the path the
     decoder runs (`graphs`: its mode, 'auto' | 'on' | 'off')."""
-    from ..engine.graphs import capture_wanted
+    from ..engine import graphs as graph_modes
 
     given = [v is not None for v in (window, ngram, guesses)]
     if not any(given):
-        choice = choose(pair, graphs=capture_wanted(graphs, pair.device))["choice"]
+        choice = choose(pair, graphs=graph_modes.capture_wanted(graphs, pair.device))["choice"]
         return choice["window"], choice["ngram"], choice["guesses"], True
     if not all(given):
         raise InvalidInput("give all of window, ngram and guesses, or none of them (auto)")
@@ -174,20 +174,20 @@ def auto_pending(pair, sampling=None, graphs="auto", **options) -> bool:
     """Whether these options ask `auto` for a window it would have to measure first: neither the choice nor
     the target's curve it is made from is cached (Sequoia's sizing times the same curve, so a measurement
     under way for Sequoia often has it already). Measures nothing."""
-    from ..engine.graphs import capture_wanted
+    from ..engine import graphs as graph_modes
     from ..engine.profiler import cached_forward_curve
 
-    graphs = capture_wanted(graphs, pair.device)
+    graphs = graph_modes.capture_wanted(graphs, pair.device)
     return _asks_auto(**options) and cached_choice(pair, graphs) is None and cached_forward_curve(
         pair.target, _auto_key(pair, graphs)[1], sizes=CURVE_SIZES, graphs=graphs) is None
 
 
 def measure_auto(pair, sampling=None, graphs="auto", **options) -> None:
     """Measure and cache what `auto` needs for these options (the app's worker does it between races)."""
-    from ..engine.graphs import capture_wanted
+    from ..engine import graphs as graph_modes
 
     if _asks_auto(**options):
-        choose(pair, graphs=capture_wanted(graphs, pair.device))
+        choose(pair, graphs=graph_modes.capture_wanted(graphs, pair.device))
 
 
 # A first estimate of t(n): one warm-up round and one timed round (about a second for a 135M model on a
@@ -198,10 +198,10 @@ QUICK_ROUNDS = (1, 1)
 def first_sizes(pair, sampling=None, graphs="auto", **options) -> tuple[dict, str]:
     """Options to start a race with at once while `auto`'s measurement is pending (W, N, G chosen on a
     one-round estimate of t(n), untimed by the race), and what to tell the reader."""
-    from ..engine.graphs import capture_wanted
+    from ..engine import graphs as graph_modes
     from ..engine.profiler import measure_forward_times
 
-    graphs = capture_wanted(graphs, pair.device)
+    graphs = graph_modes.capture_wanted(graphs, pair.device)
     warmup, repeats = QUICK_ROUNDS
     raw = measure_forward_times(pair.target, CURVE_SIZES, repeats=repeats, warmup=warmup, graphs=graphs,
                                 label="a first estimate of the target's forward times")

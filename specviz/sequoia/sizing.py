@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..engine import measuring
-from ..engine.graphs import capture_wanted, check_graphs
+from ..engine import graphs as graph_modes
 from ..engine.models import dtype_name
 from ..engine.profiler import (
     CONTENDED_SHARE,
@@ -75,7 +75,7 @@ def _model_key(name: str, pair) -> str:
 def graphs_decided(pair, graphs) -> bool:
     """Whether the decoder being sized captures its step: `graphs` is a mode ('auto', 'on', 'off') or
     already that decision (a bool)."""
-    return capture_wanted(check_graphs(graphs), pair.device)
+    return graph_modes.capture_wanted(graphs, pair.device)
 
 
 def decoder_graphs(graphs: bool) -> str:
