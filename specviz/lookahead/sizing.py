@@ -22,8 +22,8 @@ The model of E, stated plainly (it is a prior, not a measurement):
 code prompt, and the model gives 1.24 there. It is a small model's rate; a larger
 model, or text that quotes its prompt, accepts more, so the choice errs small.
 
-Graphs: a decoder that runs its static-buffer step (`engine.graphs.capture_wanted`: CUDA
-under `auto`) pays graph replays, whose t(n) is far flatter than eager launches', so its
+Graphs: a decoder whose step is captured (`engine.graphs.capture_wanted`: CUDA under
+`auto`, never a CPU) pays graph replays, whose t(n) is far flatter than eager launches', so its
 choice is made from the graphed curve (`forward_curve(graphs=True)`) and cached apart.
 """
 
