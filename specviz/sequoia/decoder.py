@@ -84,12 +84,14 @@ class _Tree:
         self.levels: list[TreeLevel | None] = [None]
         if adaptive:
             return
+        # Each level's node ids (where a sampled step keeps the q its nodes drew children from).
+        self.level_nodes = [torch.arange(start, end, device=dev) for start, end in shape.level_ranges]
         parents = self.tensors.parents
         for level in range(1, shape.depth):
             start, end = shape.level_ranges[level]
             # Keyed by the nodes up to this level only, so a cut tree shares the whole tree's levels.
             self.levels.append(TreeLevel(
-                ("tree", tuple(shape.parents[:end]), level), nodes=torch.arange(start, end, device=dev),
+                ("tree", tuple(shape.parents[:end]), level), nodes=self.level_nodes[level],
                 parents=parents[start:end], offsets=list(range(start, end)), depths=shape.depths[start:end],
                 block=ancestors[start:end, :end]))
 
@@ -249,7 +251,7 @@ class SequoiaDecoder(Decoder):
             self.child_q[child_start:child_end] = _probs_at(logits, rows, picked)
         else:
             q = probs_from_logits(logits, self.sampling)
-            self._keep_q(torch.arange(*shape.level_ranges[level], device=self.device), q)
+            self._keep_q(tree.level_nodes[level], q)
             picked = self._without_replacement(q, width)[rows, ranks]
             self.child_q[child_start:child_end] = q[rows, picked]
         vocab_ids = self.drafter.vocab_ids
