@@ -135,34 +135,54 @@ def test_greedy_step_equals_autoregressive_whatever_the_graphs_setting(pairs, ar
             assert not other.graphs["capturing"] and other.settings["graphs"] == graphs
 
 
-def all_shapes(forward) -> list:
-    return list(forward.shapes.values()) + list(forward.transient.values())
+def shapes_made(monkeypatch) -> dict:
+    """Every static shape a decoder asks for from now on (made, or found kept), by identity. Sessions and
+    their shapes are kept on the shared model between tests, so what a forward holds is all that the tests
+    before ran on it (hundreds of adaptive trees); this is what the decoders here use."""
+    from specviz.draft.feature_static import FeatureStaticForward
+    from specviz.engine.static import StaticForward
+
+    made = {}
+
+    def recording(ask):
+        def recorded(forward, *args, **kwargs):
+            shape = ask(forward, *args, **kwargs)
+            made[id(shape)] = shape
+            return shape
+        return recorded
+
+    for forward in (StaticForward, FeatureStaticForward):   # the target's and model drafts', the feature draft's
+        monkeypatch.setattr(forward, "shape", recording(forward.shape))
+    return made
 
 
 @pytest.mark.parametrize("draft", ["pruned", "feature"])
 def test_what_a_graph_captures_has_no_graph_breaks(pairs, draft, tmp_path, monkeypatch):
-    """Every shape the step runs traces as one graph: the target's trees (whole, cut, adaptive) and every
-    draft forward (the root's read and each level's). A break would make capture fail on a GPU."""
+    """Every shape the step runs traces as one graph: the target's trees (whole, cut near the token limit,
+    adaptive) and every draft forward (the root's read and each level's). A break would make capture fail
+    on a GPU."""
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     cache_forward_curves(pairs[draft])   # a cheap draft level: the adaptive tree grows levels
-    fixed = sequoia(pairs[draft], PROMPTS[0], "on", max_new=24, tree_parents=[-1, 0, 0, 1, 3])
-    adaptive = sequoia(pairs[draft], PROMPTS[0], "on", max_new=24, tree="adaptive", tree_budget=8, tree_depth=3,
+    made = shapes_made(monkeypatch)
+    fixed = sequoia(pairs[draft], PROMPTS[0], "on", max_new=12, tree_parents=[-1, 0, 0, 1, 3])
+    adaptive = sequoia(pairs[draft], PROMPTS[0], "on", max_new=12, tree="adaptive", tree_budget=8, tree_depth=3,
                        tree_threshold=0.001)
-    shapes = []
+    fixed.step()   # the prefill
+    for depth in range(1, fixed.shape.depth):   # each cut a run near its token limit may reach
+        fixed._fixed_tree(depth)
     for decoder in (fixed, adaptive):
-        for _ in range(3):
-            decoder.step()   # the prefill and two tree steps: every shape built and its buffers filled
-        shapes += all_shapes(decoder.target) + all_shapes(decoder.drafter.forward)
+        decoder.run()
+    shapes = list(made.values())
     kinds = {shape.key[1][0] for shape in shapes}
     assert {"tree", "root", "level"} <= kinds, kinds
     assert any(not shape.capturable for shape in shapes)   # the adaptive tree's (kept, never captured)
+    fixed_trees = {shape.key for shape in shapes if shape.key[1][0] == "tree" and shape.capturable}
+    assert len(fixed_trees) >= fixed.shape.depth, fixed_trees   # the whole fixed tree and its cuts
     for shape in shapes:
         with torch.inference_mode():
             explained = torch._dynamo.explain(shape.compute)()
         assert explained.graph_break_count == 0, (shape.key, explained.break_reasons)
         assert explained.graph_count == 1, shape.key
-    for decoder in (fixed, adaptive):
-        decoder.run()
 
 
 def test_sampled_static_step_is_reproducible_by_seed(pairs):
