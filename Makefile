@@ -7,7 +7,7 @@ run: setup
 	.venv/bin/python app.py
 
 test: setup-dev
-	.venv/bin/python -m pytest
+	bash scripts/test.sh
 
 setup:
 	bash scripts/setup.sh run

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -55,12 +57,26 @@ def _private_profile_cache() -> None:
     atexit.register(shutil.rmtree, private, ignore_errors=True)
 
 
+def _share_the_cores() -> None:
+    """Under pytest-xdist (`scripts/test.sh` runs the suite on one worker per core) each worker decodes on its
+    own share of the cores, and so do the CLIs and app workers it starts: on 2 cores two workers of 2 OpenMP
+    threads each stall at every barrier (the app's worker ran at 0.41x beside one busy core, see
+    `engine.worker.thread_policy`), while one thread each keeps both cores busy with useful work."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers <= 1:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cores // workers)
+    torch.set_num_threads(threads)
+    for name in ("OMP_NUM_THREADS", "SPECVIZ_THREADS"):
+        os.environ[name] = str(threads)
+
+
 def pytest_configure(config):
     """SPECVIZ_MUTANT=name plants one of `mutants.MUTANTS` for the whole run (`scripts/mutation_check.py`);
     the profile cache is this run's own (`_private_profile_cache`); apps do not measure this machine in the
     background as they start (SPECVIZ_WARMUP=0: they race explicit sizes), except where a test asks."""
-    import os
-
+    _share_the_cores()
     _private_profile_cache()
     os.environ.setdefault("SPECVIZ_WARMUP", "0")
     name = os.environ.get("SPECVIZ_MUTANT")
