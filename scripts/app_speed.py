@@ -261,7 +261,7 @@ def main() -> int:
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
-    from specviz.engine.machine import cpu_words
+    from specviz.engine.machine import cpu_words, usable_cores
     from specviz.engine.worker import save_measured_threads, thread_policy
 
     counts = [int(t) for t in args.threads.split(",") if t.strip()] or [None]
@@ -317,7 +317,7 @@ def main() -> int:
                                                         "summary": reports[t]} for t in counts}}
     if len(counts) > 1:
         shown = {t: statistics.geometric_mean(v["app_tps"] for v in reports[t]["methods"].values()) for t in counts}
-        cores = len(os.sched_getaffinity(0))
+        cores = usable_cores()
         path = save_measured_threads(cores, shown, {"races": args.races, "max_new_tokens": args.max_new_tokens,
                                                     "app_over_standalone": {str(t): {m: round(v["ratio"], 3) for m, v in
                                                                             reports[t]["methods"].items()} for t in counts}})

@@ -65,8 +65,9 @@ def _share_the_cores() -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if workers <= 1:
         return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = max(1, cores // workers)
+    from specviz.engine.machine import usable_cores
+
+    threads = max(1, usable_cores() // workers)
     torch.set_num_threads(threads)
     for name in ("OMP_NUM_THREADS", "SPECVIZ_THREADS"):
         os.environ[name] = str(threads)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import platform
 from pathlib import Path
 
@@ -31,6 +32,11 @@ def _cpuinfo_field(name: str) -> str | None:
     except OSError:
         pass
     return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, which a container or `taskset` narrows)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 @functools.cache   # the CPU does not change under a running process

@@ -63,7 +63,9 @@ def thread_policy(env=None, cores: int | None = None, measured: dict | None = No
     """
     env = os.environ if env is None else env
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        from .machine import usable_cores
+
+        cores = usable_cores()
     explicit = env.get("SPECVIZ_THREADS", "").strip()
     if explicit:
         try:
