@@ -165,17 +165,21 @@ def test_what_a_graph_captures_has_no_graph_breaks(pairs, draft, tmp_path, monke
     cache_forward_curves(pairs[draft])   # a cheap draft level: the adaptive tree grows levels
     made = shapes_made(monkeypatch)
     fixed = sequoia(pairs[draft], PROMPTS[0], "on", max_new=12, tree_parents=[-1, 0, 0, 1, 3])
-    adaptive = sequoia(pairs[draft], PROMPTS[0], "on", max_new=12, tree="adaptive", tree_budget=8, tree_depth=3,
-                       tree_threshold=0.001)
+    adaptive = {"tree": "adaptive", "tree_budget": 8, "tree_depth": 3, "tree_threshold": 0.001}
+    grown = sequoia(pairs[draft], PROMPTS[0], "on", max_new=12, **adaptive)
+    monkeypatch.setattr(SequoiaDecoder, "pad_adaptive", True)   # what a GPU runs: fixed shapes, refilled
+    padded = sequoia(pairs[draft], PROMPTS[0], "on", max_new=12, **adaptive)
     fixed.step()   # the prefill
     for depth in range(1, fixed.shape.depth):   # each cut a run near its token limit may reach
         fixed._fixed_tree(depth)
-    for decoder in (fixed, adaptive):
+    for decoder in (fixed, grown, padded):
         decoder.run()
     shapes = list(made.values())
     kinds = {shape.key[1][0] for shape in shapes}
-    assert {"tree", "root", "level"} <= kinds, kinds
-    assert any(not shape.capturable for shape in shapes)   # the adaptive tree's (kept, never captured)
+    assert {"tree", "tree-padded", "root", "level"} <= kinds, kinds
+    assert any(not shape.capturable for shape in shapes)   # the uncaptured adaptive tree's (kept, never captured)
+    padded_levels = {shape.key for shape in shapes if shape.key[1][:2] == ("level", "adaptive") and shape.capturable}
+    assert padded_levels and len(padded_levels) <= 2, padded_levels   # depth 3: levels for depths 1 and 2 at most
     fixed_trees = {shape.key for shape in shapes if shape.key[1][0] == "tree" and shape.capturable}
     assert len(fixed_trees) >= fixed.shape.depth, fixed_trees   # the whole fixed tree and its cuts
     for shape in shapes:
@@ -183,6 +187,40 @@ def test_what_a_graph_captures_has_no_graph_breaks(pairs, draft, tmp_path, monke
             explained = torch._dynamo.explain(shape.compute)()
         assert explained.graph_break_count == 0, (shape.key, explained.break_reasons)
         assert explained.graph_count == 1, shape.key
+
+
+@pytest.mark.parametrize("draft", ["pruned", "feature"])
+def test_a_padded_adaptive_tree_grows_the_same_trees_at_fixed_shapes(pairs, ar_tokens, draft, tmp_path, monkeypatch):
+    """Captured (on a GPU), an adaptive tree runs at fixed shapes whose blocks are refilled each step. With
+    the levels' costs flat (no measured curve, so padding rows cost nothing more), the padded step grows the
+    very trees the uncaptured one does, from the same seed, greedy and sampled; its forwards run every
+    padded row, and the trace says so."""
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))   # no cached curves: the costs the weights give
+    pair, prompt = pairs[draft], PROMPTS[0]
+    adaptive = {"tree": "adaptive", "tree_budget": 10, "tree_depth": 4, "tree_threshold": 0.02}
+    made = shapes_made(monkeypatch)
+    for sampling in (SamplingConfig(), SamplingConfig(0.8, seed=3)):
+        runs = {}
+        for pad in (False, True):
+            monkeypatch.setattr(SequoiaDecoder, "pad_adaptive", pad)
+            made.clear()
+            runs[pad] = sequoia(pair, prompt, "off", sampling=sampling, max_new=16, **adaptive).run()
+        compact, padded = runs[False], runs[True]
+        assert padded.token_ids == compact.token_ids
+        if sampling.greedy:
+            assert padded.token_ids == ar_tokens[prompt]
+        trees = [[[(n.parent, n.token_id, n.status) for n in step.payload.nodes] for step in run.steps[1:]]
+                 for run in (compact, padded)]
+        assert trees[0] == trees[1]
+        assert any(len(tree) > 4 and max(parent for parent, _, _ in tree) > 0 for tree in trees[1])   # two levels deep
+        assert padded.settings["tree_padded"] and "tree_padded" not in compact.settings
+        # Every tree step's forward ran the padded rows; the uncaptured one ran each tree's own.
+        assert {step.tokens_processed for step in padded.steps[1:]} == {10}
+        assert [s.tokens_processed for s in compact.steps[1:]] == [len(s.payload.nodes) for s in compact.steps[1:]]
+        # One target shape and one per level, whatever the trees: nothing kept per tree.
+        assert all(shape.capturable for shape in made.values())
+        levels = {shape.key for shape in made.values() if shape.key[1][:2] == ("level", "adaptive")}
+        assert len(levels) <= 3 and sum(shape.key[1][0] == "tree-padded" for shape in made.values()) == 1
 
 
 def test_sampled_static_step_is_reproducible_by_seed(pairs):

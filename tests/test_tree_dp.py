@@ -360,6 +360,27 @@ def test_an_adaptive_level_sees_the_root_its_read_ancestors_and_itself():
     assert read_block([1, 2], parents, {0: 0, 1: 1, 2: 2}, first=1) == [[True, True, False], [True, False, True]]
 
 
+def test_a_padded_adaptive_levels_rows_bound_every_tree_it_can_grow():
+    from specviz.sequoia.adaptive import allocate_children, padded_block, padded_levels
+
+    rows, first = padded_levels(max_nodes=24, max_depth=5, max_children=4, tau=0.05)
+    # depth 1: 4 children of the root; 2: 16; then the budget (23 nodes past the root) and 1 / tau (20)
+    assert rows == [0, 4, 16, 20, 20] and first == [0, 1, 5, 21, 41]
+    assert padded_levels(8, 1, 4, 0.05) == ([0], [0])   # one level deep: only the root's read
+    # The bound 1 / tau holds for any allocation: every made node's score reaches tau, and a depth's sum <= 1.
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        scores = [1.0]
+        for depth in range(1, 5):
+            ranked = [sorted(rng.dirichlet(np.ones(6) * 0.3), reverse=True) for _ in scores]
+            counts = allocate_children(scores, ranked, 0.05, 4, 10_000)
+            scores = [s * p[k] for s, p, c in zip(scores, ranked, counts) for k in range(c)]
+            assert len(scores) <= padded_levels(10_000, 5, 4, 0.05)[0][depth], (depth, len(scores))
+    # A padding row sees the root and its own slot; real rows keep their block, widened.
+    block = padded_block([[True, True, False, True]], first=3, width=3)
+    assert [[c for c, seen in enumerate(row) if seen] for row in block] == [[0, 1, 3], [0, 4], [0, 5]]
+
+
 def test_an_adaptive_level_is_read_only_where_it_can_pay_for_itself():
     from specviz.sequoia.adaptive import level_pays
 

@@ -63,7 +63,8 @@ class TreeLevel:
     Slots are counted from the root's (offset 0): a row's K/V go to root + `offsets[j]`, it sits at
     position root + `depths[j]`, and it sees every slot before the root's and those of root ..
     root + B - 1 that `block[j]` allows (itself and its ancestors). `key` names the shape (equal keys,
-    equal offsets and block); `adaptive`: one of many shapes that follow the data (kept bounded).
+    equal offsets and block); `adaptive`: one of many shapes that follow the data (kept bounded);
+    `varies`: one fixed shape whose block is this step's (a padded adaptive level, captured on a GPU).
     """
 
     key: tuple
@@ -73,10 +74,17 @@ class TreeLevel:
     depths: list[int]
     block: torch.Tensor     # (n, B) bool
     adaptive: bool = False
+    varies: bool = False
 
     def shape_spec(self) -> dict:
         return {"write_offsets": self.offsets, "position_offsets": self.depths, "block": self.block,
                 "rows": list(range(len(self.offsets))), "kept": ADAPTIVE_SHAPES_KEPT if self.adaptive else None}
+
+    def prepared(self, shape):
+        """`shape` holding this level's block (made with it, or refilled where the block varies)."""
+        if self.varies:
+            shape.refill(block=self.block)
+        return shape
 
 
 class Drafter(Protocol):
@@ -216,7 +224,7 @@ class ModelDrafter:
         return self._logits(shape(history[committed - n:committed], committed - n))
 
     def level(self, level: TreeLevel, tokens: torch.Tensor, root_slot: int) -> torch.Tensor:
-        shape = self.forward.shape(("level",) + level.key, **level.shape_spec())
+        shape = level.prepared(self.forward.shape(("level",) + level.key, **level.shape_spec()))
         return self._logits(shape(tokens, root_slot))
 
     def _logits(self, logits: torch.Tensor) -> torch.Tensor:

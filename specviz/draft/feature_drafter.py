@@ -63,7 +63,8 @@ class FeatureDrafter:
         dev, dtype = self.device, found.dtype
         # + window: the compaction index writes a whole path's rows from the last root on.
         self.features_by_slot = torch.zeros(found.max_len + self.window, self.width, dtype=dtype, device=dev)
-        self.predicted = torch.zeros(max_nodes, self.hidden, dtype=dtype, device=dev)   # by node id
+        # By node id; one more for a padded level's rows, which all write the scratch node `max_nodes`.
+        self.predicted = torch.zeros(max_nodes + 1, self.hidden, dtype=dtype, device=dev)
 
     @property
     def vocab_ids(self) -> torch.Tensor | None:
@@ -95,7 +96,7 @@ class FeatureDrafter:
     def level(self, level: TreeLevel, tokens: torch.Tensor, root_slot: int) -> torch.Tensor:
         """The level's nodes read (their parent's predicted feature, their token) from the root's pair
         (slot C - 2) on."""
-        shape = self.forward.shape(("level",) + level.key, self.hidden, **level.shape_spec())
+        shape = level.prepared(self.forward.shape(("level",) + level.key, self.hidden, **level.shape_spec()))
         logits, out = shape(tokens, self.predicted.index_select(0, level.parents), root_slot - 1)
         self.predicted.index_copy_(0, level.nodes, out)
         return self._logits(logits)

@@ -55,7 +55,7 @@ class FeatureShape(StaticShape):
         if self.sees_all:   # every row sees every slot: no mask for one row (a plain read), zeros for more
             mask = None if self.n == 1 else self.zero.expand(1, 1, self.n, end)
         else:
-            mask = self.prefix_and_block[:, self.capacity - self._origin:].view(1, 1, self.n, end)
+            mask = self.block_mask(end)
         return self.forward.filled(self.ids, self.features, end - self.n, positions, mask, self.rows)
 
     def __call__(self, ids: torch.Tensor, features: torch.Tensor, origin: int):

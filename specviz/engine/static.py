@@ -83,10 +83,27 @@ class StaticShape:
         # Origin o's mask is the view of columns [capacity - o, capacity + B): width o + B, no copy.
         self.sees_all = bool(self.block.all())
         self.prefix_and_block = None
-        if not self.sees_all:
-            self.prefix_and_block = torch.zeros(n, self.capacity + self.block_width, dtype=lean.dtype, device=device)
-            self.prefix_and_block[:, self.capacity:] = torch.where(self.block, self.zero, self.neg)
+        self._mask_stale = not self.sees_all   # the eager masks are made when first needed
         self._origin = 0   # origin as a host number, for the eager form's slicing
+
+    def refill(self, block: torch.Tensor | None = None, position_offsets: torch.Tensor | None = None) -> None:
+        """New contents for a shape whose block (and positions) follow the data at a fixed row count (a
+        padded adaptive tree's): the same buffers, so a captured graph reads them at its next replay."""
+        if block is not None:
+            self.block.copy_(block)
+            self.sees_all, self._mask_stale = False, True
+        if position_offsets is not None:
+            self.position_offsets.copy_(position_offsets)
+
+    def block_mask(self, end: int) -> torch.Tensor:
+        """The eager form's (1, 1, n, end) additive mask at the current origin: a view, no copy."""
+        if self._mask_stale:   # once per shape, or once per refill
+            if self.prefix_and_block is None:
+                self.prefix_and_block = torch.zeros(self.n, self.capacity + self.block_width, dtype=self.zero.dtype,
+                                                    device=self.block.device)
+            self.prefix_and_block[:, self.capacity:] = torch.where(self.block, self.zero, self.neg)
+            self._mask_stale = False
+        return self.prefix_and_block[:, self.capacity - self._origin:].view(1, 1, self.n, end)
 
     def mask(self) -> torch.Tensor:
         """(1, 1, n, max_len) additive: every slot before origin, then the block, nothing after."""
@@ -115,8 +132,7 @@ class StaticShape:
         if end > self.capacity:
             raise ValueError(f"static shape {self.key}: {end} slots needed, {self.capacity} allocated")
         slots, positions = self._inputs()
-        mask = None if self.sees_all else \
-            self.prefix_and_block[:, self.capacity - origin:].view(1, 1, self.n, end)
+        mask = None if self.sees_all else self.block_mask(end)
         return self.forward.filled(self.ids, slots, positions, mask, self.rows, self.hidden, self.taps, end)
 
     def __call__(self, ids: torch.Tensor | None, origin: int):

@@ -82,6 +82,36 @@ def read_block(frontier: list[int], parents: list[int], offset_of: dict[int, int
     return rows
 
 
+def padded_levels(max_nodes: int, max_depth: int, max_children: int, tau: float) -> tuple[list[int], list[int]]:
+    """Rows and first read offset of each draft level of an adaptive tree held to fixed shapes (so that
+    a GPU captures them): index d is the level that reads depth d's nodes, d = 1 .. max_depth - 1
+    (index 0, the root's read, is not a level: 0 rows, offset 0).
+
+    Depth d holds at most max_children^d nodes, and at most max_nodes - 1; and since a node is made only
+    when its score reaches tau, and the scores at one depth sum to at most 1 (each parent's children
+    share its score), at most 1 / tau. The levels' offsets follow one another after the root's, as a
+    fixed tree's do, so every level writes its own slots.
+    """
+    rows, first = [0], [0]
+    offset = 1
+    for depth in range(1, max_depth):
+        rows.append(min(max_children ** depth, max_nodes - 1, int(1 / tau + 1e-9)))
+        first.append(offset)
+        offset += rows[-1]
+    return rows, first
+
+
+def padded_block(rows: list[list[bool]], first: int, width: int) -> list[list[bool]]:
+    """A level's block (`read_block`) held to `width` rows: a padding row sees the root and its own slot
+    only (its K/V and logits are never read)."""
+    real = len(rows)
+    columns = first + width
+    block = [row + [False] * (columns - len(row)) for row in rows]
+    for j in range(real, width):
+        block.append([c == 0 or c == first + j for c in range(columns)])
+    return block
+
+
 def level_pays(frontier_scores: list[float], child_share: float, expected_tokens: float, level_cost: float,
                step_cost: float) -> bool:
     """Whether one more draft level over the frontier is expected to pay for itself.

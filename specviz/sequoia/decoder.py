@@ -19,7 +19,10 @@ still be emitted: uncaptured, the cut tree runs (its own target shape; the draft
 tree's first ones); captured, the whole tree runs and the walk is held to the cut depth (a cut tree
 replays once or twice a run, so capturing it would cost more than its unused rows). An adaptive
 tree grows each step from the draft's confidence (`adaptive.py`), reading the allocation on the
-host level by level; its shapes follow the data, so they are kept (a handful recur) and never captured.
+host level by level. Uncaptured, each step's tree runs at its own size (its shapes are kept: a handful
+recur). Captured, it is held to fixed shapes, as Lookahead pads its candidates: one target shape of
+`max_nodes` rows and one per draft level (`adaptive.padded_levels`), whose blocks and depths are the
+step's, refilled in place; padding rows see the root only, and their logits are never read.
 
 Random numbers are drawn at shapes fixed by the tree (the walk's uniforms at the whole tree's depth
 and width, one Gumbel draw per drafted level), so a seed gives the same tokens whether a step is
@@ -46,7 +49,7 @@ from ..trace import (
     TreeNode,
     TreePayload,
 )
-from .adaptive import allocate_children, level_pays, read_block
+from .adaptive import allocate_children, level_pays, padded_block, padded_levels, read_block
 from .tree import TreeShape, TreeTensors
 from .verify import STATUS_NAMES, WalkTables, greedy_walk, sampled_walk
 
@@ -67,21 +70,31 @@ def _probs_at(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
 
 
 class _Tree:
-    """One tree shape's prepared state: the target's shape for it, its draft levels (a fixed tree's),
-    the walk's tables and the draws' index tensors."""
+    """One tree shape's prepared state: the target's shape for it (or the padded one it refills), its
+    draft levels (a fixed tree's), the walk's tables and the draws' index tensors."""
 
     def __init__(self, decoder: "SequoiaDecoder", shape: TreeShape, adaptive: bool):
         dev = decoder.device
         self.shape, self.n = shape, shape.size
         self.tensors = TreeTensors(shape, dev)
         self.tables = WalkTables(shape, dev)
-        key = ("tree", tuple(shape.parents), decoder.features, decoder.taps)
         ancestors = shape.ancestor_matrix()
+        self.levels: list[TreeLevel | None] = [None]
+        self.fills = None
+        if adaptive and decoder.padded:
+            self.target = decoder.padded_target()
+            rows = self.target.n
+            block = torch.eye(rows, dtype=torch.bool)
+            block[:, 0] = True
+            block[:self.n, :self.n] = ancestors
+            depths = torch.tensor(shape.depths + [0] * (rows - self.n), dtype=torch.long)
+            self.fills = (block.to(dev), depths.to(dev))   # copied into the padded shape each step it runs
+            return
+        key = ("tree", tuple(shape.parents), decoder.features, decoder.taps)
         self.target = decoder.target.shape(
             key, kept=ADAPTIVE_TREES_KEPT if adaptive else None, write_offsets=list(range(self.n)),
             position_offsets=shape.depths, block=ancestors, rows=list(range(self.n)),
             hidden=decoder.features, taps=decoder.taps)
-        self.levels: list[TreeLevel | None] = [None]
         if adaptive:
             return
         # Each level's node ids (where a sampled step keeps the q its nodes drew children from).
@@ -95,10 +108,20 @@ class _Tree:
                 parents=parents[start:end], offsets=list(range(start, end)), depths=shape.depths[start:end],
                 block=ancestors[start:end, :end]))
 
+    def forward(self, tokens: torch.Tensor, origin: int):
+        """The target's forward over this tree (`tokens`: the decoder's node buffer); it runs `self.target.n`
+        rows, past `n` when the shape is padded."""
+        if self.fills is not None:
+            self.target.refill(*self.fills)
+        return self.target(tokens[:self.target.n], origin)
+
 
 class SequoiaDecoder(Decoder):
     method = "sequoia"
     lean = True  # False: transformers' own forward for both models (A/B measurements, tests)
+    # Whether an adaptive tree runs at fixed, padded shapes: None follows the capture (a GPU's graphs need
+    # fixed shapes; uncaptured, padding rows would cost a CPU for nothing); True lets a CPU test run them.
+    pad_adaptive: bool | None = None
 
     def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, tree_choice, graphs="auto"):
         """`tree_choice`: the tree, resolved before the decoder is built (`sizing.tree_choice`, which
@@ -106,6 +129,7 @@ class SequoiaDecoder(Decoder):
         `graphs`: 'auto' | 'on' | 'off' (`engine.graphs`): whether the step's shapes are captured."""
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens, graphs=graphs)
         self.adaptive = tree_choice.parents is None
+        self.padded = self.adaptive and (self.capture if self.pad_adaptive is None else self.pad_adaptive)
         if self.adaptive:
             # A level is read only where it can pay for itself (`adaptive.level_pays`), at these costs.
             self.adaptive_plan, self.adaptive_costs = tree_choice.adaptive_plan, tree_choice.adaptive_costs
@@ -118,7 +142,15 @@ class SequoiaDecoder(Decoder):
             self.max_width = max(1, max(len(c) for c in self.shape.children))
         self.trace.settings.update(tree_choice.settings)
         self.vocab = pair.vocab_size
-        max_len = len(self.prompt_ids) + self.max_new_tokens + max_nodes
+        self.max_nodes = max_nodes
+        span = max_nodes   # slots after the root's that a step's forwards write
+        if self.padded:
+            plan = self.adaptive_plan
+            self.level_rows, self.level_first = padded_levels(max_nodes, self.max_depth, plan["max_children"],
+                                                              plan["threshold"])
+            span = max(span, self.level_first[-1] + self.level_rows[-1])
+            self.trace.settings["tree_padded"] = True
+        max_len = len(self.prompt_ids) + self.max_new_tokens + span
         self.session = checkout(pair.target, self.method, cache_capacity(max_len), self.capture)
         self.graph_stats = self.session.runner.stats
         # Both models run in the session, each over its own cache, even when the target drafts for itself.
@@ -157,10 +189,10 @@ class SequoiaDecoder(Decoder):
             tree = self._fixed_tree(depth)
             self._draft_fixed(tree, committed, depth)
         timer.start(PHASE_TARGET)
-        out = tree.target(self.tokens[:tree.n], committed - 1)
+        out = tree.forward(self.tokens, committed - 1)
         logits, hidden = out if self.features else (out, None)
         timer.start(PHASE_VERIFY)
-        got = self._verify(tree, committed, depth, logits[:, :self.vocab], hidden, read_slots)
+        got = self._verify(tree, committed, depth, logits[:tree.n, :self.vocab], hidden, read_slots)
         shape = tree.shape if tree.shape.depth <= depth else self._cut_shape(depth)
         new_ids = [got["tokens"][i] for i in got["accepted"]] + [got["bonus"]]
         sources = [SOURCE_DRAFT] * len(got["accepted"]) + [SOURCE_BONUS]
@@ -170,8 +202,9 @@ class SequoiaDecoder(Decoder):
         payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
         self.drafter.widen(new_ids)
         self._count_fresh(new_ids, got["accepted"], depth, tree, read_slots)
-        # tokens_processed: the rows the target's forward ran (a captured cut step runs the whole tree).
-        return self._emit(new_ids, sources, tree.n, times, payload)
+        # tokens_processed: the rows the target's forward ran (a captured cut step runs the whole tree, a
+        # padded adaptive one its padding too).
+        return self._emit(new_ids, sources, tree.target.n, times, payload)
 
     def _prefill(self) -> StepRecord:
         """Step 0: the target reads the prompt and yields the first token, like autoregressive."""
@@ -287,6 +320,7 @@ class SequoiaDecoder(Decoder):
             vocab_ids = self.drafter.vocab_ids
             target_cost, level_cost = self.adaptive_costs["target"], self.adaptive_costs["draft"]
             spent = level_cost[1]   # the draft's cost so far (the root's level)
+            target_rows = self.max_nodes if self.padded else None   # a padded tree's forward: always its rows
             frontier, next_offset = [0], 1
             for level in range(max_depth):
                 q, draws, p_list = self._ranked_children(logits, max_children)
@@ -313,17 +347,21 @@ class SequoiaDecoder(Decoder):
                 frontier = [i for i in made if scores[i] >= tau]
                 if level == max_depth - 1 or not frontier or len(parents) >= max_nodes:
                     break
-                cost = level_cost[len(frontier)]
+                if self.padded:   # the level's rows (`padded_levels` bounds them; the best-scored kept)
+                    width = self.level_rows[level + 1]
+                    frontier = sorted(sorted(frontier, key=lambda i: -scores[i])[:width])
+                    next_offset = self.level_first[level + 1]
+                cost = level_cost[width if self.padded else len(frontier)]
                 top1 = sum(p[0] for p in p_list) / len(p_list)   # how sure the draft was at this level
                 if not level_pays([scores[i] for i in frontier], top1, sum(scores), cost,
-                                  target_cost[len(parents)] + spent):
+                                  target_cost[target_rows or len(parents)] + spent):
                     break
                 spent += cost
                 for j, i in enumerate(frontier):
                     offset_of[i] = next_offset + j
-                step_level = self._adaptive_level(frontier, parents, depths, offset_of, next_offset)
-                ids = torch.tensor([token_ids[i] for i in frontier], dtype=torch.long, device=self.device)
-                logits = self.drafter.level(step_level, ids, committed - 1)
+                step_level, ids = self._adaptive_level(frontier, parents, depths, token_ids, offset_of,
+                                                       next_offset)
+                logits = self.drafter.level(step_level, ids, committed - 1)[:len(frontier)]
                 next_offset += len(frontier)
         n = len(parents)
         if n > 1:
@@ -334,17 +372,34 @@ class SequoiaDecoder(Decoder):
                                   device=self.device)
         return self._adaptive_tree(parents), read_slots
 
-    def _adaptive_level(self, frontier: list[int], parents: list[int], depths: list[int],
-                        offset_of: dict[int, int], first: int) -> TreeLevel:
-        """The draft's read of `frontier` at offsets first.. (`adaptive.read_block`)."""
+    def _adaptive_level(self, frontier: list[int], parents: list[int], depths: list[int], token_ids: list,
+                        offset_of: dict[int, int], first: int) -> tuple[TreeLevel, torch.Tensor]:
+        """The draft's read of `frontier` at offsets first.. (`adaptive.read_block`), and its tokens. Padded,
+        the level's fixed rows: the ones past the frontier read the root's slot into a scratch node."""
         rows = read_block(frontier, parents, offset_of, first)
-        level_depths = [depths[i] for i in frontier]
-        dev = self.device
-        return TreeLevel(("adaptive", first, tuple(level_depths), tuple(map(tuple, rows))),
-                         nodes=torch.tensor(frontier, device=dev),
-                         parents=torch.tensor([parents[i] for i in frontier], device=dev),
-                         offsets=list(range(first, first + len(frontier))), depths=level_depths,
-                         block=torch.tensor(rows, dtype=torch.bool), adaptive=True)
+        depth = depths[frontier[0]]   # a level's nodes are all at one depth
+        nodes, ids = list(frontier), [token_ids[i] for i in frontier]
+        if self.padded:
+            width = self.level_rows[depth]
+            rows = padded_block(rows, first, width)
+            pad = width - len(frontier)
+            nodes, ids = nodes + [self.max_nodes] * pad, ids + [0] * pad
+            key = ("adaptive", depth)
+        else:
+            key = ("adaptive", first, depth, tuple(map(tuple, rows)))
+        dev, n = self.device, len(nodes)
+        level = TreeLevel(key, nodes=torch.tensor(nodes, device=dev),
+                          parents=torch.tensor([parents[i] if i < self.max_nodes else 0 for i in nodes], device=dev),
+                          offsets=list(range(first, first + n)), depths=[depth] * n,
+                          block=torch.tensor(rows, dtype=torch.bool), adaptive=not self.padded, varies=self.padded)
+        return level, torch.tensor(ids, dtype=torch.long, device=dev)
+
+    def padded_target(self):
+        """The target's one shape for every padded adaptive tree (`max_nodes` rows; each tree refills it)."""
+        rows = self.max_nodes
+        return self.target.shape(("tree-padded", rows, self.features, self.taps), write_offsets=list(range(rows)),
+                                 position_offsets=[0] * rows, block=torch.eye(rows, dtype=torch.bool),
+                                 rows=list(range(rows)), hidden=self.features, taps=self.taps)
 
     def _adaptive_tree(self, parents: list[int]) -> _Tree:
         key = tuple(parents)
