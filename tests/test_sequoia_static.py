@@ -208,7 +208,7 @@ def test_a_padded_adaptive_tree_grows_the_same_trees_at_fixed_shapes(pairs, ar_t
         compact, padded = runs[False], runs[True]
         assert padded.token_ids == compact.token_ids
         if sampling.greedy:
-            assert padded.token_ids == ar_tokens[prompt]
+            assert padded.token_ids == ar_tokens[prompt][:16]
         trees = [[[(n.parent, n.token_id, n.status) for n in step.payload.nodes] for step in run.steps[1:]]
                  for run in (compact, padded)]
         assert trees[0] == trees[1]
@@ -221,6 +221,30 @@ def test_a_padded_adaptive_tree_grows_the_same_trees_at_fixed_shapes(pairs, ar_t
         assert all(shape.capturable for shape in made.values())
         levels = {shape.key for shape in made.values() if shape.key[1][:2] == ("level", "adaptive")}
         assert len(levels) <= 3 and sum(shape.key[1][0] == "tree-padded" for shape in made.values()) == 1
+
+
+def test_a_sessions_next_race_reuses_its_prepared_trees(pairs, monkeypatch):
+    """A tree's index tensors, walk tables and shapes are made once per session, not once per race (a
+    sampling test's thousands of short runs, a room's races), and a reused tree decodes the same."""
+    from specviz.sequoia import decoder as sequoia_decoder
+
+    made = []
+    real = sequoia_decoder._Tree.__init__
+
+    def counted(tree, *args, **kwargs):
+        made.append(tree)
+        real(tree, *args, **kwargs)
+
+    monkeypatch.setattr(sequoia_decoder._Tree, "__init__", counted)
+    tree = {"tree_parents": [-1, 0, 0, 1, 2, 3, 5]}
+    runs = []
+    for _ in range(2):
+        decoder = sequoia(pairs["pruned"], PROMPTS[1], "off", max_new=10, **tree)
+        runs.append((decoder.run(), len(made)))
+        decoder.close()
+    (first, made_first), (second, made_both) = runs
+    assert second.token_ids == first.token_ids
+    assert made_both == made_first, "the second race prepared its trees again"
 
 
 def test_sampled_static_step_is_reproducible_by_seed(pairs):

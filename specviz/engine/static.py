@@ -226,6 +226,9 @@ class GraphSession:
         self.runner = GraphRunner(device, capture)
         self.capacity = capacity
         self.forwards: dict[str, StaticForward] = {}
+        # A method's prepared state over these forwards, by its own keys (Sequoia's trees: index tensors, walk
+        # tables, the shapes they run), reused by the session's next races.
+        self.prepared: OrderedDict = OrderedDict()
         self.in_use = False
 
     def forward(self, role: str, model, vocab_ids: torch.Tensor | None = None, lean: bool = True) -> StaticForward:

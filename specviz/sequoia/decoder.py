@@ -54,6 +54,7 @@ from .tree import TreeShape, TreeTensors
 from .verify import STATUS_NAMES, WalkTables, greedy_walk, sampled_walk
 
 ADAPTIVE_TREES_KEPT = 256   # prepared adaptive trees (a few shapes recur)
+TREES_KEPT = 2 * ADAPTIVE_TREES_KEPT   # prepared trees a session keeps for its next races (fixed and adaptive)
 
 
 def _probs_at(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
@@ -167,7 +168,7 @@ class SequoiaDecoder(Decoder):
         # Every committed token by slot: the root and the drafters' inputs are read from it on the device.
         self.history = torch.zeros(self.session.capacity + self.max_depth + 2, dtype=torch.long, device=dev)
         self.arange = torch.arange(self.max_depth + 1, device=dev)
-        self.trees: dict = {}   # depth (fixed) or parents (adaptive) -> _Tree
+        self.trees: dict = {}   # this run's fixed trees by depth (the whole and its cuts)
         # What the draft's next root read must cover (host numbers, from each step's one read): the tokens
         # committed since its last root read, and how many of them no draft forward has read.
         self.fresh = self.unread = 1
@@ -253,7 +254,22 @@ class SequoiaDecoder(Decoder):
             depth = self.shape.depth
         tree = self.trees.get(depth)
         if tree is None:
-            tree = self.trees[depth] = _Tree(self, self._cut_shape(depth), adaptive=False)
+            shape = self._cut_shape(depth)
+            tree = self.trees[depth] = self._prepared(shape.parents, lambda: _Tree(self, shape, adaptive=False))
+        return tree
+
+    def _prepared(self, parents: list[int], make) -> _Tree:
+        """A tree's prepared state, kept on the session so that its next races reuse it (a sampling test's
+        thousands of short runs, a room's races): what it holds depends only on the tree and the forwards."""
+        trees = self.session.prepared
+        key = ("sequoia-tree", tuple(parents), self.lean, self.features, self.taps, self.padded)
+        tree = trees.get(key)
+        if tree is None:
+            if len(trees) >= TREES_KEPT:
+                trees.popitem(last=False)
+            tree = trees[key] = make()
+        else:
+            trees.move_to_end(key)
         return tree
 
     def _cut_shape(self, depth: int) -> TreeShape:
@@ -402,13 +418,7 @@ class SequoiaDecoder(Decoder):
                                  rows=list(range(rows)), hidden=self.features, taps=self.taps)
 
     def _adaptive_tree(self, parents: list[int]) -> _Tree:
-        key = tuple(parents)
-        tree = self.trees.get(key)
-        if tree is None:
-            if len(self.trees) >= ADAPTIVE_TREES_KEPT:
-                self.trees.pop(next(iter(self.trees)))
-            tree = self.trees[key] = _Tree(self, TreeShape.from_parents(parents), adaptive=True)
-        return tree
+        return self._prepared(parents, lambda: _Tree(self, TreeShape.from_parents(parents), adaptive=True))
 
     def _ranked_children(self, logits: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, list]:
         """q per row (what children are drawn from), `width` draws per row in drawing order, and the
