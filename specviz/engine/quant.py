@@ -167,6 +167,11 @@ class Q4Layers:
 
     ATTR = "_specviz_q4"
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The activations' dtype the kernels were packed for."""
+        return self.layers[0][0].dtype
+
     @classmethod
     def build(cls, weights: dict[str, Q4Weight], n_layers: int, dtype: torch.dtype, source: str) -> "Q4Layers":
         layers = []
