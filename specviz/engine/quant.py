@@ -79,12 +79,14 @@ def q4_1_from_blocks(raw: np.ndarray, out: int, cols: int) -> Q4Weight:
     """Decode a Q4_1 tensor's bytes (out rows of cols / 32 blocks of 20 bytes) into codes, d and m.
 
     In a block, byte j holds weight j in its low nibble and weight j + 16 in its high one."""
-    blocks = np.ascontiguousarray(raw).reshape(out, cols // GROUP, Q4_1_BLOCK_BYTES)
-    d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16)[..., 0])
-    m = torch.from_numpy(blocks[..., 2:4].copy().view(np.float16)[..., 0])
-    nibbles = torch.from_numpy(blocks[..., 4:].copy())
-    codes = torch.cat([nibbles & 0x0F, nibbles >> 4], dim=-1).reshape(out, cols)
-    return Q4Weight(codes, d, m)
+    blocks = np.asarray(raw).reshape(out, cols // GROUP, Q4_1_BLOCK_BYTES)
+    d = np.ascontiguousarray(blocks[..., 0:2]).view(np.float16)[..., 0]
+    m = np.ascontiguousarray(blocks[..., 2:4]).view(np.float16)[..., 0]
+    nibbles = blocks[..., 4:]
+    codes = np.empty((out, cols // GROUP, GROUP), dtype=np.uint8)
+    np.bitwise_and(nibbles, 0x0F, out=codes[..., :GROUP // 2])
+    np.right_shift(nibbles, 4, out=codes[..., GROUP // 2:])
+    return Q4Weight(torch.from_numpy(codes.reshape(out, cols)), torch.from_numpy(d), torch.from_numpy(m))
 
 
 def unpermute_rows(weight: Q4Weight, n_head: int) -> Q4Weight:
@@ -141,10 +143,14 @@ class Int4Linear:
 
     __slots__ = ("packed", "scales_and_zeros", "out_features", "in_features")
 
-    def __init__(self, weight: Q4Weight, dtype: torch.dtype = torch.bfloat16):
-        self.out_features, self.in_features = weight.shape
-        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(weight.codes.to(torch.int32), 1)
-        self.scales_and_zeros = weight.scales_and_zeros(dtype)
+    def __init__(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor):
+        self.packed, self.scales_and_zeros = packed, scales_and_zeros
+        self.out_features, self.in_features = scales_and_zeros.shape[1], scales_and_zeros.shape[0] * GROUP
+
+    @classmethod
+    def of(cls, weight: Q4Weight, dtype: torch.dtype = torch.bfloat16) -> "Int4Linear":
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(weight.codes.to(torch.int32), 1)
+        return cls(packed, weight.scales_and_zeros(dtype))
 
     @property
     def dtype(self) -> torch.dtype:
@@ -179,9 +185,24 @@ class Q4Layers:
             w = {name: weights[f"model.layers.{i}.{name}"] for name in LINEARS.values()}
             qkv = Q4Weight.stacked([w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"]])
             gate_up = Q4Weight.stacked([w["mlp.gate_proj"], w["mlp.up_proj"]])
-            layers.append((Int4Linear(qkv, dtype), Int4Linear(w["self_attn.o_proj"], dtype),
-                           Int4Linear(gate_up, dtype), Int4Linear(w["mlp.down_proj"], dtype)))
+            layers.append(tuple(Int4Linear.of(m, dtype) for m in (qkv, w["self_attn.o_proj"], gate_up,
+                                                                    w["mlp.down_proj"])))
         return cls(layers, source)
+
+    PARTS = ("qkv", "o", "gate_up", "down")
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The packed codes and tables by name, for `save_file`."""
+        out = {}
+        for i, layer in enumerate(self.layers):
+            for part, linear in zip(self.PARTS, layer):
+                out[f"{i}.{part}.packed"], out[f"{i}.{part}.scales_and_zeros"] = linear.packed, linear.scales_and_zeros
+        return out
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, torch.Tensor], n_layers: int, source: str) -> "Q4Layers":
+        return cls([tuple(Int4Linear(tensors[f"{i}.{p}.packed"], tensors[f"{i}.{p}.scales_and_zeros"])
+                          for p in cls.PARTS) for i in range(n_layers)], source)
 
     def attach(self, model) -> None:
         model.__dict__[self.ATTR] = self
@@ -192,15 +213,35 @@ class Q4Layers:
 
 
 def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16) -> Q4Layers:
-    """Read the GGUF's Q4_1 linears, pack them for the CPU kernel and keep them on `model`."""
+    """The GGUF's Q4_1 linears packed for the CPU kernel, kept on `model`.
+
+    Reading the GGUF (its reader parses the 49k-token vocabulary field by field) and packing take
+    10-25 s on 2 cores, so the packed tensors are cached next to the GGUF, once per dtype and torch
+    version (the packed layout is the kernel's, which a torch release may change)."""
     if not int4_kernel_available():
         raise RuntimeError("this torch has no CPU int4 weight-only kernel (_weight_int4pack_mm_for_cpu)")
-    weights = read_q4_1(gguf_path)
+    from safetensors.torch import load_file, save_file
+
+    gguf_path = Path(gguf_path)
     n_layers = model.config.num_hidden_layers
+    version = torch.__version__.replace("+", "-")
+    cache = gguf_path.with_name(f"{gguf_path.stem}.int4pack.{str(dtype).removeprefix('torch.')}.torch-{version}"
+                                ".safetensors")
+    if cache.exists():
+        layers = Q4Layers.from_tensors(load_file(cache), n_layers, str(gguf_path))
+    else:
+        layers = _convert(gguf_path, n_layers, dtype)
+        staged = cache.with_suffix(".partial")
+        save_file(layers.tensors(), staged)
+        staged.rename(cache)   # last, so a crash never leaves a half-written cache under the final name
+    layers.attach(model)
+    return layers
+
+
+def _convert(gguf_path: Path, n_layers: int, dtype: torch.dtype) -> Q4Layers:
+    weights = read_q4_1(gguf_path)
     missing = [f"model.layers.{i}.{name}" for i in range(n_layers) for name in LINEARS.values()
                if f"model.layers.{i}.{name}" not in weights]
     if missing:
         raise ValueError(f"{gguf_path}: {len(missing)} linears are not Q4_1 (first: {missing[0]})")
-    layers = Q4Layers.build(weights, n_layers, dtype, str(gguf_path))
-    layers.attach(model)
-    return layers
+    return Q4Layers.build(weights, n_layers, dtype, str(gguf_path))
