@@ -655,7 +655,6 @@ def method_drafts(pair: ModelPair, methods: list[str]) -> dict[str, str]:
 
 def run_info(pair: ModelPair, methods: list[str], sampling: SamplingConfig, max_new_tokens: int,
              options: dict, argv: list[str] | None = None, repeats: int = 1, graphs: str = "auto") -> dict:
-
     peers = {m: hf_settings(m, options.get(m, {})) for m in HF_METHODS if m in methods}
     return {"methods": methods, "max_new_tokens": max_new_tokens, "repeats": repeats, "sampling": sampling.to_dict(),
             "graphs": graphs, "graphs_compile": os.environ.get("SPECVIZ_GRAPHS_COMPILE") == "1",
