@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .cpu_kernels import Matmul, biases_together, pack, packed_matmul_supported, packed_weights, rows_together
+from .cpu_kernels import Matmul, biases_together, pack, packed_weights, rows_together
 from .kvcache import cache_length, crop, keep_positions, new_cache
 from .llama import decoder_layer, rms_norm, rotary_tables
 from .quant import Q4Layers
@@ -183,10 +183,11 @@ class LeanLlama:
             # 4-bit layers (`--dtype q4`): the layers' products run the int4 kernel; the head (tied to the
             # GGUF's Q8_0 embedding, which no int4/int8 kernel reads as it is) stays a dense bf16 Matmul.
             mats = [linear for layer in q4.layers for linear in layer]
-            own_head = self.lm_head is head.weight
-            packed = packed_weights(model, [self.lm_head]) if own_head else None
-            self.packed = packed is not None or (not own_head and packed_matmul_supported(device, self.dtype))
-            self.head = Matmul(self.lm_head, (packed[0] if own_head else pack(self.lm_head)) if self.packed else None)
+            # The model's own head is prepacked where oneDNN can (`packed_weights` says None where it cannot:
+            # an AVX2-only CPU has no bf16 reorder); a vocabulary subset's stays plain.
+            packed = packed_weights(model, [self.lm_head]) if self.lm_head is head.weight else None
+            self.packed = packed is not None
+            self.head = Matmul(self.lm_head, packed[0] if packed else None)
         else:
             # The head is packed with the layers only when it is the model's own (a vocabulary subset cut
             # here is a new tensor each time, packed for this forward alone).
