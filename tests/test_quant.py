@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from specviz.engine import quant
 from specviz.engine.lean import LeanLlama
 from specviz.engine.models import load_pair, offline_default_dir, offline_default_gguf
+from specviz.engine.profiler import forward_kind
 from specviz.errors import InvalidInput
 
 pytestmark = pytest.mark.skipif(not quant.int4_kernel_available(), reason="no CPU int4 kernel in this torch")
@@ -122,6 +123,7 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
     logits over a prompt follow the fp32 model's (a wrong row order or zero point scrambles them)."""
     pair = load_pair("default", "self", dtype="q4")
     assert pair.precision == "q4" and pair.key.endswith("|q4")
+    assert forward_kind(pair.target) == "lean-q4" and forward_kind(pair_fp32.target) != "lean-q4"   # own curves
     forward = LeanLlama(pair.target, 64)
     assert forward.q4 and all(isinstance(layer.qkv_proj, quant.Int4Linear) for layer in forward.layers)
     prompt = pair.tokenizer("The capital of France is Paris. The capital of Italy is", return_tensors="pt").input_ids

@@ -204,8 +204,14 @@ class Q4Layers:
         return cls([tuple(Int4Linear(tensors[f"{i}.{p}.packed"], tensors[f"{i}.{p}.scales_and_zeros"])
                           for p in cls.PARTS) for i in range(n_layers)], source)
 
+    # What `profiler.forward_kind` names this forward: the measured curves, plans and Lookahead's table that
+    # `auto` caches are keyed by it (and by the dtype, which is bf16 here), so the 4-bit forward's never
+    # stand in for the bf16 one's, or the other way round.
+    DECODING_KIND = "lean-q4"
+
     def attach(self, model) -> None:
         model.__dict__[self.ATTR] = self
+        model.decoding_kind = self.DECODING_KIND
 
     @classmethod
     def of(cls, model) -> "Q4Layers | None":
