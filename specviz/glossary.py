@@ -89,6 +89,10 @@ TERMS: tuple[Term, ...] = (
     Term("identical to ar", "Greedy output equal to autoregressive's token for token (exact in fp32). Sampled "
          "output is not compared: it follows the same distribution, not the same text.", field="identical_to_ar",
          aliases=("same_as_ar",)),
+    Term("q4", "A precision (`--dtype q4`, CPU, offline default only): every layer's linears run the 4-bit "
+         "weights the model's GGUF ships (Q4_1, blocks of 32 as d·q + m) on torch's int4 weight-only kernel, "
+         "activations in bf16; the head runs in bf16. Not exact: greedy agreement with fp32 is reported, as "
+         "for bf16."),
 )
 BY_NAME = {t.name: t for t in TERMS}
 # Column and label words that name what ran or how it ran, not a measurement or a size: a table may use them freely.

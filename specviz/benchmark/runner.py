@@ -655,14 +655,12 @@ def method_drafts(pair: ModelPair, methods: list[str]) -> dict[str, str]:
 
 def run_info(pair: ModelPair, methods: list[str], sampling: SamplingConfig, max_new_tokens: int,
              options: dict, argv: list[str] | None = None, repeats: int = 1, graphs: str = "auto") -> dict:
-    from ..engine.models import dtype_name
-
     peers = {m: hf_settings(m, options.get(m, {})) for m in HF_METHODS if m in methods}
     return {"methods": methods, "max_new_tokens": max_new_tokens, "repeats": repeats, "sampling": sampling.to_dict(),
             "graphs": graphs, "graphs_compile": os.environ.get("SPECVIZ_GRAPHS_COMPILE") == "1",
             "target": pair.target_name, "draft": pair.draft_name, "drafts": method_drafts(pair, methods),
             "device": str(pair.device),
-            "dtype": dtype_name(pair.dtype), **machine_info(pair.device), "peer_settings": peers,
+            "dtype": pair.precision, **machine_info(pair.device), "peer_settings": peers,
             "options": {m: o for m, o in options.items() if m in ("sequoia", "lookahead")},
             "command": " ".join(["python -m specviz", *(argv or [])[1:]]) if argv else None,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}

@@ -18,7 +18,7 @@ import torch
 from ..errors import InvalidInput
 from ..trace import RunTrace, StepRecord
 from .graphs import capture_wanted, check_graphs, graphs_off_stats
-from .models import ModelPair, dtype_name
+from .models import ModelPair
 from .sampling import SamplingConfig, make_generator
 from .text import Detokenizer
 
@@ -97,7 +97,7 @@ class Decoder(ABC):
             settings={"max_new_tokens": self.max_new_tokens, **self.sampling.to_dict(), **(settings or {}),
                       "graphs": check_graphs(graphs)},
             target_name=pair.target_name, draft_name=pair.draft_name,
-            device=str(pair.device), dtype=dtype_name(pair.dtype), graphs=graphs_off_stats())
+            device=str(pair.device), dtype=pair.precision, graphs=graphs_off_stats())
         # Whether the step's shapes are captured as CUDA graphs (`graphs.capture_wanted`, the one place
         # that decides): a decoder checks out its static session with it and sets `self.graph_stats` to
         # the session's record.

