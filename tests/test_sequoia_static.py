@@ -221,6 +221,10 @@ def test_a_padded_adaptive_tree_grows_the_same_trees_at_fixed_shapes(pairs, ar_t
         assert all(shape.capturable for shape in made.values())
         levels = {shape.key for shape in made.values() if shape.key[1][:2] == ("level", "adaptive")}
         assert len(levels) <= 3 and sum(shape.key[1][0] == "tree-padded" for shape in made.values()) == 1
+    # The session's next race with other limits pads to its own rows (kept shapes and trees are per limits).
+    smaller = sequoia(pair, prompt, "off", max_new=16, **{**adaptive, "tree_budget": 6, "tree_depth": 3}).run()
+    assert smaller.token_ids == ar_tokens[prompt][:16]
+    assert {step.tokens_processed for step in smaller.steps[1:]} == {6}
 
 
 def test_a_sessions_next_race_reuses_its_prepared_trees(pairs, monkeypatch):

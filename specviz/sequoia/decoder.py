@@ -262,7 +262,9 @@ class SequoiaDecoder(Decoder):
         """A tree's prepared state, kept on the session so that its next races reuse it (a sampling test's
         thousands of short runs, a room's races): what it holds depends only on the tree and the forwards."""
         trees = self.session.prepared
-        key = ("sequoia-tree", tuple(parents), self.lean, self.features, self.taps, self.padded)
+        # A padded tree runs the padded target shape of this run's `max_nodes` rows: another budget, another tree.
+        padded_rows = self.max_nodes if self.padded else None
+        key = ("sequoia-tree", tuple(parents), self.lean, self.features, self.taps, padded_rows)
         tree = trees.get(key)
         if tree is None:
             if len(trees) >= TREES_KEPT:
@@ -400,7 +402,7 @@ class SequoiaDecoder(Decoder):
             rows = padded_block(rows, first, width)
             pad = width - len(frontier)
             nodes, ids = nodes + [self.max_nodes] * pad, ids + [0] * pad
-            key = ("adaptive", depth)
+            key = ("adaptive", depth, first, width)   # a session's next race may have other limits
         else:
             key = ("adaptive", first, depth, tuple(map(tuple, rows)))
         dev, n = self.device, len(nodes)
