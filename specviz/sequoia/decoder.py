@@ -255,16 +255,16 @@ class SequoiaDecoder(Decoder):
         tree = self.trees.get(depth)
         if tree is None:
             shape = self._cut_shape(depth)
-            tree = self.trees[depth] = self._prepared(shape.parents, lambda: _Tree(self, shape, adaptive=False))
+            tree = self.trees[depth] = self._prepared(shape.parents, False, lambda: _Tree(self, shape, adaptive=False))
         return tree
 
-    def _prepared(self, parents: list[int], make) -> _Tree:
+    def _prepared(self, parents: list[int], adaptive: bool, make) -> _Tree:
         """A tree's prepared state, kept on the session so that its next races reuse it (a sampling test's
         thousands of short runs, a room's races): what it holds depends only on the tree and the forwards."""
         trees = self.session.prepared
         # A padded tree runs the padded target shape of this run's `max_nodes` rows: another budget, another tree.
         padded_rows = self.max_nodes if self.padded else None
-        key = ("sequoia-tree", tuple(parents), self.lean, self.features, self.taps, padded_rows)
+        key = ("sequoia-tree", tuple(parents), adaptive, self.lean, self.features, self.taps, padded_rows)
         tree = trees.get(key)
         if tree is None:
             if len(trees) >= TREES_KEPT:
@@ -420,7 +420,7 @@ class SequoiaDecoder(Decoder):
                                  rows=list(range(rows)), hidden=self.features, taps=self.taps)
 
     def _adaptive_tree(self, parents: list[int]) -> _Tree:
-        return self._prepared(parents, lambda: _Tree(self, TreeShape.from_parents(parents), adaptive=True))
+        return self._prepared(parents, True, lambda: _Tree(self, TreeShape.from_parents(parents), adaptive=True))
 
     def _ranked_children(self, logits: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, list]:
         """q per row (what children are drawn from), `width` draws per row in drawing order, and the
