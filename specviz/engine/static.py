@@ -194,14 +194,23 @@ def _kept_shape(forward, name, kept: int | None, make):
         if found is None:
             found = forward.shapes[name] = make()
         return found
-    found = forward.transient.get(name)
+    def make_uncaptured():
+        shape = make()
+        shape.capturable = False   # capturing each would cost far more than its few replays save
+        return shape
+
+    return recently_used(forward.transient, name, kept, make_uncaptured)
+
+
+def recently_used(store: OrderedDict, key, bound: int, make):
+    """`store[key]`, or made by `make`, keeping at most `bound` entries: the least recently used go first."""
+    found = store.get(key)
     if found is None:
-        if len(forward.transient) >= kept:
-            forward.transient.popitem(last=False)
-        found = forward.transient[name] = make()
-        found.capturable = False   # capturing each would cost far more than its few replays save
+        if len(store) >= bound:
+            store.popitem(last=False)
+        found = store[key] = make()
     else:
-        forward.transient.move_to_end(name)
+        store.move_to_end(key)
     return found
 
 

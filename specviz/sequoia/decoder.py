@@ -37,7 +37,7 @@ from ..draft.drafter import TreeLevel, make_drafter
 from ..draws import exponential_like, first_argmax
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.sampling import next_token_on_device, probs_from_logits
-from ..engine.static import cache_capacity, checkout, release
+from ..engine.static import cache_capacity, checkout, recently_used, release
 from ..trace import (
     PHASE_DRAFT,
     PHASE_TARGET,
@@ -261,18 +261,10 @@ class SequoiaDecoder(Decoder):
     def _prepared(self, parents: list[int], adaptive: bool, make) -> _Tree:
         """A tree's prepared state, kept on the session so that its next races reuse it (a sampling test's
         thousands of short runs, a room's races): what it holds depends only on the tree and the forwards."""
-        trees = self.session.prepared
         # A padded tree runs the padded target shape of this run's `max_nodes` rows: another budget, another tree.
         padded_rows = self.max_nodes if self.padded else None
         key = ("sequoia-tree", tuple(parents), adaptive, self.lean, self.features, self.taps, padded_rows)
-        tree = trees.get(key)
-        if tree is None:
-            if len(trees) >= TREES_KEPT:
-                trees.popitem(last=False)
-            tree = trees[key] = make()
-        else:
-            trees.move_to_end(key)
-        return tree
+        return recently_used(self.session.prepared, key, TREES_KEPT, make)
 
     def _cut_shape(self, depth: int) -> TreeShape:
         return self.shape if depth >= self.shape.depth else self.shape.truncated(depth)
