@@ -153,6 +153,16 @@ def shapes_made(monkeypatch) -> dict:
 
     for forward in (StaticForward, FeatureStaticForward):   # the target's and model drafts', the feature draft's
         monkeypatch.setattr(forward, "shape", recording(forward.shape))
+
+    # A tree prepared by an earlier test on the same session is found there, its target shape not asked for again.
+    prepare = SequoiaDecoder._prepared
+
+    def prepared(decoder, *args, **kwargs):
+        tree = prepare(decoder, *args, **kwargs)
+        made[id(tree.target)] = tree.target
+        return tree
+
+    monkeypatch.setattr(SequoiaDecoder, "_prepared", prepared)
     return made
 
 
