@@ -105,12 +105,19 @@ def test_a_cold_cli_run_shows_its_measuring_progress_on_stderr_and_quiet_silence
     assert "specviz: measuring SmolLM2-135M-Instruct (offline default)'s forward times, t(n) for n = 1..64" \
         in cold.stderr
     assert "63/63" in cold.stderr                      # 9 rounds of 7 sizes, counted to the end
-    profiles = tmp_path / "cold" / "profiles"
-    assert f"2 results cached in {profiles}" in cold.stderr               # the curve and the choice
-    assert len(list(profiles.glob("lookahead-auto-*.json"))) == 1
     assert cold.stdout.strip()                          # the text itself is untouched, on stdout
+    profiles = tmp_path / "cold" / "profiles"
+    # A curve measured while other programs held the cores (a CI machine's other test worker) is used for
+    # that run only, and the run says so instead of saying what it cached.
+    contended = "not cached" in cold.stderr
+    if not contended:
+        assert f"2 results cached in {profiles}" in cold.stderr               # the curve and the choice
+        assert len(list(profiles.glob("lookahead-auto-*.json"))) == 1
+    else:
+        assert "other programs held the cores" in cold.stderr and "cached in" not in cold.stderr
     quiet = _generate(tmp_path / "quiet", "--quiet")
     assert quiet.returncode == 0, quiet.stderr
     assert "measuring" not in quiet.stderr and "cached in" not in quiet.stderr
-    warm = _generate(tmp_path / "cold")                 # measured already: nothing to show
-    assert warm.returncode == 0 and "measuring" not in warm.stderr
+    if not contended:
+        warm = _generate(tmp_path / "cold")             # measured already: nothing to show
+        assert warm.returncode == 0 and "measuring" not in warm.stderr

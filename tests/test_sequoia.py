@@ -175,8 +175,10 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     # Then it raced that DP tree against the adaptive tree, decoding the same prompts, and chose by the race.
     race = plan["race"]
     assert race["tokens"]["tree"] > 0 and race["tokens"]["adaptive"] > 0
+    # The rates are recorded to 0.01 tok/s, which on slow shared cores moves their ratio by more than 1e-3.
+    rounding = 0.005 / race["adaptive_tokens_per_s"] + 0.005 / race["tree_tokens_per_s"]
     assert race["adaptive_over_tree"] == pytest.approx(
-        race["adaptive_tokens_per_s"] / race["tree_tokens_per_s"], rel=1e-3)
+        race["adaptive_tokens_per_s"] / race["tree_tokens_per_s"], rel=1e-3 + rounding)
     assert plan["chosen"] == ("adaptive" if race["adaptive_over_tree"] >= race["margin"] else "dp")
     for cached_plan in tmp_path.glob("profiles/sequoia-plan-*.json"):
         cached_plan.unlink()   # re-plan from the cached curves and costs: nothing is re-measured
