@@ -112,7 +112,7 @@ def _loaded(pair, method: str, settings: dict):
         n_ctx = settings["n_ctx"]
         cache[key] = llama_cpp.Llama(model_path=str(_gguf()), n_ctx=n_ctx, n_batch=min(512, n_ctx),
                                      n_threads=settings["n_threads"], n_threads_batch=settings["n_threads"],
-                                     seed=0, draft_model=draft, verbose=False)
+                                     draft_model=draft, verbose=False)
     return cache[key]
 
 
