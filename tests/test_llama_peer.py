@@ -27,6 +27,10 @@ LLAMA_METHODS = ("llama-cpp", "llama-cpp-lookup")
 LEADING = 4
 
 
+# One thread (`one_thread` restores torch's count after): llama.cpp's threads wait for each other at every op,
+# and on cores busy with other work (the suite's other worker) two of them crawl; bench's figures are not a test's.
+
+
 def _need_llama_cpp():
     if importlib.util.find_spec("llama_cpp") is None:
         reason = "llama-cpp-python is not installed (bash scripts/setup.sh llama)"
@@ -44,11 +48,11 @@ def two_prompts(tmp_path):
     return path
 
 
-def test_the_peers_race_ar_on_the_same_ids_and_start_like_it(tmp_path, two_prompts, capsys):
+def test_the_peers_race_ar_on_the_same_ids_and_start_like_it(tmp_path, two_prompts, capsys, one_thread):
     _need_llama_cpp()
     out_json = tmp_path / "out.json"
     rc = main(["bench", "--prompts", str(two_prompts), "--methods", "ar,llama-cpp,llama-cpp-lookup",
-               "--max-new-tokens", "16", "--warmup-tokens", "4", "--dtype", "q4", "--threads", "2",
+               "--max-new-tokens", "16", "--warmup-tokens", "4", "--dtype", "q4", "--threads", "1",
                "--json", str(out_json)])
     assert rc == 0
     printed = capsys.readouterr().out
@@ -58,7 +62,7 @@ def test_the_peers_race_ar_on_the_same_ids_and_start_like_it(tmp_path, two_promp
     for method in LLAMA_METHODS:
         assert f"all      {method}" in printed   # the bench table's row
         peer = run["peer_settings"][method]
-        assert peer["n_threads"] == 2 and peer["temperature"] == 0.0 and peer["gguf"].endswith("Q4_1.gguf")
+        assert peer["n_threads"] == 1 and peer["temperature"] == 0.0 and peer["gguf"].endswith("Q4_1.gguf")
     assert run["peer_settings"]["llama-cpp-lookup"]["num_pred_tokens"] == 10
     ar = {r["prompt_id"]: r["token_ids"] for r in run["records"] if r["method"] == "ar"}
     for rec in run["records"]:
