@@ -17,7 +17,8 @@ case "$mode" in run|dev|llama) ;; *) echo "setup: unknown mode '$mode' (run, dev
 # and AMX are off; AVX2, FMA and F16C are what an AMD EPYC and any Xeon since Haswell both run.
 # (GGML_CPU_ALL_VARIANTS builds ~13 CPU backends, AMX's among them, and llama-cpp-python installs
 # none of the variant libraries.) OpenMP off: ggml's own thread pool, so torch's OpenMP runtime is
-# the only one in a bench's process. No llava/mtmd: the peer decodes text.
+# the only one in a bench's process (with OpenMP on, two threads on cores busy with other work
+# crawled just the same: 0.3 tokens/s, both builds, here). No llava/mtmd: the peer decodes text.
 LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF \
 -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_OPENMP=OFF \
