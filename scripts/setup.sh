@@ -2,10 +2,27 @@
 # Create or reuse the local virtual environment, install the pinned packages and
 # SpecViz itself in editable mode (skipped when the requirement files and
 # pyproject.toml have not changed), and fetch the offline default model.
-# `setup.sh dev` adds the test tools and Debian's Chromium.
+# `setup.sh dev` adds the test tools, Debian's Chromium and the llama.cpp peer (below);
+# `setup.sh llama` adds only the llama.cpp peer to the app's setup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-run}"
+case "$mode" in run|dev|llama) ;; *) echo "setup: unknown mode '$mode' (run, dev or llama)" >&2; exit 2 ;; esac
+
+# llama.cpp, the peer `bench --methods ar,llama-cpp,llama-cpp-lookup` races (pyproject's extra
+# `llama-cpp` pins the version). PyPI ships it as source only, so it is built here (about 7 min on
+# 2 cores) into a wheel cached under the SpecViz cache, per version and flags: a second setup
+# installs that wheel. The flags, the one place they are set: a portable x86-64 build. The default
+# native build compiled AMX kernels on an Intel Xeon that crashed in its first decode, so AVX-512
+# and AMX are off; AVX2, FMA and F16C are what an AMD EPYC and any Xeon since Haswell both run.
+# (GGML_CPU_ALL_VARIANTS builds ~13 CPU backends, AMX's among them, and llama-cpp-python installs
+# none of the variant libraries.) OpenMP off: ggml's own thread pool, so torch's OpenMP runtime is
+# the only one in a bench's process (with OpenMP on, two threads on cores busy with other work
+# crawled just the same: 0.3 tokens/s, both builds, here). No llava/mtmd: the peer decodes text.
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+-DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF \
+-DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_OPENMP=OFF \
+-DLLAVA_BUILD=OFF"
 
 python_bin="${PYTHON:-}"
 if [ -z "$python_bin" ]; then
@@ -54,4 +71,41 @@ if [ "$mode" = dev ]; then
       echo "setup: chromium not found and apt-get not usable; the browser test will skip" >&2
     fi
   fi
+fi
+
+# The llama.cpp peer (dev and llama): from the cached wheel, else built once. A failed build is
+# not fatal: the peer test skips outside CI (and fails under CI), `bench` says how to install it.
+install_llama() {
+  local pin tag wheels built
+  pin=$(.venv/bin/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["llama-cpp"][0])')
+  tag="$(echo "$pin $LLAMA_CMAKE_ARGS" | sha256sum | cut -c1-12)"
+  wheels="${SPECVIZ_CACHE:-$HOME/.cache/specviz}/wheels/llama-cpp-$tag"
+  if .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('llama-cpp-python') == '${pin#*==}' else 1)" 2>/dev/null \
+     && [ -f ".venv/.llama-$tag" ]; then
+    return 0
+  fi
+  if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; then
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "setup: installing Debian's cmake and g++ to build llama.cpp"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ >/dev/null || true
+      fi
+    fi
+    echo "setup: building $pin from source (about 7 min on 2 cores), once; flags: $LLAMA_CMAKE_ARGS"
+    mkdir -p "$(dirname "$wheels")"
+    built=$(mktemp -d "$wheels.building-XXXX")
+    if ! CMAKE_ARGS="$LLAMA_CMAKE_ARGS" .venv/bin/python -m pip wheel -q --disable-pip-version-check --no-deps \
+         --no-binary llama-cpp-python -w "$built" "$pin"; then
+      echo "setup: could not build $pin; the llama.cpp peer test will skip (and fail under CI)" >&2
+      rm -rf "$built"
+      return 0
+    fi
+    rm -rf "$wheels" && mv "$built" "$wheels"   # whole, or not at all
+  fi
+  echo "setup: installing $pin from $wheels"
+  .venv/bin/python -m pip install -q --disable-pip-version-check "$wheels"/llama_cpp_python-*.whl
+  touch ".venv/.llama-$tag"
+}
+if [ "$mode" = dev ] || [ "$mode" = llama ]; then
+  install_llama
 fi

@@ -89,6 +89,9 @@ TERMS: tuple[Term, ...] = (
     Term("identical to ar", "Greedy output equal to autoregressive's token for token (exact in fp32). Sampled "
          "output is not compared: it follows the same distribution, not the same text.", field="identical_to_ar",
          aliases=("same_as_ar",)),
+    Term("agreement with ar", "Greedy, where output may differ from autoregressive's (bf16, q4, llama.cpp's "
+         "peers): the leading tokens equal to autoregressive's, up to the first that differs, out of "
+         "autoregressive's tokens (`bench` prints it per prompt).", field="agreement_with_ar"),
     Term("q4", "A precision (`--dtype q4`, CPU, offline default only): every layer's linears run the 4-bit "
          "weights the model's GGUF ships (Q4_1, blocks of 32 as d·q + m) on torch's int4 weight-only kernel, "
          "activations in bf16; the head runs in bf16. Not exact: greedy agreement with fp32 is reported, as "

@@ -2,6 +2,7 @@
 
     spec    := METHOD ["+" DRAFT] ["@" SIZES]
     METHOD  := ar | sequoia | lookahead | hf-generate | hf-static | hf-assisted | hf-prompt-lookup
+             | llama-cpp | llama-cpp-lookup                 (bench's peers)
     DRAFT   := feature | independent | self            (only for a method that drafts: sequoia, hf-assisted)
     SIZES   := BUDGET "x" DEPTH | adaptive ["=" THRESHOLD]   (sequoia: tree nodes x levels, or the adaptive tree)
              | W "x" N "x" G                                 (lookahead: window x n-gram x guesses)
@@ -20,6 +21,9 @@ from .errors import InvalidInput
 
 # transformers' own decoders, raced as peers in `bench` (see benchmark/runner.py).
 HF_METHODS = ("hf-generate", "hf-static", "hf-assisted", "hf-prompt-lookup")
+# llama.cpp's decoders on the offline default's GGUF, raced as peers in `bench` on a CPU (benchmark/peers.py,
+# an optional extra).
+LLAMA_METHODS = ("llama-cpp", "llama-cpp-lookup")
 # The methods that speculate with a draft model, so the command's draft matters to them.
 DRAFTING_METHODS = ("sequoia", "hf-assisted")
 # The offline default's drafts by name; "self" is the target drafting for itself (any target).
@@ -33,7 +37,7 @@ def decoding_methods() -> tuple[str, ...]:
 
 
 def all_methods() -> tuple[str, ...]:
-    return decoding_methods() + HF_METHODS
+    return decoding_methods() + HF_METHODS + LLAMA_METHODS
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,11 @@ def test_requirements_dev_is_the_local_setup_plus_the_dev_extra():
 
 def test_extras_and_console_command():
     extras = PYPROJECT["project"]["optional-dependencies"]
-    assert set(extras) == {"dev", "space"} and "spaces" in extras["space"]
+    assert set(extras) == {"dev", "space", "llama-cpp"} and "spaces" in extras["space"]
+    # llama.cpp is built from source with setup.sh's flags, so its version is pinned: a new one is a new build.
+    assert len(extras["llama-cpp"]) == 1 and Requirement(extras["llama-cpp"][0]).name == "llama-cpp-python"
+    assert str(Requirement(extras["llama-cpp"][0]).specifier).startswith("==")
+    assert 'LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF' in (ROOT / "scripts" / "setup.sh").read_text()
     # `specviz ...` runs what `python -m specviz ...` runs: specviz.cli.main, its exit code the status.
     assert PYPROJECT["project"]["scripts"] == {"specviz": "specviz.cli:main"}
     main_py = (ROOT / "specviz" / "__main__.py").read_text()

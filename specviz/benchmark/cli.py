@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+
 from ..cliargs import (
     add_method_args,
     add_model_args,
@@ -18,6 +20,7 @@ from ..cliargs import (
 )
 from ..engine.prompts import limit_per_suite, read_prompts, read_suites
 from ..errors import InvalidInput
+from ..methodspec import LLAMA_METHODS
 from . import runner
 from .report import columns_line
 
@@ -45,6 +48,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise InvalidInput(f"max new tokens must be at least 1, got {args.max_new_tokens}")
     if args.repeats < 1:
         raise InvalidInput(f"--repeats must be at least 1, got {args.repeats}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise InvalidInput(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     sampling = sampling_from_args(args)
     graphs = graphs_from_args(args)
     options = {m: method_options(args, m) for m in ("sequoia", "lookahead")
@@ -61,11 +68,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for method, knobs in overrides.items():
         given = {k: v for k, v in knobs.items() if v is not None}
         options[method] = {**hf_options.get(method, {}), **given}
+    # llama.cpp decodes on the threads our methods use (torch's count, which --threads sets).
+    for method in LLAMA_METHODS:
+        options[method] = {"threads": torch.get_num_threads(), "lookup_tokens": args.llama_lookup_tokens}
     records = runner.run_bench(pair, prompts, methods, sampling, args.max_new_tokens, options, progress=say,
                                warmup_tokens=args.warmup_tokens, repeats=args.repeats, graphs=graphs)
     rows = runner.summarise(records, methods)
     print(runner.format_table(rows))
     print(columns_line(markdown=False, short=True) + " All terms: docs/glossary.md.")
+    agreement = runner.format_agreement(records, methods)
+    if agreement:
+        print(agreement)
     out = runner.run_info(pair, methods, sampling, args.max_new_tokens, options, argv=sys.argv, repeats=args.repeats,
                           graphs=graphs)
     out.update(summary=rows, records=[r.to_dict() for r in records])
@@ -90,7 +103,8 @@ def register(subparsers) -> None:
                         "hf-static (static cache; compiled on CUDA only), hf-assisted, hf-prompt-lookup; fixed "
                         "sizes as sequoia@BUDGETxDEPTH, sequoia@adaptive[=T], lookahead@WxNxG (sizes never "
                         "change the draft); a draft other than --draft's as sequoia+feature / +independent / "
-                        "+self (e.g. sequoia+independent@32x6). Every record names the draft it ran")
+                        "+self (e.g. sequoia+independent@32x6); on a CPU llama.cpp's llama-cpp and "
+                        "llama-cpp-lookup on the offline default's GGUF. Every record names the draft it ran")
     p.add_argument("--limit", type=int, default=0, help="only the first N prompts")
     p.add_argument("--per-suite", type=int, default=0, help="only the first N prompts of each suite")
     p.add_argument("--json", default=None, help="write every record and the summary here")
@@ -101,6 +115,8 @@ def register(subparsers) -> None:
                    help="first grid-search hf-assisted's and hf-prompt-lookup's knobs (one prompt per "
                         "suite), cache the winners for this model pair and use them")
     p.add_argument("--warmup-tokens", type=int, default=None, help="tokens per warm-up run (default 32)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads for every method, ours, transformers' and llama.cpp's (default: torch's count)")
     p.add_argument("--repeats", type=int, default=1,
                    help="time every (prompt, method) N times, methods interleaved round after round, and keep "
                         "the run of median speed (steadier figures on a shared machine; N times as long)")
@@ -109,6 +125,9 @@ def register(subparsers) -> None:
     g.add_argument("--assistant-confidence", type=float, default=None,
                    help="hf-assisted: assistant_confidence_threshold")
     g.add_argument("--prompt-lookup-tokens", type=int, default=None, help="hf-prompt-lookup: prompt_lookup_num_tokens")
+    g = p.add_argument_group("llama.cpp's peers (llama-cpp, llama-cpp-lookup; `bash scripts/setup.sh llama`)")
+    g.add_argument("--llama-lookup-tokens", type=int, default=None,
+                   help="llama-cpp-lookup: LlamaPromptLookupDecoding's num_pred_tokens (default 10, its own)")
     add_model_args(p)
     add_sampling_args(p)
     add_method_args(p)

@@ -96,6 +96,12 @@ def header(run: dict) -> str:
     if "hf-prompt-lookup" in peers:
         lines.append(f"- hf-prompt-lookup: prompt_lookup_num_tokens="
                      f"{peers['hf-prompt-lookup']['prompt_lookup_num_tokens']}")
+    for method in ("llama-cpp", "llama-cpp-lookup"):
+        if method in peers:
+            s = peers[method]
+            knobs = ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("system_info", "llama_cpp_python"))
+            lines.append(f"- {method}: llama-cpp-python {s.get('llama_cpp_python', '?')}, {knobs}; "
+                         f"build: {s.get('system_info', '?')}")
     if "hf-static" in peers:
         on_cuda = str(run.get("device", "")).startswith("cuda")
         lines.append("- hf-static: generate(cache_implementation=\"static\"), "

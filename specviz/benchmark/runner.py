@@ -50,9 +50,9 @@ from ..engine.profiler import load_cached, save_cached
 from ..engine.sampling import SamplingConfig
 from ..engine.text import encode_prompt
 from ..errors import InvalidInput
-from ..methodspec import HF_METHODS, MethodSpec, parse_spec
+from ..methodspec import HF_METHODS, LLAMA_METHODS, MethodSpec, parse_spec
 
-ALL_METHODS = tuple(METHODS) + HF_METHODS
+ALL_METHODS = tuple(METHODS) + HF_METHODS + LLAMA_METHODS
 
 # Sizes `--sweep` adds: Sequoia (tree budget, depth) and Lookahead (W, N, G).
 SWEEP_SEQUOIA = ((8, 4), (16, 5), (32, 6), (64, 8))
@@ -85,6 +85,7 @@ class BenchRecord:
     draft_kind: str | None = None   # its short name: feature / independent / self / the model id
     graphs: dict | None = None      # our decoders' `trace.graphs` (`GraphStats.to_dict`); None for transformers'
     capture_ms: float = 0.0         # graph capture during this run (left out of tokens_per_second)
+    agreement_with_ar: int | None = None   # greedy: leading tokens equal to ar's (None: not compared)
 
     @property
     def tokens_per_forward(self) -> float:
@@ -167,7 +168,11 @@ def parse_method(spec: str) -> tuple[str, dict]:
 def check_methods(methods: list[str]) -> list[str]:
     for m in methods:
         base = parse_spec(m).method
-        if base not in HF_METHODS:
+        if base in LLAMA_METHODS:
+            from .peers import llama_cpp_module
+
+            llama_cpp_module()   # an extra not installed fails here, before models load
+        elif base not in HF_METHODS:
             decoder_class(base)  # a method not written yet fails here, before models load
     return methods
 
@@ -317,6 +322,14 @@ def run_one(method: str, pair: ModelPair, item: dict, prompt_ids: list[int], sam
         return BenchRecord(item["id"], item["suite"], method, tokens, text, len(forward_sizes), wall,
                            len(tokens) / wall if wall > 0 else 0.0, settings, forward_sizes=forward_sizes[1:],
                            **drafted)
+    if base in LLAMA_METHODS:
+        from .peers import run_llama
+
+        tokens, forward_sizes, wall, settings = run_llama(base, pair, prompt_ids, max_new_tokens,
+                                                          options.get(base, {}))
+        text = pair.tokenizer.decode(tokens, skip_special_tokens=True)
+        return BenchRecord(item["id"], item["suite"], method, tokens, text, len(forward_sizes), wall,
+                           len(tokens) / wall if wall > 0 else 0.0, settings, forward_sizes=forward_sizes[1:])
     kwargs = {**options.get(base, {}), **sizes}
     if pair.device.type == "cuda":
         torch.cuda.synchronize()
@@ -390,6 +403,14 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
     if any(parse_spec(m).method == "hf-static" for m in methods):
         longest = max(len(ids) for ids in encoded) + max_new_tokens
         options = {**options, "hf-static": {**options.get("hf-static", {}), "max_cache_len": longest}}
+    peers = [m for m in methods if parse_spec(m).method in LLAMA_METHODS]
+    if peers:
+        from .peers import check_peer, context_length
+
+        check_peer(pair, sampling)
+        # One context for every prompt, so each peer's model is loaded once (in the warm-up, not timed).
+        n_ctx = context_length(max(len(ids) for ids in encoded), max_new_tokens)
+        options = {**options, **{m: {**options.get(m, {}), "n_ctx": n_ctx} for m in peers}}
     # Warm up on a full-length run: the first forwards at each new cache length are
     # slower (allocator, kernel choice), and that must not be charged to one method.
     warm = min(max_new_tokens, warmup_tokens if warmup_tokens is not None else 32)
@@ -415,12 +436,42 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
             # Every repeat counts: an output that differs from ar's in one run of several is not the same.
             for m, rec in by_method.items():
                 rec.same_as_ar = all(r.token_ids == by_method["ar"].token_ids for r in runs[m])
+                rec.agreement_with_ar = min(leading_agreement(r.token_ids, by_method["ar"].token_ids)
+                                            for r in runs[m])
         for method in methods:
             records.append(by_method[method])
         progress(f"[{i + 1}/{len(prompts)}] {item['id']}: " + "  ".join(
             f"{m} {by_method[m].tokens_per_second:.1f}" for m in methods) + " tokens/s")
     watch.close()
     return records
+
+
+def leading_agreement(tokens: list[int], ar_tokens: list[int]) -> int:
+    """How many leading tokens equal ar's, up to the first that differs (greedy agreement)."""
+    n = 0
+    for mine, theirs in zip(tokens, ar_tokens):
+        if mine != theirs:
+            break
+        n += 1
+    return n
+
+
+def format_agreement(records: list[BenchRecord], methods: list[str]) -> str:
+    """Per prompt, each method's leading tokens equal to ar's out of ar's tokens ('' when none was compared,
+    or when every method wrote ar's output)."""
+    compared = [r for r in records if r.agreement_with_ar is not None and r.method != "ar"]
+    if not compared or all(r.same_as_ar for r in compared):
+        return ""
+    others = [m for m in methods if m != "ar"]
+    ar_len = {r.prompt_id: len(r.token_ids) for r in records if r.method == "ar"}
+    cell = {(r.prompt_id, r.method): r.agreement_with_ar for r in compared}
+    width = max(len(m) for m in others) + 1
+    lines = ["agreement with ar (leading tokens equal to ar's / ar's tokens), per prompt:",
+             f"{'prompt':<24}" + "".join(f"{m:>{max(width, 9)}}" for m in others)]
+    for pid in ar_len:
+        lines.append(f"{pid:<24}" + "".join(
+            f"{(f'{cell[(pid, m)]}/{ar_len[pid]}' if (pid, m) in cell else '-'):>{max(width, 9)}}" for m in others))
+    return "\n".join(lines)
 
 
 def _unstalled_run(method: str, pair: ModelPair, item: dict, ids: list[int], sampling: SamplingConfig,
@@ -656,6 +707,10 @@ def method_drafts(pair: ModelPair, methods: list[str]) -> dict[str, str]:
 def run_info(pair: ModelPair, methods: list[str], sampling: SamplingConfig, max_new_tokens: int,
              options: dict, argv: list[str] | None = None, repeats: int = 1, graphs: str = "auto") -> dict:
     peers = {m: hf_settings(m, options.get(m, {})) for m in HF_METHODS if m in methods}
+    if any(m in methods for m in LLAMA_METHODS):
+        from .peers import run_info as llama_info
+
+        peers.update({m: llama_info(m, options.get(m, {})) for m in LLAMA_METHODS if m in methods})
     return {"methods": methods, "max_new_tokens": max_new_tokens, "repeats": repeats, "sampling": sampling.to_dict(),
             "graphs": graphs, "graphs_compile": os.environ.get("SPECVIZ_GRAPHS_COMPILE") == "1",
             "target": pair.target_name, "draft": pair.draft_name, "drafts": method_drafts(pair, methods),

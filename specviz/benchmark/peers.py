@@ -1,0 +1,159 @@
+"""llama.cpp as a peer in `bench`: `llama-cpp` (plain autoregressive) and `llama-cpp-lookup` (its prompt-lookup
+drafting, `LlamaPromptLookupDecoding`), through `llama-cpp-python`, an optional extra
+(`bash scripts/setup.sh llama`, or part of `setup.sh dev`; the build flags are set there).
+
+What a person who runs the offline default on a laptop CPU runs, so it is the figure to beat there. The
+comparison is kept fair the way `runner` keeps transformers' peers fair:
+- the same weights: the offline default's own Q4_1 GGUF (`engine.models.offline_default_gguf`), the file our
+  `--dtype q4` reads;
+- the same input: the token ids SpecViz encodes (its chat template), given to llama.cpp as ids, never a string
+  llama.cpp would template or tokenize again;
+- the same stopping: max new tokens, or the pair's EOS (kept, as our decoders keep it);
+- the same threads (`bench --threads`, else torch's count) for decoding and for the prompt's batch;
+- greedy only (temperature 0, top-k 1): llama.cpp's sampler chain cuts top-p before the temperature, so a
+  sampled run would not draw from our distribution;
+- the same clock: wall time around the whole call, the prompt's evaluation included (our prefill is), the
+  KV cache emptied first so no run reuses an earlier run's prompt. Loading the model is not timed (it is
+  loaded once per bench, in the warm-up, like our models).
+
+Only on a CPU. Nothing in `specviz.engine` imports this module: llama.cpp is a yardstick, not a decoder of ours.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from ..errors import InvalidInput
+from ..methodspec import LLAMA_METHODS
+
+INSTALL_HINT = "bash scripts/setup.sh llama"
+# LlamaPromptLookupDecoding's own defaults: n-grams up to 2 tokens, 10 tokens proposed per lookup
+# (its README: 10 suits a GPU, 2 may suit a CPU better; `bench --llama-lookup-tokens` sets it).
+LOOKUP_NGRAM = 2
+LOOKUP_TOKENS = 10
+# Tokens of context beyond the longest prompt and max new tokens: room for the drafted tokens a lookup
+# verifies past the last one kept.
+CONTEXT_SLACK = 32
+
+
+def llama_cpp_module():
+    """The `llama_cpp` package, or a one-line message saying how to install it."""
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise InvalidInput(f"the llama.cpp peers ({', '.join(LLAMA_METHODS)}) need llama-cpp-python, an optional "
+                           f"extra: install it with `{INSTALL_HINT}` ({exc})") from None
+    return llama_cpp
+
+
+def check_peer(pair, sampling) -> None:
+    """Fail before anything is timed where a peer cannot run like for like."""
+    from ..engine.models import DEFAULT_DISPLAY_NAME
+
+    llama_cpp_module()
+    if pair.device.type != "cpu":
+        raise InvalidInput(f"the llama.cpp peers run on a CPU only (this bench runs on {pair.device}); "
+                           "use --device cpu")
+    if pair.target_name != DEFAULT_DISPLAY_NAME:
+        raise InvalidInput(f"the llama.cpp peers run the offline default's own GGUF, not {pair.target_name}: "
+                           "leave --model at its default")
+    if not sampling.greedy:
+        raise InvalidInput("the llama.cpp peers run greedy only (temperature 0): llama.cpp's sampler applies "
+                           "top-p before the temperature, so its sampled output follows another distribution")
+
+
+def context_length(longest_prompt: int, max_new_tokens: int) -> int:
+    """llama.cpp's context for a bench: the longest prompt, its new tokens and a lookup's overshoot, in 256s."""
+    need = longest_prompt + max_new_tokens + CONTEXT_SLACK
+    return -(-need // 256) * 256
+
+
+def llama_settings(method: str, options: dict) -> dict:
+    """A peer's knobs: threads, context, and for the lookup its n-gram and tokens per guess."""
+    settings = {"n_threads": int(options.get("threads") or torch.get_num_threads()),
+                "n_ctx": int(options.get("n_ctx") or 0), "temperature": 0.0, "top_k": 1}
+    if method == "llama-cpp-lookup":
+        settings.update(max_ngram_size=LOOKUP_NGRAM,
+                        num_pred_tokens=int(options.get("lookup_tokens") or LOOKUP_TOKENS))
+    return settings
+
+
+def run_info(method: str, options: dict) -> dict:
+    """What `bench --json` records of a peer: its knobs, the library's version and what its build runs on."""
+    llama_cpp = llama_cpp_module()
+    system = llama_cpp.llama_print_system_info()
+    settings = {k: v for k, v in llama_settings(method, options).items() if v or k != "n_ctx"}  # n_ctx: per record
+    return {**settings, "llama_cpp_python": llama_cpp.__version__,
+            "system_info": system.decode(errors="replace").strip() if isinstance(system, bytes) else str(system),
+            "gguf": _gguf().name}
+
+
+def _gguf() -> Path:
+    from ..engine.models import offline_default_gguf
+
+    return offline_default_gguf()
+
+
+def _loaded(pair, method: str, settings: dict):
+    """The peer's `Llama`, loaded once per pair and settings (kept on the pair, as `runner` keeps drafts)."""
+    llama_cpp = llama_cpp_module()
+    key = (method, *sorted(settings.items()))
+    cache = pair.__dict__.setdefault("_llama_peers", {})
+    if key not in cache:
+        draft = None
+        if method == "llama-cpp-lookup":
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+            draft = LlamaPromptLookupDecoding(max_ngram_size=settings["max_ngram_size"],
+                                              num_pred_tokens=settings["num_pred_tokens"])
+        n_ctx = settings["n_ctx"]
+        cache[key] = llama_cpp.Llama(model_path=str(_gguf()), n_ctx=n_ctx, n_batch=min(512, n_ctx),
+                                     n_threads=settings["n_threads"], n_threads_batch=settings["n_threads"],
+                                     draft_model=draft, verbose=False)
+    return cache[key]
+
+
+class _EvalSizes:
+    """Counts the peer's forwards and the tokens each took (an `eval` per forward; the prompt is one)."""
+
+    def __init__(self, llm):
+        self.sizes: list[int] = []
+        self._llm = llm
+        self._eval = type(llm).eval
+        llm.eval = self._counted   # an instance attribute shadows the method for this run only
+
+    def _counted(self, tokens) -> None:
+        if len(tokens):
+            self.sizes.append(len(tokens))
+        self._eval(self._llm, tokens)
+
+    def close(self) -> None:
+        del self._llm.eval
+
+
+def run_llama(method: str, pair, prompt_ids: list[int], max_new_tokens: int,
+              options: dict) -> tuple[list[int], list[int], float, dict]:
+    """One timed peer run: (new token ids, tokens per forward, wall seconds, settings)."""
+    settings = llama_settings(method, options)
+    if not settings["n_ctx"]:
+        settings["n_ctx"] = context_length(len(prompt_ids), max_new_tokens)
+    llm = _loaded(pair, method, settings)
+    eos = pair.eos_token_ids
+    tokens: list[int] = []
+    counter = _EvalSizes(llm)
+    try:
+        start = time.perf_counter()
+        llm.reset()   # no prefix reuse: every run evaluates its whole prompt, as our prefill does
+        steps = llm.generate(prompt_ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0)
+        for token in steps:
+            tokens.append(int(token))
+            if token in eos or len(tokens) >= max_new_tokens:
+                break
+        steps.close()
+        wall = time.perf_counter() - start
+    finally:
+        counter.close()
+    return tokens, counter.sizes, wall, settings
