@@ -94,7 +94,8 @@ TERMS: tuple[Term, ...] = (
          "autoregressive's tokens (`bench` prints it per prompt).", field="agreement_with_ar"),
     Term("q4", "A precision (`--dtype q4`, CPU, offline default only): every layer's linears run the 4-bit "
          "weights the model's GGUF ships (Q4_1, blocks of 32 as d·q + m) on torch's int4 weight-only kernel, "
-         "activations in bf16; the head runs in bf16. Not exact: greedy agreement with fp32 is reported, as "
+         "each product's input rounded to bf16 for it; the rest of the forward (head included) runs in what "
+         "`auto` picks for the CPU (fp32 without bf16 kernels). Not exact: greedy agreement with fp32 is reported, as "
          "for bf16."),
 )
 BY_NAME = {t.name: t for t in TERMS}

@@ -178,10 +178,12 @@ class LeanLlama:
             biases += [biases_together(attn.q_proj, attn.k_proj, attn.v_proj), biases_together(attn.o_proj),
                        biases_together(mlp.gate_proj, mlp.up_proj), biases_together(mlp.down_proj)]
         q4 = Q4Layers.of(model)
-        self.q4 = q4 is not None and q4.dtype == self.dtype and device.type == "cpu"
+        self.q4 = q4 is not None and device.type == "cpu"
         if self.q4:
             # 4-bit layers (`--dtype q4`): the layers' products run the int4 kernel; the head (tied to the
-            # GGUF's Q8_0 embedding, which no int4/int8 kernel reads as it is) stays a dense bf16 Matmul.
+            # GGUF's Q8_0 embedding, which no int4/int8 kernel reads as it is) stays dense, in the forward's
+            # dtype. On an AVX2 CPU (fp32 forward) a bf16 or an fbgemm int8 copy of it made ar 3% faster
+            # and not exact to the file: not worth it.
             mats = [linear for layer in q4.layers for linear in layer]
             # The model's own head is prepacked where oneDNN can (`packed_weights` says None where it cannot:
             # an AVX2-only CPU has no bf16 reorder); a vocabulary subset's stays plain.

@@ -207,9 +207,10 @@ _DTYPES = {
 
 
 # Weight-only 4-bit: the offline default's own Q4_1 blocks through torch's int4 CPU kernel
-# (`engine.quant`), activations in bf16, the kernel's fast activation type on an AVX2 CPU.
+# (`engine.quant`). The kernel reads bf16 activations (`Int4Linear` casts to them); the rest of the
+# forward (norms, attention, the head, the cache) and the draft run in what `auto` picks for this CPU:
+# bf16 where it has bf16 kernels, else fp32. On an AVX2 CPU a whole bf16 forward ran 3x slower than fp32.
 Q4 = "q4"
-Q4_ACTIVATIONS = torch.bfloat16
 
 
 def wants_q4(dtype: str | torch.dtype | None) -> bool:
@@ -247,9 +248,7 @@ def cuda_auto_dtype(capability: tuple[int, int]) -> torch.dtype:
 def choose_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    if wants_q4(dtype):
-        return Q4_ACTIVATIONS
-    if dtype in (None, "", "auto"):
+    if dtype in (None, "", "auto") or wants_q4(dtype):
         if device.type == "cuda":
             return cuda_auto_dtype(torch.cuda.get_device_capability(device))
         return torch.bfloat16 if _cpu_supports_bf16() else torch.float32
@@ -452,7 +451,7 @@ def load_pair(target: str | None = DEFAULT_NAME, draft: str | None = None, *,
     if q4:
         from .quant import attach_q4
 
-        attach_q4(target_model, offline_default_gguf(progress), Q4_ACTIVATIONS)
+        attach_q4(target_model, offline_default_gguf(progress))
 
     alias = draft.strip().lower() if isinstance(draft, str) else None
     if is_default(target) and draft is None:
