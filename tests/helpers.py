@@ -111,7 +111,7 @@ def exact_distribution(model, prompt_ids: list[int], sampling: SamplingConfig, n
     vocab = model.config.vocab_size
     heads = list(itertools.product(range(vocab), repeat=n_tokens - 1))
     ids = torch.tensor([prompt_ids + list(h) for h in heads])
-    logits = model(ids).logits[:, len(prompt_ids) - 1:]
+    logits = _logits(model, ids)[:, len(prompt_ids) - 1:]
     probs = reference_probs(logits, sampling)           # (len(heads), n_tokens, vocab), float64
     dist: dict[tuple, float] = {}
     for row, head in enumerate(heads):
@@ -125,6 +125,19 @@ def exact_distribution(model, prompt_ids: list[int], sampling: SamplingConfig, n
             if p > 0:
                 dist[head + (last,)] = p
     return dist
+
+
+def _logits(model, ids: torch.Tensor) -> torch.Tensor:
+    """Every position's logits. A model with 4-bit layers attached (`quant.attach_quantized`) is what its
+    decoders run only through the lean forward, which reads those layers; transformers' forward would
+    read its dense weights. Each sequence is then one prefill of its own."""
+    from specviz.engine.lean import LeanLlama
+    from specviz.engine.quant import Q4Layers
+
+    if Q4Layers.of(model) is None:
+        return model(ids).logits
+    forward = LeanLlama(model, ids.shape[1])
+    return torch.stack([forward(row[None], 0, rows=ids.shape[1]) for row in ids]).float()
 
 
 def chi_square_pvalue(samples: list[tuple], exact: dict, min_expected: float = 5.0, control: bool = False) -> float:

@@ -89,6 +89,21 @@ def q4_1_from_blocks(raw: np.ndarray, out: int, cols: int) -> Q4Weight:
     return Q4Weight(torch.from_numpy(codes.reshape(out, cols)), torch.from_numpy(d), torch.from_numpy(m))
 
 
+def quantize_q4_1(weight: torch.Tensor) -> Q4Weight:
+    """A dense (out, in) matrix in Q4_1 as llama.cpp's quantiser makes it (`quantize_row_q4_1_ref`): per
+    block of 32 along a row, m = the block's minimum, d = (max - min) / 15, q = round((w - m) / d) in
+    0..15, d and m kept in fp16. For a model that ships no GGUF (the tests' tiny ones)."""
+    out, cols = weight.shape
+    if cols % GROUP:
+        raise ValueError(f"Q4_1 needs rows in blocks of {GROUP}; this matrix has {cols} columns")
+    blocks = weight.detach().float().reshape(out, cols // GROUP, GROUP)
+    low, high = blocks.amin(-1), blocks.amax(-1)
+    d = (high - low) / 15
+    inverse = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    codes = ((blocks - low[..., None]) * inverse[..., None]).round().clamp(0, 15).to(torch.uint8)
+    return Q4Weight(codes.reshape(out, cols), d.half(), low.half())
+
+
 def unpermute_rows(weight: Q4Weight, n_head: int) -> Q4Weight:
     """Undo llama.cpp's q/k row permutation, as transformers' `_reverse_permute_weights` does
     (n_head: the query heads for q_proj, the key/value heads for k_proj)."""
@@ -212,6 +227,17 @@ class Q4Layers:
     @classmethod
     def of(cls, model) -> "Q4Layers | None":
         return model.__dict__.get(cls.ATTR)
+
+
+def attach_quantized(model, dtype: torch.dtype = torch.bfloat16) -> Q4Layers:
+    """`model`'s own layer linears quantised to Q4_1 (`quantize_q4_1`), packed and kept on it, as
+    `attach_q4` does with a GGUF's: every product of the lean forward then runs 4-bit weights. The
+    model's dense weights are left as they were (transformers' forward still reads them)."""
+    weights = {f"model.layers.{i}.{name}": quantize_q4_1(layer.get_submodule(name).weight)
+               for i, layer in enumerate(model.model.layers) for name in LINEARS.values()}
+    layers = Q4Layers.build(weights, model.config.num_hidden_layers, dtype, "quantized in memory")
+    layers.attach(model)
+    return layers
 
 
 def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16) -> Q4Layers:
