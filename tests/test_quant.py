@@ -137,3 +137,22 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
 def test_q4_is_refused_for_a_model_without_a_q4_1_gguf(tmp_path):
     with pytest.raises(InvalidInput, match="q4"):
         load_pair(str(tmp_path), "self", dtype="q4")
+
+
+def test_the_q4_1_quantiser_is_llama_cpps(file_weights):
+    """`quantize_q4_1` (for models that ship no GGUF: the sampling tests' tiny ones) applied to the file's own
+    weights gives back the file's blocks bit for bit, codes, d and m: it is the quantiser that wrote them. On
+    other numbers each weight moves by at most half a step."""
+    for name in ("blk.0.attn_q.weight", "blk.17.ffn_down.weight"):
+        _, weight = file_weights[name]
+        again = quant.quantize_q4_1(weight.dequantize())
+        assert torch.equal(again.codes, weight.codes) and torch.equal(again.d, weight.d) and torch.equal(again.m, weight.m)
+    dense = torch.randn(64, 96, generator=torch.Generator().manual_seed(0))
+    q = quant.quantize_q4_1(dense)
+    step = q.d.float().repeat_interleave(quant.GROUP, dim=1)
+    error = (q.dequantize() - dense).abs()
+    low = q.m.float().abs().repeat_interleave(quant.GROUP, dim=1)
+    assert (error <= 0.5 * step + 2.0 ** -10 * (low + 15 * step)).all()   # fp16's rounding of m and d on top
+    assert (error > 0.25 * step).any()   # control: 4 bits cannot hold these numbers exactly
+    with pytest.raises(ValueError, match="blocks of 32"):
+        quant.quantize_q4_1(torch.zeros(4, 48))
