@@ -15,7 +15,7 @@ neither flat (a flat one hides a wrong temperature) nor nearly deterministic (on
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pytest
 from helpers import (cache_forward_curves, chi_square_power, chi_square_pvalue, exact_distribution, sample_sequences,
@@ -72,14 +72,6 @@ FAMILIES = {
     "lookahead": Family("lookahead", "self", {"window": 3, "ngram": 3, "guesses": 3},
                         prompt=(1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2), mutants=("lookahead-device-fallback-raw-p",)),
 }
-# `--dtype q4`'s forward: the target's layer products on Q4_1 weights through the int4 kernel. Its distribution
-# is not the dense model's; the decoders must sample that one, the quantised target's. (T=1 only: the sampler is
-# the one the dense families test in both settings; what is new here is the forward.)
-Q4_FAMILIES = {
-    "sequoia-independent-fixed-q4": Family("sequoia", "independent", {"tree_parents": SAMPLING_TREE}, q4=True),
-    "lookahead-q4": Family("lookahead", "self", FAMILIES["lookahead"].options, prompt=FAMILIES["lookahead"].prompt,
-                           q4=True),
-}
 # A wrong temperature is run once, through the autoregressive sampler: every family's target distribution is
 # that same tiny target's (after one of two prompts), and the power test below
 # shows the check's power against it at N_SAMPLES. (Run for every family on 2026-11-27, each was rejected at p < 1e-10.)
@@ -91,7 +83,7 @@ def make_pair(family: Family, sampling: SamplingConfig):
     if family.pair == "feature":
         return tiny_feature_pair(family.taps, logit_scale=scale, noise=FEATURE_NOISE)
     pair = tiny_pair(draft_seed=None if family.pair == "self" else 1, logit_scale=scale)
-    if family.q4:
+    if family.q4:   # test_sampling_q4.py
         attach_quantized(pair.target)
         assert pair.precision == "q4"
     return pair
@@ -140,22 +132,6 @@ def test_sampling_is_exact(one_thread, tmp_path, monkeypatch, family, setting):
         assert len(steps.shapes) >= (2 if fam.adaptive else 1)   # the shape itself depended on the draws
     if fam.method == "lookahead":
         assert steps.ngram_runs > N_SAMPLES // 10, steps.ngram_runs   # candidates were verified and accepted
-
-
-@pytest.mark.parametrize("family", list(Q4_FAMILIES))
-def test_sampling_is_exact_on_4bit_weights(one_thread, tmp_path, monkeypatch, family):
-    fam, sampling = Q4_FAMILIES[family], SETTINGS["T1"]
-    pair, exact = prepared(fam, sampling, tmp_path, monkeypatch)
-    # The 4-bit forward's distribution is another one than the dense model's (total variation 0.056 and 0.069
-    # over the four tokens; at N_SAMPLES the check rejects the dense one with probability 0.50 and 0.95): the
-    # reference is the quantised target's, read through the forward the decoders run.
-    dense = exact_distribution(make_pair(replace(fam, q4=False), sampling).target, list(fam.prompt), sampling, N_TOKENS)
-    assert 0.5 * sum(abs(exact.get(s, 0.0) - dense.get(s, 0.0)) for s in exact.keys() | dense.keys()) > 0.04
-    steps = StepRecorder()
-    samples = sample_sequences(fam.method, pair, list(fam.prompt), sampling, N_SAMPLES, N_TOKENS, on_trace=steps,
-                               **fam.options)
-    assert chi_square_pvalue(samples, exact) > ALPHA
-    assert max(steps.first_depths or [0]) >= 2 or steps.ngram_runs > N_SAMPLES // 10   # speculation was accepted
 
 
 @pytest.mark.slow
