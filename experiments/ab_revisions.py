@@ -43,7 +43,8 @@ CONFIGS = {   # name: (method, temperature, decoder options)
     "sequoia adaptive T0.6": ("sequoia", 0.6, {"tree": "adaptive"}),
     "sequoia adaptive=0.03": ("sequoia", 0.0, {"tree": "adaptive", "tree_threshold": 0.03}),
     # `auto`: each revision races the tree its own plan picks. Measure both plans first, on a quiet machine
-    # (`PYTHONPATH=<old checkout> python -m specviz bench --methods sequoia --limit 1`, then the same here), or
+    # (from the old export's directory: `PYTHONPATH=. python -m specviz bench --suite chat --methods sequoia --limit 1
+    # --dtype fp32`, at each temperature, then the same here; `bench` needs a suite), or
     # the first prompt's run times the measurement.
     "sequoia auto": ("sequoia", 0.0, {}),
     "sequoia auto T0.6": ("sequoia", 0.6, {}),
