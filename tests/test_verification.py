@@ -100,19 +100,20 @@ class RecordedBonus:
         return torch.zeros((), dtype=torch.long)
 
 
-def device_walk(monkeypatch, shape: TreeShape, tokens, target_probs, draft_q, uniforms, limit=None):
-    """The package's sampled walk with the bonus recorded: (accepted node ids, status names, bonus P)."""
+def device_walk(monkeypatch, shape: TreeShape, tokens, target_probs, draft_q, uniforms, limit=None, prune=False):
+    """The package's sampled walk with the bonus recorded: (accepted node ids, status names, bonus P);
+    `prune`: as a CPU runs it (the moot work skipped)."""
     bonus = RecordedBonus()
     monkeypatch.setattr(verify, "race_sample", bonus)
     walk = sampled_walk(WalkTables(shape, "cpu"), torch.as_tensor(tokens), target_probs, draft_q,
                         torch.as_tensor(uniforms, dtype=torch.float64),
-                        shape.depth if limit is None else limit, None)
+                        shape.depth if limit is None else limit, None, prune=prune)
     monkeypatch.undo()
     k = int(walk.accepted)
     return walk.path.tolist()[1:k + 1], [STATUS_NAMES[c] for c in walk.status.tolist()], bonus.p
 
 
-def emitted_by_device_walk(monkeypatch, p: torch.Tensor, q: torch.Tensor, c: int) -> torch.Tensor:
+def emitted_by_device_walk(monkeypatch, p: torch.Tensor, q: torch.Tensor, c: int, prune: bool = False) -> torch.Tensor:
     """P(the token one node emits = t), enumerating every ordered draw of c children from q and every
     accept/reject branch of the package's walk over a root with c children; each branch's probability
     comes from the threshold its decisions reveal, and the bonus from the P the walk draws it from."""
@@ -126,7 +127,7 @@ def emitted_by_device_walk(monkeypatch, p: torch.Tensor, q: torch.Tensor, c: int
         for i, tok in enumerate(seq):
             def accepted(u, i=i):
                 got, _, _ = device_walk(monkeypatch, shape, tokens, target_probs, q.view(1, -1),
-                                        [rejecting + [u] + [1.0] * (c - i - 1)])
+                                        [rejecting + [u] + [1.0] * (c - i - 1)], prune=prune)
                 return got == [i + 1]
             t = acceptance_threshold(accepted)
             out[tok] += weight * t
@@ -135,20 +136,22 @@ def emitted_by_device_walk(monkeypatch, p: torch.Tensor, q: torch.Tensor, c: int
                 break
             rejecting.append((t + 1) / 2)
         else:
-            got, _, p_bonus = device_walk(monkeypatch, shape, tokens, target_probs, q.view(1, -1), [rejecting])
+            got, _, p_bonus = device_walk(monkeypatch, shape, tokens, target_probs, q.view(1, -1), [rejecting],
+                                          prune=prune)
             assert got == []
             out += weight * p_bonus
     return out
 
 
+@pytest.mark.parametrize("prune", [False, True], ids=["as-captured", "pruned-on-cpu"])
 @pytest.mark.parametrize("seed,c", [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)])
-def test_device_walk_at_one_node_is_exact_by_enumeration(monkeypatch, seed, c):
+def test_device_walk_at_one_node_is_exact_by_enumeration(monkeypatch, seed, c, prune):
     gen = torch.Generator().manual_seed(seed)
     p = torch.softmax(torch.randn(5, generator=gen, dtype=torch.float64) * 2, -1)
     q = torch.softmax(torch.randn(5, generator=gen, dtype=torch.float64) * 2, -1)
     p[int(p.argmin())] = 0.0   # a token the target never emits, which the draft offers
     p /= p.sum()
-    torch.testing.assert_close(emitted_by_device_walk(monkeypatch, p, q, c), p, atol=1e-10, rtol=0)
+    torch.testing.assert_close(emitted_by_device_walk(monkeypatch, p, q, c, prune), p, atol=1e-10, rtol=0)
 
 
 def walk_outcomes(monkeypatch, shape: TreeShape, tokens, target_probs, draft_q):
@@ -344,9 +347,11 @@ class ScriptedHostDraws:
         return torch.tensor(0)
 
 
-def test_sampled_walk_equals_the_reference_on_random_trees(monkeypatch):
+@pytest.mark.parametrize("prune", [False, True], ids=["as-captured", "pruned-on-cpu"])
+def test_sampled_walk_equals_the_reference_on_random_trees(monkeypatch, prune):
     """Same tree, P, q and uniforms: the device walk accepts, rejects and leaves for the bonus the P the
-    host walk does, on random trees (zero-mass tokens, cut depths, draft supports that run out)."""
+    host walk does, on random trees (zero-mass tokens, cut depths, draft supports that run out), whether it
+    runs every loop (as captured) or skips the moot work (as a CPU runs it)."""
     import sequoia_reference
 
     rng = random.Random(1)
@@ -364,7 +369,7 @@ def test_sampled_walk_equals_the_reference_on_random_trees(monkeypatch):
             p, q = p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True)
         width = max(1, max(len(c) for c in shape.children))
         uniforms = torch.rand(max(shape.depth, 1), width, generator=gen, dtype=torch.float64)
-        accepted, status, bonus_p = device_walk(monkeypatch, shape, tokens, p, q, uniforms, limit)
+        accepted, status, bonus_p = device_walk(monkeypatch, shape, tokens, p, q, uniforms, limit, prune)
         host_shape = shape.truncated(limit)
         draws = ScriptedHostDraws(uniforms)
         shim = type("TorchWithScriptedRand", (), {"rand": staticmethod(draws.rand),

@@ -445,7 +445,7 @@ class SequoiaDecoder(Decoder):
             uniforms = torch.rand(max(self.max_depth, 1), self.max_width, generator=self.generator,
                                   device=self.device)
             walk = sampled_walk(tree.tables, tokens, target_probs, self.draft_q, uniforms, depth,
-                                self.generator)
+                                self.generator, prune=self.device.type == "cpu")
             target_p = target_probs[tt.parents, tokens]
         self.target.keep(root_slot, walk.path + root_slot)
         path_slots = walk.path if read_slots is None else read_slots.index_select(0, walk.path)

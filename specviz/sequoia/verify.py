@@ -16,7 +16,8 @@ argmax at the last accepted node.
 The sampled walk is a fixed loop over the tree's levels and child ranks whose every decision is a
 `torch.where`; the greedy one needs no loop (a pass over the ancestor matrix). Neither asks the host
 which way to go: a GPU captures them with the step, and a step reads the outcome back once, with
-everything else its record needs. `tests/sequoia_reference.py` states the same rules as a plain host
+everything else its record needs. On a CPU, where nothing is captured and a flag is read for free, the
+sampled walk skips the work it can see is moot (`prune`), with the same outcome. `tests/sequoia_reference.py` states the same rules as a plain host
 walk, against which the tests check these on every enumerated case.
 
 What a walk returns (`DeviceWalk`), all on the device:
@@ -131,13 +132,17 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def sampled_walk(tables: WalkTables, tokens: torch.Tensor, target_probs: torch.Tensor,
-                        draft_q: torch.Tensor, uniforms: torch.Tensor, limit: int,
-                        generator: torch.Generator | None) -> DeviceWalk:
+                 draft_q: torch.Tensor, uniforms: torch.Tensor, limit: int,
+                 generator: torch.Generator | None, prune: bool = False) -> DeviceWalk:
     """The sampled walk.
 
     target_probs (n, V): P at every node; draft_q (m, V): the q each node with children drew them
     from (row = node id; m covers every such node); uniforms (depth, width): the U(0, 1) of the child
     of each rank tested at each level (at most one node is tested per level, so each is used once).
+
+    `prune` (uncaptured, on a CPU, where reading a 0-d flag costs nothing): skip the updates that would
+    leave P and q as they are (no child rejected) and the levels after the walk stopped. The outcome and
+    the random numbers used are the same; what is skipped is a few passes over the vocabulary per child.
     """
     cur, alive, accepted = tables.zero, tables.true, tables.zero
     rejected = torch.zeros(tables.n, dtype=torch.bool, device=tokens.device)
@@ -145,6 +150,8 @@ def sampled_walk(tables: WalkTables, tokens: torch.Tensor, target_probs: torch.T
     path = [cur]
     last_q_row = draft_q.shape[0] - 1
     for level in range(min(limit, tables.depth)):
+        if prune and not alive:   # every later level would leave the walk where it is
+            break
         p = torch.where(alive, _row(target_probs, cur), p)
         q = _row(draft_q, cur.clamp(max=last_q_row))       # a leaf's row is never tested (has_child False)
         kids, has = _row(tables.children, cur), _row(tables.has_child, cur)
@@ -158,6 +165,8 @@ def sampled_walk(tables: WalkTables, tokens: torch.Tensor, target_probs: torch.T
             miss = tested & ~hit
             nxt = torch.where(hit, kid, nxt)
             moved = moved | hit
+            if prune and not miss:   # nothing rejected: P and q stay as they are
+                continue
             rejected = rejected | ((tables.node_ids == kid) & miss)
             p = torch.where(miss, residual(p, q), p)
             q = torch.where(miss, q.index_fill(0, tok, 0.0), q)
