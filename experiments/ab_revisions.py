@@ -42,10 +42,8 @@ CONFIGS = {   # name: (method, temperature, decoder options)
     "sequoia adaptive": ("sequoia", 0.0, {"tree": "adaptive"}),
     "sequoia adaptive T0.6": ("sequoia", 0.6, {"tree": "adaptive"}),
     "sequoia adaptive=0.03": ("sequoia", 0.0, {"tree": "adaptive", "tree_threshold": 0.03}),
-    # `auto`: each revision races the tree its own plan picks. Measure both plans first, on a quiet machine
-    # (from the old export's directory: `PYTHONPATH=. python -m specviz bench --suite chat --methods sequoia --limit 1
-    # --dtype fp32`, at each temperature, then the same here; `bench` needs a suite), or
-    # the first prompt's run times the measurement.
+    # `auto`: each revision races the tree its own plan picks, measured in its own cache (`own_cache`, a copy
+    # of the real one's profiles) the first time a run asks for it, before that run's clock starts.
     "sequoia auto": ("sequoia", 0.0, {}),
     "sequoia auto T0.6": ("sequoia", 0.6, {}),
 }
@@ -89,18 +87,39 @@ def export(rev: str, into: Path, with_assets: bool = False) -> Path:
     only the code differs; `with_assets` takes `rev`'s too (its drafts and acceptance vectors), to compare drafts."""
     paths = ["specviz", "assets"] if with_assets else ["specviz"]
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, *paths], check=True, capture_output=True)
+    into.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     if not with_assets:
         (into / "assets").symlink_to(ROOT / "assets")
     return into
 
 
-def start(code_dir: Path, args) -> subprocess.Popen:
+def own_cache(into: Path) -> Path:
+    """A SpecViz cache for one revision: links to the real one's models and wheels, and a copy of its
+    profiles. Two revisions write some measurements under one name (Sequoia's plan): sharing one cache,
+    each re-measured its plan whenever the other had written its own (every run, untimed but slow)."""
+    import os
+    import shutil
+
+    real = Path(os.environ.get("SPECVIZ_CACHE") or Path.home() / ".cache" / "specviz")
+    into.mkdir(parents=True)
+    for entry in real.iterdir() if real.is_dir() else []:
+        if entry.name == "profiles":
+            shutil.copytree(entry, into / "profiles")
+        else:
+            (into / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+    return into
+
+
+def start(code_dir: Path, args, cache: Path) -> subprocess.Popen:
+    """A worker for the code in `code_dir`; its `auto` sizes are measured (untimed) in `cache` on first use."""
+    import os
+
     cmd = [sys.executable, __file__, "--serve", str(code_dir), "--threads", str(args.threads),
            "--tokens", str(args.tokens), "--dtype", args.dtype] + (["--draft", args.draft] if args.draft else []) + (
               ["--interleave"] if args.interleave else [])
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, cwd=ROOT)
+                            text=True, cwd=ROOT, env={**os.environ, "SPECVIZ_CACHE": str(cache)})
     ready = proc.stdout.readline()
     if not ready:
         raise SystemExit(f"the worker for {code_dir} did not start (run it with --serve to see why)")
@@ -133,7 +152,8 @@ def main() -> int:
         return 0
     configs = {name: CONFIGS[name] for name in args.configs.split(",")}
     with tempfile.TemporaryDirectory() as tmp:
-        procs = {"old": start(export(args.old, Path(tmp), args.old_assets), args), "new": start(ROOT, args)}
+        procs = {"old": start(export(args.old, Path(tmp) / "code", args.old_assets), args, own_cache(Path(tmp) / "old")),
+                 "new": start(ROOT, args, own_cache(Path(tmp) / "new"))}
         tps, steps, same = collections.defaultdict(list), collections.defaultdict(list), collections.Counter()
         step_s = collections.defaultdict(list)
         for i in range(args.prompts):
