@@ -143,7 +143,17 @@ def load_pair_for(args: argparse.Namespace, methods: list[str]):
     from .engine.models import load_pair
 
     draft = command_draft(args, parse_specs(methods))
-    return load_pair(args.model, draft, device=args.device, dtype=args.dtype)
+    return load_pair(args.model, draft, device=args.device, dtype=auto_precision_measured(args))
+
+
+def auto_precision_measured(args: argparse.Namespace) -> str:
+    """`--dtype`, having measured this CPU's precisions first where `auto` still needs them (once per
+    machine and thread count, `engine.precision`; the progress shows like any measurement's)."""
+    if args.dtype in (None, "", "auto"):
+        from .engine.models import choose_device, ensure_precisions_measured
+
+        ensure_precisions_measured(args.model, choose_device(args.device))
+    return args.dtype
 
 
 class CliMeasuring:
@@ -186,7 +196,7 @@ class CliMeasuring:
 
             folder = Path(self.saved[0]).parent
             count = len(dict.fromkeys(self.saved))
-            print(f"specviz: measured this machine for 'auto' sizes at {torch.get_num_threads()} threads; "
+            print(f"specviz: measured this machine for 'auto' at {torch.get_num_threads()} threads; "
                   f"{count} result{'s' * (count != 1)} cached in {folder} (the next run reads them)",
                   file=self.stream)
 

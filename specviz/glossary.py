@@ -94,9 +94,13 @@ TERMS: tuple[Term, ...] = (
          "autoregressive's tokens (`bench` prints it per prompt).", field="agreement_with_ar"),
     Term("q4", "A precision (`--dtype q4`, CPU, offline default only): every layer's linears run the 4-bit "
          "weights the model's GGUF ships (Q4_1, blocks of 32 as d·q + m) on torch's int4 weight-only kernel, "
-         "each product's input rounded to bf16 for it; the rest of the forward (head included) runs in what "
-         "`auto` picks for the CPU (fp32 without bf16 kernels). Not exact: greedy agreement with fp32 is reported, as "
-         "for bf16."),
+         "each product's input rounded to bf16 for it; the rest of the forward (head included) runs in fp32 on a "
+         "CPU without bf16 kernels, else bf16. Not exact: greedy agreement with fp32 is reported, as for bf16."),
+    Term("auto precision", "What `--dtype auto` runs on a CPU: the precision (fp32, bf16 or q4) whose target "
+         "forward this machine measured fastest (the geometric mean of one row's and a 16-row verification's), "
+         "measured once per CPU, thread count and torch version. The summary line says which ran and why; until "
+         "it is measured, and on a GPU, the rule: bf16 where the hardware has bf16 kernels, else fp32 (fp16 on a "
+         "GPU older than Ampere).", field="precision_choice"),
 )
 BY_NAME = {t.name: t for t in TERMS}
 # Column and label words that name what ran or how it ran, not a measurement or a size: a table may use them freely.

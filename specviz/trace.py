@@ -285,6 +285,8 @@ class RaceTrace:
     # Where it ran, for the speeds' sake: "AMD EPYC (avx2, fma), 1 thread" (`engine.machine.cpu_words`), or
     # the GPU's name. Absolute tokens/s differ by CPU and thread count; "" in traces from before it was kept.
     machine: str = ""
+    # Why this precision ran, where `auto` chose it on a CPU (`engine.precision`); "" otherwise.
+    precision_choice: str = ""
 
     @property
     def greedy(self) -> bool:
@@ -319,6 +321,8 @@ class RaceTrace:
             data["request"] = self.request
         if self.machine:
             data["machine"] = self.machine
+        if self.precision_choice:
+            data["precision_choice"] = self.precision_choice
         return data
 
     def to_json(self, **kwargs) -> str:
@@ -375,6 +379,7 @@ class RaceTrace:
                 cancelled=bool(data.get("cancelled", False)),
                 request=_typed(data["request"], dict, "request") if data.get("request") is not None else None,
                 machine=_typed(data.get("machine", ""), str, "machine"),
+                precision_choice=_typed(data.get("precision_choice", ""), str, "precision_choice"),
             )
         except InvalidInput:
             raise

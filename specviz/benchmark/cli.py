@@ -58,6 +58,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                if any(runner.parse_method(x)[0] == m for x in methods)}
     pair = load_pair_for(args, methods)
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    if pair.precision_choice:   # `--dtype auto`: which precision runs, and why
+        say(f"precision: {pair.precision_choice}")
     hf_options = runner.tuned_options(pair, sampling)
     if args.tune and any(runner.parse_method(m)[0] in ("hf-assisted", "hf-prompt-lookup") for m in methods):
         tune_prompts = limit_per_suite(prompts, 1)

@@ -82,7 +82,8 @@ def header(run: dict) -> str:
         f"top-k {sampling.get('top_k', 0)}, seed {sampling.get('seed')}")
     peers = run.get("peer_settings", {})
     lines = [
-        f"- Machine: {run.get('machine', '?')} ({run.get('device', '?')}), dtype {run.get('dtype', '?')}",
+        f"- Machine: {run.get('machine', '?')} ({run.get('device', '?')}), dtype {run.get('dtype', '?')}"
+        + (f" ({run['precision_choice']})" if run.get("precision_choice") else ""),
         f"- Versions: torch {run.get('torch', '?')}, transformers {run.get('transformers', '?')}, "
         f"Python {run.get('python', '?')}",
         f"- Target: {run.get('target', '?')}; " + _drafts_line(run),

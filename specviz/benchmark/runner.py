@@ -715,7 +715,8 @@ def run_info(pair: ModelPair, methods: list[str], sampling: SamplingConfig, max_
             "graphs": graphs, "graphs_compile": os.environ.get("SPECVIZ_GRAPHS_COMPILE") == "1",
             "target": pair.target_name, "draft": pair.draft_name, "drafts": method_drafts(pair, methods),
             "device": str(pair.device),
-            "dtype": pair.precision, **machine_info(pair.device), "peer_settings": peers,
+            "dtype": pair.precision, "precision_choice": getattr(pair, "precision_choice", ""),
+            **machine_info(pair.device), "peer_settings": peers,
             "options": {m: o for m, o in options.items() if m in ("sequoia", "lookahead")},
             "command": " ".join(["python -m specviz", *(argv or [])[1:]]) if argv else None,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}

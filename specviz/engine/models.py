@@ -25,6 +25,7 @@ import torch
 
 from ..errors import InvalidInput, ModelLoadError
 from ..paths import assets_dir, cache_dir
+from . import precision
 from .drafts import draft_format, format_of
 
 DEFAULT_NAME = "default"
@@ -389,6 +390,8 @@ class ModelPair:
     device: torch.device
     dtype: torch.dtype
     draft_dir: Path | None = None   # a shipped or distilled SpecViz draft's directory (its metrics travel with it)
+    # Why this precision, where `auto` chose it on a CPU (`engine.precision.choice`); "" where one was asked for.
+    precision_choice: str = ""
 
     @property
     def draft_checkpoint_step(self) -> int | None:
@@ -438,14 +441,68 @@ def load_pair(target: str | None = DEFAULT_NAME, draft: str | None = None, *,
     """Load a target and its draft on one device.
 
     `draft=None` picks the offline default's shipped draft when the target is the
-    default, and otherwise the target itself (always exact, never faster).
+    default, and otherwise the target itself (always exact, never faster). `dtype` auto on a
+    CPU is the precision this machine measured fastest once it has (`engine.precision`).
     """
     dev = choose_device(device)
+    if dtype not in (None, "", "auto"):
+        return _load_pair(target, draft, dev, dtype, progress)
+    chosen, words = auto_precision(target, dev)
+    pair = _load_pair(target, draft, dev, chosen or dtype, progress)
+    pair.precision_choice = words
+    return pair
+
+
+def _display_name(target: str | None) -> str:
+    return DEFAULT_DISPLAY_NAME if is_default(target) else str(target).strip()
+
+
+def auto_candidates(target: str | None, device: torch.device) -> list[str]:
+    """The precisions `auto` chooses among by measuring (`engine.precision`): on a CPU fp32 and bf16, and q4
+    for the offline default (the one model that ships 4-bit weights); none off a CPU (the rule decides)."""
+    from .quant import int4_kernel_available
+
+    if device.type != "cpu":
+        return []
+    return ["fp32", "bf16"] + (["q4"] if is_default(target) and int4_kernel_available() else [])
+
+
+def auto_precision(target: str | None, device: torch.device) -> tuple[str | None, str]:
+    """(what `auto` loads on `device`: the measured choice, or None for the rule; why, in words)."""
+    return precision.choice(_display_name(target), auto_candidates(target, device))
+
+
+def precisions_pending(target: str | None, device: torch.device) -> bool:
+    return precision.pending(_display_name(target), auto_candidates(target, device))
+
+
+def measure_precisions(target: str | None, device: torch.device, progress: Progress = _stderr) -> dict:
+    """Time the target's forward in every `auto_candidates` precision on this machine and cache the choice."""
+    def load(name: str) -> torch.nn.Module:
+        # q4's norms, attention and head run in the rule's precision (`Q4`), as when q4 is asked for.
+        model = load_model(target, device, choose_dtype(device, name), progress)
+        if wants_q4(name):
+            from .quant import attach_q4
+
+            attach_q4(model, offline_default_gguf(progress))
+        return model
+
+    return precision.measure(_display_name(target), auto_candidates(target, device), load, device)
+
+
+def ensure_precisions_measured(target: str | None, device: torch.device, progress: Progress = _stderr) -> None:
+    """Measure now where `auto` still waits for it (a command before it loads; the app's worker after a race)."""
+    if precisions_pending(target, device):
+        measure_precisions(target, device, progress)
+
+
+def _load_pair(target: str | None, draft: str | None, dev: torch.device, dtype: str | torch.dtype | None,
+               progress: Progress) -> ModelPair:
     dt = choose_dtype(dev, dtype)
     q4 = wants_q4(dtype)
     if q4:
         check_q4(target, dev)
-    target_name = DEFAULT_DISPLAY_NAME if is_default(target) else target.strip()
+    target_name = _display_name(target)
     tokenizer = load_tokenizer(target, progress)
     target_model = load_model(target, dev, dt, progress)
     if q4:

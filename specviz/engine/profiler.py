@@ -14,6 +14,7 @@ curves are cached under different keys.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -87,6 +88,12 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
     if graphs_timing(model, graphs):
         return static_forward_times(model, sizes, context_len, repeats, warmup, label)
     measuring.phase(f"{label}, t(n) for n = {min(sizes)}..{max(sizes)}", (warmup + repeats) * len(sizes))
+    calls = forward_calls(model, sizes, context_len)
+    return timed_in_rounds(calls, next(model.parameters()).device, repeats, warmup)
+
+
+def forward_calls(model, sizes: list[int], context_len: int = 200) -> dict:
+    """n -> a call of `model`'s decoding forward over n new tokens after `context_len` (prefilled once)."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     vocab = model.config.vocab_size
@@ -102,19 +109,23 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
         causal = torch.triu(torch.ones(n, n, dtype=torch.bool, device=device), diagonal=1)
         mask[0, 0, :, context_len:].masked_fill_(causal, torch.finfo(dtype).min)
         positions = torch.arange(context_len, context_len + n, device=device)
-        calls[n] = (tokens, context_len), dict(positions=positions, mask=mask, rows=n)
-    times: dict[int, list[float]] = {n: [] for n in sizes}
+        calls[n] = functools.partial(forward, tokens, context_len, positions=positions, mask=mask, rows=n)
+    return calls
+
+
+def timed_in_rounds(calls: dict, device: torch.device, repeats: int, warmup: int) -> dict:
+    """Median milliseconds of each call, timed in rounds (one of each per round)."""
+    times: dict = {key: [] for key in calls}
     for i in range(warmup + repeats):
-        for n in sizes:
-            args, kwargs = calls[n]
+        for key, call in calls.items():
             _sync(device)
             start = time.perf_counter()
-            forward(*args, **kwargs)
+            call()
             _sync(device)
             if i >= warmup:
-                times[n].append((time.perf_counter() - start) * 1000)
+                times[key].append((time.perf_counter() - start) * 1000)
             measuring.tick()   # after the clock: a paused background measurement waits here, untimed
-    return {n: statistics.median(times[n]) for n in sizes}
+    return {key: statistics.median(times[key]) for key in calls}
 
 
 def causal_shape_spec(n: int) -> dict:
@@ -181,9 +192,10 @@ def forward_kind(model) -> str:
 
 
 # What is measured on this machine and so belongs to the machine it was measured on (`engine.machine`):
-# forward curves, Sequoia's step costs and plans, Lookahead's auto table, the hf peers' tuning. Acceptance
-# rates are the models' business, not the machine's, and stay shared.
-MACHINE_KINDS = frozenset({"forward", "sequoia-step-costs", "sequoia-plan", "lookahead-auto", "hf-tuning"})
+# forward curves, Sequoia's step costs and plans, Lookahead's auto table, the hf peers' tuning, `auto`'s
+# precision. Acceptance rates are the models' business, not the machine's, and stay shared.
+MACHINE_KINDS = frozenset({"forward", "sequoia-step-costs", "sequoia-plan", "lookahead-auto", "hf-tuning",
+                           "precision"})
 
 
 def _machine(kind: str, key: str) -> dict | None:

@@ -102,6 +102,7 @@ class Race:
             from .models import dtype_name
 
             self.trace.dtype = pair.precision if hasattr(pair, "precision") else dtype_name(pair.dtype)
+            self.trace.precision_choice = getattr(pair, "precision_choice", "")
             self.trace.machine = machine_words(pair.device)
 
     @property
@@ -265,10 +266,19 @@ class PairCache:
         self.pairs: dict[tuple, object] = {}
         self.lock = threading.Lock()
 
+    def _key(self, target: str, draft: str | None, dtype: str) -> tuple:
+        """`auto` names what it resolves to now: once this machine's precisions are measured (in the
+        background, `measure_sizes`), the next race loads the precision chosen."""
+        if dtype in (None, "", "auto"):
+            from .models import auto_precision, choose_device
+
+            return (target, draft, "auto", auto_precision(target, choose_device(self.device))[0])
+        return (target, draft, dtype)
+
     def get(self, target: str, draft: str | None, dtype: str):
         from .models import load_pair
 
-        key = (target, draft, dtype)
+        key = self._key(target, draft, dtype)
         with self.lock:
             if key not in self.pairs:
                 while len(self.pairs) >= self.max_pairs:   # evict the oldest to bound memory
@@ -278,8 +288,9 @@ class PairCache:
 
     def loaded(self, target: str, draft: str | None, dtype: str):
         """The pair if it is loaded already, else None (never loads)."""
+        key = self._key(target, draft, dtype)
         with self.lock:
-            return self.pairs.get((target, draft, dtype))
+            return self.pairs.get(key)
 
     def clear(self) -> None:
         with self.lock:
@@ -305,6 +316,10 @@ def measure_sizes(pairs, request) -> list[str]:
     """Measure and cache every `auto` size the request asks for that is not cached yet (the app's worker
     runs this in the background, paused while a race runs); returns the methods it measured for."""
     target, draft = request.models()
+    if (request.dtype or "auto") == "auto":   # the precision first: the sizes are measured at the one chosen
+        from .models import choose_device, ensure_precisions_measured
+
+        ensure_precisions_measured(target, choose_device(pairs.device))
     pair = pairs.get(target, draft, request.dtype or "auto")
     graphs = getattr(request, "graphs", "auto") or "auto"
     pending, options = pending_sizes(pair, request, graphs), request.method_options()
@@ -318,8 +333,12 @@ FIRST_SIZES_NOTE = ("this machine's measurements for 'auto' are still running, s
 
 
 def ran_first_sizes(trace) -> bool:
-    """Whether any run of the race started on first sizes (`race_events(first_sizes=True)`)."""
-    return any((run.settings or {}).get("sizing") == "first" for run in trace.runs.values() if run is not None)
+    """Whether any run of the race started on first sizes (`race_events(first_sizes=True)`), or `auto`
+    ran the precision rule because this CPU's precisions were not measured yet (`engine.precision`)."""
+    from .precision import NOT_MEASURED
+
+    return trace.precision_choice.startswith(NOT_MEASURED) or any(
+        (run.settings or {}).get("sizing") == "first" for run in trace.runs.values() if run is not None)
 
 
 def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,

@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from ..cliargs import add_graphs_arg, add_model_args, graphs_from_args
+from ..cliargs import add_graphs_arg, add_model_args, auto_precision_measured, graphs_from_args
 from .sizing import choose
 
 
@@ -29,7 +29,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from ..engine.models import load_pair
 
     graphs = graphs_from_args(args)
-    pair = load_pair(args.model, "self", device=args.device, dtype=args.dtype)
+    pair = load_pair(args.model, "self", device=args.device, dtype=auto_precision_measured(args))
     result = choose(pair, refresh=args.refresh, graphs=capture_wanted(graphs, pair.device))
     if args.json:
         print(json.dumps(result))

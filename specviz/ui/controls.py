@@ -135,7 +135,8 @@ def _method_settings(page: Page, init: RaceRequest) -> None:
                                                     label="Seed the n-gram pool from the prompt")
             with gr.Column():
                 page.dtype = gr.Dropdown(list(DTYPES), value=init.dtype,
-                                         label="Precision (fp32 = exact greedy equality)")
+                                         label="Precision (fp32 = exact greedy equality; auto on a CPU: "
+                                               "the fastest measured here)")
                 page.graphs = gr.Dropdown(list(GRAPHS_MODES), value=init.graphs, elem_id="sv-graphs",
                                           label="CUDA graphs (auto: on for a GPU; a CPU runs the "
                                                 "same step uncaptured)")

@@ -308,6 +308,7 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
                         f'</b> {esc(v["message"])}{extra}</div>')
     meta = (f'<div style="color:#6b7280;font-size:13px;margin-top:6px">{esc(race.target_name)} · draft '
             f'{esc(race.draft_name)} · {esc(race.device)} {esc(race.dtype)}'
+            f'{f" ({esc(race.precision_choice)})" if race.precision_choice else ""}'
             f'{f" ({esc(race.machine)})" if race.machine else ""} · {esc(race_graphs_words(race))} · '
             f'{esc(sampling_words(race.sampling))}'
             f'{" · stopped early" if race.cancelled else ""}{esc(first_sizes_words(race))}</div>')
