@@ -1,13 +1,14 @@
 """The foundation: the offline model, the autoregressive baseline, traces, the CLI's errors."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_model, tiny_tokenizer
+from helpers import empty_profile_cache, tiny_model, tiny_tokenizer
 
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import check_same_tokenizer, load_pair
@@ -123,19 +124,24 @@ def test_tokenizer_mismatch_is_refused_naming_both(tmp_path):
         check_same_tokenizer(tiny_tokenizer(6), tiny_tokenizer(7), "a", "b")
 
 
-def _cli(*args, timeout=600):
+def _cli(*args, timeout=600, env=None):
     return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
-def test_cli_generate_json_from_offline_default():
+def test_cli_generate_json_from_offline_default(tmp_path):
+    # A fresh machine's cache (the model, no measurement): `auto` first times this CPU's precisions, in a
+    # cache of this test's own, so no other test's `auto` depends on whether this one ran before it.
+    env = {**os.environ, "SPECVIZ_CACHE": str(empty_profile_cache(tmp_path / "cache"))}
     result = _cli("generate", "--method", "ar", "--prompt", "Write a haiku about trees",
-                  "--max-new-tokens", "32", "--json")
+                  "--max-new-tokens", "32", "--json", env=env)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     for key in ("method", "token_ids", "text", "steps", "target_forwards", "tokens_per_second", "wall_seconds"):
         assert key in out
     assert out["method"] == "ar" and 0 < len(out["token_ids"]) <= 32 and out["text"].strip()
+    assert "the target's forward in fp32, bf16" in result.stderr   # the measuring bar named what it timed
+    assert list((tmp_path / "cache" / "profiles").glob("precision-*.json"))
 
 
 @pytest.mark.parametrize("args, message", [
@@ -149,7 +155,7 @@ def test_cli_generate_json_from_offline_default():
     (["--prompt", "hi", "--model", "no-such-org/no-such-model"], "could not load model"),
 ])
 def test_cli_bad_input_gives_one_line_error(args, message):
-    result = _cli("generate", *args)
+    result = _cli("generate", *args, "--dtype", "fp32")   # fp32: nothing to measure before the error
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert message in result.stderr
