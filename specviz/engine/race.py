@@ -272,7 +272,8 @@ class PairCache:
         if dtype in (None, "", "auto"):
             from .models import auto_precision, choose_device
 
-            return (target, draft, "auto", auto_precision(target, choose_device(self.device))[0])
+            chosen = auto_precision(target, choose_device(self.device))[0]
+            return (target, draft, f"auto:{chosen}" if chosen else "auto")
         return (target, draft, dtype)
 
     def get(self, target: str, draft: str | None, dtype: str):
