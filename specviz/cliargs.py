@@ -196,7 +196,8 @@ class CliMeasuring:
 
             folder = Path(self.saved[0]).parent
             count = len(dict.fromkeys(self.saved))
-            print(f"specviz: measured this machine for 'auto' at {torch.get_num_threads()} threads; "
+            threads = torch.get_num_threads()
+            print(f"specviz: measured this machine for 'auto' at {threads} thread{'s' * (threads != 1)}; "
                   f"{count} result{'s' * (count != 1)} cached in {folder} (the next run reads them)",
                   file=self.stream)
 
