@@ -168,6 +168,8 @@ class SequoiaDecoder(Decoder):
         # Every committed token by slot: the root and the drafters' inputs are read from it on the device.
         self.history = torch.zeros(self.session.capacity + self.max_depth + 2, dtype=torch.long, device=dev)
         self.arange = torch.arange(self.max_depth + 1, device=dev)
+        # On a CPU nothing is captured and a flag is read for free: the sampled walk skips its moot work there.
+        self.prune_walk = dev.type == "cpu"
         self.trees: dict = {}   # this run's fixed trees by depth (the whole and its cuts)
         # What the draft's next root read must cover (host numbers, from each step's one read): the tokens
         # committed since its last root read, and how many of them no draft forward has read.
@@ -445,7 +447,7 @@ class SequoiaDecoder(Decoder):
             uniforms = torch.rand(max(self.max_depth, 1), self.max_width, generator=self.generator,
                                   device=self.device)
             walk = sampled_walk(tree.tables, tokens, target_probs, self.draft_q, uniforms, depth,
-                                self.generator, prune=self.device.type == "cpu")
+                                self.generator, prune=self.prune_walk)
             target_p = target_probs[tt.parents, tokens]
         self.target.keep(root_slot, walk.path + root_slot)
         path_slots = walk.path if read_slots is None else read_slots.index_select(0, walk.path)
