@@ -30,6 +30,28 @@ def _hf_tree_logits(model, prompt: torch.Tensor, tokens: torch.Tensor, shape: Tr
     return logits, cache
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_rolled_rotation_is_transformers_bit_for_bit(dtype):
+    """`rotate` with the signed sin table computes transformers' `x * cos + rotate_half(x) * sin` to the bit
+    (the lean forward's fp32 exactness rests on it); control: the unsigned table rotates the other way."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    from specviz.engine.llama import rotary_tables, rotate
+
+    gen = torch.Generator().manual_seed(0)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 64, 2).float() / 64))
+    positions = torch.tensor([0, 3, 17, 400, 2047])
+    cos, signed_sin = rotary_tables(positions, inv_freq, 1.0, dtype)
+    freqs = torch.cat([positions.float()[:, None] * inv_freq] * 2, -1)
+    hf_cos, hf_sin = freqs.cos().to(dtype), freqs.sin().to(dtype)
+    assert torch.equal(cos, hf_cos) and torch.equal(signed_sin.abs(), hf_sin.abs())
+    q = torch.randn(1, 9, len(positions), 64, generator=gen).to(dtype)
+    k = torch.randn(1, 3, len(positions), 64, generator=gen).to(dtype)
+    want_q, want_k = apply_rotary_pos_emb(q, k, hf_cos[None], hf_sin[None])
+    assert torch.equal(rotate(q, cos, signed_sin), want_q) and torch.equal(rotate(k, cos, signed_sin), want_k)
+    assert not torch.allclose(rotate(q, cos, hf_sin), want_q, atol=1e-2)
+
+
 @torch.inference_mode()
 def test_tree_forward_and_keep_match_transformers(pair_fp32):
     model = pair_fp32.target

@@ -123,15 +123,26 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
     logits over a prompt follow the fp32 model's (a wrong row order or zero point scrambles them)."""
     pair = load_pair("default", "self", dtype="q4")
     assert pair.precision == "q4" and pair.key.endswith("|q4")
-    assert forward_kind(pair.target) == "lean-q4" and forward_kind(pair_fp32.target) != "lean-q4"   # own curves
+    kind = quant.Q4Layers.DECODING_KIND
+    assert forward_kind(pair.target) == kind and forward_kind(pair_fp32.target) != kind   # own curves
     forward = LeanLlama(pair.target, 64)
     assert forward.q4 and all(isinstance(layer.qkv_proj, quant.Int4Linear) for layer in forward.layers)
+    assert forward.rows_layers is not None and forward.all_keys.dtype == torch.float32   # fp32 activations
     prompt = pair.tokenizer("The capital of France is Paris. The capital of Italy is", return_tensors="pt").input_ids
     got = forward(prompt, 0, rows=prompt.shape[1]).float()
     want = LeanLlama(pair_fp32.target, 64)(prompt, 0, rows=prompt.shape[1])
     agree = (got.argmax(-1) == want.argmax(-1)).float().mean().item()
     cosine = torch.nn.functional.cosine_similarity(got, want, dim=-1).min().item()
     assert agree >= 0.8 and cosine > 0.95, (agree, cosine)
+    # The rows layers compute what `decoder_layer` does over the same int4 products, up to rounding: the
+    # prompt's logits and, after it, a decoding row's against the cached K/V the rows layers wrote.
+    through_layers = LeanLlama(pair.target, 64)
+    through_layers.rows_layers = None
+    n = prompt.shape[1]
+    for start, ids, rows in ((0, prompt, n), (n, prompt[:, -1:], 1)):
+        fast, plain = forward(ids, start, rows=rows).float(), through_layers(ids, start, rows=rows).float()
+        assert torch.equal(fast.argmax(-1), plain.argmax(-1))
+        assert (fast - plain).abs().max() < 0.05 * plain.abs().max(), (fast - plain).abs().max()
 
 
 def test_q4_is_refused_for_a_model_without_a_q4_1_gguf(tmp_path):

@@ -38,7 +38,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..engine.cpu_kernels import Int8Fp32Layer, Int8Linear, fbgemm_available, int8_copy, int8_decoding_supported
+from ..engine.cpu_kernels import (Int8Linear, fbgemm_available, fbgemm_rows_layers, int8_copy,
+                                  int8_decoding_supported)
 from ..engine.drafts import DraftFormat
 from ..engine.lean import attention_kernels
 from ..engine.llama import decoder_layer, rms_norm, rotary_tables
@@ -194,7 +195,7 @@ class FeatureDraft(torch.nn.Module):
         """What the decoding forward runs (the profiler's cache key: int8 levels cost less than bf16 ones)."""
         # "-stacked": q|k|v and gate|up run as one int8 matrix each, so older curves overstate a level;
         # "-fbgemm": and the head and layer run fbgemm's kernel (`Int8Linear`), cheaper again;
-        # "-fp32": and the layers run on fp32 activations (`Int8Fp32Layer`), fewer ops a level.
+        # "-fp32": and the layers run on fp32 activations (`engine.llama.RowsLayer`), fewer ops a level.
         kind = "feature"
         if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype):
             kind = "feature-int8-fbgemm-fp32" if fbgemm_available() else "feature-int8-stacked"
@@ -370,7 +371,7 @@ class FeatureDraftForward:
     first, then those of any other token in the `vocab_ids` given, then the
     widened ones). On a CPU the linears and the head run in weight-only int8
     (`int8_decoding_supported`); where fbgemm runs them, the layers run on fp32
-    activations (`Int8Fp32Layer`), so `dtype` (the features', masks' and cache's) is fp32.
+    activations (`engine.llama.RowsLayer`), so `dtype` (the features', masks' and cache's) is fp32.
     """
 
     def __init__(self, draft: FeatureDraft, max_len: int, vocab_ids: torch.Tensor | None = None,
@@ -385,8 +386,8 @@ class FeatureDraftForward:
         else:
             self.draft, self._full_head = draft, draft._target[0].lm_head.weight.detach()
         self.reset_head(vocab_ids)
-        # fbgemm's layers run on fp32 activations (`Int8Fp32Layer`): the features, masks and K/V are fp32.
-        self.layers = Int8Fp32Layer.of(self.draft) if self.int8 else None
+        # fbgemm's layers run on fp32 activations (`engine.llama.RowsLayer`): the features, masks and K/V are fp32.
+        self.layers = fbgemm_rows_layers(self.draft) if self.int8 else None
         if self.layers is not None:
             self.fuse_dtype, self.dtype, self.final_norm = self.dtype, torch.float32, self.draft.norm.float()
         self.cos, self.sin = draft.rotary(torch.arange(max_len, device=dev), self.dtype)
@@ -422,13 +423,14 @@ class FeatureDraftForward:
 
     def _fp32_forward(self, token_ids: torch.Tensor, features: torch.Tensor, start: int, end: int,
                       cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
-        """`forward` through `Int8Fp32Layer`s: the fusion in the draft's dtype (gpt-fast's kernel wants
+        """`forward` through `engine.llama.RowsLayer`s: the fusion in the draft's dtype (gpt-fast's kernel wants
         bf16), then fp32 to the predicted features."""
         d = self.draft
         x = d.fuse(token_ids, features.to(self.fuse_dtype)).float()
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        kv = lambda i, k, v: self._cache(i, k, v, start, end)   # noqa: E731
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, self.keys[i], self.values[i], start, end, mask, causal)
+            x = layer(x, cos, sin, kv, i, mask, causal)
         return F.rms_norm(x, (d.hidden,), self.final_norm, d.eps)
 
     def _cache(self, i: int, k: torch.Tensor, v: torch.Tensor, start: int, end: int):

@@ -7,8 +7,8 @@ kernel call's fixed cost is as large as its arithmetic:
   gate|up weights (`rows_together`), which the target's lean forward uses: the same
   kernel as `F.linear`, so the same bits (checked on each model before use);
 - weight-only int8 linears (`Int8Linear`, gpt-fast's `_weight_int8pack_mm` or fbgemm's
-  dynamic linear) and the fp32-activation layer over fbgemm's packed weights
-  (`Int8Fp32Layer`), which a feature draft's levels use: a draft only proposes, so its
+  dynamic linear) and the fp32-activation layers over fbgemm's packed weights
+  (`fbgemm_rows_layers`), which a feature draft's levels use: a draft only proposes, so its
   precision can cost acceptance, never exactness.
 
 Both rewrite or cache state outside the forward: `rows_together` re-points a model's
@@ -25,7 +25,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from .llama import rotate_half
+from .llama import RowsLayer
 
 def rows_together(*linears: torch.nn.Linear) -> torch.Tensor:
     """The linears' weights stacked as one matrix (q|k|v, gate|up), without a second copy of them.
@@ -283,51 +283,30 @@ def int8_copy(draft: torch.nn.Module) -> torch.nn.Module:
     return clone
 
 
-class Int8Fp32Layer:
-    """A decoder layer of an int8 copy as a CPU's decoding loop runs it: fbgemm's linears on fp32
-    activations, with no module calls.
+class Fbgemm:
+    """One of fbgemm's packed int8 products as a `llama.RowsLayer` product: fp32 rows in and out."""
+
+    __slots__ = ("packed", "reduce_range")
+
+    def __init__(self, linear: Int8Linear):
+        self.packed, self.reduce_range = linear.packed, linear.reduce_range
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
+
+
+def fbgemm_rows_layers(int8_draft) -> list[RowsLayer] | None:
+    """The layers of an int8 copy as `RowsLayer`s over fbgemm's products, or None where a layer's
+    linears are not all fbgemm's.
 
     fbgemm rounds every linear's input to 8 bits per call (`Int8Linear`), so rounding the activations
     to bf16 between the linears, as the trained module's dtype would, buys no speed and only adds a
-    conversion on either side of each linear; q and k are also rotated as one tensor. At a tree
-    level's 1-8 rows every small op costs about as much as its arithmetic: a level runs 1.1-1.3x
-    faster, a chat step's drafting 3.95 -> 3.35 ms (README, *fp32 activations in the draft's levels*),
-    and the draft proposes what it did within fbgemm's rounding.
-    """
-
-    def __init__(self, layer):
-        self.input_norm, self.post_norm = layer.input_norm.float(), layer.post_norm.float()
-        mods = layer._modules
-        self.qkv, self.o = mods["qkv_proj"].packed, mods["o_proj"].packed
-        self.gate_up, self.down = mods["gate_up_proj"].packed, mods["down_proj"].packed
-        self.reduce_range = mods["o_proj"].reduce_range
-        self.hidden, self.heads, self.kv, self.head_dim = layer.hidden, layer.n_heads, layer.n_kv, layer.head_dim
-        self.eps, self.scale = layer.eps, layer.scale
-
-    @classmethod
-    def of(cls, int8_draft) -> list["Int8Fp32Layer"] | None:
-        """The layers of an int8 copy, or None where a layer's linears are not all fbgemm's."""
-        layers = int8_draft.decoder_layers()
-        names = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
-        if not all(getattr(layer._modules.get(name), "packed", None) is not None
-                   for layer in layers for name in names):
-            return None
-        return [cls(layer) for layer in layers]
-
-    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
-                 values: torch.Tensor, start: int, end: int, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
-        """x (n, H) fp32 -> the layer's output; writes the rows' K/V into slots start..end of the cache."""
-        linear, rr = torch.ops.quantized.linear_dynamic, self.reduce_range
-        n, heads, d = x.shape[0], self.heads, self.head_dim
-        qkv = linear(F.rms_norm(x, (self.hidden,), self.input_norm, self.eps), self.qkv, rr)
-        qk = qkv[:, :(heads + self.kv) * d].view(n, heads + self.kv, d)
-        qk = qk * cos + rotate_half(qk) * sin
-        keys[0, :, start:end] = qk[:, heads:].transpose(0, 1)
-        values[0, :, start:end] = qkv[:, (heads + self.kv) * d:].view(n, self.kv, d).transpose(0, 1)
-        attn = F.scaled_dot_product_attention(qk[:, :heads].transpose(0, 1).unsqueeze(0), keys[:, :, :end],
-                                              values[:, :, :end], attn_mask=mask, is_causal=causal,
-                                              scale=self.scale, enable_gqa=heads != self.kv)
-        x = x + linear(attn[0].transpose(0, 1).reshape(n, -1), self.o, rr)
-        gate, up = linear(F.rms_norm(x, (self.hidden,), self.post_norm, self.eps), self.gate_up, rr).chunk(2, -1)
-        return x + linear(F.silu(gate) * up, self.down, rr)
-
+    conversion on either side of each linear. At a tree level's 1-8 rows every small op costs about
+    as much as its arithmetic: a level runs 1.1-1.3x faster, a chat step's drafting 3.95 -> 3.35 ms
+    (README, *fp32 activations in the draft's levels*), and the draft proposes what it did within
+    fbgemm's rounding."""
+    layers = int8_draft.decoder_layers()
+    names = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+    if not all(getattr(layer._modules.get(name), "packed", None) is not None for layer in layers for name in names):
+        return None
+    return [RowsLayer.of(layer, tuple(Fbgemm(layer._modules[name]) for name in names)) for layer in layers]

@@ -38,7 +38,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .cpu_kernels import Matmul, biases_together, pack, packed_weights, rows_together
 from .kvcache import cache_length, crop, keep_positions, new_cache
-from .llama import decoder_layer, rms_norm, rotary_tables
+from .llama import RowsLayer, decoder_layer, rms_norm, rotary_tables
 from .quant import Q4Layers
 
 
@@ -153,8 +153,13 @@ class LeanLlama:
     def __init__(self, model, max_len: int, vocab_ids: torch.Tensor | None = None):
         cfg, inner = model.config, model.model
         head = model.lm_head
-        device, self.dtype = inner.embed_tokens.weight.device, inner.embed_tokens.weight.dtype
+        device = inner.embed_tokens.weight.device
         self.device, self.max_len = device, max_len
+        q4 = Q4Layers.of(model)
+        self.q4 = q4 is not None and device.type == "cpu"
+        # What the residual stream, the cache and attention run in: the weights' dtype, except on the 4-bit
+        # path, where they run in fp32 (`Q4Layers.ACTIVATIONS` says why) and only the products read bf16.
+        self.dtype = Q4Layers.ACTIVATIONS if self.q4 else inner.embed_tokens.weight.dtype
         self.attention_backends = attention_backends(device)
         self.eps = cfg.rms_norm_eps
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -177,8 +182,6 @@ class LeanLlama:
             # None where a projection has no bias (Llama's); Qwen2's q|k|v has one.
             biases += [biases_together(attn.q_proj, attn.k_proj, attn.v_proj), biases_together(attn.o_proj),
                        biases_together(mlp.gate_proj, mlp.up_proj), biases_together(mlp.down_proj)]
-        q4 = Q4Layers.of(model)
-        self.q4 = q4 is not None and device.type == "cpu"
         if self.q4:
             # 4-bit layers (`--dtype q4`): the layers' products run the int4 kernel; the head (tied to the
             # GGUF's Q8_0 embedding, which no int4/int8 kernel reads as it is) stays dense, in the forward's
@@ -201,6 +204,8 @@ class LeanLlama:
         layer_shape = _LayerShape(cfg, inner.layers[0].self_attn.scaling)
         self.layers = [_LeanLayer(layer_shape, w_in, w_post, *mats[4 * i:4 * i + 4])
                        for i, (w_in, w_post) in enumerate(norms)]
+        # The 4-bit products round anyway: its layers run in `RowsLayer`'s fewer ops.
+        self.rows_layers = [RowsLayer.of(layer, q4.layers[i]) for i, layer in enumerate(self.layers)] if self.q4 else None
         # Rotary tables for every position this run can reach, computed as transformers does.
         rotary = inner.rotary_emb
         self.cos, self.sin = rotary_tables(torch.arange(max_len, device=device), rotary.inv_freq.to(device),
@@ -238,6 +243,8 @@ class LeanLlama:
             allowed = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
             mask = torch.zeros(1, 1, n, end, dtype=self.dtype, device=self.device).masked_fill_(
                 ~allowed, torch.finfo(self.dtype).min)
+        elif mask is not None and mask.dtype != self.dtype:
+            mask = mask.to(self.dtype)   # a caller's mask in the model's dtype, where activations are fp32 (q4)
         causal = mask is None and n > 1   # a prefill from slot 0: plainly causal
         keys, values = self.keys, self.values
 
@@ -263,6 +270,8 @@ class LeanLlama:
         Returns the logits of `rows` (an index tensor), and with `hidden` the features of every row.
         """
         cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
+        if mask is not None and mask.dtype != self.dtype:
+            mask = mask.to(self.dtype)
         keys, values = self.keys, self.values
 
         def kv(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -278,20 +287,29 @@ class LeanLlama:
              hidden: bool, taps: tuple[int, ...]):
         """Embedding, the decoder layers (K/V kept by `kv`), norm and head: both forwards' body.
         With `hidden`, the outputs of layers `taps` (n, hidden) join each row's features."""
-        x = F.embedding(input_ids, self.embed)
         tapped = []
         with attention_kernels(self.device, self.attention_backends):
-            for i, layer in enumerate(self.layers):
-                x = decoder_layer(layer, x, cos, sin, kv, i, mask, causal)
-                if hidden and i in taps:
-                    tapped.append(x[0])
+            if self.rows_layers is not None:
+                x = F.embedding(input_ids[0], self.embed).to(self.dtype)
+                cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+                for i, layer in enumerate(self.rows_layers):
+                    x = layer(x, cos, sin, kv, i, mask, causal)
+                    if hidden and i in taps:
+                        tapped.append(x)
+            else:
+                x = F.embedding(input_ids, self.embed)
+                for i, layer in enumerate(self.layers):
+                    x = decoder_layer(layer, x, cos, sin, kv, i, mask, causal)
+                    if hidden and i in taps:
+                        tapped.append(x[0])
+                x = x[0]
         if hidden:
-            normed = rms_norm(x[0], self.final_norm, self.eps)
+            normed = rms_norm(x, self.final_norm, self.eps)
             picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
-            return self.head(picked), torch.cat([normed] + tapped, -1) if tapped else normed
-        x = x[0, -rows:] if isinstance(rows, int) else x[0].index_select(0, rows)
+            return self.head(picked.to(self.lm_head.dtype)), torch.cat([normed] + tapped, -1) if tapped else normed
+        x = x[-rows:] if isinstance(rows, int) else x.index_select(0, rows)
         # A 2-D input keeps F.linear on a plain matmul (see VocabSubsetHead.forward).
-        return self.head(rms_norm(x, self.final_norm, self.eps))
+        return self.head(rms_norm(x, self.final_norm, self.eps).to(self.lm_head.dtype))
 
     def zero_cache(self) -> None:
         """Zero every slot: `forward_static` attends over unwritten slots (masked), which must be finite."""
