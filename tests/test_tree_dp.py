@@ -426,6 +426,11 @@ def test_free_rows_end_where_the_target_starts_charging_for_rows():
     assert free_rows([1.0] * 25, 0.025, 4, 24) == 24    # flat (a GPU, or no measured curve): the cap binds
     steep = [1.0] + [1.0 + 0.1 * (n - 1) for n in range(1, 25)]
     assert free_rows(steep, 0.025, 4, 24) == 4          # never below the floor
+    # fp32 on a Zen 4 EPYC (pooled by `monotone`): a jump from one row to two, then flat to 8. The floor's
+    # rows are paid anyway, so the count grows past it while rows stay free (counted from 1: stuck at 4).
+    jump = [1.0, 1.0] + [1.48] * 7 + [1.48 + 0.014 * k for k in range(1, 17)]
+    assert free_rows(jump, 0.0125, 4, 24) == 8
+    assert free_rows(jump, 0.0125, 4, 6) == 6          # the cap still binds
 
 
 def test_adaptive_budget_is_the_targets_free_rows_unless_given(tmp_path, monkeypatch):
