@@ -394,8 +394,14 @@ def step_costs_for(pair, sampling: SamplingConfig, acc: dict, target_ms: dict, d
 
 
 # Prompts `auto` races the DP tree and the adaptive tree on: open ones of several kinds, none a bench prompt.
-RACE_PROMPTS = CALIBRATION_PROMPTS + ("Write a Python function that counts the vowels in a string.",
-                                      "What are some easy ways to save energy at home?")
+# One of each kind the bench suites hold (chat, code, math, rewrite) besides the calibration prompts: the
+# trees' acceptance differs by kind, and the race decides for all of them.
+RACE_PROMPTS = CALIBRATION_PROMPTS + (
+    "Write a Python function that counts the vowels in a string.",
+    "What are some easy ways to save energy at home?",
+    "A recipe needs 3 eggs for every 12 cookies. How many eggs are needed for 30 cookies? Show your working.",
+    "Rewrite this note so that it sounds friendly and clear: \"Meeting moved. Tuesday 3pm now, not Monday. "
+    "Bring the reports. Don't be late again.\"")
 RACE_TOKENS = 64
 # The adaptive tree must race this much faster to be chosen: within noise, Sequoia's own DP tree stays.
 ADAPTIVE_MARGIN = 1.03
@@ -643,7 +649,8 @@ ADAPTIVE_THRESHOLD = 0.05
 # Below four nodes a budget from the target's curve would forbid even the nodes the draft is sure of.
 ADAPTIVE_MIN_NODES = 4
 # What the adaptive tree does by default: its `auto` race against the DP tree is rerun when this changes.
-ADAPTIVE_RULE = 2   # 2: the budget is the target's free rows (`adaptive_plan`)
+ADAPTIVE_RULE = 3   # 2: the budget is the target's free rows (`adaptive_plan`); 3: counted from the floor,
+#                     raced on the four suites' kinds
 
 
 def adaptive_settings(tree_budget=None, tree_depth=None, tree_parents=None, threshold=None) -> dict:
