@@ -139,7 +139,7 @@ def main() -> int:
     p.add_argument("--interleave", action="store_true", help="alternate chat and code prompts (both kinds in N)")
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"),
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32", "q4"),
                    help="fp32 where the CPU has no native bf16 matmul (AVX2 only: bf16 runs slowly there)")
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated: " + ", ".join(CONFIGS))
     p.add_argument("--draft", default=None, help="the offline default's draft: feature (default) or independent")
