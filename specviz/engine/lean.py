@@ -184,9 +184,9 @@ class LeanLlama:
                        biases_together(mlp.gate_proj, mlp.up_proj), biases_together(mlp.down_proj)]
         if self.q4:
             # 4-bit layers (`--dtype q4`): the layers' products run the int4 kernel; the head (tied to the
-            # GGUF's Q8_0 embedding, which no int4/int8 kernel reads as it is) stays dense, in the forward's
-            # dtype. On an AVX2 CPU (fp32 forward) a bf16 or an fbgemm int8 copy of it made ar 3% faster
-            # and not exact to the file: not worth it.
+            # GGUF's Q8_0 embedding, which no int4/int8 kernel reads as it is) stays dense, in the model's
+            # dtype (its rows are cast to it). On an AVX2 CPU (fp32 model) a bf16 or an fbgemm int8 copy of it
+            # made ar 3% faster and not exact to the file: not worth it.
             mats = [linear for layer in q4.layers for linear in layer]
             # The model's own head is prepacked where oneDNN can (`packed_weights` says None where it cannot:
             # an AVX2-only CPU has no bf16 reorder); a vocabulary subset's stays plain.
