@@ -205,7 +205,8 @@ class LeanLlama:
         self.layers = [_LeanLayer(layer_shape, w_in, w_post, *mats[4 * i:4 * i + 4])
                        for i, (w_in, w_post) in enumerate(norms)]
         # The 4-bit products round anyway: its layers run in `RowsLayer`'s fewer ops.
-        self.rows_layers = [RowsLayer.of(layer, q4.layers[i]) for i, layer in enumerate(self.layers)] if self.q4 else None
+        self.rows_layers = ([RowsLayer.of(layer, q4.layers[i]) for i, layer in enumerate(self.layers)]
+                            if self.q4 else None)
         # Rotary tables for every position this run can reach, computed as transformers does.
         rotary = inner.rotary_emb
         self.cos, self.sin = rotary_tables(torch.arange(max_len, device=device), rotary.inv_freq.to(device),
@@ -243,8 +244,6 @@ class LeanLlama:
             allowed = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
             mask = torch.zeros(1, 1, n, end, dtype=self.dtype, device=self.device).masked_fill_(
                 ~allowed, torch.finfo(self.dtype).min)
-        elif mask is not None and mask.dtype != self.dtype:
-            mask = mask.to(self.dtype)   # a caller's mask in the model's dtype, where activations are fp32 (q4)
         causal = mask is None and n > 1   # a prefill from slot 0: plainly causal
         keys, values = self.keys, self.values
 
@@ -270,8 +269,6 @@ class LeanLlama:
         Returns the logits of `rows` (an index tensor), and with `hidden` the features of every row.
         """
         cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
-        if mask is not None and mask.dtype != self.dtype:
-            mask = mask.to(self.dtype)
         keys, values = self.keys, self.values
 
         def kv(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

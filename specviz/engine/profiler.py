@@ -95,11 +95,13 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
 def forward_calls(model, sizes: list[int], context_len: int = 200) -> dict:
     """n -> a call of `model`'s decoding forward over n new tokens after `context_len` (prefilled once)."""
     device = next(model.parameters()).device
-    dtype = next(model.parameters()).dtype
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
     context = torch.randint(0, vocab, (1, context_len), generator=gen).to(device)
     forward = timing_forward(model, context_len + max(sizes))
+    # The mask in what the forward computes in, as the decoders' shapes build it (the 4-bit forward's
+    # activations are fp32 while its model's weights are bf16).
+    dtype = getattr(forward, "dtype", None) or next(model.parameters()).dtype
     forward(context, 0)
     calls = {}
     for n in sizes:

@@ -173,9 +173,9 @@ class Int4Linear:
         return self.scales_and_zeros.dtype
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features) if x.dim() != 2 else x
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows.to(self.dtype), self.packed, GROUP, self.scales_and_zeros)
-        return (out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)).to(x.dtype)
+        rows = x.reshape(-1, self.in_features).to(self.dtype)   # a view when x is already rows
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, GROUP, self.scales_and_zeros)
+        return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
 @dataclass
