@@ -224,8 +224,9 @@ class Q4Layers:
 
     # What `profiler.forward_kind` names this forward: the measured curves, plans and Lookahead's table that
     # `auto` caches are keyed by it (and by the dtype, which is bf16 here), so the 4-bit forward's never
-    # stand in for the bf16 one's, or the other way round.
-    DECODING_KIND = "lean-q4"
+    # stand in for the bf16 one's, or the other way round. "-f32": since its activations run in fp32
+    # (`ACTIVATIONS`), a faster forward whose costs the curves cached for the bf16-activation one overstate.
+    DECODING_KIND = "lean-q4-f32"
 
     def attach(self, model) -> None:
         model.__dict__[self.ATTR] = self
