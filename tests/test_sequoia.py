@@ -175,6 +175,9 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     # Then it raced that DP tree against the adaptive tree, decoding the same prompts, and chose by the race.
     race = plan["race"]
     assert race["tokens"]["tree"] > 0 and race["tokens"]["adaptive"] > 0
+    # Sampled, so it ran rounds of new seeds until settled (`race_settled`), and says how sure it is.
+    least, most = sizing.RACE_ROUNDS_SAMPLED
+    assert least <= race["rounds"] <= most and race["interval"][0] <= race["interval"][1]
     # The rates are recorded to 0.01 tok/s, which on slow shared cores moves their ratio by more than 1e-3.
     rounding = 0.005 / race["adaptive_tokens_per_s"] + 0.005 / race["tree_tokens_per_s"]
     assert race["adaptive_over_tree"] == pytest.approx(

@@ -456,3 +456,28 @@ def test_adaptive_budget_is_the_targets_free_rows_unless_given(tmp_path, monkeyp
     given, _ = adaptive_plan(pair, tree_budget=16, tree_depth=3)
     assert (given["max_nodes"], given["max_depth"], given["tree_budget_from"]) == (16, 3, "given")
     assert adaptive_plan(pair, tree_depth=3)[0]["max_depth"] == 3
+
+
+def test_a_sampled_race_goes_on_until_its_interval_clears_the_margin():
+    """One round of sampled text scatters too much to decide a few percent against the margin: a sampled race
+    takes its least rounds, then stops only once the interval of its per-prompt ratios lies on one side of the
+    margin, or at its most rounds. A greedy race decodes the same text each round, so one round decides."""
+    from specviz.engine.sampling import SamplingConfig
+    from specviz.sequoia.sizing import ADAPTIVE_MARGIN, RACE_ROUNDS_SAMPLED, race_interval, race_settled
+
+    least, most = RACE_ROUNDS_SAMPLED
+    sampled, greedy = SamplingConfig(0.6), SamplingConfig()
+    clear_win = [1.10, 1.12, 1.09, 1.11, 1.13, 1.10] * least         # tight, well above the margin
+    clear_loss = [0.90, 0.93, 0.91, 0.92, 0.90, 0.94] * least
+    straddling = [0.75, 1.26, 0.95, 1.04, 1.01, 0.92] * least        # the race's own scatter, at a mean near 1
+    low, high = race_interval(clear_win)
+    assert ADAPTIVE_MARGIN < low < 1.11 < high < 1.12
+    assert race_interval([1.1]) is None and race_interval([]) is None
+    # The geometric mean: a ratio and its inverse average to 1.
+    low, high = race_interval([2.0, 0.5])
+    assert low < 1.0 < high and low * high == pytest.approx(1.0)
+    assert race_settled(clear_win, least, sampled) and race_settled(clear_loss, least, sampled)
+    assert not race_settled(clear_win[:6], least - 1, sampled)       # never before the least rounds
+    assert not race_settled(straddling, least, sampled)              # unsettled: another round
+    assert race_settled(straddling, most, sampled)                   # the most rounds end it anyway
+    assert race_settled(straddling[:6], 1, greedy)

@@ -244,6 +244,9 @@ def test_hardware_panel_from_recorded_plan():
     _, text = hardware.panel(trace)
     assert "Sequoia planned (DP tree)" in text and "<b>74.7</b> tokens/s" in text and "<b>80.6</b> tokens/s" in text
     assert "auto runs the adaptive tree" in text and "nodes</b>" not in text   # a race without its budget
+    assert "Raced on 4 prompts on this machine" in text
+    trace.runs["sequoia"].settings["plan"]["race"]["rounds"] = 3   # a sampled race that took three rounds
+    assert "Raced on 4 prompts x 3 rounds on this machine" in hardware.panel(trace)[1]
     trace.runs["sequoia"].settings["plan"]["race"] |= {"adaptive_budget": 8, "adaptive_budget_from": "target's free rows"}
     _, text = hardware.panel(trace)
     assert "within <b>8 nodes</b>: the target reads that many here for about the price of one" in text

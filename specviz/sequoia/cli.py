@@ -121,9 +121,11 @@ def cmd_optimize_tree(args: argparse.Namespace) -> int:
           f"{c['predicted_speedup']:.2f}x over autoregressive)")
     race = plan.get("race")
     if race:
-        print(f"raced on {race['prompts']} prompts here: DP tree {race['tree_tokens_per_s']:.1f} tok/s, adaptive tree "
-              f"{race['adaptive_tokens_per_s']:.1f} tok/s ({race['adaptive_over_tree']:.3f}x; adaptive needs "
-              f"{race['margin']:.2f}x)")
+        interval = race.get("interval")
+        spread = f", per prompt {interval[0]:.3f}-{interval[1]:.3f}x" if interval else ""
+        print(f"raced on {race['prompts']} prompts x {race.get('rounds', 1)} rounds here: DP tree "
+              f"{race['tree_tokens_per_s']:.1f} tok/s, adaptive tree {race['adaptive_tokens_per_s']:.1f} tok/s "
+              f"({race['adaptive_over_tree']:.3f}x{spread}; adaptive needs {race['margin']:.2f}x)")
     print(f"auto runs: {'the adaptive tree' if plan.get('chosen') == 'adaptive' else 'the DP tree'}")
     return 0
 

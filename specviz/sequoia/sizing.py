@@ -29,7 +29,7 @@ CPU run) the step's forwards cost what the plain forwards' curves say.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -405,6 +405,37 @@ RACE_PROMPTS = CALIBRATION_PROMPTS + (
 RACE_TOKENS = 64
 # The adaptive tree must race this much faster to be chosen: within noise, Sequoia's own DP tree stays.
 ADAPTIVE_MARGIN = 1.03
+# Sampled text differs from run to run, and the trees' acceptance with it: one round of six prompts of 64
+# sampled tokens scatters by about 6%, too much to resolve a 5-11% difference against the margin. So a sampled
+# race runs the prompts again, with new seeds, until the interval of its per-prompt ratios clears the margin
+# (at least two rounds, so the interval rests on twelve runs), or for four rounds at most and then decides on
+# its estimate. A greedy race decodes the same text every round: one round, as only the clock would vary.
+RACE_ROUNDS_SAMPLED = (2, 4)
+# How many standard errors the interval spans (about 95%).
+RACE_Z = 2.0
+
+
+def race_interval(ratios: list[float], z: float = RACE_Z) -> tuple[float, float] | None:
+    """The interval, z standard errors wide each side, of the geometric mean of per-prompt rate ratios;
+    None below two ratios. A ratio of rates is multiplicative, so its mean and spread are taken in logs."""
+    logs = np.log(np.asarray([r for r in ratios if r > 0], dtype=float))
+    if logs.size < 2:
+        return None
+    half = z * logs.std(ddof=1) / np.sqrt(logs.size)
+    return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
+
+
+def race_settled(ratios: list[float], rounds_done: int, sampling: SamplingConfig,
+                 margin: float = ADAPTIVE_MARGIN) -> bool:
+    """Whether a race may stop after `rounds_done` rounds: greedy after one; sampled once the interval lies
+    wholly above or below the margin (not before the least rounds), and at the most rounds whatever it shows."""
+    if sampling.greedy:
+        return True
+    least, most = RACE_ROUNDS_SAMPLED
+    if rounds_done >= most:
+        return True
+    interval = race_interval(ratios)
+    return rounds_done >= least and interval is not None and not interval[0] <= margin <= interval[1]
 
 
 def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int = RACE_TOKENS,
@@ -415,45 +446,66 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int =
     confidence each step, which pays where acceptance swings (chat) and costs a little where it
     does not. Which wins depends on the draft and on this machine, so it is measured, not assumed:
     one step of each decoder per round (a slow spell of a shared machine falls on both), wall time
-    around `step()`, the prefill left out.
+    around `step()`, the prefill left out. A sampled race goes on for rounds of new seeds until it is
+    settled (`race_settled`).
     """
     ids = {p: encode_prompt(pair.tokenizer, p) for p in RACE_PROMPTS}
     choices = {"tree": tree_choice(pair, sampling, tree_parents=parents, graphs=graphs),
                "adaptive": tree_choice(pair, sampling, tree="adaptive", graphs=graphs)}
     mode = decoder_graphs(graphs)
-    makers = {k: (lambda p, c=c: SequoiaDecoder(pair, p, ids[p], sampling, tokens, c, graphs=mode))
-              for k, c in choices.items()}
 
-    def race() -> dict:
-        if graphs:   # capture each decoder's shapes before the clock runs: capture is a one-off, not a step cost
-            _capture_shapes(makers.values(), RACE_PROMPTS[0])
-        done = {k: [0, 0.0] for k in makers}   # tokens, ms
-        measuring.phase("Sequoia's DP tree against its adaptive tree", 2 * tokens * len(RACE_PROMPTS))
-        for prompt in RACE_PROMPTS:
-            decoders = {k: make(prompt) for k, make in makers.items()}
-            try:
-                for decoder in decoders.values():
-                    decoder.step()   # the prefill: the same for both
-                while any(not d.done for d in decoders.values()):
-                    for k, decoder in decoders.items():
-                        if not decoder.done:
-                            t0 = time.perf_counter()
-                            record = decoder.step()
-                            done[k][1] += (time.perf_counter() - t0) * 1000
-                            done[k][0] += len(record.new_token_ids)
-                            measuring.tick(len(record.new_token_ids))
-            finally:
-                for decoder in decoders.values():
-                    decoder.close()
+    def makers(seeded: SamplingConfig) -> dict:
+        return {k: (lambda p, c=c: SequoiaDecoder(pair, p, ids[p], seeded, tokens, c, graphs=mode))
+                for k, c in choices.items()}
+
+    def run_prompt(prompt: str, seeded: SamplingConfig) -> dict:
+        decoders = {k: make(prompt) for k, make in makers(seeded).items()}
+        done = {k: [0, 0.0] for k in decoders}   # tokens, ms
+        try:
+            for decoder in decoders.values():
+                decoder.step()   # the prefill: the same for both
+            while any(not d.done for d in decoders.values()):
+                for k, decoder in decoders.items():
+                    if not decoder.done:
+                        t0 = time.perf_counter()
+                        record = decoder.step()
+                        done[k][1] += (time.perf_counter() - t0) * 1000
+                        done[k][0] += len(record.new_token_ids)
+                        measuring.tick(len(record.new_token_ids))
+        finally:
+            for decoder in decoders.values():
+                decoder.close()
         return done
 
-    done, share = with_contention(race, pair.device)
+    def race() -> tuple[dict, list[float], int]:
+        if graphs:   # capture each decoder's shapes before the clock runs: capture is a one-off, not a step cost
+            _capture_shapes(makers(sampling).values(), RACE_PROMPTS[0])
+        total = {"tree": [0, 0.0], "adaptive": [0, 0.0]}
+        ratios, rounds = [], 0
+        while not rounds or not race_settled(ratios, rounds, sampling):
+            # Fixed seeds per round: the race is repeatable, whatever seed the run it sizes was given.
+            seeded = sampling if sampling.greedy else replace(sampling, seed=rounds)
+            rounds += 1
+            measuring.phase(f"Sequoia's DP tree against its adaptive tree (round {rounds})",
+                            2 * tokens * len(RACE_PROMPTS))
+            for prompt in RACE_PROMPTS:
+                done = run_prompt(prompt, seeded)
+                for k, (n, ms) in done.items():
+                    total[k][0] += n
+                    total[k][1] += ms
+                if all(n and ms > 0 for n, ms in done.values()):
+                    ratios.append((done["adaptive"][0] / done["adaptive"][1]) / (done["tree"][0] / done["tree"][1]))
+        return total, ratios, rounds
+
+    (done, ratios, rounds), share = with_contention(race, pair.device)
     rate = {k: 1000 * n / max(ms, 1e-9) for k, (n, ms) in done.items()}
     budget = adaptive_plan(pair, graphs=graphs)[0]
-    return {"prompts": len(RACE_PROMPTS), "tokens": {k: n for k, (n, _) in done.items()},
+    interval = race_interval(ratios)
+    return {"prompts": len(RACE_PROMPTS), "rounds": rounds, "tokens": {k: n for k, (n, _) in done.items()},
             "adaptive_budget": budget["max_nodes"], "adaptive_budget_from": budget["tree_budget_from"],
             "tree_tokens_per_s": round(rate["tree"], 2), "adaptive_tokens_per_s": round(rate["adaptive"], 2),
             "adaptive_over_tree": round(rate["adaptive"] / max(rate["tree"], 1e-9), 4),
+            "interval": None if interval is None else [round(v, 4) for v in interval],
             "margin": ADAPTIVE_MARGIN, "adaptive_rule": ADAPTIVE_RULE, "waiting_share": share}
 
 
@@ -649,8 +701,8 @@ ADAPTIVE_THRESHOLD = 0.05
 # Below four nodes a budget from the target's curve would forbid even the nodes the draft is sure of.
 ADAPTIVE_MIN_NODES = 4
 # What the adaptive tree does by default: its `auto` race against the DP tree is rerun when this changes.
-ADAPTIVE_RULE = 3   # 2: the budget is the target's free rows (`adaptive_plan`); 3: counted from the floor,
-#                     raced on the four suites' kinds
+ADAPTIVE_RULE = 4   # 2: the budget is the target's free rows (`adaptive_plan`); 3: counted from the floor,
+#                     raced on the four suites' kinds; 4: a sampled race runs until settled (`race_settled`)
 
 
 def adaptive_settings(tree_budget=None, tree_depth=None, tree_parents=None, threshold=None) -> dict:

@@ -142,9 +142,15 @@ def _race_html(race: dict, chosen: str | None) -> str:
     won = "the adaptive tree" if chosen == "adaptive" else "the DP tree"
     return ('<div style="color:#374151;margin:2px 0 6px">The DP tree is optimal for the <i>average</i> acceptance; '
             'the adaptive tree is shaped each step by the draft\'s confidence' + _budget_note(race) + '. Raced on '
-            f'{int(race.get("prompts", 0))} prompts on this machine: DP tree <b>{float(race["tree_tokens_per_s"]):.1f}'
+            f'{_runs(race)} on this machine: DP tree <b>{float(race["tree_tokens_per_s"]):.1f}'
             f'</b> tokens/s, adaptive tree <b>{float(race["adaptive_tokens_per_s"]):.1f}</b> tokens/s, so '
             f'<b>auto runs {won}</b> (the adaptive tree must be {float(race.get("margin", 1)):.2f}x faster).</div>')
+
+
+def _runs(race: dict) -> str:
+    """"6 prompts", or "6 prompts x 3 rounds" where a sampled race ran new seeds until it was settled."""
+    prompts, rounds = int(race.get("prompts", 0)), int(race.get("rounds", 1))
+    return f"{prompts} prompts" + (f" x {rounds} rounds" if rounds > 1 else "")
 
 
 def _budget_note(race: dict) -> str:
