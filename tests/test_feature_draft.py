@@ -505,7 +505,7 @@ def test_int8_decoding_levels_track_the_trained_draft(pair, request):
 @pytest.mark.parametrize("pair", ["feature_pair", "two_layer_pair"])
 @torch.inference_mode()
 def test_fp32_levels_run_the_int8_layers_as_the_decoder_feeds_them(pair, request):
-    """Where fbgemm runs the int8 layers, a level skips the module's bf16 activations (`Int8Fp32Layer`): the
+    """Where fbgemm runs the int8 layers, a level skips the module's bf16 activations (`RowsStack`): the
     committed pairs in chunks (the later chunk sees the cache and, causally, itself) and a tree level under
     a mask in the models' dtype (a fixed tree's) predict what the exact draft does, within int8's rounding."""
     feature_pair = request.getfixturevalue(pair)
@@ -516,7 +516,8 @@ def test_fp32_levels_run_the_int8_layers_as_the_decoder_feeds_them(pair, request
     feats = target_features(target, ids, draft.taps)[0]
     L = ids.shape[1]
     fast, exact = FeatureDraftForward(draft, L + 4, int8=True), FeatureDraftForward(draft, L + 4, int8=False)
-    assert fast.layers is not None and len(fast.layers) == draft.n_layers and fast.dtype == torch.float32
+    assert isinstance(fast.layers, torch.jit.ScriptModule) and fast.dtype == torch.float32   # compiled
+    assert len(fast.layers.layers) == draft.n_layers
     assert exact.layers is None and exact.dtype == draft.fc.weight.dtype
     r = L - 5
     got, want = [], []

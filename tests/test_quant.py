@@ -127,7 +127,9 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
     assert forward_kind(pair.target) == kind and forward_kind(pair_fp32.target) != kind   # own curves
     forward = LeanLlama(pair.target, 64)
     assert forward.q4 and all(isinstance(layer.qkv_proj, quant.Int4Linear) for layer in forward.layers)
-    assert forward.rows_layers is not None and forward.all_keys.dtype == torch.float32   # fp32 activations
+    assert forward.all_keys.dtype == torch.float32   # fp32 activations
+    # The rows layers run as one stack that TorchScript compiled (eager Python dispatch is a third of a token).
+    assert isinstance(forward.rows_stack, torch.jit.ScriptModule)
     prompt = pair.tokenizer("The capital of France is Paris. The capital of Italy is", return_tensors="pt").input_ids
     got = forward(prompt, 0, rows=prompt.shape[1]).float()
     want = LeanLlama(pair_fp32.target, 64)(prompt, 0, rows=prompt.shape[1])
@@ -137,7 +139,7 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
     # The rows layers compute what `decoder_layer` does over the same int4 products, up to rounding: the
     # prompt's logits and, after it, a decoding row's against the cached K/V the rows layers wrote.
     through_layers = LeanLlama(pair.target, 64)
-    through_layers.rows_layers = None
+    through_layers.rows_stack = None
     n = prompt.shape[1]
     for start, ids, rows in ((0, prompt, n), (n, prompt[:, -1:], 1)):
         fast, plain = forward(ids, start, rows=rows).float(), through_layers(ids, start, rows=rows).float()

@@ -195,10 +195,11 @@ class FeatureDraft(torch.nn.Module):
         """What the decoding forward runs (the profiler's cache key: int8 levels cost less than bf16 ones)."""
         # "-stacked": q|k|v and gate|up run as one int8 matrix each, so older curves overstate a level;
         # "-fbgemm": and the head and layer run fbgemm's kernel (`Int8Linear`), cheaper again;
-        # "-fp32": and the layers run on fp32 activations (`engine.llama.RowsLayer`), fewer ops a level.
+        # "-fp32": and the layers run on fp32 activations (`engine.llama.RowsLayer`), fewer ops a level;
+        # "-ts": and TorchScript runs them (`engine.llama.RowsStack`), each op's dispatch cheaper.
         kind = "feature"
         if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype):
-            kind = "feature-int8-fbgemm-fp32" if fbgemm_available() else "feature-int8-stacked"
+            kind = "feature-int8-fbgemm-fp32-ts" if fbgemm_available() else "feature-int8-stacked"
         return kind if self.n_layers == 1 else f"{kind}-{self.n_layers}layers"
 
     @property
@@ -428,9 +429,7 @@ class FeatureDraftForward:
         d = self.draft
         x = d.fuse(token_ids, features.to(self.fuse_dtype)).float()
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        kv = lambda i, k, v: self._cache(i, k, v, start, end)   # noqa: E731
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, kv, i, mask, causal)
+        x = self.layers(x, cos, sin, self.keys, self.values, start, None, end, mask, causal, [])[0]
         return F.rms_norm(x, (d.hidden,), self.final_norm, d.eps)
 
     def _cache(self, i: int, k: torch.Tensor, v: torch.Tensor, start: int, end: int):

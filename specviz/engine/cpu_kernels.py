@@ -25,7 +25,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from .llama import RowsLayer
+from .llama import RowsLayer, RowsStack, rows_stack
 
 def rows_together(*linears: torch.nn.Linear) -> torch.Tensor:
     """The linears' weights stacked as one matrix (q|k|v, gate|up), without a second copy of them.
@@ -283,21 +283,21 @@ def int8_copy(draft: torch.nn.Module) -> torch.nn.Module:
     return clone
 
 
-class Fbgemm:
-    """One of fbgemm's packed int8 products as a `llama.RowsLayer` product: fp32 rows in and out."""
-
-    __slots__ = ("packed", "reduce_range")
+class Fbgemm(torch.nn.Module):
+    """One of fbgemm's packed int8 products as a `llama.RowsLayer` product: fp32 rows in and out (a module,
+    which TorchScript compiles into the layers, `llama.RowsStack`)."""
 
     def __init__(self, linear: Int8Linear):
-        self.packed, self.reduce_range = linear.packed, linear.reduce_range
+        super().__init__()
+        self.packed, self.reduce_range = linear.packed, bool(linear.reduce_range)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
 
 
-def fbgemm_rows_layers(int8_draft) -> list[RowsLayer] | None:
-    """The layers of an int8 copy as `RowsLayer`s over fbgemm's products, or None where a layer's
-    linears are not all fbgemm's.
+def fbgemm_rows_layers(int8_draft) -> RowsStack | None:
+    """The layers of an int8 copy as `RowsLayer`s over fbgemm's products (one `RowsStack`), or None where a
+    layer's linears are not all fbgemm's.
 
     fbgemm rounds every linear's input to 8 bits per call (`Int8Linear`), so rounding the activations
     to bf16 between the linears, as the trained module's dtype would, buys no speed and only adds a
@@ -309,4 +309,9 @@ def fbgemm_rows_layers(int8_draft) -> list[RowsLayer] | None:
     names = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
     if not all(getattr(layer._modules.get(name), "packed", None) is not None for layer in layers for name in names):
         return None
-    return [RowsLayer.of(layer, tuple(Fbgemm(layer._modules[name]) for name in names)) for layer in layers]
+    # Compiled once per int8 copy and kept on it: a draft makes a forward per prompt.
+    stack = int8_draft.__dict__.get("_specviz_rows_stack")
+    if stack is None:
+        stack = int8_draft.__dict__["_specviz_rows_stack"] = rows_stack(
+            [RowsLayer.of(layer, tuple(Fbgemm(layer._modules[name]) for name in names)) for layer in layers])
+    return stack

@@ -38,7 +38,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .cpu_kernels import Matmul, biases_together, pack, packed_weights, rows_together
 from .kvcache import cache_length, crop, keep_positions, new_cache
-from .llama import RowsLayer, decoder_layer, rms_norm, rotary_tables
+from .llama import RowsLayer, decoder_layer, rms_norm, rotary_tables, rows_stack
 from .quant import Q4Layers
 
 
@@ -204,9 +204,8 @@ class LeanLlama:
         layer_shape = _LayerShape(cfg, inner.layers[0].self_attn.scaling)
         self.layers = [_LeanLayer(layer_shape, w_in, w_post, *mats[4 * i:4 * i + 4])
                        for i, (w_in, w_post) in enumerate(norms)]
-        # The 4-bit products round anyway: its layers run in `RowsLayer`'s fewer ops.
-        self.rows_layers = ([RowsLayer.of(layer, q4.layers[i]) for i, layer in enumerate(self.layers)]
-                            if self.q4 else None)
+        # The 4-bit products round anyway: its layers run in `RowsLayer`'s fewer ops, compiled as one stack.
+        self.rows_stack = _q4_stack(model, q4, self.layers) if self.q4 else None
         # Rotary tables for every position this run can reach, computed as transformers does.
         rotary = inner.rotary_emb
         self.cos, self.sin = rotary_tables(torch.arange(max_len, device=device), rotary.inv_freq.to(device),
@@ -252,7 +251,7 @@ class LeanLlama:
             values[i][:, :, start:end] = v
             return keys[i][:, :, :end], values[i][:, :, :end]
 
-        return self._run(input_ids, kv, cos, sin, mask, causal, rows, hidden, taps)
+        return self._run(input_ids, kv, (start, None, end), cos, sin, mask, causal, rows, hidden, taps)
 
     __call__ = forward
 
@@ -278,21 +277,20 @@ class LeanLlama:
                 return keys[i], values[i]
             return keys[i][:, :, :end], values[i][:, :, :end]
 
-        return self._run(input_ids, kv, cos, sin, mask, False, rows, hidden, taps)
+        return self._run(input_ids, kv, (0, slots, -1 if end is None else end), cos, sin, mask, False, rows,
+                         hidden, taps)
 
-    def _run(self, input_ids: torch.Tensor, kv, cos, sin, mask, causal: bool, rows: torch.Tensor | int,
-             hidden: bool, taps: tuple[int, ...]):
-        """Embedding, the decoder layers (K/V kept by `kv`), norm and head: both forwards' body.
+    def _run(self, input_ids: torch.Tensor, kv, at: tuple[int, torch.Tensor | None, int], cos, sin, mask,
+             causal: bool, rows: torch.Tensor | int, hidden: bool, taps: tuple[int, ...]):
+        """Embedding, the decoder layers (K/V kept by `kv`, or where `at` says: `RowsLayer.forward`'s start,
+        slots and end), norm and head: both forwards' body.
         With `hidden`, the outputs of layers `taps` (n, hidden) join each row's features."""
         tapped = []
         with attention_kernels(self.device, self.attention_backends):
-            if self.rows_layers is not None:
+            if self.rows_stack is not None:
                 x = F.embedding(input_ids[0], self.embed).to(self.dtype)
-                cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-                for i, layer in enumerate(self.rows_layers):
-                    x = layer(x, cos, sin, kv, i, mask, causal)
-                    if hidden and i in taps:
-                        tapped.append(x)
+                x, tapped = self.rows_stack(x, cos.unsqueeze(1), sin.unsqueeze(1), self.keys, self.values, *at,
+                                            mask, causal, list(taps) if hidden else [])
             else:
                 x = F.embedding(input_ids, self.embed)
                 for i, layer in enumerate(self.layers):
@@ -390,6 +388,16 @@ class ModelForward:
     def copy_prefix(self, other: "ModelForward", n: int) -> None:
         self.cache = copy.deepcopy(other.cache)
         crop(self.cache, n)
+
+
+def _q4_stack(model, q4, layers: list[_LeanLayer]):
+    """The 4-bit layers as one compiled `RowsStack`, made once per model and kept on it (TorchScript takes
+    about a second to compile it, and a decoder makes a forward per prompt)."""
+    kept = model.__dict__.get("_specviz_q4_stack")
+    if kept is None or kept[0] is not q4:
+        kept = model.__dict__["_specviz_q4_stack"] = (
+            q4, rows_stack([RowsLayer.of(layer, q4.layers[i]) for i, layer in enumerate(layers)]))
+    return kept[1]
 
 
 def make_forward(model, max_len: int, vocab_ids: torch.Tensor | None = None, lean: bool = True):
