@@ -294,6 +294,11 @@ class Fbgemm(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
 
+    @torch.jit.export
+    def rows(self, x: torch.Tensor) -> torch.Tensor:
+        """What `llama.RowsLayer` calls: fbgemm takes and gives fp32 rows as they are."""
+        return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
+
 
 def fbgemm_rows_layers(int8_draft) -> RowsStack | None:
     """The layers of an int8 copy as `RowsLayer`s over fbgemm's products (one `RowsStack`), or None where a
