@@ -86,8 +86,8 @@ def decoder_layer(layer: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: 
     return x + layer.down_proj(F.silu(gate) * up)
 
 
-# A product over rows (n, in) in fp32 -> (n, out) in fp32 (its `rows` method): a weight-only kernel that casts
-# what it must, as a `torch.nn.Module` that TorchScript can compile (`RowsStack`).
+# A product over rows (n, in) in fp32 -> (n, out) in fp32 or bf16 (its `rows` method; `RowsLayer` widens bf16
+# exactly): a weight-only kernel that casts what it must, as a `torch.nn.Module` TorchScript can compile.
 Product = torch.nn.Module
 
 
@@ -131,13 +131,15 @@ class RowsLayer(torch.nn.Module):
             values.narrow(2, start, n).copy_(v)
         else:
             keys.index_copy_(2, slots, k)
-            values.index_copy_(2, slots, v)
+            values.index_copy_(2, slots, v.to(values.dtype))   # index_copy_ does not widen
         if end >= 0:
             keys, values = keys.narrow(2, 0, end), values.narrow(2, 0, end)
         attn = F.scaled_dot_product_attention(qk.narrow(1, 0, heads), keys, values, attn_mask=mask,
                                               is_causal=causal, scale=self.scale, enable_gqa=heads != kv_heads)
         x = x + self.o.rows(attn[0].transpose(0, 1).reshape(n, heads * d))
-        gate, up = self.gate_up.rows(self._norm(x, self.post_norm)).chunk(2, -1)
+        # The products may give bf16 (the int4 kernel's own): adding to the fp32 stream, rotating by fp32 tables
+        # or copying into the fp32 cache widens them exactly, one op fewer each; the MLP's gate widens first.
+        gate, up = self.gate_up.rows(self._norm(x, self.post_norm)).float().chunk(2, -1)
         return x + self.down.rows(F.silu(gate) * up)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
