@@ -92,3 +92,34 @@ def test_without_the_extra_bench_says_how_to_install_it(two_prompts, monkeypatch
     assert rc == 2
     err = capsys.readouterr().err
     assert "bash scripts/setup.sh llama" in err and "Traceback" not in err
+
+
+def test_a_build_for_another_cpu_is_refused_by_name():
+    """A .venv built on an AVX-512 machine and opened on an AVX2-only one would die on an illegal instruction
+    inside llama.cpp: the peer names what the build runs and this CPU lacks, before anything runs."""
+    from specviz.benchmark.peers import missing_cpu_features
+
+    avx512_build = ("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | AVX512 = 1 | "
+                    "AVX512_VBMI = 1 | AVX512_VNNI = 1 | AVX512_BF16 = 1 | LLAMAFILE = 1 | REPACK = 1 |")
+    avx2_build = "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | LLAMAFILE = 1 |"
+    zen4 = {"sse3", "avx", "avx2", "f16c", "fma", "bmi2", "avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw",
+            "avx512vbmi", "avx512_vnni", "avx512_bf16"}
+    avx2_only = {"sse3", "avx", "avx2", "f16c", "fma", "bmi2"}
+    assert missing_cpu_features(avx512_build, zen4) == []
+    assert missing_cpu_features(avx2_build, avx2_only) == []
+    assert missing_cpu_features(avx2_build, zen4) == []                      # a lesser build runs anywhere
+    assert missing_cpu_features(avx512_build, avx2_only) == ["AVX512", "AVX512_BF16", "AVX512_VBMI", "AVX512_VNNI"]
+    assert missing_cpu_features(avx512_build, zen4 - {"avx512_bf16"}) == ["AVX512_BF16"]
+    assert missing_cpu_features(avx512_build, set()) == []                   # flags unreadable: nothing to judge
+
+
+def test_the_installed_build_runs_on_this_cpu():
+    """The setup builds for the CPU it runs on (`scripts/setup.sh`'s flags from /proc/cpuinfo)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed here")
+    import llama_cpp
+
+    from specviz.benchmark.peers import missing_cpu_features
+    from specviz.engine.machine import all_cpu_flags
+
+    assert missing_cpu_features(llama_cpp.llama_print_system_info().decode(), all_cpu_flags()) == []

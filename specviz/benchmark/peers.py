@@ -49,11 +49,41 @@ def llama_cpp_module():
     return llama_cpp
 
 
+# What llama.cpp's system info names a feature its build runs (`llama_print_system_info`), and the flag
+# /proc/cpuinfo lists for it. The setup builds for the CPU it runs on (AVX-512 where the CPU has it).
+BUILD_FEATURES = {"AVX": ("avx",), "AVX2": ("avx2",), "F16C": ("f16c",), "FMA": ("fma",), "BMI2": ("bmi2",),
+                  "AVX_VNNI": ("avx_vnni",),
+                  "AVX512": ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"),
+                  "AVX512_VBMI": ("avx512vbmi",), "AVX512_VNNI": ("avx512_vnni",), "AVX512_BF16": ("avx512_bf16",),
+                  "AMX_INT8": ("amx_int8",)}
+
+
+def missing_cpu_features(system_info: str, cpu_flags: frozenset[str] | set[str]) -> list[str]:
+    """The features a llama.cpp build runs (`AVX512 = 1` in its system info) that this CPU lacks.
+
+    A `.venv` built on one machine may be opened on another (sessions land on an AVX-512 EPYC, an AVX2-only
+    one, an Intel Xeon): a build's AVX-512 code on an AVX2-only CPU dies on an illegal instruction, taking
+    the whole bench with it. Empty where the CPU's flags cannot be read (nothing to compare against)."""
+    if not cpu_flags:
+        return []
+    built = {part.split("=")[0].split(":")[-1].strip() for part in system_info.replace("|", "\n").splitlines()
+             if part.split("=")[-1].strip() == "1"}
+    return sorted(name for name, needs in BUILD_FEATURES.items()
+                  if name in built and not all(flag in cpu_flags for flag in needs))
+
+
 def check_peer(pair, sampling) -> None:
-    """Fail before anything is timed where a peer cannot run like for like."""
+    """Fail before anything is timed where a peer cannot run like for like, or cannot run here at all."""
+    from ..engine.machine import all_cpu_flags
     from ..engine.models import DEFAULT_DISPLAY_NAME
 
-    llama_cpp_module()
+    llama_cpp = llama_cpp_module()
+    system = llama_cpp.llama_print_system_info()
+    missing = missing_cpu_features(system.decode(errors="replace") if isinstance(system, bytes) else str(system),
+                                   all_cpu_flags())
+    if missing:
+        raise InvalidInput(f"this llama.cpp build runs {', '.join(missing)}, which this CPU lacks (it was built on "
+                           f"another machine): rebuild it here with `{INSTALL_HINT}`")
     if pair.device.type != "cpu":
         raise InvalidInput(f"the llama.cpp peers run on a CPU only (this bench runs on {pair.device}); "
                            "use --device cpu")

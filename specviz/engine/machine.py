@@ -47,8 +47,13 @@ def cpu_model() -> str:
 
 @functools.cache
 def _flags() -> tuple[str, ...]:
-    flags = set((_cpuinfo_field("flags") or "").split())
-    return tuple(f for f in FLAGS_OF_NOTE if f in flags)
+    return tuple(f for f in FLAGS_OF_NOTE if f in all_cpu_flags())
+
+
+@functools.cache
+def all_cpu_flags() -> frozenset[str]:
+    """Every flag /proc/cpuinfo lists for this CPU (empty where it cannot be read)."""
+    return frozenset((_cpuinfo_field("flags") or "").split())
 
 
 def cpu_flags() -> list[str]:
