@@ -58,6 +58,12 @@ BUILD_FEATURES = {"AVX": ("avx",), "AVX2": ("avx2",), "F16C": ("f16c",), "FMA": 
                   "AMX_INT8": ("amx_int8",)}
 
 
+def build_info() -> str:
+    """What the installed llama.cpp build runs, as its `llama_print_system_info()` says ("AVX2 = 1 | ...")."""
+    system = llama_cpp_module().llama_print_system_info()
+    return (system.decode(errors="replace") if isinstance(system, bytes) else str(system)).strip()
+
+
 def missing_cpu_features(system_info: str, cpu_flags: frozenset[str] | set[str]) -> list[str]:
     """The features a llama.cpp build runs (`AVX512 = 1` in its system info) that this CPU lacks.
 
@@ -77,10 +83,7 @@ def check_peer(pair, sampling) -> None:
     from ..engine.machine import all_cpu_flags
     from ..engine.models import DEFAULT_DISPLAY_NAME
 
-    llama_cpp = llama_cpp_module()
-    system = llama_cpp.llama_print_system_info()
-    missing = missing_cpu_features(system.decode(errors="replace") if isinstance(system, bytes) else str(system),
-                                   all_cpu_flags())
+    missing = missing_cpu_features(build_info(), all_cpu_flags())
     if missing:
         raise InvalidInput(f"this llama.cpp build runs {', '.join(missing)}, which this CPU lacks (it was built on "
                            f"another machine): rebuild it here with `{INSTALL_HINT}`")
@@ -113,11 +116,8 @@ def llama_settings(method: str, options: dict) -> dict:
 
 def run_info(method: str, options: dict) -> dict:
     """What `bench --json` records of a peer: its knobs, the library's version and what its build runs on."""
-    llama_cpp = llama_cpp_module()
-    system = llama_cpp.llama_print_system_info()
     settings = {k: v for k, v in llama_settings(method, options).items() if v or k != "n_ctx"}  # n_ctx: per record
-    return {**settings, "llama_cpp_python": llama_cpp.__version__,
-            "system_info": system.decode(errors="replace").strip() if isinstance(system, bytes) else str(system),
+    return {**settings, "llama_cpp_python": llama_cpp_module().__version__, "system_info": build_info(),
             "gguf": _gguf().name}
 
 

@@ -285,14 +285,11 @@ def int8_copy(draft: torch.nn.Module) -> torch.nn.Module:
 
 class Fbgemm(torch.nn.Module):
     """One of fbgemm's packed int8 products as a `llama.RowsLayer` product: fp32 rows in and out (a module,
-    which TorchScript compiles into the layers, `llama.RowsStack`)."""
+    which TorchScript compiles into the layers, `llama.RowsStack`; only its `rows` is ever called)."""
 
     def __init__(self, linear: Int8Linear):
         super().__init__()
         self.packed, self.reduce_range = linear.packed, bool(linear.reduce_range)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
 
     @torch.jit.export
     def rows(self, x: torch.Tensor) -> torch.Tensor:

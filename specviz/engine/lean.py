@@ -244,14 +244,7 @@ class LeanLlama:
             mask = torch.zeros(1, 1, n, end, dtype=self.dtype, device=self.device).masked_fill_(
                 ~allowed, torch.finfo(self.dtype).min)
         causal = mask is None and n > 1   # a prefill from slot 0: plainly causal
-        keys, values = self.keys, self.values
-
-        def kv(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            keys[i][:, :, start:end] = k
-            values[i][:, :, start:end] = v
-            return keys[i][:, :, :end], values[i][:, :, :end]
-
-        return self._run(input_ids, kv, (start, None, end), cos, sin, mask, causal, rows, hidden, taps)
+        return self._run(input_ids, (start, None, end), cos, sin, mask, causal, rows, hidden, taps)
 
     __call__ = forward
 
@@ -268,22 +261,31 @@ class LeanLlama:
         Returns the logits of `rows` (an index tensor), and with `hidden` the features of every row.
         """
         cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
+        return self._run(input_ids, (0, slots, -1 if end is None else end), cos, sin, mask, False, rows, hidden,
+                         taps)
+
+    def _kv(self, start: int, slots: torch.Tensor | None, end: int):
+        """`decoder_layer`'s K/V keeper for the new rows `_run`'s `at` places: at `slots` (index_copy_) or,
+        with `slots` None, at start, start + 1, ...; attention reads slots [0, end), or every slot at -1."""
         keys, values = self.keys, self.values
 
         def kv(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            keys[i].index_copy_(2, slots, k)
-            values[i].index_copy_(2, slots, v)
-            if end is None:
+            if slots is None:
+                keys[i][:, :, start:start + k.shape[2]] = k
+                values[i][:, :, start:start + k.shape[2]] = v
+            else:
+                keys[i].index_copy_(2, slots, k)
+                values[i].index_copy_(2, slots, v)
+            if end < 0:
                 return keys[i], values[i]
             return keys[i][:, :, :end], values[i][:, :, :end]
 
-        return self._run(input_ids, kv, (0, slots, -1 if end is None else end), cos, sin, mask, False, rows,
-                         hidden, taps)
+        return kv
 
-    def _run(self, input_ids: torch.Tensor, kv, at: tuple[int, torch.Tensor | None, int], cos, sin, mask,
+    def _run(self, input_ids: torch.Tensor, at: tuple[int, torch.Tensor | None, int], cos, sin, mask,
              causal: bool, rows: torch.Tensor | int, hidden: bool, taps: tuple[int, ...]):
-        """Embedding, the decoder layers (K/V kept by `kv`, or where `at` says: `RowsLayer.forward`'s start,
-        slots and end), norm and head: both forwards' body.
+        """Embedding, the decoder layers, norm and head: both forwards' body. `at` is where the new rows'
+        K/V go and what attention reads (`RowsLayer.forward`'s start, slots and end; `_kv`).
         With `hidden`, the outputs of layers `taps` (n, hidden) join each row's features."""
         tapped = []
         with attention_kernels(self.device, self.attention_backends):
@@ -293,6 +295,7 @@ class LeanLlama:
                                             mask, causal, list(taps) if hidden else [])
             else:
                 x = F.embedding(input_ids, self.embed)
+                kv = self._kv(*at)
                 for i, layer in enumerate(self.layers):
                     x = decoder_layer(layer, x, cos, sin, kv, i, mask, causal)
                     if hidden and i in taps:
