@@ -106,8 +106,10 @@ install_llama() {
     echo "setup: building $pin from source (about 7 min on 2 cores), once; flags: $LLAMA_CMAKE_ARGS"
     mkdir -p "$(dirname "$wheels")"
     built=$(mktemp -d "$wheels.building-XXXX")
+    # --no-cache-dir: pip caches a wheel it built from an sdist by the sdist alone, not by CMAKE_ARGS, so a
+    # second build with other flags silently got the first one's (an "AVX-512" wheel without one AVX-512 op).
     if ! CMAKE_ARGS="$LLAMA_CMAKE_ARGS" .venv/bin/python -m pip wheel -q --disable-pip-version-check --no-deps \
-         --no-binary llama-cpp-python -w "$built" "$pin"; then
+         --no-cache-dir --no-binary llama-cpp-python -w "$built" "$pin"; then
       echo "setup: could not build $pin; the llama.cpp peer test will skip (and fail under CI)" >&2
       rm -rf "$built"
       return 0
@@ -115,7 +117,10 @@ install_llama() {
     rm -rf "$wheels" && mv "$built" "$wheels"   # whole, or not at all
   fi
   echo "setup: installing $pin from $wheels"
-  .venv/bin/python -m pip install -q --disable-pip-version-check "$wheels"/llama_cpp_python-*.whl
+  # --force-reinstall: a .venv holding the same version built with other flags would otherwise keep that build.
+  .venv/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps \
+    "$wheels"/llama_cpp_python-*.whl
+  rm -f .venv/.llama-*
   touch ".venv/.llama-$tag"
 }
 if [ "$mode" = dev ] || [ "$mode" = llama ]; then

@@ -113,6 +113,33 @@ def test_a_build_for_another_cpu_is_refused_by_name():
     assert missing_cpu_features(avx512_build, set()) == []                   # flags unreadable: nothing to judge
 
 
+def test_a_build_below_the_cpu_is_named():
+    """A peer built below what the CPU runs flatters us; `bench` names what the build leaves unused."""
+    from specviz.benchmark.peers import unused_cpu_features
+
+    avx512_build = ("CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | AVX512 = 1 | "
+                    "AVX512_VBMI = 1 | AVX512_VNNI = 1 | AVX512_BF16 = 1 | LLAMAFILE = 1 |")
+    avx2_build = "CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | LLAMAFILE = 1 |"
+    zen4 = {"avx", "avx2", "f16c", "fma", "bmi2", "avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw",
+            "avx512vbmi", "avx512_vnni", "avx512_bf16", "amx_int8", "avx_vnni"}
+    avx2_only = {"avx", "avx2", "f16c", "fma", "bmi2"}
+    assert unused_cpu_features(avx2_build, zen4) == ["AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16"]
+    assert unused_cpu_features(avx512_build, zen4) == []         # AMX and AVX-VNNI: off in the setup, on purpose
+    assert unused_cpu_features(avx2_build, avx2_only) == []
+    assert unused_cpu_features(avx2_build, set()) == []          # flags unreadable: nothing to judge
+
+
+def test_the_installed_build_is_the_one_setup_makes_for_this_cpu():
+    """Neither above this CPU (an illegal instruction) nor below it (a flattering peer): pip once reused a
+    cached AVX2 wheel for setup's AVX-512 flags, and this is what notices."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed here")
+    from specviz.benchmark.peers import build_info, unused_cpu_features
+    from specviz.engine.machine import all_cpu_flags
+
+    assert unused_cpu_features(build_info(), all_cpu_flags()) == [], "rerun `bash scripts/setup.sh llama`"
+
+
 def test_the_installed_build_runs_on_this_cpu():
     """The setup builds for the CPU it runs on (`scripts/setup.sh`'s flags from /proc/cpuinfo)."""
     if importlib.util.find_spec("llama_cpp") is None:

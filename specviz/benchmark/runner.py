@@ -407,7 +407,7 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
     if peers:
         from .peers import check_peer, context_length
 
-        check_peer(pair, sampling)
+        check_peer(pair, sampling, progress)
         # One context for every prompt, so each peer's model is loaded once (in the warm-up, not timed).
         n_ctx = context_length(max(len(ids) for ids in encoded), max_new_tokens)
         options = {**options, **{m: {**options.get(m, {}), "n_ctx": n_ctx} for m in peers}}
