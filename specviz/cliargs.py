@@ -20,7 +20,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="draft for Sequoia (same tokenizer), for every method spec that names none of its own "
                         "(sequoia+feature / +independent / +self do); default: the shipped draft for the offline "
                         "default, otherwise the target itself ('self')")
-    g.add_argument("--dtype", default="auto", help="auto | fp32 | bf16 | fp16 | q4 (the offline default's 4-bit GGUF weights, CPU)")
+    g.add_argument("--dtype", default="auto", help="auto | fp32 | bf16 | fp16 | q4 (the offline default's 4-bit GGUF weights, CPU) | int8 "
+                   "(weight-only int8 linears of a Llama-family model, CPU)")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda")
     g.add_argument("--quiet", action="store_true",
                    help="no progress on stderr while this machine's forward costs are measured for 'auto' sizes")

@@ -89,14 +89,18 @@ TERMS: tuple[Term, ...] = (
     Term("identical to ar", "Greedy output equal to autoregressive's token for token (exact in fp32). Sampled "
          "output is not compared: it follows the same distribution, not the same text.", field="identical_to_ar",
          aliases=("same_as_ar",)),
-    Term("agreement with ar", "Greedy, where output may differ from autoregressive's (bf16, q4, llama.cpp's "
+    Term("agreement with ar", "Greedy, where output may differ from autoregressive's (bf16, q4, int8, llama.cpp's "
          "peers): the leading tokens equal to autoregressive's, up to the first that differs, out of "
          "autoregressive's tokens (`bench` prints it per prompt).", field="agreement_with_ar"),
     Term("q4", "A precision (`--dtype q4`, CPU, offline default only): every layer's linears run the 4-bit "
          "weights the model's GGUF ships (Q4_1, blocks of 32 as d·q + m) on torch's int4 weight-only kernel, "
-         "each product's input rounded to bf16 for it; the rest of the forward (head included) runs in fp32 on a "
-         "CPU without bf16 kernels, else bf16. Not exact: greedy agreement with fp32 is reported, as for bf16."),
-    Term("auto precision", "What `--dtype auto` runs on a CPU: the precision (fp32, bf16 or q4) whose target "
+         "each product's input rounded to bf16 for it; norms, attention and the cache run in fp32, and the head "
+         "stays dense (bf16 where the CPU has bf16 kernels, else fp32). Not exact: greedy agreement with fp32 is "
+         "reported, as for bf16."),
+    Term("int8", "A precision (`--dtype int8`, CPU, Llama-family models: Llama, Qwen2): every layer's linears in "
+         "weight-only int8, one scale per output row, on torch's int8 kernel, each product's input rounded to bf16 "
+         "for it; the rest as for q4. Half a bf16 model's bytes a token. Not exact: greedy agreement is reported."),
+    Term("auto precision", "What `--dtype auto` runs on a CPU: the precision (fp32, bf16, q4 or int8) whose target "
          "forward this machine measured fastest (the geometric mean of one row's and a 16-row verification's), "
          "measured once per CPU, thread count and torch version. The summary line says which ran and why; until "
          "it is measured, and on a GPU, the rule: bf16 where the hardware has bf16 kernels, else fp32 (fp16 on a "

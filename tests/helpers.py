@@ -132,9 +132,9 @@ def _logits(model, ids: torch.Tensor) -> torch.Tensor:
     decoders run only through the lean forward, which reads those layers; transformers' forward would
     read its dense weights. Each sequence is then one prefill of its own."""
     from specviz.engine.lean import LeanLlama
-    from specviz.engine.quant import Q4Layers
+    from specviz.engine.quant import WeightOnlyLayers
 
-    if Q4Layers.of(model) is None:
+    if WeightOnlyLayers.of(model) is None:
         return model(ids).logits
     forward = LeanLlama(model, ids.shape[1])
     return torch.stack([forward(row[None], 0, rows=ids.shape[1]) for row in ids]).float()

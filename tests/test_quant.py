@@ -123,10 +123,10 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
     logits over a prompt follow the fp32 model's (a wrong row order or zero point scrambles them)."""
     pair = load_pair("default", "self", dtype="q4")
     assert pair.precision == "q4" and pair.key.endswith("|q4")
-    kind = quant.Q4Layers.DECODING_KIND
+    kind = "lean-q4-f32-ts"
     assert forward_kind(pair.target) == kind and forward_kind(pair_fp32.target) != kind   # own curves
     forward = LeanLlama(pair.target, 64)
-    assert forward.q4 and all(isinstance(layer.qkv_proj, quant.Int4Linear) for layer in forward.layers)
+    assert forward.weight_only and all(isinstance(layer.qkv_proj, quant.Int4Linear) for layer in forward.layers)
     assert forward.all_keys.dtype == torch.float32   # fp32 activations
     # The rows layers run as one stack that TorchScript compiled (eager Python dispatch is a third of a token).
     assert isinstance(forward.rows_stack, torch.jit.ScriptModule)

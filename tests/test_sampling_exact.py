@@ -22,7 +22,7 @@ from helpers import (cache_forward_curves, chi_square_power, chi_square_pvalue, 
                      shifted_temperature, tiny_feature_pair, tiny_pair)
 from mutants import mutated
 
-from specviz.engine.quant import attach_quantized
+from specviz.engine.quant import attach_int8, attach_quantized
 from specviz.engine.sampling import SamplingConfig
 from specviz.trace import SOURCE_NGRAM
 
@@ -48,7 +48,7 @@ class Family:
     taps: tuple = ()
     mutants: tuple = ()                    # planted bugs this family's controls must reject
     adaptive: bool = False
-    q4: bool = False                       # the target's layers in 4-bit weights (`--dtype q4`'s forward)
+    weight_only: str = ""                  # "q4" or "int8": the target's layers in that forward's weights
 
 
 SEQUOIA_MUTANTS = ("no-residual", "rejected-left-in-q")
@@ -83,9 +83,9 @@ def make_pair(family: Family, sampling: SamplingConfig):
     if family.pair == "feature":
         return tiny_feature_pair(family.taps, logit_scale=scale, noise=FEATURE_NOISE)
     pair = tiny_pair(draft_seed=None if family.pair == "self" else 1, logit_scale=scale)
-    if family.q4:   # test_sampling_q4.py
-        attach_quantized(pair.target)
-        assert pair.precision == "q4"
+    if family.weight_only:   # test_sampling_q4.py
+        (attach_quantized if family.weight_only == "q4" else attach_int8)(pair.target)
+        assert pair.precision == family.weight_only
     return pair
 
 

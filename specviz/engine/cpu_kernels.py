@@ -185,6 +185,14 @@ def _has_vnni() -> bool:
     return bool(check and check())
 
 
+def int8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes, scales) for weight (out, in): symmetric int8 with one fp32 scale per output row, the
+    row's largest magnitude mapped to 127 (gpt-fast's recipe)."""
+    w = weight.detach().float()
+    scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127
+    return (w / scales[:, None]).round().clamp(-127, 127).to(torch.int8), scales
+
+
 class Int8Linear(torch.nn.Module):
     """y = x W^T (+ b) with W stored as int8 rows and one scale per row (symmetric, per output channel).
 
@@ -202,9 +210,8 @@ class Int8Linear(torch.nn.Module):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, kernel: str | None = None,
                  pack: bool = True):
         super().__init__()
-        w = weight.detach().float()
-        scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127
-        self.register_buffer("weight", (w / scales[:, None]).round().clamp(-127, 127).to(torch.int8))
+        codes, scales = int8_per_channel(weight)
+        self.register_buffer("weight", codes)
         self.register_buffer("scales", scales.to(weight.dtype))
         self.bias = None if bias is None else bias.detach()
         self._pack(kernel, pack)

@@ -39,7 +39,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .cpu_kernels import Matmul, biases_together, pack, packed_weights, rows_together
 from .kvcache import cache_length, crop, keep_positions, new_cache
 from .llama import RowsLayer, decoder_layer, rms_norm, rotary_tables, rows_stack
-from .quant import Q4Layers
+from .quant import WeightOnlyLayers
 
 
 # On CUDA, scaled_dot_product_attention may pick cuDNN's kernel, which builds and caches an execution
@@ -66,17 +66,22 @@ LEAN_MODEL_TYPES = ("llama", "qwen2")
 
 def lean_llama_supported(model) -> bool:
     """True when `LeanLlama` computes exactly what the model's own forward does."""
-    cfg = model.config
-    rope = getattr(cfg, "rope_parameters", None) or {}
     inner = getattr(model, "model", None)
+    return (lean_config_supported(model.config) and inner is not None
+            and getattr(model.config, "_attn_implementation", "sdpa") in ("sdpa", "eager")
+            and hasattr(inner, "rotary_emb") and hasattr(model, "lm_head"))
+
+
+def lean_config_supported(cfg) -> bool:
+    """What `lean_llama_supported` reads from the config alone (so before any weights are loaded): a Llama
+    or Qwen2 layer with plain rotary positions (not Llama 3's rescaled ones) and full attention."""
+    rope = getattr(cfg, "rope_parameters", None) or {}
     # Qwen2's sliding-window layers (`use_sliding_window`, off in Qwen2.5's configs) see a band, not a prefix.
     layer_types = getattr(cfg, "layer_types", None) or ()
-    return (getattr(cfg, "model_type", None) in LEAN_MODEL_TYPES and inner is not None
-            and getattr(cfg, "_attn_implementation", "sdpa") in ("sdpa", "eager")
+    return (getattr(cfg, "model_type", None) in LEAN_MODEL_TYPES
             and rope.get("rope_type", "default") == "default"
             and all(kind == "full_attention" for kind in layer_types)
-            and getattr(cfg, "hidden_act", "silu") == "silu" and getattr(cfg, "pretraining_tp", 1) == 1
-            and hasattr(inner, "rotary_emb") and hasattr(model, "lm_head"))
+            and getattr(cfg, "hidden_act", "silu") == "silu" and getattr(cfg, "pretraining_tp", 1) == 1)
 
 
 class VocabSubsetHead(torch.nn.Module):
@@ -155,11 +160,12 @@ class LeanLlama:
         head = model.lm_head
         device = inner.embed_tokens.weight.device
         self.device, self.max_len = device, max_len
-        q4 = Q4Layers.of(model)
-        self.q4 = q4 is not None and device.type == "cpu"
-        # What the residual stream, the cache and attention run in: the weights' dtype, except on the 4-bit
-        # path, where they run in fp32 (`Q4Layers.ACTIVATIONS` says why) and only the products read bf16.
-        self.dtype = Q4Layers.ACTIVATIONS if self.q4 else inner.embed_tokens.weight.dtype
+        weight_only = WeightOnlyLayers.of(model)
+        self.weight_only = weight_only is not None and device.type == "cpu"
+        # What the residual stream, the cache and attention run in: the weights' dtype, except on a weight-only
+        # path (q4, int8), where they run in fp32 (`WeightOnlyLayers.ACTIVATIONS` says why) and only the
+        # products read bf16.
+        self.dtype = WeightOnlyLayers.ACTIVATIONS if self.weight_only else inner.embed_tokens.weight.dtype
         self.attention_backends = attention_backends(device)
         self.eps = cfg.rms_norm_eps
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -182,12 +188,14 @@ class LeanLlama:
             # None where a projection has no bias (Llama's); Qwen2's q|k|v has one.
             biases += [biases_together(attn.q_proj, attn.k_proj, attn.v_proj), biases_together(attn.o_proj),
                        biases_together(mlp.gate_proj, mlp.up_proj), biases_together(mlp.down_proj)]
-        if self.q4:
-            # 4-bit layers (`--dtype q4`): the layers' products run the int4 kernel; the head (tied to the
-            # GGUF's Q8_0 embedding, which no int4/int8 kernel reads as it is) stays dense, in the model's
-            # dtype (its rows are cast to it). On an AVX2 CPU (fp32 model) a bf16 or an fbgemm int8 copy of it
-            # made ar 3% faster and not exact to the file: not worth it.
-            mats = [linear for layer in q4.layers for linear in layer]
+        if self.weight_only:
+            # Weight-only layers (`--dtype q4`, `--dtype int8`): the layers' products run the int4 or int8
+            # kernel; the head stays dense, in the model's dtype (its rows are cast to it). q4's head is tied to
+            # the GGUF's Q8_0 embedding, which no int4/int8 kernel reads as it is: on an AVX2 CPU (fp32 model)
+            # a bf16 or an fbgemm int8 copy of it made ar 3% faster and not exact to the file; on a Zen 4 EPYC
+            # its codes as one int4 product ran 1.65 ms at one row against the dense head's 2.2 and 5.6
+            # against 2.1 at eight.
+            mats = [linear for layer in weight_only.layers for linear in layer]
             # The model's own head is prepacked where oneDNN can (`packed_weights` says None where it cannot:
             # an AVX2-only CPU has no bf16 reorder); a vocabulary subset's stays plain.
             packed = packed_weights(model, [self.lm_head]) if self.lm_head is head.weight else None
@@ -204,8 +212,8 @@ class LeanLlama:
         layer_shape = _LayerShape(cfg, inner.layers[0].self_attn.scaling)
         self.layers = [_LeanLayer(layer_shape, w_in, w_post, *mats[4 * i:4 * i + 4])
                        for i, (w_in, w_post) in enumerate(norms)]
-        # The 4-bit products round anyway: its layers run in `RowsLayer`'s fewer ops, compiled as one stack.
-        self.rows_stack = _q4_stack(model, q4, self.layers) if self.q4 else None
+        # Weight-only products round anyway: their layers run in `RowsLayer`'s fewer ops, compiled as one stack.
+        self.rows_stack = _weight_only_stack(model, weight_only, self.layers) if self.weight_only else None
         # Rotary tables for every position this run can reach, computed as transformers does.
         rotary = inner.rotary_emb
         self.cos, self.sin = rotary_tables(torch.arange(max_len, device=device), rotary.inv_freq.to(device),
@@ -393,13 +401,13 @@ class ModelForward:
         crop(self.cache, n)
 
 
-def _q4_stack(model, q4, layers: list[_LeanLayer]):
-    """The 4-bit layers as one compiled `RowsStack`, made once per model and kept on it (TorchScript takes
-    about a second to compile it, and a decoder makes a forward per prompt)."""
-    kept = model.__dict__.get("_specviz_q4_stack")
-    if kept is None or kept[0] is not q4:
-        kept = model.__dict__["_specviz_q4_stack"] = (
-            q4, rows_stack([RowsLayer.of(layer, q4.layers[i]) for i, layer in enumerate(layers)]))
+def _weight_only_stack(model, weight_only: WeightOnlyLayers, layers: list[_LeanLayer]):
+    """The weight-only layers as one compiled `RowsStack`, made once per model and kept on it (TorchScript
+    takes about a second to compile it, and a decoder makes a forward per prompt)."""
+    kept = model.__dict__.get("_specviz_weight_only_stack")
+    if kept is None or kept[0] is not weight_only:
+        kept = model.__dict__["_specviz_weight_only_stack"] = (
+            weight_only, rows_stack([RowsLayer.of(layer, weight_only.layers[i]) for i, layer in enumerate(layers)]))
     return kept[1]
 
 

@@ -207,15 +207,19 @@ _DTYPES = {
 }
 
 
-# Weight-only 4-bit: the offline default's own Q4_1 blocks through torch's int4 CPU kernel
-# (`engine.quant`). The kernel reads bf16 activations (`Int4Linear` casts to them); the rest of the
-# forward (norms, attention, the head, the cache) and the draft run in what `auto` picks for this CPU:
-# bf16 where it has bf16 kernels, else fp32. On an AVX2 CPU a whole bf16 forward ran 3x slower than fp32.
-Q4 = "q4"
+# The weight-only precisions (`engine.quant`), CPU only: `q4`, the offline default's own Q4_1 blocks through
+# torch's int4 kernel; `int8`, any Llama-family model's linears in int8 through gpt-fast's kernel. The kernels
+# read bf16 activations (the products cast to them); the dense weights the rest reads (the head, the
+# embedding, the draft) are loaded in what `auto`'s rule picks for this CPU: bf16 where it has bf16 kernels,
+# else fp32 (on an AVX2 CPU a whole bf16 forward ran 3x slower than fp32).
+Q4, INT8 = "q4", "int8"
+WEIGHT_ONLY = (Q4, INT8)
 
 
-def wants_q4(dtype: str | torch.dtype | None) -> bool:
-    return isinstance(dtype, str) and dtype.strip().lower() == Q4
+def weight_only(dtype: str | torch.dtype | None) -> str | None:
+    """`q4` or `int8` where `dtype` names a weight-only precision, else None."""
+    name = dtype.strip().lower() if isinstance(dtype, str) else None
+    return name if name in WEIGHT_ONLY else None
 
 
 def choose_device(device: str | None = None) -> torch.device:
@@ -249,13 +253,13 @@ def cuda_auto_dtype(capability: tuple[int, int]) -> torch.dtype:
 def choose_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    if dtype in (None, "", "auto") or wants_q4(dtype):
+    if dtype in (None, "", "auto") or weight_only(dtype):
         if device.type == "cuda":
             return cuda_auto_dtype(torch.cuda.get_device_capability(device))
         return torch.bfloat16 if _cpu_supports_bf16() else torch.float32
     key = str(dtype).lower()
     if key not in _DTYPES:
-        raise InvalidInput(f"unknown dtype '{dtype}' (use auto, fp32, bf16, fp16 or q4)")
+        raise InvalidInput(f"unknown dtype '{dtype}' (use auto, fp32, bf16, fp16, q4 or int8)")
     return _DTYPES[key]
 
 
@@ -369,13 +373,63 @@ def check_q4(target: str | None, device: torch.device) -> None:
     if not is_default(target):
         raise InvalidInput(
             f"dtype 'q4' runs the 4-bit (Q4_1) GGUF weights the offline default ships; '{target.strip()}' has "
-            f"none here: use fp32, bf16 or auto for it, or q4 with the offline default{OFFLINE_WAYS}")
+            f"none here: use fp32, bf16, int8 or auto for it, or q4 with the offline default{OFFLINE_WAYS}")
     if device.type != "cpu":
         raise InvalidInput(f"dtype 'q4' runs torch's int4 CPU kernel, not on '{device.type}': use --device cpu, "
                            "or bf16/fp16 on a GPU")
     if not int4_kernel_available():
         raise InvalidInput("dtype 'q4' needs torch's CPU int4 kernel (_weight_int4pack_mm_for_cpu), which this "
                            f"torch {torch.__version__} lacks: use fp32 or bf16")
+
+
+def check_int8(device: torch.device) -> None:
+    """`int8` runs gpt-fast's weight-only int8 kernel on a CPU (the model is checked once loaded)."""
+    from .quant import int8_kernel_available
+
+    if device.type != "cpu":
+        raise InvalidInput(f"dtype 'int8' runs torch's weight-only int8 CPU kernel, not on '{device.type}': use "
+                           "--device cpu, or bf16/fp16 on a GPU")
+    if not int8_kernel_available():
+        raise InvalidInput("dtype 'int8' needs torch's weight-only int8 kernel (_weight_int8pack_mm), which this "
+                           f"torch {torch.__version__} lacks: use fp32 or bf16")
+
+
+def attach_int8_checked(model, name: str) -> None:
+    """The model's layers in int8 (`quant.attach_int8`), where the lean forward runs it (Llama, Qwen2)."""
+    from .lean import LEAN_MODEL_TYPES, lean_llama_supported
+    from .quant import attach_int8
+
+    if not lean_llama_supported(model):
+        kind = getattr(model.config, "model_type", "?")
+        raise InvalidInput(f"dtype 'int8' runs the lean forward of Llama-family models ({', '.join(LEAN_MODEL_TYPES)} "
+                           f"with plain rotary positions); '{name}' is a '{kind}' model it does not run: use fp32 "
+                           "or bf16 for it")
+    attach_int8(model)
+
+
+def int8_runs(target: str | None) -> bool:
+    """Whether `int8` is one of `auto`'s candidates for this target: a model other than the offline default (whose
+    weight-only path is q4, its own 4-bit weights) that the lean forward runs, read from its config alone, where
+    the config is here already (a local directory, or a Hub model downloaded before): auto asks no network."""
+    from .lean import lean_config_supported
+    from .quant import int8_kernel_available
+
+    if is_default(target) or not int8_kernel_available():
+        return False
+    source = Path(str(target).strip()).expanduser()
+    try:
+        if not source.is_dir():
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(str(target).strip(), "config.json")
+            if not isinstance(found, str):
+                return False
+            source = Path(found).parent
+        from transformers import AutoConfig
+
+        return lean_config_supported(AutoConfig.from_pretrained(source))
+    except Exception:   # an unreadable or foreign config: int8 is simply not offered to `auto`
+        return False
 
 
 @dataclass
@@ -411,10 +465,12 @@ class ModelPair:
 
     @property
     def precision(self) -> str:
-        """What the target's forward runs in: `q4` where its linears are 4-bit, else its dtype's name."""
-        from .quant import Q4Layers
+        """What the target's forward runs in: `q4` or `int8` where its linears are weight-only, else its dtype's
+        name."""
+        from .quant import WeightOnlyLayers
 
-        return Q4 if Q4Layers.of(self.target) is not None else dtype_name(self.dtype)
+        layers = WeightOnlyLayers.of(self.target)
+        return layers.precision if layers is not None else dtype_name(self.dtype)
 
     @property
     def key(self) -> str:
@@ -458,13 +514,15 @@ def _display_name(target: str | None) -> str:
 
 
 def auto_candidates(target: str | None, device: torch.device) -> list[str]:
-    """The precisions `auto` chooses among by measuring (`engine.precision`): on a CPU fp32 and bf16, and q4
-    for the offline default (the one model that ships 4-bit weights); none off a CPU (the rule decides)."""
+    """The precisions `auto` chooses among by measuring (`engine.precision`): on a CPU fp32 and bf16, q4 for
+    the offline default (the one model that ships 4-bit weights) and int8 for other Llama-family models
+    (`int8_runs`); none off a CPU (the rule decides)."""
     from .quant import int4_kernel_available
 
     if device.type != "cpu":
         return []
-    return ["fp32", "bf16"] + (["q4"] if is_default(target) and int4_kernel_available() else [])
+    return (["fp32", "bf16"] + (["q4"] if is_default(target) and int4_kernel_available() else [])
+            + ([INT8] if int8_runs(target) else []))
 
 
 def auto_precision(target: str | None, device: torch.device) -> tuple[str | None, str]:
@@ -479,15 +537,23 @@ def precisions_pending(target: str | None, device: torch.device) -> bool:
 def measure_precisions(target: str | None, device: torch.device, progress: Progress = _stderr) -> dict:
     """Time the target's forward in every `auto_candidates` precision on this machine and cache the choice."""
     def load(name: str) -> torch.nn.Module:
-        # q4's norms, attention and head run in the rule's precision (`Q4`), as when q4 is asked for.
+        # A weight-only precision's dense parts load in the rule's precision (`Q4`), as when it is asked for.
         model = load_model(target, device, choose_dtype(device, name), progress)
-        if wants_q4(name):
-            from .quant import attach_q4
-
-            attach_q4(model, offline_default_gguf(progress))
+        attach_weight_only(model, weight_only(name), target, progress)
         return model
 
     return precision.measure(_display_name(target), auto_candidates(target, device), load, device)
+
+
+def attach_weight_only(model, precision_name: str | None, target: str | None, progress: Progress) -> None:
+    """Give a loaded target its weight-only layers: q4's from the offline default's GGUF, int8's quantised
+    from its own weights; nothing for a dense precision."""
+    if precision_name == Q4:
+        from .quant import attach_q4
+
+        attach_q4(model, offline_default_gguf(progress))
+    elif precision_name == INT8:
+        attach_int8_checked(model, _display_name(target))
 
 
 def ensure_precisions_measured(target: str | None, device: torch.device, progress: Progress = _stderr) -> None:
@@ -499,16 +565,15 @@ def ensure_precisions_measured(target: str | None, device: torch.device, progres
 def _load_pair(target: str | None, draft: str | None, dev: torch.device, dtype: str | torch.dtype | None,
                progress: Progress) -> ModelPair:
     dt = choose_dtype(dev, dtype)
-    q4 = wants_q4(dtype)
-    if q4:
+    wanted = weight_only(dtype)
+    if wanted == Q4:
         check_q4(target, dev)
+    elif wanted == INT8:
+        check_int8(dev)
     target_name = _display_name(target)
     tokenizer = load_tokenizer(target, progress)
     target_model = load_model(target, dev, dt, progress)
-    if q4:
-        from .quant import attach_q4
-
-        attach_q4(target_model, offline_default_gguf(progress))
+    attach_weight_only(target_model, wanted, target, progress)
 
     alias = draft.strip().lower() if isinstance(draft, str) else None
     if is_default(target) and draft is None:

@@ -1,4 +1,5 @@
-"""4-bit weights on a CPU: the offline default's own Q4_1 blocks in torch's int4 weight-only layout.
+"""Weight-only layers on a CPU: the offline default's own Q4_1 blocks in torch's int4 weight-only layout
+(`--dtype q4`), and any Llama-family model's linears in weight-only int8 (`--dtype int8`, `Int8Rows`).
 
 The offline default ships as a Q4_1 GGUF (`models.GGUF_MEMBER`): every matrix of its 30 layers is
 stored as blocks of 32 weights along a row, each block two fp16 numbers `d`, `m` and 32 four-bit codes
@@ -189,16 +190,65 @@ class Int4Linear(torch.nn.Module):
                                                          self.scales_and_zeros)
 
 
+def int8_kernel_available() -> bool:
+    return hasattr(torch, "_weight_int8pack_mm")
+
+
+class Int8Rows(torch.nn.Module):
+    """x @ W^T (+ b) for W in weight-only int8 (`--dtype int8`, any Llama-family model): int8 codes and one
+    scale per output row (symmetric, `cpu_kernels.int8_per_channel`), through gpt-fast's kernel
+    (`_weight_int8pack_mm`), whose activations are bf16 (with fp32 ones it ran 10x slower, a reference loop).
+
+    Half a bf16 matrix's bytes: on a Zen 4 EPYC (2 threads) a forward of the offline default's layers took
+    19.2 ms at one row against bf16's 29.0, but its kernel reads W once per row of x, so 8 rows took 31.5
+    against 30 (`auto` weighs both). fbgemm's int8 linear scales better with rows, but it also rounds
+    the activations to 8 bits with one scale per call, which SmolLM2's outlier dimensions do not survive
+    (top-1 agreement with fp32 0.76, int8 weight-only's 0.97). A module, for TorchScript (`llama.RowsStack`).
+    """
+
+    def __init__(self, codes: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.register_buffer("codes", codes, persistent=False)          # (out, in) int8
+        self.register_buffer("scales", scales.to(torch.bfloat16), persistent=False)
+        self.has_bias = bias is not None                                  # Qwen2's q|k|v
+        self.register_buffer("bias", torch.zeros(0) if bias is None else bias.float(), persistent=False)
+        self.out_features, self.in_features = codes.shape
+
+    @classmethod
+    def of(cls, *linears: torch.nn.Linear) -> "Int8Rows":
+        """The linears quantised and stacked as one product (q|k|v, gate|up): every row keeps its own scale,
+        so stacking is exact."""
+        from .cpu_kernels import biases_together, int8_per_channel
+
+        codes, scales = int8_per_channel(torch.cat([m.weight.detach() for m in linears]))
+        return cls(codes, scales, biases_together(*linears))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.rows(x.reshape(-1, self.in_features).float())
+        return out.view(list(x.shape[:-1]) + [self.out_features]).to(x.dtype)
+
+    @torch.jit.export
+    def rows(self, x: torch.Tensor) -> torch.Tensor:
+        """fp32 rows (n, in) -> (n, out): bf16 without a bias (widened where `llama.RowsLayer` adds or
+        rotates), fp32 with one."""
+        out = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.codes, self.scales)
+        if self.has_bias:
+            return out + self.bias
+        return out
+
+
 @dataclass
-class Q4Layers:
-    """Each decoder layer's four products (q|k|v, o, gate|up, down) as `Int4Linear`s, kept on the model
-    (`attach`, `of`) so the lean forward finds them: the model itself keeps its dense weights, which
-    transformers' own forward, the drafts sharing its embedding and the tied head read."""
+class WeightOnlyLayers:
+    """Each decoder layer's four products (q|k|v, o, gate|up, down) in a weight-only precision (`q4`:
+    `Int4Linear`s over a GGUF's Q4_1 blocks; `int8`: `Int8Rows`), kept on the model (`attach`, `of`) so
+    the lean forward finds them: the model itself keeps its dense weights, which transformers' own
+    forward, the drafts sharing its embedding and the tied head read."""
 
-    layers: list[tuple[Int4Linear, Int4Linear, Int4Linear, Int4Linear]]
+    layers: list[tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module, torch.nn.Module]]
     source: str
+    precision: str = "q4"
 
-    ATTR = "_specviz_q4"
+    ATTR = "_specviz_weight_only"
 
     # The lean forward's residual stream, cache and attention on this path. In bf16, one decoding row's
     # attention (`scaled_dot_product_attention`, 9 heads over ~150 keys) took 98 us a layer on an AVX-512
@@ -208,7 +258,9 @@ class Q4Layers:
     ACTIVATIONS = torch.float32
 
     @classmethod
-    def build(cls, weights: dict[str, Q4Weight], n_layers: int, dtype: torch.dtype, source: str) -> "Q4Layers":
+    def build(cls, weights: dict[str, Q4Weight], n_layers: int, dtype: torch.dtype, source: str
+              ) -> "WeightOnlyLayers":
+        """The q4 layers from Q4_1 weights keyed by transformers' parameter prefixes."""
         layers = []
         for i in range(n_layers):
             w = {name: weights[f"model.layers.{i}.{name}"] for name in LINEARS.values()}
@@ -221,7 +273,7 @@ class Q4Layers:
     PARTS = ("qkv", "o", "gate_up", "down")
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """The packed codes and tables by name, for `save_file`."""
+        """The q4 layers' packed codes and tables by name, for `save_file`."""
         out = {}
         for i, layer in enumerate(self.layers):
             for part, linear in zip(self.PARTS, layer):
@@ -229,38 +281,52 @@ class Q4Layers:
         return out
 
     @classmethod
-    def from_tensors(cls, tensors: dict[str, torch.Tensor], n_layers: int, source: str) -> "Q4Layers":
+    def from_tensors(cls, tensors: dict[str, torch.Tensor], n_layers: int, source: str) -> "WeightOnlyLayers":
         return cls([tuple(Int4Linear(tensors[f"{i}.{p}.packed"], tensors[f"{i}.{p}.scales_and_zeros"])
                           for p in cls.PARTS) for i in range(n_layers)], source)
 
     # What `profiler.forward_kind` names this forward: the measured curves, plans and Lookahead's table that
-    # `auto` caches are keyed by it (and by the dtype, which is bf16 here), so the 4-bit forward's never
+    # `auto` caches are keyed by it (and by the dtype, which is bf16 here), so a weight-only forward's never
     # stand in for the bf16 one's, or the other way round. "-f32": since its activations run in fp32
     # (`ACTIVATIONS`), a faster forward whose costs the curves cached for the bf16-activation one overstate;
     # "-ts": since TorchScript runs its layers (`llama.RowsStack`), 1.11x faster again.
-    DECODING_KIND = "lean-q4-f32-ts"
+    @property
+    def decoding_kind(self) -> str:
+        return f"lean-{self.precision}-f32-ts"
 
     def attach(self, model) -> None:
         model.__dict__[self.ATTR] = self
-        model.decoding_kind = self.DECODING_KIND
+        model.decoding_kind = self.decoding_kind
 
     @classmethod
-    def of(cls, model) -> "Q4Layers | None":
+    def of(cls, model) -> "WeightOnlyLayers | None":
         return model.__dict__.get(cls.ATTR)
 
 
-def attach_quantized(model, dtype: torch.dtype = torch.bfloat16) -> Q4Layers:
+def attach_int8(model) -> WeightOnlyLayers:
+    """`model`'s own layer linears in weight-only int8 (`Int8Rows`), kept on it: every product of the lean
+    forward then reads half a bf16 matrix's bytes. For any model the lean forward runs (Llama, Qwen2); the
+    dense weights are left as they were, and the head stays dense (`engine.lean.LeanLlama`)."""
+    layers = [(Int8Rows.of(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj),
+               Int8Rows.of(layer.self_attn.o_proj), Int8Rows.of(layer.mlp.gate_proj, layer.mlp.up_proj),
+               Int8Rows.of(layer.mlp.down_proj)) for layer in model.model.layers]
+    attached = WeightOnlyLayers(layers, "quantized in memory", "int8")
+    attached.attach(model)
+    return attached
+
+
+def attach_quantized(model, dtype: torch.dtype = torch.bfloat16) -> WeightOnlyLayers:
     """`model`'s own layer linears quantised to Q4_1 (`quantize_q4_1`), packed and kept on it, as
     `attach_q4` does with a GGUF's: every product of the lean forward then runs 4-bit weights. The
     model's dense weights are left as they were (transformers' forward still reads them)."""
     weights = {f"model.layers.{i}.{name}": quantize_q4_1(layer.get_submodule(name).weight)
                for i, layer in enumerate(model.model.layers) for name in LINEARS.values()}
-    layers = Q4Layers.build(weights, model.config.num_hidden_layers, dtype, "quantized in memory")
+    layers = WeightOnlyLayers.build(weights, model.config.num_hidden_layers, dtype, "quantized in memory")
     layers.attach(model)
     return layers
 
 
-def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16) -> Q4Layers:
+def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16) -> WeightOnlyLayers:
     """The GGUF's Q4_1 linears packed for the CPU kernel, kept on `model`.
 
     Reading the GGUF (its reader parses the 49k-token vocabulary field by field) and packing take
@@ -276,7 +342,7 @@ def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16)
     cache = gguf_path.with_name(f"{gguf_path.stem}.int4pack.{str(dtype).removeprefix('torch.')}.torch-{version}"
                                 ".safetensors")
     if cache.exists():
-        layers = Q4Layers.from_tensors(load_file(cache), n_layers, str(gguf_path))
+        layers = WeightOnlyLayers.from_tensors(load_file(cache), n_layers, str(gguf_path))
     else:
         layers = _convert(gguf_path, n_layers, dtype)
         staged = cache.with_suffix(".partial")
@@ -286,10 +352,10 @@ def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16)
     return layers
 
 
-def _convert(gguf_path: Path, n_layers: int, dtype: torch.dtype) -> Q4Layers:
+def _convert(gguf_path: Path, n_layers: int, dtype: torch.dtype) -> WeightOnlyLayers:
     weights = read_q4_1(gguf_path)
     missing = [f"model.layers.{i}.{name}" for i in range(n_layers) for name in LINEARS.values()
                if f"model.layers.{i}.{name}" not in weights]
     if missing:
         raise ValueError(f"{gguf_path}: {len(missing)} linears are not Q4_1 (first: {missing[0]})")
-    return Q4Layers.build(weights, n_layers, dtype, str(gguf_path))
+    return WeightOnlyLayers.build(weights, n_layers, dtype, str(gguf_path))

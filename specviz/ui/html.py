@@ -248,7 +248,7 @@ def losslessness(race, method: str) -> dict:
         note = "" if len(a) == len(b) else f" (compared on the first {common} tokens: one run stopped early)"
         return {"status": "identical", "message": f"identical to autoregressive, {common} tokens{note}"}
     ta, tb = _token_texts(ar), _token_texts(run)
-    low_precision = race.dtype in ("bf16", "fp16", "q4")
+    low_precision = race.dtype in ("bf16", "fp16", "q4", "int8")
     return {"status": "differs", "index": idx, "ar_token": ta[idx] if idx < len(ta) else "",
             "token": tb[idx] if idx < len(tb) else "",
             "message": (f"differs from autoregressive at token {idx}: AR chose {ta[idx]!r}, "
