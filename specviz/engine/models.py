@@ -374,24 +374,23 @@ def check_q4(target: str | None, device: torch.device) -> None:
         raise InvalidInput(
             f"dtype 'q4' runs the 4-bit (Q4_1) GGUF weights the offline default ships; '{target.strip()}' has "
             f"none here: use fp32, bf16, int8 or auto for it, or q4 with the offline default{OFFLINE_WAYS}")
-    if device.type != "cpu":
-        raise InvalidInput(f"dtype 'q4' runs torch's int4 CPU kernel, not on '{device.type}': use --device cpu, "
-                           "or bf16/fp16 on a GPU")
-    if not int4_kernel_available():
-        raise InvalidInput("dtype 'q4' needs torch's CPU int4 kernel (_weight_int4pack_mm_for_cpu), which this "
-                           f"torch {torch.__version__} lacks: use fp32 or bf16")
+    _check_weight_only_kernel(Q4, "int4", "_weight_int4pack_mm_for_cpu", int4_kernel_available(), device)
 
 
 def check_int8(device: torch.device) -> None:
     """`int8` runs gpt-fast's weight-only int8 kernel on a CPU (the model is checked once loaded)."""
     from .quant import int8_kernel_available
 
+    _check_weight_only_kernel(INT8, "int8", "_weight_int8pack_mm", int8_kernel_available(), device)
+
+
+def _check_weight_only_kernel(name: str, kind: str, op: str, available: bool, device: torch.device) -> None:
     if device.type != "cpu":
-        raise InvalidInput(f"dtype 'int8' runs torch's weight-only int8 CPU kernel, not on '{device.type}': use "
+        raise InvalidInput(f"dtype '{name}' runs torch's weight-only {kind} CPU kernel, not on '{device.type}': use "
                            "--device cpu, or bf16/fp16 on a GPU")
-    if not int8_kernel_available():
-        raise InvalidInput("dtype 'int8' needs torch's weight-only int8 kernel (_weight_int8pack_mm), which this "
-                           f"torch {torch.__version__} lacks: use fp32 or bf16")
+    if not available:
+        raise InvalidInput(f"dtype '{name}' needs torch's weight-only {kind} CPU kernel ({op}), which this torch "
+                           f"{torch.__version__} lacks: use fp32 or bf16")
 
 
 def attach_int8_checked(model, name: str) -> None:
