@@ -252,7 +252,8 @@ class WeightOnlyLayers:
 
     # The lean forward's residual stream, cache and attention on this path. In bf16, one decoding row's
     # attention (`scaled_dot_product_attention`, 9 heads over ~150 keys) took 98 us a layer on an AVX-512
-    # EPYC and 275 us at 400 keys, against 21 and 31 us in fp32: a sixth of a 4-bit token. The products
+    # EPYC and 275 us at 400 keys, against 21 and 31 us in fp32: a sixth of a 4-bit token (`llama.attend` has
+    # since cut bf16's to 35 and 69 us, still above fp32's). The products
     # still read bf16 rows (`Int4Linear` casts them; so does the bf16 head), and the tensors in between
     # are a few hundred numbers, so fp32 costs nothing elsewhere and rounds less.
     ACTIVATIONS = torch.float32
