@@ -117,9 +117,10 @@ install_llama() {
     rm -rf "$wheels" && mv "$built" "$wheels"   # whole, or not at all
   fi
   echo "setup: installing $pin from $wheels"
-  # --force-reinstall: a .venv holding the same version built with other flags would otherwise keep that build.
-  .venv/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps \
-    "$wheels"/llama_cpp_python-*.whl
+  # Uninstalled first: pip installs nothing over the same version, so a .venv holding a build with other flags
+  # would keep it. (--force-reinstall would reinstall its dependencies too, numpy among them, unpinned.)
+  .venv/bin/python -m pip uninstall -q -y llama-cpp-python >/dev/null 2>&1 || true
+  .venv/bin/python -m pip install -q --disable-pip-version-check "$wheels"/llama_cpp_python-*.whl
   rm -f .venv/.llama-*
   touch ".venv/.llama-$tag"
 }
