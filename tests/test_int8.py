@@ -13,11 +13,11 @@ from helpers import tiny_model, tiny_tokenizer
 from test_qwen2 import VOCAB, tiny_qwen2
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from specviz.engine.cpu_kernels import int8_per_channel
+from specviz.engine.cpu_kernels import int8_kernel_available, int8_per_channel
 from specviz.engine.lean import LeanLlama
 from specviz.engine.models import auto_candidates, check_int8, load_pair
 from specviz.engine.profiler import forward_kind
-from specviz.engine.quant import Int8Rows, attach_int8, int8_kernel_available
+from specviz.engine.quant import Int8Rows, attach_int8
 from specviz.errors import InvalidInput
 
 pytestmark = pytest.mark.skipif(not int8_kernel_available(), reason="this torch has no weight-only int8 kernel")

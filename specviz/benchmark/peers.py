@@ -86,9 +86,11 @@ def unused_cpu_features(system_info: str, cpu_flags: frozenset[str] | set[str]) 
     unused: a peer built below the CPU flatters us (an AVX2 build of 0.3.36 decoded 1.1x slower than an
     AVX-512 one on a Zen 4 EPYC). It happens to a `.venv` built on a lesser machine, and it happened to
     ours when pip reused a cached wheel built with other flags."""
+    if not cpu_flags:
+        return []
     built = _built_features(system_info)
     return [name for name in SETUP_FEATURES
-            if cpu_flags and name not in built and all(flag in cpu_flags for flag in BUILD_FEATURES[name])]
+            if name not in built and all(flag in cpu_flags for flag in BUILD_FEATURES[name])]
 
 
 def _built_features(system_info: str) -> set[str]:

@@ -167,7 +167,12 @@ def int8_decoding_supported(device: torch.device, dtype: torch.dtype) -> bool:
     so fp32 drafts stay dense. A draft only proposes, so its precision can cost
     acceptance, never exactness.
     """
-    return device.type == "cpu" and dtype == torch.bfloat16 and hasattr(torch, "_weight_int8pack_mm")
+    return device.type == "cpu" and dtype == torch.bfloat16 and int8_kernel_available()
+
+
+def int8_kernel_available() -> bool:
+    """Whether this torch has gpt-fast's weight-only int8 kernel (`_weight_int8pack_mm`)."""
+    return hasattr(torch, "_weight_int8pack_mm")
 
 
 def fbgemm_available() -> bool:

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .cpu_kernels import biases_together, int8_per_channel
+
 GROUP = 32                 # weights per Q4_1 block, and the kernel's group size
 Q4_1_BLOCK_BYTES = 20      # fp16 d, fp16 m, 16 bytes of nibbles
 MIDPOINT = 8               # the kernel's codes are centred: (q - 8) * scale + zero
@@ -190,10 +192,6 @@ class Int4Linear(torch.nn.Module):
                                                          self.scales_and_zeros)
 
 
-def int8_kernel_available() -> bool:
-    return hasattr(torch, "_weight_int8pack_mm")
-
-
 class Int8Rows(torch.nn.Module):
     """x @ W^T (+ b) for W in weight-only int8 (`--dtype int8`, any Llama-family model): int8 codes and one
     scale per output row (symmetric, `cpu_kernels.int8_per_channel`), through gpt-fast's kernel
@@ -218,8 +216,6 @@ class Int8Rows(torch.nn.Module):
     def of(cls, *linears: torch.nn.Linear) -> "Int8Rows":
         """The linears quantised and stacked as one product (q|k|v, gate|up): every row keeps its own scale,
         so stacking is exact."""
-        from .cpu_kernels import biases_together, int8_per_channel
-
         codes, scales = int8_per_channel(torch.cat([m.weight.detach() for m in linears]))
         return cls(codes, scales, biases_together(*linears))
 
