@@ -18,7 +18,7 @@ from specviz.engine import precision
 from specviz.engine.models import (DEFAULT_DISPLAY_NAME, auto_candidates, auto_precision, choose_dtype, dtype_name,
                                    load_pair, measure_precisions, precisions_pending)
 from specviz.engine.profiler import save_cached
-from specviz.engine.quant import int4_kernel_available
+from specviz.engine.quant import q4_kernel_available
 
 CPU = torch.device("cpu")
 NAMES = auto_candidates("default", CPU)
@@ -47,7 +47,7 @@ def test_the_fastest_is_the_smallest_geometric_mean_of_one_row_and_a_verificatio
 
 def test_candidates_are_a_cpus_and_q4_only_for_the_offline_default():
     assert NAMES[:2] == ["fp32", "bf16"]
-    assert ("q4" in NAMES) == int4_kernel_available()
+    assert ("q4" in NAMES) == q4_kernel_available()
     assert "q4" not in auto_candidates("HuggingFaceTB/SmolLM2-360M-Instruct", CPU)
     assert auto_candidates("default", torch.device("meta")) == []   # off a CPU the rule decides
     assert auto_precision("default", torch.device("meta")) == (None, "")
@@ -62,7 +62,7 @@ def test_until_measured_auto_runs_the_rule_and_says_so(cache):
     assert load_pair("default", "self", device="cpu", dtype="fp32").precision_choice == ""   # asked for: no reason
 
 
-@pytest.mark.parametrize("chosen", ["fp32", "bf16"] + (["q4"] if int4_kernel_available() else []))
+@pytest.mark.parametrize("chosen", ["fp32", "bf16"] + (["q4"] if q4_kernel_available() else []))
 def test_auto_loads_the_precision_this_machine_measured_fastest(cache, chosen):
     measured(chosen, **{chosen: 10.0})
     assert not precisions_pending("default", CPU)

@@ -123,10 +123,12 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
     logits over a prompt follow the fp32 model's (a wrong row order or zero point scrambles them)."""
     pair = load_pair("default", "self", dtype="q4")
     assert pair.precision == "q4" and pair.key.endswith("|q4")
-    kind = "lean-q4-f32-ts"
+    # SpecViz's own kernel where it is built here (AVX-512 VNNI), else torch's int4 one: each its own curves.
+    native = quant.native.q4_rows_available() is None
+    kind, product = ("lean-q4-vnni-f32-ts", quant.Q4Rows) if native else ("lean-q4-f32-ts", quant.Int4Linear)
     assert forward_kind(pair.target) == kind and forward_kind(pair_fp32.target) != kind   # own curves
     forward = LeanLlama(pair.target, 64)
-    assert forward.weight_only and all(isinstance(layer.qkv_proj, quant.Int4Linear) for layer in forward.layers)
+    assert forward.weight_only and all(isinstance(layer.qkv_proj, product) for layer in forward.layers)
     assert forward.all_keys.dtype == torch.float32   # fp32 activations
     # The rows layers run as one stack that TorchScript compiled (eager Python dispatch is a third of a token).
     assert isinstance(forward.rows_stack, torch.jit.ScriptModule)
@@ -144,7 +146,10 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
     for start, ids, rows in ((0, prompt, n), (n, prompt[:, -1:], 1)):
         fast, plain = forward(ids, start, rows=rows).float(), through_layers(ids, start, rows=rows).float()
         assert torch.equal(fast.argmax(-1), plain.argmax(-1))
-        assert (fast - plain).abs().max() < 0.05 * plain.abs().max(), (fast - plain).abs().max()
+        # Our kernel rounds the activations to int8: a last-bit difference between the two paths' fp32 ops may
+        # move a code by one step, so the two differ by about what either differs from fp32 (measured 0.055x).
+        bound = 0.1 if native else 0.05
+        assert (fast - plain).abs().max() < bound * plain.abs().max(), (fast - plain).abs().max()
 
 
 def test_q4_is_refused_for_a_model_without_a_q4_1_gguf(tmp_path):

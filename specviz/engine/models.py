@@ -368,13 +368,13 @@ def check_same_tokenizer(target_tok, draft_tok, target_name: str, draft_name: st
 
 def check_q4(target: str | None, device: torch.device) -> None:
     """`q4` runs a GGUF's own Q4_1 blocks on torch's int4 CPU kernel: only the offline default ships one."""
-    from .quant import int4_kernel_available
+    from .quant import q4_kernel_available
 
     if not is_default(target):
         raise InvalidInput(
             f"dtype 'q4' runs the 4-bit (Q4_1) GGUF weights the offline default ships; '{target.strip()}' has "
             f"none here: use fp32, bf16, int8 or auto for it, or q4 with the offline default{OFFLINE_WAYS}")
-    _check_weight_only_kernel(Q4, "int4", "_weight_int4pack_mm_for_cpu", int4_kernel_available(), device)
+    _check_weight_only_kernel(Q4, "int4", "_weight_int4pack_mm_for_cpu", q4_kernel_available(), device)
 
 
 def check_int8(device: torch.device) -> None:
@@ -516,11 +516,11 @@ def auto_candidates(target: str | None, device: torch.device) -> list[str]:
     """The precisions `auto` chooses among by measuring (`engine.precision`): on a CPU fp32 and bf16, q4 for
     the offline default (the one model that ships 4-bit weights) and int8 for other Llama-family models
     (`int8_runs`); none off a CPU (the rule decides)."""
-    from .quant import int4_kernel_available
+    from .quant import q4_kernel_available
 
     if device.type != "cpu":
         return []
-    return (["fp32", "bf16"] + (["q4"] if is_default(target) and int4_kernel_available() else [])
+    return (["fp32", "bf16"] + (["q4"] if is_default(target) and q4_kernel_available() else [])
             + ([INT8] if int8_runs(target) else []))
 
 

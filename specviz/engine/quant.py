@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import native
 from .cpu_kernels import biases_together, int8_per_channel
 
 GROUP = 32                 # weights per Q4_1 block, and the kernel's group size
@@ -151,6 +152,11 @@ def int4_kernel_available() -> bool:
         torch.ops.aten, "_convert_weight_to_int4pack_for_cpu")
 
 
+def q4_kernel_available() -> bool:
+    """Whether q4 runs here: SpecViz's own kernel (`native`), or else torch's int4 one."""
+    return native.q4_rows_available() is None or int4_kernel_available()
+
+
 class Int4Linear(torch.nn.Module):
     """x @ W^T for W in torch's int4 CPU layout (`_convert_weight_to_int4pack_for_cpu`, groups of 32).
 
@@ -190,6 +196,57 @@ class Int4Linear(torch.nn.Module):
         and the kernel's bf16 output as it is, which the layer widens where it adds or rotates anyway)."""
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(self.scales_and_zeros.dtype), self.packed, self.group,
                                                          self.scales_and_zeros)
+
+
+class Q4Rows(torch.nn.Module):
+    """x @ W^T for W in Q4_1 through SpecViz's own kernel (`torch.ops.specviz.q4_rows`, `engine.native`):
+    llama.cpp's product, the activations rounded to int8 in blocks of 32 and the weights' 4-bit codes
+    multiplied in with AVX-512 VNNI, sixteen output rows a tile. The weights are the GGUF's codes and fp16
+    d, m as they are, rearranged (`codes_of`, `tables_of`). A module, so that TorchScript compiles it into
+    the layers that call it (`llama.RowsStack`).
+    """
+
+    TILE = 16   # output rows per tile: one 512-bit register of fp32 sums
+    LAYOUT = "tile16"   # names the byte layout in cached files: a new layout never reads an old one
+
+    def __init__(self, codes: torch.Tensor, d: torch.Tensor, m: torch.Tensor):
+        super().__init__()
+        self.register_buffer("codes", codes, persistent=False)   # (out / 16, in / 32, 256) uint8
+        self.register_buffer("d", d, persistent=False)           # (out / 16, in / 32, 16) fp16
+        self.register_buffer("m", m, persistent=False)
+        self.out_features, self.in_features = d.shape[0] * self.TILE, d.shape[1] * GROUP
+
+    @classmethod
+    def codes_of(cls, weight: Q4Weight) -> torch.Tensor:
+        """The kernel's byte layout (see csrc/q4_rows.cpp): per tile of 16 rows, block and pair j of
+        four-code groups, byte 4i + k holds row i's code 8j + k (low nibble) and 8j + 4 + k (high)."""
+        out, cols = weight.shape
+        codes = weight.codes.view(out // cls.TILE, cls.TILE, cols // GROUP, 4, 2, 4)   # tile, i, block, j, half, k
+        codes = codes.permute(0, 2, 3, 4, 1, 5)                                          # tile, block, j, half, i, k
+        return (codes[:, :, :, 0] | (codes[:, :, :, 1] << 4)).reshape(out // cls.TILE, cols // GROUP, 256).contiguous()
+
+    @classmethod
+    def tables_of(cls, table: torch.Tensor) -> torch.Tensor:
+        """A per-block table (out, in / 32) as the kernel reads it: (out / 16, in / 32, 16)."""
+        out, blocks = table.shape
+        return table.view(out // cls.TILE, cls.TILE, blocks).transpose(1, 2).contiguous()
+
+    @classmethod
+    def of(cls, weight: Q4Weight) -> "Q4Rows":
+        return cls(cls.codes_of(weight), cls.tables_of(weight.d), cls.tables_of(weight.m))
+
+    @classmethod
+    def fits(cls, weight: Q4Weight) -> bool:
+        return weight.shape[0] % cls.TILE == 0 and weight.shape[1] % GROUP == 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.rows(x.reshape(-1, self.in_features).float())
+        return out.view(list(x.shape[:-1]) + [self.out_features]).to(x.dtype)
+
+    @torch.jit.export
+    def rows(self, x: torch.Tensor) -> torch.Tensor:
+        """fp32 rows (n, in) -> fp32 (n, out)."""
+        return torch.ops.specviz.q4_rows(x, self.codes, self.d, self.m)
 
 
 class Int8Rows(torch.nn.Module):
@@ -243,6 +300,7 @@ class WeightOnlyLayers:
     layers: list[tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module, torch.nn.Module]]
     source: str
     precision: str = "q4"
+    kernel: str = ""   # "vnni": q4 through SpecViz's own kernel (`Q4Rows`); "": torch's (int4pack, int8pack)
 
     ATTR = "_specviz_weight_only"
 
@@ -255,41 +313,44 @@ class WeightOnlyLayers:
     ACTIVATIONS = torch.float32
 
     @classmethod
-    def build(cls, weights: dict[str, Q4Weight], n_layers: int, dtype: torch.dtype, source: str
-              ) -> "WeightOnlyLayers":
-        """The q4 layers from Q4_1 weights keyed by transformers' parameter prefixes."""
+    def build(cls, weights: dict[str, Q4Weight], n_layers: int, dtype: torch.dtype, source: str,
+              kernel: str = "") -> "WeightOnlyLayers":
+        """The q4 layers from Q4_1 weights keyed by transformers' parameter prefixes, for `kernel` ("vnni":
+        `Q4Rows`; "": torch's `Int4Linear`, whose tables are `dtype`)."""
         layers = []
         for i in range(n_layers):
             w = {name: weights[f"model.layers.{i}.{name}"] for name in LINEARS.values()}
             qkv = Q4Weight.stacked([w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"]])
             gate_up = Q4Weight.stacked([w["mlp.gate_proj"], w["mlp.up_proj"]])
-            layers.append(tuple(Int4Linear.of(m, dtype) for m in (qkv, w["self_attn.o_proj"], gate_up,
-                                                                    w["mlp.down_proj"])))
-        return cls(layers, source)
+            parts = (qkv, w["self_attn.o_proj"], gate_up, w["mlp.down_proj"])
+            layers.append(tuple(Q4Rows.of(m) if kernel == "vnni" else Int4Linear.of(m, dtype) for m in parts))
+        return cls(layers, source, kernel=kernel)
 
     PARTS = ("qkv", "o", "gate_up", "down")
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """The q4 layers' packed codes and tables by name, for `save_file`."""
-        out = {}
-        for i, layer in enumerate(self.layers):
-            for part, linear in zip(self.PARTS, layer):
-                out[f"{i}.{part}.packed"], out[f"{i}.{part}.scales_and_zeros"] = linear.packed, linear.scales_and_zeros
-        return out
+        """The q4 layers' codes and tables by name, for `save_file`."""
+        return {f"{i}.{part}.{name}": tensor for i, layer in enumerate(self.layers)
+                for part, linear in zip(self.PARTS, layer) for name, tensor in linear.named_buffers()}
 
     @classmethod
-    def from_tensors(cls, tensors: dict[str, torch.Tensor], n_layers: int, source: str) -> "WeightOnlyLayers":
-        return cls([tuple(Int4Linear(tensors[f"{i}.{p}.packed"], tensors[f"{i}.{p}.scales_and_zeros"])
-                          for p in cls.PARTS) for i in range(n_layers)], source)
+    def from_tensors(cls, tensors: dict[str, torch.Tensor], n_layers: int, source: str, kernel: str = ""
+                     ) -> "WeightOnlyLayers":
+        def linear(i: int, part: str) -> torch.nn.Module:
+            if kernel == "vnni":
+                return Q4Rows(*(tensors[f"{i}.{part}.{name}"] for name in ("codes", "d", "m")))
+            return Int4Linear(tensors[f"{i}.{part}.packed"], tensors[f"{i}.{part}.scales_and_zeros"])
+        return cls([tuple(linear(i, p) for p in cls.PARTS) for i in range(n_layers)], source, kernel=kernel)
 
     # What `profiler.forward_kind` names this forward: the measured curves, plans and Lookahead's table that
     # `auto` caches are keyed by it (and by the dtype, which is bf16 here), so a weight-only forward's never
     # stand in for the bf16 one's, or the other way round. "-f32": since its activations run in fp32
     # (`ACTIVATIONS`), a faster forward whose costs the curves cached for the bf16-activation one overstate;
     # "-ts": since TorchScript runs its layers (`llama.RowsStack`), 1.11x faster again.
+    # "-vnni": SpecViz's own q4 kernel, whose costs (a tree's rows nearly free up to 8) are not int4pack's.
     @property
     def decoding_kind(self) -> str:
-        return f"lean-{self.precision}-f32-ts"
+        return f"lean-{self.precision}{'-' + self.kernel if self.kernel else ''}-f32-ts"
 
     def attach(self, model) -> None:
         model.__dict__[self.ATTR] = self
@@ -318,9 +379,16 @@ def attach_quantized(model, dtype: torch.dtype = torch.bfloat16) -> WeightOnlyLa
     model's dense weights are left as they were (transformers' forward still reads them)."""
     weights = {f"model.layers.{i}.{name}": quantize_q4_1(layer.get_submodule(name).weight)
                for i, layer in enumerate(model.model.layers) for name in LINEARS.values()}
-    layers = WeightOnlyLayers.build(weights, model.config.num_hidden_layers, dtype, "quantized in memory")
+    kernel = q4_kernel(list(weights.values()))
+    layers = WeightOnlyLayers.build(weights, model.config.num_hidden_layers, dtype, "quantized in memory", kernel)
     layers.attach(model)
     return layers
+
+
+def q4_kernel(weights: list[Q4Weight]) -> str:
+    """"vnni" where SpecViz's own q4 kernel is built here and reads every matrix (rows in block pairs), else
+    "" (torch's int4 kernel)."""
+    return "vnni" if native.q4_rows_available() is None and all(Q4Rows.fits(w) for w in weights) else ""
 
 
 def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16) -> WeightOnlyLayers:
@@ -329,19 +397,24 @@ def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16)
     Reading the GGUF (its reader parses the 49k-token vocabulary field by field) and packing take
     10-25 s on 2 cores, so the packed tensors are cached next to the GGUF, once per dtype and torch
     version (the packed layout is the kernel's, which a torch release may change)."""
-    if not int4_kernel_available():
-        raise RuntimeError("this torch has no CPU int4 weight-only kernel (_weight_int4pack_mm_for_cpu)")
     from safetensors.torch import load_file, save_file
 
     gguf_path = Path(gguf_path)
     n_layers = model.config.num_hidden_layers
-    version = torch.__version__.replace("+", "-")
-    cache = gguf_path.with_name(f"{gguf_path.stem}.int4pack.{str(dtype).removeprefix('torch.')}.torch-{version}"
-                                ".safetensors")
-    if cache.exists():
-        layers = WeightOnlyLayers.from_tensors(load_file(cache), n_layers, str(gguf_path))
+    hidden, ffn = model.config.hidden_size, model.config.intermediate_size
+    kernel = "vnni" if native.q4_rows_available() is None and hidden % 64 == 0 and ffn % 64 == 0 else ""
+    if not kernel and not int4_kernel_available():
+        raise RuntimeError("this torch has no CPU int4 weight-only kernel (_weight_int4pack_mm_for_cpu)")
+    if kernel:   # the GGUF's own codes and fp16 d, m, rearranged: no torch version in the name, the layout's
+        cache = gguf_path.with_name(f"{gguf_path.stem}.q4rows-{Q4Rows.LAYOUT}.safetensors")
     else:
-        layers = _convert(gguf_path, n_layers, dtype)
+        version = torch.__version__.replace("+", "-")
+        cache = gguf_path.with_name(f"{gguf_path.stem}.int4pack.{str(dtype).removeprefix('torch.')}"
+                                    f".torch-{version}.safetensors")
+    if cache.exists():
+        layers = WeightOnlyLayers.from_tensors(load_file(cache), n_layers, str(gguf_path), kernel)
+    else:
+        layers = _convert(gguf_path, n_layers, dtype, kernel)
         staged = cache.with_suffix(".partial")
         save_file(layers.tensors(), staged)
         staged.rename(cache)   # last, so a crash never leaves a half-written cache under the final name
@@ -349,10 +422,10 @@ def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16)
     return layers
 
 
-def _convert(gguf_path: Path, n_layers: int, dtype: torch.dtype) -> WeightOnlyLayers:
+def _convert(gguf_path: Path, n_layers: int, dtype: torch.dtype, kernel: str) -> WeightOnlyLayers:
     weights = read_q4_1(gguf_path)
     missing = [f"model.layers.{i}.{name}" for i in range(n_layers) for name in LINEARS.values()
                if f"model.layers.{i}.{name}" not in weights]
     if missing:
         raise ValueError(f"{gguf_path}: {len(missing)} linears are not Q4_1 (first: {missing[0]})")
-    return WeightOnlyLayers.build(weights, n_layers, dtype, str(gguf_path))
+    return WeightOnlyLayers.build(weights, n_layers, dtype, str(gguf_path), kernel)

@@ -1,0 +1,163 @@
+// Q4_1 weights times a few rows of activations, on an AVX-512 VNNI CPU: llama.cpp's recipe
+// (`ggml_vec_dot_q4_1_q8_1`) as one torch op, `specviz::q4_rows`, that TorchScript calls.
+//
+// Why: torch's own int4 CPU kernel (`_weight_int4pack_mm_for_cpu`) dequantises the 4-bit codes to
+// floats and multiplies in floats, reading the weights again for every block of four rows, so a
+// decoding tree's 8 rows cost 2.6x one row. Here the activations are rounded to int8 once per call,
+// in blocks of 32 with one scale each (an outlier dimension stays inside its block), and each
+// weight block is unpacked once and multiplied into every row with one VNNI instruction
+// (`vpdpbusd`: 64 u8 x s8 products summed in fours).
+//
+// Layout (made by `specviz.engine.quant.Q4Rows`): output rows in tiles of 16, as llama.cpp's repacked
+// kernels hold them, so that one vpdpbusd multiplies four codes of sixteen rows by one broadcast group of
+// four activations and the sums land one output row per lane: no horizontal sums, and per block and
+// activation row eight instructions for 512 products. For tile t, block b and group pair j (codes
+// 8j .. 8j + 7 of the block), 64 bytes: byte 4i + k holds row 16t + i's code 8j + k in its low nibble and
+// code 8j + 4 + k in its high one. d and m (Q4_1's, weight = d * q + m) are fp16 (out / 16, in / 32, 16).
+//
+// y[r][n] = sum_b d_nb * s_rb * sum_i q_nbi a_rbi  +  sum_b m_nb * s_rb * sum_i a_rbi   (a: row r's int8 codes)
+
+#include <torch/library.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__F16C__)
+#define SPECVIZ_Q4_VNNI 1
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr int64_t kBlock = 32;
+
+#ifdef SPECVIZ_Q4_VNNI
+
+// Row r's activations as int8 codes (rows, in), per block the scale (rows, in / 32), and per block the scale
+// times the codes' sum, which the min term multiplies. Buffers kept per thread and reused: at one decoding
+// row three allocations a call cost as much as a small product.
+struct QuantizedRows {
+  std::vector<int8_t> codes;
+  std::vector<float> scales, sums;
+};
+
+const QuantizedRows& quantize_rows(const float* src, int64_t rows, int64_t in) {
+  thread_local QuantizedRows q;
+  const int64_t blocks = in / kBlock;
+  q.codes.resize(rows * in);
+  q.scales.resize(rows * blocks);
+  q.sums.resize(rows * blocks);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* a = src + r * in + b * kBlock;
+      const __m512 lo = _mm512_loadu_ps(a), hi = _mm512_loadu_ps(a + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+      const float scale = amax / 127.0f;
+      const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+      // Round to nearest even, as llama.cpp's AVX path does (`_mm256_cvtps_epi32`).
+      const __m512i ilo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, inv));
+      const __m512i ihi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, inv));
+      int8_t* out = q.codes.data() + r * in + b * kBlock;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtsepi32_epi8(ilo));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm512_cvtsepi32_epi8(ihi));
+      q.scales[r * blocks + b] = scale;
+      q.sums[r * blocks + b] = scale * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(ilo, ihi)));
+    }
+  }
+  return q;
+}
+
+// Activation rows [0, R) times the output tiles [t0, t1): R accumulators of 16 output rows in registers.
+template <int R>
+void q4_rows_tiles(const uint8_t* codes, const uint16_t* d, const uint16_t* m, const int8_t* a,
+                   const float* scales, const float* sums, float* y, int64_t in, int64_t out,
+                   int64_t t0, int64_t t1) {
+  const int64_t blocks = in / kBlock;
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
+  for (int64_t t = t0; t < t1; ++t) {
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = codes + (t * blocks + b) * 256;
+      __m512i w[8];
+      for (int j = 0; j < 4; ++j) {
+        const __m512i packed = _mm512_loadu_si512(block + 64 * j);
+        w[2 * j] = _mm512_and_si512(packed, low_nibbles);
+        w[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_nibbles);
+      }
+      const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + (t * blocks + b) * 16)));
+      const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + (t * blocks + b) * 16)));
+      for (int r = 0; r < R; ++r) {
+        const int32_t* groups = reinterpret_cast<const int32_t*>(a + r * in + b * kBlock);
+        __m512i dot = _mm512_setzero_si512();
+        // w[g] holds codes 4g .. 4g + 3 of the block for the tile's 16 rows; groups[g] the row's same four.
+        for (int g = 0; g < 8; ++g) dot = _mm512_dpbusd_epi32(dot, w[g], _mm512_set1_epi32(groups[g]));
+        const __m512 scaled = _mm512_mul_ps(dv, _mm512_set1_ps(scales[r * blocks + b]));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scaled, acc[r]);
+        acc[r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(sums[r * blocks + b]), acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * out + t * 16, acc[r]);
+  }
+}
+
+template <int R>
+void q4_rows_run(const uint8_t* codes, const uint16_t* d, const uint16_t* m, const QuantizedRows& q,
+                 int64_t row0, float* y, int64_t in, int64_t out) {
+  const int8_t* a = q.codes.data() + row0 * in;
+  const float* scales = q.scales.data() + row0 * (in / kBlock);
+  const float* sums = q.sums.data() + row0 * (in / kBlock);
+  float* yr = y + row0 * out;
+  at::parallel_for(0, out / 16, 1, [&](int64_t t0, int64_t t1) {
+    q4_rows_tiles<R>(codes, d, m, a, scales, sums, yr, in, out, t0, t1);
+  });
+}
+
+#endif  // SPECVIZ_Q4_VNNI
+
+at::Tensor q4_rows(const at::Tensor& x_in, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kFloat, "q4_rows: x must be (rows, in) fp32");
+  const at::Tensor x = x_in.contiguous();
+  TORCH_CHECK(codes.scalar_type() == at::kByte && d.scalar_type() == at::kHalf && m.scalar_type() == at::kHalf,
+              "q4_rows: codes uint8, d and m fp16");
+  const int64_t in = x.size(1), out = d.size(0) * 16;
+  TORCH_CHECK(in % kBlock == 0 && out % 16 == 0 && codes.numel() * 2 == in * out && d.numel() * kBlock == in * out
+              && m.numel() == d.numel(), "q4_rows: shapes do not match (in a multiple of 32, out of 16)");
+#ifdef SPECVIZ_Q4_VNNI
+  at::Tensor y = at::empty({x.size(0), out}, x.options());
+  const QuantizedRows& q = quantize_rows(x.data_ptr<float>(), x.size(0), in);
+  const auto* c = codes.data_ptr<uint8_t>();
+  const auto* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
+  const auto* mp = reinterpret_cast<const uint16_t*>(m.data_ptr<at::Half>());
+  int64_t row = 0;
+  const int64_t rows = x.size(0);
+  while (row < rows) {
+    const int64_t left = rows - row;
+    if (left >= 8) { q4_rows_run<8>(c, dp, mp, q, row, y.data_ptr<float>(), in, out); row += 8; }
+    else if (left >= 4) { q4_rows_run<4>(c, dp, mp, q, row, y.data_ptr<float>(), in, out); row += 4; }
+    else if (left >= 2) { q4_rows_run<2>(c, dp, mp, q, row, y.data_ptr<float>(), in, out); row += 2; }
+    else { q4_rows_run<1>(c, dp, mp, q, row, y.data_ptr<float>(), in, out); row += 1; }
+  }
+  return y;
+#else
+  TORCH_CHECK(false, "q4_rows: built without AVX-512 VNNI");
+#endif
+}
+
+bool q4_rows_built() {
+#ifdef SPECVIZ_Q4_VNNI
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+TORCH_LIBRARY(specviz, lib) {
+  lib.def("q4_rows(Tensor x, Tensor codes, Tensor d, Tensor m) -> Tensor", &q4_rows);
+  lib.def("q4_rows_built() -> bool", &q4_rows_built);
+}

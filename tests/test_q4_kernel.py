@@ -1,0 +1,100 @@
+"""SpecViz's own q4 kernel (`torch.ops.specviz.q4_rows`, `engine.native`): it computes llama.cpp's Q4_1 x Q8_1
+arithmetic (activations rounded to int8 in blocks of 32, one scale each), checked against that arithmetic
+written in torch, for every row count its register tiles split into; it reads the GGUF's own weights; and
+a wrong nibble order, a dropped min term or a skipped row is caught. Skipped where the CPU has no AVX-512
+VNNI (the 4-bit path then runs torch's int4 kernel, which tests/test_quant.py covers)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specviz.engine import native, quant
+
+REASON = native.q4_rows_available()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"q4 kernel not built here: {REASON}")
+
+
+def q8_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """llama.cpp's quantize_row_q8_1 in torch: per block of 32, scale = max|x| / 127, codes rounded half to even."""
+    rows, cols = x.shape
+    blocks = x.view(rows, cols // 32, 32)
+    amax = blocks.abs().amax(-1)
+    scale = amax / 127
+    inverse = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
+    return (blocks * inverse[..., None]).round(), scale
+
+
+def reference(x: torch.Tensor, weight: quant.Q4Weight) -> torch.Tensor:
+    """sum_b d_b s_b (q . a) + m_b s_b (sum a), in fp64 from the same int8 codes."""
+    a, s = q8_blocks(x)
+    out, cols = weight.shape
+    q = weight.codes.view(out, cols // 32, 32).double()
+    dots = torch.einsum("rbi,nbi->rnb", a.double(), q)
+    sums = a.double().sum(-1)                                        # (rows, blocks)
+    d, m = weight.d.double(), weight.m.double()                      # (out, blocks)
+    return (torch.einsum("rnb,nb,rb->rn", dots, d, s.double()) + torch.einsum("nb,rb->rn", m, s.double() * sums))
+
+
+def random_q4(out: int, cols: int, seed: int) -> quant.Q4Weight:
+    return quant.quantize_q4_1(torch.randn(out, cols, generator=torch.Generator().manual_seed(seed)) * 0.05)
+
+
+@pytest.mark.parametrize("out,cols", [(960, 576), (112, 1536), (3072, 32)])
+def test_the_kernel_computes_q4_1_times_q8_1(out, cols):
+    weight = random_q4(out, cols, out)
+    linear = quant.Q4Rows.of(weight)
+    generator = torch.Generator().manual_seed(cols)
+    for rows in (1, 2, 3, 5, 8, 13, 17):   # the tiles of 8, 4, 2 and 1 rows, and what is left over
+        x = torch.randn(rows, cols, generator=generator)
+        x[:, 7] *= 40                       # an outlier dimension, as SmolLM2's
+        got, want = linear.rows(x).double(), reference(x, weight)
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item()), (rows, (got - want).abs().max())
+    # Controls: the rows come back in order (a skipped or repeated row is caught) and each row's outlier stays
+    # in its own block (the product of the dequantised weights differs by the activations' rounding only).
+    x = torch.randn(5, cols, generator=generator)
+    assert not torch.allclose(linear.rows(x).double(), reference(x.flip(0), weight), rtol=1e-3)
+    exact = x.double() @ weight.dequantize().double().T
+    assert ((linear.rows(x).double() - exact).abs().max() <= 0.02 * exact.abs().max())
+
+
+def test_the_kernel_reads_the_ggufs_weights():
+    """Each row of the identity rounds to int8 exactly (127 / 127), so the kernel gives the weights back: the
+    file's d * q + m, up to fp32 rounding, for a stacked q|k|v from the offline default's own GGUF."""
+    weights = quant.read_q4_1(quant_file())
+    stacked = quant.Q4Weight.stacked([weights[f"model.layers.3.self_attn.{p}_proj"] for p in "qkv"])
+    got = quant.Q4Rows.of(stacked).rows(torch.eye(stacked.shape[1])).t()
+    assert torch.allclose(got, stacked.dequantize(), rtol=1e-6, atol=1e-6)   # weights reach 2.8
+    # Controls: codes laid out in Q4_1's own byte order (byte j: weights j and j + 16 of a block) read other
+    # weights, and a kernel without the min term gives d * q alone.
+    out, cols = stacked.shape
+    file_order = stacked.codes.view(out, cols // 32, 2, 16).transpose(2, 3).reshape(out, cols)
+    misread = quant.Q4Rows.of(quant.Q4Weight(file_order, stacked.d, stacked.m))
+    assert not torch.allclose(misread.rows(torch.eye(cols)).t(), stacked.dequantize(), atol=1e-3)
+    no_min = quant.Q4Rows.of(stacked).rows(torch.eye(stacked.shape[1])).t() - stacked.m.float().repeat_interleave(32, 1)
+    assert not torch.allclose(no_min, stacked.dequantize(), atol=1e-3)
+
+
+def test_zero_rows_give_zero_and_strided_rows_are_read_as_rows():
+    weight = random_q4(64, 128, 1)
+    linear = quant.Q4Rows.of(weight)
+    assert torch.equal(linear.rows(torch.zeros(3, 128)), torch.zeros(3, 64))
+    wide = torch.randn(4, 256)
+    strided = wide[:, ::2]   # not contiguous
+    assert torch.allclose(linear.rows(strided), linear.rows(strided.contiguous()))
+
+
+def test_mismatched_shapes_are_refused_with_a_message():
+    weight = random_q4(64, 128, 2)
+    linear = quant.Q4Rows.of(weight)
+    with pytest.raises(RuntimeError, match="shapes do not match"):
+        linear.rows(torch.randn(2, 64))
+    with pytest.raises(RuntimeError, match="fp32"):
+        linear.rows(torch.randn(2, 128).bfloat16())
+    assert not quant.Q4Rows.fits(random_q4(8, 96, 3)) and quant.Q4Rows.fits(weight)   # tiles of 16 output rows
+
+
+def quant_file():
+    from specviz.engine.models import offline_default_gguf
+
+    return offline_default_gguf()
