@@ -98,3 +98,28 @@ def quant_file():
     from specviz.engine.models import offline_default_gguf
 
     return offline_default_gguf()
+
+
+def test_the_head_kernel_computes_q8_0_times_q8_1_and_reads_the_ggufs_embedding():
+    """The tied head (Q8_0: weight = d * q) through the same kernel, codes stored as q + 128 and m = -128 d:
+    against the same arithmetic in fp64, and through the identity the file's own embedding rows (gguf's
+    dequantisation). Control: the codes left signed (no + 128) read other weights."""
+    weights = quant.read_q4_1(quant_file())
+    head = weights[quant.HEAD]
+    assert head.shape == (49152, 576)
+    rows = head.codes[:4096]
+    part = quant.Q8Weight(rows, head.d[:4096])
+    kernel = quant.Q8Rows.of(part)
+    x = torch.randn(5, 576, generator=torch.Generator().manual_seed(5))
+    as_q4_1 = quant.Q4Weight(rows.to(torch.int16).add(128).to(torch.uint8), part.d, (-128 * part.d.float()).half())
+    assert torch.allclose(kernel(x).double(), reference(x, as_q4_1), rtol=1e-4, atol=1e-4)
+    got = kernel(torch.eye(576)).t()
+    assert torch.allclose(got, part.dequantize(), rtol=1e-6, atol=1e-6)
+    import gguf
+
+    reader = gguf.GGUFReader(str(quant_file()))
+    embedding = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    file_rows = torch.from_numpy(gguf.quants.dequantize(embedding.data, embedding.tensor_type))[:4096]
+    assert torch.equal(part.dequantize(), file_rows)
+    signed = quant.Q8Rows(kernel.codes ^ 0x80, kernel.d)   # flips the +128 back: codes read as unsigned q
+    assert not torch.allclose(signed(torch.eye(576)).t(), part.dequantize(), atol=1e-3)

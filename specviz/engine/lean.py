@@ -188,6 +188,7 @@ class LeanLlama:
             # None where a projection has no bias (Llama's); Qwen2's q|k|v has one.
             biases += [biases_together(attn.q_proj, attn.k_proj, attn.v_proj), biases_together(attn.o_proj),
                        biases_together(mlp.gate_proj, mlp.up_proj), biases_together(mlp.down_proj)]
+        self.head_dtype = self.lm_head.dtype   # what the head's rows are cast to
         if self.weight_only:
             # Weight-only layers (`--dtype q4`, `--dtype int8`): the layers' products run the int4 or int8
             # kernel; the head stays dense, in the model's dtype (its rows are cast to it). q4's head is tied to
@@ -198,9 +199,14 @@ class LeanLlama:
             mats = [linear for layer in weight_only.layers for linear in layer]
             # The model's own head is prepacked where oneDNN can (`packed_weights` says None where it cannot:
             # an AVX2-only CPU has no bf16 reorder); a vocabulary subset's stays plain.
-            packed = packed_weights(model, [self.lm_head]) if self.lm_head is head.weight else None
+            own_head = self.lm_head is head.weight
+            packed = packed_weights(model, [self.lm_head]) if own_head else None
             self.packed = packed is not None
             self.head = Matmul(self.lm_head, packed[0] if packed else None)
+            if own_head and weight_only.head is not None:
+                # q4 on SpecViz's own kernel: the GGUF's Q8_0 head as it is (half the bf16 head's bytes, 2.5 ms of
+                # a 9 ms token at one row on a Zen 4 EPYC), on fp32 rows.
+                self.head, self.head_dtype = weight_only.head, torch.float32
         else:
             # The head is packed with the layers only when it is the model's own (a vocabulary subset cut
             # here is a new tensor each time, packed for this forward alone).
@@ -312,10 +318,10 @@ class LeanLlama:
         if hidden:
             normed = rms_norm(x, self.final_norm, self.eps)
             picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
-            return self.head(picked.to(self.lm_head.dtype)), torch.cat([normed] + tapped, -1) if tapped else normed
+            return self.head(picked.to(self.head_dtype)), torch.cat([normed] + tapped, -1) if tapped else normed
         x = x[-rows:] if isinstance(rows, int) else x.index_select(0, rows)
         # A 2-D input keeps F.linear on a plain matmul (see VocabSubsetHead.forward).
-        return self.head(rms_norm(x, self.final_norm, self.eps).to(self.lm_head.dtype))
+        return self.head(rms_norm(x, self.final_norm, self.eps).to(self.head_dtype))
 
     def zero_cache(self) -> None:
         """Zero every slot: `forward_static` attends over unwritten slots (masked), which must be finite."""
@@ -333,6 +339,7 @@ class LeanLlama:
         self.vocab_ids = vocab_ids.to(self.device, torch.long)
         self.lm_head = self._full_head.index_select(0, self.vocab_ids).contiguous()
         self.head = Matmul(self.lm_head, pack(self.lm_head) if self.packed else None)
+        self.head_dtype = self.lm_head.dtype
 
     def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
         """Move the K/V of `slots` (each >= its destination) to prefix_len, prefix_len + 1, ...

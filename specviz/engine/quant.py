@@ -34,6 +34,8 @@ from .cpu_kernels import biases_together, int8_per_channel
 
 GROUP = 32                 # weights per Q4_1 block, and the kernel's group size
 Q4_1_BLOCK_BYTES = 20      # fp16 d, fp16 m, 16 bytes of nibbles
+Q8_0_BLOCK_BYTES = 34      # fp16 d, 32 int8 codes
+HEAD = "lm_head"           # `read_q4_1`'s key for the head's Q8_0 matrix (the tied embedding where no output.weight)
 MIDPOINT = 8               # the kernel's codes are centred: (q - 8) * scale + zero
 
 # GGUF tensor name (within blk.N.) -> the transformers Llama linear it holds.
@@ -79,6 +81,31 @@ class Q4Weight:
                         torch.cat([p.m for p in parts]))
 
 
+@dataclass
+class Q8Weight:
+    """One (out, in) matrix as Q8_0 holds it (the GGUF's token embedding, tied to the head): codes (out, in)
+    int8 and, per block of 32 along a row, d (out, in / 32) fp16. The weight is d * q."""
+
+    codes: torch.Tensor
+    d: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.codes.shape)
+
+    def dequantize(self) -> torch.Tensor:
+        out, cols = self.codes.shape
+        return (self.d.float()[..., None] * self.codes.view(out, cols // GROUP, GROUP).float()).view(out, cols)
+
+
+def q8_0_from_blocks(raw: np.ndarray, out: int, cols: int) -> Q8Weight:
+    """Decode a Q8_0 tensor's bytes (out rows of cols / 32 blocks: fp16 d, then 32 int8 codes)."""
+    blocks = np.asarray(raw).reshape(out, cols // GROUP, Q8_0_BLOCK_BYTES)
+    d = np.ascontiguousarray(blocks[..., 0:2]).view(np.float16)[..., 0]
+    codes = np.ascontiguousarray(blocks[..., 2:]).view(np.int8)
+    return Q8Weight(torch.from_numpy(codes.reshape(out, cols)), torch.from_numpy(d))
+
+
 def q4_1_from_blocks(raw: np.ndarray, out: int, cols: int) -> Q4Weight:
     """Decode a Q4_1 tensor's bytes (out rows of cols / 32 blocks of 20 bytes) into codes, d and m.
 
@@ -117,9 +144,10 @@ def unpermute_rows(weight: Q4Weight, n_head: int) -> Q4Weight:
     return weight.rows(index)
 
 
-def read_q4_1(path: str | Path, unpermute: bool = True) -> dict[str, Q4Weight]:
+def read_q4_1(path: str | Path, unpermute: bool = True) -> dict[str, Q4Weight | Q8Weight]:
     """Every Q4_1 linear of a llama GGUF, keyed by transformers' parameter prefix
-    (`model.layers.3.self_attn.q_proj`), rows in transformers' order (`unpermute=False`: the file's)."""
+    (`model.layers.3.self_attn.q_proj`), rows in transformers' order (`unpermute=False`: the file's); and under
+    `HEAD` the head's matrix where it is Q8_0 (output.weight, else the token embedding it is tied to)."""
     import gguf
 
     reader = gguf.GGUFReader(str(path))
@@ -130,6 +158,11 @@ def read_q4_1(path: str | Path, unpermute: bool = True) -> dict[str, Q4Weight]:
     n_kv = int(_field(reader, "llama.attention.head_count_kv"))
     weights = {}
     for tensor in reader.tensors:
+        if tensor.name in ("output.weight", "token_embd.weight") and tensor.tensor_type == gguf.GGMLQuantizationType.Q8_0:
+            if tensor.name == "output.weight" or HEAD not in weights:
+                cols, out = (int(n) for n in tensor.shape)
+                weights[HEAD] = q8_0_from_blocks(tensor.data, out, cols)
+            continue
         parts = tensor.name.split(".")   # blk.N.attn_q.weight
         if tensor.tensor_type != gguf.GGMLQuantizationType.Q4_1 or parts[0] != "blk" or parts[2] not in LINEARS:
             continue
@@ -207,7 +240,7 @@ class Q4Rows(torch.nn.Module):
     """
 
     TILE = 16   # output rows per tile: one 512-bit register of fp32 sums
-    LAYOUT = "tile16"   # names the byte layout in cached files: a new layout never reads an old one
+    LAYOUT = "tile16-q8head"   # names what cached files hold and how: a new layout never reads an old one
 
     def __init__(self, codes: torch.Tensor, d: torch.Tensor, m: torch.Tensor):
         super().__init__()
@@ -247,6 +280,28 @@ class Q4Rows(torch.nn.Module):
     def rows(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 rows (n, in) -> fp32 (n, out)."""
         return torch.ops.specviz.q4_rows(x, self.codes, self.d, self.m)
+
+
+class Q8Rows(torch.nn.Module):
+    """x @ W^T for W in Q8_0 (the GGUF's tied head) through the same kernel (`torch.ops.specviz.q8_rows`):
+    the head's codes read as they are, half the bf16 head's bytes. Callable as the lean forward's head."""
+
+    def __init__(self, codes: torch.Tensor, d: torch.Tensor):
+        super().__init__()
+        self.register_buffer("codes", codes, persistent=False)   # (out / 16, in / 32, 512) uint8: q + 128
+        self.register_buffer("d", d, persistent=False)           # (out / 16, in / 32, 16) fp16
+
+    @classmethod
+    def of(cls, weight: Q8Weight) -> "Q8Rows":
+        out, cols = weight.shape
+        tile = Q4Rows.TILE
+        unsigned = (weight.codes.to(torch.int16) + 128).to(torch.uint8)   # vpdpbusd's unsigned side
+        codes = unsigned.view(out // tile, tile, cols // GROUP, 8, 4).permute(0, 2, 3, 1, 4)   # tile, block, group, i, k
+        return cls(codes.reshape(out // tile, cols // GROUP, 512).contiguous(), Q4Rows.tables_of(weight.d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """fp32 rows (n, in) -> fp32 logits (n, out)."""
+        return torch.ops.specviz.q8_rows(x, self.codes, self.d)
 
 
 class Int8Rows(torch.nn.Module):
@@ -301,6 +356,7 @@ class WeightOnlyLayers:
     source: str
     precision: str = "q4"
     kernel: str = ""   # "vnni": q4 through SpecViz's own kernel (`Q4Rows`); "": torch's (int4pack, int8pack)
+    head: torch.nn.Module | None = None   # "vnni": the GGUF's Q8_0 head (`Q8Rows`); else the model's dense one
 
     ATTR = "_specviz_weight_only"
 
@@ -324,14 +380,19 @@ class WeightOnlyLayers:
             gate_up = Q4Weight.stacked([w["mlp.gate_proj"], w["mlp.up_proj"]])
             parts = (qkv, w["self_attn.o_proj"], gate_up, w["mlp.down_proj"])
             layers.append(tuple(Q4Rows.of(m) if kernel == "vnni" else Int4Linear.of(m, dtype) for m in parts))
-        return cls(layers, source, kernel=kernel)
+        head = weights.get(HEAD)
+        head_fits = isinstance(head, Q8Weight) and head.shape[0] % Q4Rows.TILE == 0 and head.shape[1] % GROUP == 0
+        return cls(layers, source, kernel=kernel, head=Q8Rows.of(head) if kernel == "vnni" and head_fits else None)
 
     PARTS = ("qkv", "o", "gate_up", "down")
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """The q4 layers' codes and tables by name, for `save_file`."""
-        return {f"{i}.{part}.{name}": tensor for i, layer in enumerate(self.layers)
-                for part, linear in zip(self.PARTS, layer) for name, tensor in linear.named_buffers()}
+        out = {f"{i}.{part}.{name}": tensor for i, layer in enumerate(self.layers)
+               for part, linear in zip(self.PARTS, layer) for name, tensor in linear.named_buffers()}
+        if self.head is not None:
+            out.update({f"head.{name}": tensor for name, tensor in self.head.named_buffers()})
+        return out
 
     @classmethod
     def from_tensors(cls, tensors: dict[str, torch.Tensor], n_layers: int, source: str, kernel: str = ""
@@ -340,7 +401,9 @@ class WeightOnlyLayers:
             if kernel == "vnni":
                 return Q4Rows(*(tensors[f"{i}.{part}.{name}"] for name in ("codes", "d", "m")))
             return Int4Linear(tensors[f"{i}.{part}.packed"], tensors[f"{i}.{part}.scales_and_zeros"])
-        return cls([tuple(linear(i, p) for p in cls.PARTS) for i in range(n_layers)], source, kernel=kernel)
+        head = Q8Rows(tensors["head.codes"], tensors["head.d"]) if "head.codes" in tensors else None
+        return cls([tuple(linear(i, p) for p in cls.PARTS) for i in range(n_layers)], source, kernel=kernel,
+                   head=head)
 
     # What `profiler.forward_kind` names this forward: the measured curves, plans and Lookahead's table that
     # `auto` caches are keyed by it (and by the dtype, which is bf16 here), so a weight-only forward's never

@@ -71,7 +71,9 @@ const QuantizedRows& quantize_rows(const float* src, int64_t rows, int64_t in) {
 }
 
 // Activation rows [0, R) times the output tiles [t0, t1): R accumulators of 16 output rows in registers.
-template <int R>
+// Bits 4: Q4_1 (codes as above, d and m per block). Bits 8: Q8_0, the tied head's (weight = d * q, q in
+// -128..127), its codes stored as q + 128 in 0..255 (vpdpbusd's unsigned side) and m = -128 d.
+template <int R, int Bits>
 void q4_rows_tiles(const uint8_t* codes, const uint16_t* d, const uint16_t* m, const int8_t* a,
                    const float* scales, const float* sums, float* y, int64_t in, int64_t out,
                    int64_t t0, int64_t t1) {
@@ -81,15 +83,22 @@ void q4_rows_tiles(const uint8_t* codes, const uint16_t* d, const uint16_t* m, c
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* block = codes + (t * blocks + b) * 256;
       __m512i w[8];
-      for (int j = 0; j < 4; ++j) {
-        const __m512i packed = _mm512_loadu_si512(block + 64 * j);
-        w[2 * j] = _mm512_and_si512(packed, low_nibbles);
-        w[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_nibbles);
+      if constexpr (Bits == 4) {
+        const uint8_t* block = codes + (t * blocks + b) * 256;
+        for (int j = 0; j < 4; ++j) {
+          const __m512i packed = _mm512_loadu_si512(block + 64 * j);
+          w[2 * j] = _mm512_and_si512(packed, low_nibbles);
+          w[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_nibbles);
+        }
+      } else {
+        const uint8_t* block = codes + (t * blocks + b) * 512;
+        for (int g = 0; g < 8; ++g) w[g] = _mm512_loadu_si512(block + 64 * g);
       }
       const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + (t * blocks + b) * 16)));
-      const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + (t * blocks + b) * 16)));
+      const __m512 mv = Bits == 4
+          ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + (t * blocks + b) * 16)))
+          : _mm512_mul_ps(dv, _mm512_set1_ps(-128.0f));
       for (int r = 0; r < R; ++r) {
         const int32_t* groups = reinterpret_cast<const int32_t*>(a + r * in + b * kBlock);
         __m512i dot = _mm512_setzero_si512();
@@ -104,7 +113,7 @@ void q4_rows_tiles(const uint8_t* codes, const uint16_t* d, const uint16_t* m, c
   }
 }
 
-template <int R>
+template <int R, int Bits>
 void q4_rows_run(const uint8_t* codes, const uint16_t* d, const uint16_t* m, const QuantizedRows& q,
                  int64_t row0, float* y, int64_t in, int64_t out) {
   const int8_t* a = q.codes.data() + row0 * in;
@@ -112,39 +121,50 @@ void q4_rows_run(const uint8_t* codes, const uint16_t* d, const uint16_t* m, con
   const float* sums = q.sums.data() + row0 * (in / kBlock);
   float* yr = y + row0 * out;
   at::parallel_for(0, out / 16, 1, [&](int64_t t0, int64_t t1) {
-    q4_rows_tiles<R>(codes, d, m, a, scales, sums, yr, in, out, t0, t1);
+    q4_rows_tiles<R, Bits>(codes, d, m, a, scales, sums, yr, in, out, t0, t1);
   });
 }
 
 #endif  // SPECVIZ_Q4_VNNI
 
-at::Tensor q4_rows(const at::Tensor& x_in, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m) {
+template <int Bits>
+at::Tensor rows_product(const at::Tensor& x_in, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kFloat, "q4_rows: x must be (rows, in) fp32");
-  const at::Tensor x = x_in.contiguous();
   TORCH_CHECK(codes.scalar_type() == at::kByte && d.scalar_type() == at::kHalf && m.scalar_type() == at::kHalf,
               "q4_rows: codes uint8, d and m fp16");
-  const int64_t in = x.size(1), out = d.size(0) * 16;
-  TORCH_CHECK(in % kBlock == 0 && out % 16 == 0 && codes.numel() * 2 == in * out && d.numel() * kBlock == in * out
-              && m.numel() == d.numel(), "q4_rows: shapes do not match (in a multiple of 32, out of 16)");
+  const at::Tensor x = x_in.contiguous();
+  const int64_t in = x.size(1), out = d.dim() == 3 ? d.size(0) * 16 : 0;
+  TORCH_CHECK(in % kBlock == 0 && out > 0 && codes.numel() * 8 == in * out * Bits && d.numel() * kBlock == in * out
+              && codes.is_contiguous() && d.is_contiguous() && m.is_contiguous()
+              && (Bits == 8 || m.numel() == d.numel()),
+              "q4_rows: shapes do not match (in a multiple of 32, out of 16)");
 #ifdef SPECVIZ_Q4_VNNI
   at::Tensor y = at::empty({x.size(0), out}, x.options());
   const QuantizedRows& q = quantize_rows(x.data_ptr<float>(), x.size(0), in);
   const auto* c = codes.data_ptr<uint8_t>();
   const auto* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
   const auto* mp = reinterpret_cast<const uint16_t*>(m.data_ptr<at::Half>());
-  int64_t row = 0;
+  float* yp = y.data_ptr<float>();
   const int64_t rows = x.size(0);
-  while (row < rows) {
+  for (int64_t row = 0; row < rows;) {
     const int64_t left = rows - row;
-    if (left >= 8) { q4_rows_run<8>(c, dp, mp, q, row, y.data_ptr<float>(), in, out); row += 8; }
-    else if (left >= 4) { q4_rows_run<4>(c, dp, mp, q, row, y.data_ptr<float>(), in, out); row += 4; }
-    else if (left >= 2) { q4_rows_run<2>(c, dp, mp, q, row, y.data_ptr<float>(), in, out); row += 2; }
-    else { q4_rows_run<1>(c, dp, mp, q, row, y.data_ptr<float>(), in, out); row += 1; }
+    if (left >= 8) { q4_rows_run<8, Bits>(c, dp, mp, q, row, yp, in, out); row += 8; }
+    else if (left >= 4) { q4_rows_run<4, Bits>(c, dp, mp, q, row, yp, in, out); row += 4; }
+    else if (left >= 2) { q4_rows_run<2, Bits>(c, dp, mp, q, row, yp, in, out); row += 2; }
+    else { q4_rows_run<1, Bits>(c, dp, mp, q, row, yp, in, out); row += 1; }
   }
   return y;
 #else
   TORCH_CHECK(false, "q4_rows: built without AVX-512 VNNI");
 #endif
+}
+
+at::Tensor q4_rows(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m) {
+  return rows_product<4>(x, codes, d, m);
+}
+
+at::Tensor q8_rows(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d) {
+  return rows_product<8>(x, codes, d, d);
 }
 
 bool q4_rows_built() {
@@ -159,5 +179,6 @@ bool q4_rows_built() {
 
 TORCH_LIBRARY(specviz, lib) {
   lib.def("q4_rows(Tensor x, Tensor codes, Tensor d, Tensor m) -> Tensor", &q4_rows);
+  lib.def("q8_rows(Tensor x, Tensor codes, Tensor d) -> Tensor", &q8_rows);
   lib.def("q4_rows_built() -> bool", &q4_rows_built);
 }
