@@ -123,3 +123,27 @@ def test_the_head_kernel_computes_q8_0_times_q8_1_and_reads_the_ggufs_embedding(
     assert torch.equal(part.dequantize(), file_rows)
     signed = quant.Q8Rows(kernel.codes ^ 0x80, kernel.d)   # flips the +128 back: codes read as unsigned q
     assert not torch.allclose(signed(torch.eye(576)).t(), part.dequantize(), atol=1e-3)
+
+
+def test_the_fused_norm_and_swiglu_are_the_layers_own():
+    """`normed_rows` and `glu_rows` round the RMS-normalised rows and SwiGLU's silu(gate) * up inside the kernel:
+    the same products as `rows` over `llama.rms_rows` and `llama.glu` (up to a code moved by the fp32 ops'
+    last bit). Controls: the norm's weight and SwiGLU's halves matter."""
+    from specviz.engine.llama import glu, rms_rows
+
+    weight = random_q4(96, 192, 4)
+    linear = quant.Q4Rows.of(weight)
+    generator = torch.Generator().manual_seed(6)
+    x = torch.randn(5, 192, generator=generator) * 3
+    norm = torch.rand(192, generator=generator) + 0.5
+    want = reference(rms_rows(x, norm, 1e-5), weight)
+    got = linear.normed_rows(x, norm, 1e-5).double()
+    assert torch.allclose(got, want, rtol=1e-3, atol=1e-3 * want.abs().max().item())
+    assert not torch.allclose(linear.normed_rows(x, torch.ones(192), 1e-5).double(), want, rtol=1e-2)
+    gate_up = torch.randn(5, 384, generator=generator) * 4
+    want = reference(glu(gate_up), weight)
+    got = linear.glu_rows(gate_up).double()
+    assert torch.allclose(got, want, rtol=1e-3, atol=1e-3 * want.abs().max().item())
+    assert not torch.allclose(linear.glu_rows(gate_up.flip(-1)).double(), want, rtol=1e-2)
+    with pytest.raises(RuntimeError, match="one number per input"):
+        linear.normed_rows(x, torch.ones(10), 1e-5)

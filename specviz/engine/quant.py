@@ -31,6 +31,7 @@ import torch
 
 from . import native
 from .cpu_kernels import biases_together, int8_per_channel
+from .llama import glu, rms_rows
 
 GROUP = 32                 # weights per Q4_1 block, and the kernel's group size
 Q4_1_BLOCK_BYTES = 20      # fp16 d, fp16 m, 16 bytes of nibbles
@@ -230,6 +231,14 @@ class Int4Linear(torch.nn.Module):
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(self.scales_and_zeros.dtype), self.packed, self.group,
                                                          self.scales_and_zeros)
 
+    @torch.jit.export
+    def normed_rows(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return self.rows(rms_rows(x, weight, eps))
+
+    @torch.jit.export
+    def glu_rows(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return self.rows(glu(gate_up))
+
 
 class Q4Rows(torch.nn.Module):
     """x @ W^T for W in Q4_1 through SpecViz's own kernel (`torch.ops.specviz.q4_rows`, `engine.native`):
@@ -280,6 +289,17 @@ class Q4Rows(torch.nn.Module):
     def rows(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 rows (n, in) -> fp32 (n, out)."""
         return torch.ops.specviz.q4_rows(x, self.codes, self.d, self.m)
+
+    @torch.jit.export
+    def normed_rows(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """`rows` of x RMS-normalised by `weight`, the norm fused into the kernel's rounding of the rows (its
+        seven small ops cost more than a one-row product)."""
+        return torch.ops.specviz.q4_rows_normed(x, weight, eps, self.codes, self.d, self.m)
+
+    @torch.jit.export
+    def glu_rows(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """`rows` of SwiGLU's silu(gate) * up from [gate | up], fused into the kernel's rounding of the rows."""
+        return torch.ops.specviz.q4_rows_glu(gate_up, self.codes, self.d, self.m)
 
 
 class Q8Rows(torch.nn.Module):
@@ -343,6 +363,14 @@ class Int8Rows(torch.nn.Module):
         if self.has_bias:
             return out + self.bias
         return out
+
+    @torch.jit.export
+    def normed_rows(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return self.rows(rms_rows(x, weight, eps))
+
+    @torch.jit.export
+    def glu_rows(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return self.rows(glu(gate_up))
 
 
 @dataclass

@@ -44,6 +44,65 @@ struct QuantizedRows {
   std::vector<float> scales, sums;
 };
 
+// The rows RMS-normalised first (x * rsqrt(mean(x^2) + eps) * weight, the layer's norm in fp32), where
+// `norm` is given: fused here, the norm's seven small ops a layer input cost more than the product at one row.
+const float* normed_rows(const float* src, int64_t rows, int64_t in, const float* norm, float eps) {
+  thread_local std::vector<float> staged;
+  staged.resize(rows * in);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = src + r * in;
+    __m512 squares = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= in; i += 16) {
+      const __m512 v = _mm512_loadu_ps(x + i);
+      squares = _mm512_fmadd_ps(v, v, squares);
+    }
+    float total = _mm512_reduce_add_ps(squares);
+    for (; i < in; ++i) total += x[i] * x[i];
+    const float inv = 1.0f / std::sqrt(total / static_cast<float>(in) + eps);
+    float* out = staged.data() + r * in;
+    for (i = 0; i < in; ++i) out[i] = x[i] * inv * norm[i];
+  }
+  return staged.data();
+}
+
+// e^x for 16 floats: Cephes' expf (x = n ln 2 + r, a degree-6 polynomial in r, then 2^n), ~1 ulp.
+inline __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+// SwiGLU's silu(gate) * up from rows (rows, 2 in) = [gate | up], the MLP's input to its down product: fused
+// here, as the norm is, its four small ops (split, silu, product) cost more than a one-row product.
+const float* glu_rows(const float* src, int64_t rows, int64_t in) {
+  thread_local std::vector<float> staged;
+  staged.resize(rows * in);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* gate = src + r * 2 * in;
+    const float* up = gate + in;
+    float* out = staged.data() + r * in;
+    int64_t i = 0;
+    for (; i + 16 <= in; i += 16) {
+      const __m512 g = _mm512_loadu_ps(gate + i);
+      const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+      _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
+    }
+    for (; i < in; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  }
+  return staged.data();
+}
+
 const QuantizedRows& quantize_rows(const float* src, int64_t rows, int64_t in) {
   thread_local QuantizedRows q;
   const int64_t blocks = in / kBlock;
@@ -127,20 +186,35 @@ void q4_rows_run(const uint8_t* codes, const uint16_t* d, const uint16_t* m, con
 
 #endif  // SPECVIZ_Q4_VNNI
 
+// What the rows go through before they are rounded to int8: nothing, the layer's RMSNorm, or SwiGLU.
+enum class Prologue { kNone, kNorm, kGlu };
+
 template <int Bits>
-at::Tensor rows_product(const at::Tensor& x_in, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m) {
+at::Tensor rows_product(const at::Tensor& x_in, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m,
+                        Prologue prologue = Prologue::kNone, const at::Tensor* norm = nullptr, double eps = 0.0) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kFloat, "q4_rows: x must be (rows, in) fp32");
   TORCH_CHECK(codes.scalar_type() == at::kByte && d.scalar_type() == at::kHalf && m.scalar_type() == at::kHalf,
               "q4_rows: codes uint8, d and m fp16");
   const at::Tensor x = x_in.contiguous();
-  const int64_t in = x.size(1), out = d.dim() == 3 ? d.size(0) * 16 : 0;
+  const int64_t in = prologue == Prologue::kGlu ? x.size(1) / 2 : x.size(1);
+  const int64_t out = d.dim() == 3 ? d.size(0) * 16 : 0;
+  TORCH_CHECK(prologue != Prologue::kGlu || x.size(1) == 2 * in, "q4_rows: SwiGLU's rows are [gate | up]");
   TORCH_CHECK(in % kBlock == 0 && out > 0 && codes.numel() * 8 == in * out * Bits && d.numel() * kBlock == in * out
               && codes.is_contiguous() && d.is_contiguous() && m.is_contiguous()
               && (Bits == 8 || m.numel() == d.numel()),
               "q4_rows: shapes do not match (in a multiple of 32, out of 16)");
 #ifdef SPECVIZ_Q4_VNNI
   at::Tensor y = at::empty({x.size(0), out}, x.options());
-  const QuantizedRows& q = quantize_rows(x.data_ptr<float>(), x.size(0), in);
+  const float* rows_in = x.data_ptr<float>();
+  at::Tensor norm_weight;
+  if (prologue == Prologue::kNorm) {
+    norm_weight = norm->to(at::kFloat).contiguous();
+    TORCH_CHECK(norm_weight.numel() == in, "q4_rows: the norm's weight must have one number per input");
+    rows_in = normed_rows(rows_in, x.size(0), in, norm_weight.data_ptr<float>(), static_cast<float>(eps));
+  } else if (prologue == Prologue::kGlu) {
+    rows_in = glu_rows(rows_in, x.size(0), in);
+  }
+  const QuantizedRows& q = quantize_rows(rows_in, x.size(0), in);
   const auto* c = codes.data_ptr<uint8_t>();
   const auto* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
   const auto* mp = reinterpret_cast<const uint16_t*>(m.data_ptr<at::Half>());
@@ -163,6 +237,15 @@ at::Tensor q4_rows(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
   return rows_product<4>(x, codes, d, m);
 }
 
+at::Tensor q4_rows_normed(const at::Tensor& x, const at::Tensor& norm, double eps, const at::Tensor& codes,
+                          const at::Tensor& d, const at::Tensor& m) {
+  return rows_product<4>(x, codes, d, m, Prologue::kNorm, &norm, eps);
+}
+
+at::Tensor q4_rows_glu(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m) {
+  return rows_product<4>(x, codes, d, m, Prologue::kGlu);
+}
+
 at::Tensor q8_rows(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d) {
   return rows_product<8>(x, codes, d, d);
 }
@@ -180,5 +263,8 @@ bool q4_rows_built() {
 TORCH_LIBRARY(specviz, lib) {
   lib.def("q4_rows(Tensor x, Tensor codes, Tensor d, Tensor m) -> Tensor", &q4_rows);
   lib.def("q8_rows(Tensor x, Tensor codes, Tensor d) -> Tensor", &q8_rows);
+  lib.def("q4_rows_normed(Tensor x, Tensor norm, float eps, Tensor codes, Tensor d, Tensor m) -> Tensor",
+          &q4_rows_normed);
+  lib.def("q4_rows_glu(Tensor x, Tensor codes, Tensor d, Tensor m) -> Tensor", &q4_rows_glu);
   lib.def("q4_rows_built() -> bool", &q4_rows_built);
 }
