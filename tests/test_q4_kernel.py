@@ -147,3 +147,38 @@ def test_the_fused_norm_and_swiglu_are_the_layers_own():
     assert not torch.allclose(linear.glu_rows(gate_up.flip(-1)).double(), want, rtol=1e-2)
     with pytest.raises(RuntimeError, match="one number per input"):
         linear.normed_rows(x, torch.ones(10), 1e-5)
+
+
+def test_row_attention_is_sdpas_and_each_rows_bits_are_its_own():
+    """`attend_rows` computes scaled_dot_product_attention's result (GQA, additive mask, causal, every key), and a
+    row's output is bit for bit the same whether it comes alone or among other rows, under a mask that blocks
+    slots or over exactly its keys: what makes greedy speculation on 4-bit weights write `ar`'s text.
+    Control: torch's own kernel is not so (its bits move with the rows beside)."""
+    import torch.nn.functional as F
+
+    generator = torch.Generator().manual_seed(7)
+    heads, kv, d, S, n = 9, 3, 64, 150, 5
+    q = torch.randn(1, heads, n, d, generator=generator)
+    keys, values = torch.randn(1, kv, S, d, generator=generator), torch.randn(1, kv, S, d, generator=generator)
+    blocked = torch.finfo(torch.float32).min
+    mask = torch.zeros(1, 1, n, S)
+    for i in range(n):   # a tree's rows: the prefix, then some of the new slots
+        mask[0, 0, i, S - n:] = blocked
+        mask[0, 0, i, S - n + i] = 0
+        mask[0, 0, i, S - n] = 0
+    want = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=0.125, enable_gqa=True)
+    got = torch.ops.specviz.attend_rows(q, keys, values, mask, False, 0.125)
+    assert torch.allclose(got, want, atol=1e-5)
+    causal = torch.ops.specviz.attend_rows(q, keys[:, :, :n], values[:, :, :n], None, True, 0.125)
+    assert torch.allclose(causal, F.scaled_dot_product_attention(q, keys[:, :, :n], values[:, :, :n], is_causal=True,
+                                                                 scale=0.125, enable_gqa=True), atol=1e-5)
+    for i in range(n):   # row i alone, over exactly the keys its mask allows, in slot order
+        allowed = (mask[0, 0, i] == 0).nonzero().flatten()
+        alone = torch.ops.specviz.attend_rows(q[:, :, i:i + 1], keys[:, :, allowed], values[:, :, allowed], None,
+                                              False, 0.125)
+        assert torch.equal(alone[:, :, 0], got[:, :, i]), i
+    # The control: torch's kernel, given row 4 alone over its keys, differs in the last bits from its tree result.
+    allowed = (mask[0, 0, 4] == 0).nonzero().flatten()
+    alone = F.scaled_dot_product_attention(q[:, :, 4:], keys[:, :, allowed], values[:, :, allowed], scale=0.125,
+                                           enable_gqa=True)
+    assert not torch.equal(alone[:, :, 0], want[:, :, 4])

@@ -39,6 +39,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .cpu_kernels import Matmul, biases_together, pack, packed_weights, rows_together
 from .kvcache import cache_length, crop, keep_positions, new_cache
 from .llama import RowsLayer, decoder_layer, rms_norm, rotary_tables, rows_stack
+from . import native
 from .quant import WeightOnlyLayers
 
 
@@ -414,8 +415,18 @@ def _weight_only_stack(model, weight_only: WeightOnlyLayers, layers: list[_LeanL
     kept = model.__dict__.get("_specviz_weight_only_stack")
     if kept is None or kept[0] is not weight_only:
         kept = model.__dict__["_specviz_weight_only_stack"] = (
-            weight_only, rows_stack([RowsLayer.of(layer, weight_only.layers[i]) for i, layer in enumerate(layers)]))
+            weight_only, rows_stack([RowsLayer.of(layer, weight_only.layers[i], _row_attention(weight_only, layer))
+                                     for i, layer in enumerate(layers)]))
     return kept[1]
+
+
+def _row_attention(weight_only: WeightOnlyLayers, layer: _LeanLayer):
+    """SpecViz's own attention (`native.RowAttention`) where q4 runs on SpecViz's own kernel: each row's bits
+    independent of the rows beside it, so greedy speculation on 4-bit weights writes `ar`'s text token for
+    token; None (torch's `scaled_dot_product_attention`) elsewhere."""
+    if weight_only.kernel == "vnni" and native.RowAttention.fits(layer.head_dim):
+        return native.RowAttention()
+    return None
 
 
 def make_forward(model, max_len: int, vocab_ids: torch.Tensor | None = None, lean: bool = True):

@@ -84,6 +84,15 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: Opti
                                           enable_gqa=groups > 1)
 
 
+class Attention(torch.nn.Module):
+    """`attend` as a module: what a `RowsLayer` calls, so that another kernel can stand in its place
+    (`native.RowAttention`, batch-invariant)."""
+
+    def forward(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: Optional[torch.Tensor],
+                causal: bool, scale: float, groups: int) -> torch.Tensor:
+        return attend(q, keys, values, mask, causal, scale, groups)
+
+
 # kv(i, k, v): keeps layer i's new keys and values (B, kv heads, n, d) wherever the caller caches them,
 # and returns all the keys and values its queries attend to.
 KeyValues = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -140,8 +149,9 @@ class RowsLayer(torch.nn.Module):
 
     def __init__(self, input_norm: torch.Tensor, post_norm: torch.Tensor, qkv: Product, o: Product,
                  gate_up: Product, down: Product, n_heads: int, n_kv: int, head_dim: int, eps: float,
-                 scale: float):
+                 scale: float, attention: Optional[torch.nn.Module] = None):
         super().__init__()
+        self.attention = Attention() if attention is None else attention
         self.register_buffer("input_norm", input_norm, persistent=False)   # fp32
         self.register_buffer("post_norm", post_norm, persistent=False)
         self.qkv, self.o, self.gate_up, self.down = qkv, o, gate_up, down   # q|k|v and gate|up: one matrix each
@@ -168,18 +178,19 @@ class RowsLayer(torch.nn.Module):
             values.index_copy_(2, slots, v.to(values.dtype))   # index_copy_ does not widen
         if end >= 0:
             keys, values = keys.narrow(2, 0, end), values.narrow(2, 0, end)
-        attn = attend(qk.narrow(1, 0, heads), keys, values, mask, causal, self.scale, heads // kv_heads)
+        attn = self.attention(qk.narrow(1, 0, heads), keys, values, mask, causal, self.scale, heads // kv_heads)
         x = x + self.o.rows(attn[0].transpose(0, 1).reshape(n, heads * d))
         # The products may give bf16 (the int4 kernel's own): adding to the fp32 stream, rotating by fp32 tables
         # or copying into the fp32 cache widens them exactly, one op fewer each; SwiGLU widens first (`glu`).
         return x + self.down.glu_rows(self.gate_up.normed_rows(x, self.post_norm, self.eps))
 
     @classmethod
-    def of(cls, layer, products: tuple[Product, Product, Product, Product]) -> "RowsLayer":
+    def of(cls, layer, products: tuple[Product, Product, Product, Product],
+           attention: Optional[torch.nn.Module] = None) -> "RowsLayer":
         """The rows form of a layer that `decoder_layer` reads (its norms and shape), over `products`
-        (q|k|v, o, gate|up, down)."""
+        (q|k|v, o, gate|up, down), attending through `attention` (default `Attention`)."""
         return cls(layer.input_norm.float(), layer.post_norm.float(), *products, layer.n_heads, layer.n_kv,
-                   layer.head_dim, layer.eps, layer.scale)
+                   layer.head_dim, layer.eps, layer.scale, attention)
 
 
 class RowsStack(torch.nn.Module):

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -100,6 +101,20 @@ def q4_rows_available() -> str | None:
     if not torch.ops.specviz.q4_rows_built():
         return "compiled without AVX-512 VNNI"
     return None
+
+
+class RowAttention(torch.nn.Module):
+    """Attention for fp32 rows through `torch.ops.specviz.attend_rows`: each row over its own allowed keys in slot
+    order, so a token's bits do not depend on how many rows share its forward (csrc/q4_rows.cpp says why).
+    Stands in for `llama.Attention` in the 4-bit target's layers."""
+
+    def forward(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: Optional[torch.Tensor],
+                causal: bool, scale: float, groups: int) -> torch.Tensor:
+        return torch.ops.specviz.attend_rows(q, keys, values, mask, causal, scale)
+
+    @staticmethod
+    def fits(head_dim: int) -> bool:
+        return head_dim % 16 == 0 and head_dim <= 128
 
 
 def main() -> int:

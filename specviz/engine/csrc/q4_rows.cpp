@@ -24,6 +24,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__F16C__)
@@ -185,7 +186,101 @@ void q4_rows_run(const uint8_t* codes, const uint16_t* d, const uint16_t* m, con
   });
 }
 
+// Attention for fp32 rows, one query row at a time: q (1, heads, n, d) over keys, values (1, kv heads, S, d)
+// (kv head h / groups serves query head h), under an additive mask (1, 1, n, S) whose blocked entries
+// (below -1e30: the forwards block with the dtype's lowest number) are skipped, or causal (row i sees keys
+// 0 .. S - n + i), or over every key.
+//
+// Why not scaled_dot_product_attention: its CPU kernel rounds a row's sums in an order that depends on how
+// many rows it is given and on the mask's shape, so a token verified in a tree of five came out a last bit
+// apart from the same token decoded alone, and the 4-bit path's int8 rounding of the activations grows a
+// last bit into a moved code. Here each row's result depends on its own allowed keys only, in slot order:
+// the same token at the same position gets the same bits in `ar`, in a tree and in a Jacobi window, so a
+// greedy speculative decode on 4-bit weights writes `ar`'s text token for token. It is also faster at
+// decoding's few rows (one row over 150 keys: 9 heads in a few microseconds).
+void attend_row(const float* q, const float* keys, const float* values, int64_t key_stride, int64_t value_stride,
+                const float* mask_row, int64_t allowed_end, int64_t S, int64_t d, float scale, float* out,
+                std::vector<float>& scores, std::vector<int32_t>& slots) {
+  scores.resize(S);
+  slots.resize(S);
+  int64_t count = 0;
+  float best = -INFINITY;
+  const int64_t vecs = d / 16;
+  for (int64_t j = 0; j < allowed_end; ++j) {
+    if (mask_row != nullptr && mask_row[j] < -1e30f) continue;
+    const float* k = keys + j * key_stride;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t v = 0; v < vecs; ++v) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * v), _mm512_loadu_ps(k + 16 * v), acc);
+    float score = _mm512_reduce_add_ps(acc) * scale;
+    if (mask_row != nullptr) score += mask_row[j];
+    scores[count] = score;
+    slots[count] = static_cast<int32_t>(j);
+    best = std::max(best, score);
+    ++count;
+  }
+  // Sixteen at a time, the last chunk masked: every score takes the same path whatever the count.
+  __m512 sums = _mm512_setzero_ps();
+  for (int64_t c = 0; c < count; c += 16) {
+    const __mmask16 live = count - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (count - c)) - 1);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, scores.data() + c), _mm512_set1_ps(best)));
+    _mm512_mask_storeu_ps(scores.data() + c, live, e);
+    sums = _mm512_add_ps(sums, _mm512_maskz_mov_ps(live, e));
+  }
+  const float total = _mm512_reduce_add_ps(sums);
+  __m512 acc[8];
+  for (int64_t w = 0; w < vecs; ++w) acc[w] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < count; ++c) {
+    const float* v = values + slots[c] * value_stride;
+    const __m512 p = _mm512_set1_ps(scores[c]);
+    for (int64_t w = 0; w < vecs; ++w) acc[w] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16 * w), acc[w]);
+  }
+  const __m512 inv = _mm512_set1_ps(count > 0 ? 1.0f / total : 0.0f);
+  for (int64_t w = 0; w < vecs; ++w) _mm512_storeu_ps(out + 16 * w, _mm512_mul_ps(acc[w], inv));
+}
+
 #endif  // SPECVIZ_Q4_VNNI
+
+at::Tensor attend_rows(const at::Tensor& q_in, const at::Tensor& keys_in, const at::Tensor& values_in,
+                       const std::optional<at::Tensor>& mask_in, bool causal, double scale) {
+  TORCH_CHECK(q_in.dim() == 4 && q_in.size(0) == 1 && keys_in.dim() == 4 && values_in.sizes() == keys_in.sizes()
+              && q_in.scalar_type() == at::kFloat && keys_in.scalar_type() == at::kFloat
+              && values_in.scalar_type() == at::kFloat, "attend_rows: fp32 q (1, heads, n, d), keys and values (1, kv, S, d)");
+  const at::Tensor q = q_in.contiguous();
+  const int64_t heads = q.size(1), n = q.size(2), d = q.size(3), kv = keys_in.size(1), S = keys_in.size(2);
+  TORCH_CHECK(d % 16 == 0 && d <= 128 && heads % kv == 0 && keys_in.size(3) == d,
+              "attend_rows: head_dim a multiple of 16, at most 128");
+  const at::Tensor keys = keys_in.stride(3) == 1 ? keys_in : keys_in.contiguous();
+  const at::Tensor values = values_in.stride(3) == 1 ? values_in : values_in.contiguous();
+  at::Tensor mask;
+  if (mask_in.has_value()) {
+    mask = mask_in->to(at::kFloat);
+    TORCH_CHECK(mask.dim() == 4 && mask.size(2) == n && mask.size(3) == S, "attend_rows: mask (1, 1, n, S)");
+    mask = mask[0][0].contiguous();
+  }
+  at::Tensor out = at::empty({1, heads, n, d}, q.options());
+#ifdef SPECVIZ_Q4_VNNI
+  const int64_t groups = heads / kv;
+  const float* qp = q.data_ptr<float>();
+  const float* kp = keys.data_ptr<float>();
+  const float* vp = values.data_ptr<float>();
+  const float* mp = mask.defined() ? mask.data_ptr<float>() : nullptr;
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, heads * n, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scores;
+    thread_local std::vector<int32_t> slots;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t h = task / n, i = task % n, g = h / groups;
+      const int64_t allowed_end = causal ? S - n + i + 1 : S;
+      attend_row(qp + (h * n + i) * d, kp + g * keys.stride(1), vp + g * values.stride(1), keys.stride(2),
+                 values.stride(2), mp == nullptr ? nullptr : mp + i * S, allowed_end, S, d,
+                 static_cast<float>(scale), op + (h * n + i) * d, scores, slots);
+    }
+  });
+  return out;
+#else
+  TORCH_CHECK(false, "attend_rows: built without AVX-512 VNNI");
+#endif
+}
 
 // What the rows go through before they are rounded to int8: nothing, the layer's RMSNorm, or SwiGLU.
 enum class Prologue { kNone, kNorm, kGlu };
@@ -276,5 +371,7 @@ TORCH_LIBRARY(specviz, lib) {
   lib.def("q4_rows_normed(Tensor x, Tensor norm, float eps, Tensor codes, Tensor d, Tensor m) -> Tensor",
           &q4_rows_normed);
   lib.def("q4_rows_glu(Tensor x, Tensor codes, Tensor d, Tensor m) -> Tensor", &q4_rows_glu);
+  lib.def("attend_rows(Tensor q, Tensor keys, Tensor values, Tensor? mask, bool causal, float scale) -> Tensor",
+          &attend_rows);
   lib.def("q4_rows_built() -> bool", &q4_rows_built);
 }
