@@ -72,6 +72,16 @@ fi
 # Download and convert the offline default once (prints its progress).
 .venv/bin/python -m specviz fetch-model >/dev/null
 
+# SpecViz's own 4-bit kernel (specviz/engine/csrc/q4_rows.cpp), compiled once for this CPU (about 10 s) where it
+# has AVX-512 VNNI, with the C++ compiler torch's own extensions use. Not fatal: without it `--dtype q4` runs
+# torch's int4 kernel, and the command says why.
+if ! command -v g++ >/dev/null 2>&1 && grep -qw avx512_vnni /proc/cpuinfo 2>/dev/null \
+   && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing Debian's g++ to build SpecViz's q4 kernel"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null || true
+fi
+.venv/bin/python -m specviz.engine.native
+
 if [ "$mode" = dev ]; then
   if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
