@@ -228,17 +228,21 @@ class Standalone:
     machine (a shared machine's speed drifts by 20% over minutes)."""
 
     def __init__(self):
-        from specviz.engine.models import load_pair
-
-        self.pair = load_pair("default", None, dtype="auto")
+        self.pair = None
 
     def run(self, example: str, temperature: float, max_new: int, threads: int | None = None) -> dict:
         import torch
 
         from specviz.engine.methods import make_decoder
+        from specviz.engine.models import load_pair
         from specviz.engine.worker import thread_policy
 
         torch.set_num_threads(threads or thread_policy().threads)
+        if self.pair is None:
+            # Loaded here, at the worker's thread count and after the app measured this machine: `auto` then
+            # reads the precision the app chose (loaded at start, at this process's own count, it found none
+            # measured and took the rule's bf16 while the page raced q4).
+            self.pair = load_pair("default", None, dtype="auto")
         from specviz.engine.sampling import SamplingConfig
         from specviz.ui.layout import EXAMPLES
 
