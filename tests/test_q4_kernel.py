@@ -199,3 +199,28 @@ def test_row_attention_is_sdpas_and_each_rows_bits_are_its_own():
     alone = F.scaled_dot_product_attention(q[:, :, 4:], keys[:, :, allowed], values[:, :, allowed], scale=0.125,
                                            enable_gqa=True)
     assert not torch.equal(alone[:, :, 0], want[:, :, 4])
+
+
+@needs_kernel
+def test_outlier_inputs_are_multiplied_exactly():
+    """Positions named as outliers (`quant.calibrate_outliers`: SmolLM2's few large dimensions) stay out of the
+    int8 rounding: the kernel gives the rounding of the other positions plus the outliers' exact products, and
+    a row whose outlier is 50x the rest comes out far closer to the exact product than without. The calibration
+    finds the offline default's large dimensions, the same for every layer's input that carries them."""
+    weight = random_q4(64, 256, 8)
+    outliers = torch.tensor([3, 77, 200], dtype=torch.int32)
+    plain, kept = quant.Q4Rows.of(weight), quant.Q4Rows.of(weight, outliers)
+    generator = torch.Generator().manual_seed(9)
+    x = torch.randn(6, 256, generator=generator)
+    x[:, 77] *= 50
+    others = x.clone()
+    others[:, outliers.long()] = 0
+    exact_part = x[:, outliers.long()].double() @ weight.dequantize()[:, outliers.long()].double().T
+    want = reference(others, weight) + exact_part
+    assert torch.allclose(kept.rows(x).double(), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+    exact = x.double() @ weight.dequantize().double().T
+    error_kept = (kept.rows(x).double() - exact).abs().mean()
+    error_plain = (plain.rows(x).double() - exact).abs().mean()
+    assert error_kept < 0.3 * error_plain, (error_kept, error_plain)   # control: without them, the outlier's block rounds coarsely
+    with pytest.raises(RuntimeError, match="outside the rows"):
+        quant.Q4Rows(kept.codes, kept.d, kept.m, torch.tensor([300, 1, 2], dtype=torch.int32), kept.outlier_weights).rows(x)

@@ -240,6 +240,71 @@ class Int4Linear(torch.nn.Module):
         return self.rows(glu(gate_up))
 
 
+OUTLIERS = 4   # input positions per product kept out of the int8 rounding (`calibrate_outliers`)
+
+# A fixed text the model reads once to find each product's outlier inputs: prose, code and arithmetic, as the
+# bench suites hold. SmolLM2's large dimensions are the same whatever the text.
+CALIBRATION_TEXT = ("The committee met on Tuesday to discuss next year's budget, and after a long debate agreed to fund "
+                    "the libraries. def mean(values):\n    return sum(values) / len(values)\n\nQ: What is 17 * 23? "
+                    "A: 17 * 23 = 391. Rewrite this sentence so that it sounds more formal: we gotta go now.")
+
+
+def register_outliers(module: torch.nn.Module, outliers: torch.Tensor | None, weights: torch.Tensor | None) -> None:
+    module.register_buffer("outliers", torch.zeros(0, dtype=torch.int32) if outliers is None else outliers,
+                           persistent=False)                                   # (k,) int32 input positions
+    module.register_buffer("outlier_weights", torch.zeros(0) if weights is None else weights,
+                           persistent=False)                                   # (out / 16, k, 16) fp32
+
+
+def outlier_tables(weight: torch.Tensor, outliers: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(positions int32, their weight columns as the kernel reads them: (out / 16, k, 16) fp32) from the
+    dequantised (out, in) matrix: the kernel multiplies those inputs by these exact weights in fp32."""
+    if outliers is None or outliers.numel() == 0:
+        return None, None
+    out = weight.shape[0]
+    columns = weight.float()[:, outliers.long()]                                 # (out, k)
+    tiled = columns.view(out // Q4Rows.TILE, Q4Rows.TILE, -1).transpose(1, 2).contiguous()
+    return outliers.to(torch.int32).contiguous(), tiled
+
+
+@torch.inference_mode()
+def calibrate_outliers(model, k: int = OUTLIERS) -> dict[str, torch.Tensor]:
+    """Each product's `k` largest input positions (by their largest magnitude over `CALIBRATION_TEXT`), keyed
+    `{layer}.{part}` (`WeightOnlyLayers.PARTS`) and `head`: what SpecViz's kernel keeps out of the int8 rounding
+    of the activations. Rounded as llama.cpp rounds them (blocks of 32), KL(fp32 || rounded) over the 12 bench
+    prompts' positions was 0.0027 nats a token; with the 4 largest positions of each input left exact, 0.00095."""
+    largest: dict[str, torch.Tensor] = {}
+
+    def watch(name: str):
+        def hook(module, args):
+            seen = args[0].detach().reshape(-1, args[0].shape[-1]).abs().float().amax(0)
+            largest[name] = torch.maximum(largest[name], seen) if name in largest else seen
+        return hook
+
+    handles = []
+    for i, layer in enumerate(model.model.layers):
+        for part, module in (("qkv", layer.self_attn.q_proj), ("o", layer.self_attn.o_proj),
+                             ("gate_up", layer.mlp.gate_proj), ("down", layer.mlp.down_proj)):
+            handles.append(module.register_forward_pre_hook(watch(f"{i}.{part}")))
+    handles.append(model.lm_head.register_forward_pre_hook(watch("head")))
+    try:
+        ids = calibration_ids(model)
+        model(input_ids=ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {name: values.topk(min(k, values.numel())).indices.sort().values.to(torch.int32)
+            for name, values in largest.items()}
+
+
+def calibration_ids(model) -> torch.Tensor:
+    """`CALIBRATION_TEXT`'s bytes as token ids (folded into the vocabulary): no tokenizer is at hand where the
+    layers are built, and a byte-level BPE's first ids are its byte tokens; the large dimensions are the
+    model's, whatever the tokens (the 4 found from these bytes gave the KL above)."""
+    codes = torch.tensor(list(CALIBRATION_TEXT.encode()), dtype=torch.long)
+    return (codes % model.config.vocab_size).unsqueeze(0).to(model.device)
+
+
 class Q4Rows(torch.nn.Module):
     """x @ W^T for W in Q4_1 through SpecViz's own kernel (`torch.ops.specviz.q4_rows`, `engine.native`):
     llama.cpp's product, the activations rounded to int8 in blocks of 32 and the weights' 4-bit codes
@@ -249,13 +314,15 @@ class Q4Rows(torch.nn.Module):
     """
 
     TILE = 16   # output rows per tile: one 512-bit register of fp32 sums
-    LAYOUT = "tile16-q8head"   # names what cached files hold and how: a new layout never reads an old one
+    LAYOUT = "tile16-q8head-outliers"   # names what cached files hold and how: a new layout never reads an old one
 
-    def __init__(self, codes: torch.Tensor, d: torch.Tensor, m: torch.Tensor):
+    def __init__(self, codes: torch.Tensor, d: torch.Tensor, m: torch.Tensor, outliers: torch.Tensor | None = None,
+                 outlier_weights: torch.Tensor | None = None):
         super().__init__()
         self.register_buffer("codes", codes, persistent=False)   # (out / 16, in / 32, 256) uint8
         self.register_buffer("d", d, persistent=False)           # (out / 16, in / 32, 16) fp16
         self.register_buffer("m", m, persistent=False)
+        register_outliers(self, outliers, outlier_weights)
         self.out_features, self.in_features = d.shape[0] * self.TILE, d.shape[1] * GROUP
 
     @classmethod
@@ -274,8 +341,10 @@ class Q4Rows(torch.nn.Module):
         return table.view(out // cls.TILE, cls.TILE, blocks).transpose(1, 2).contiguous()
 
     @classmethod
-    def of(cls, weight: Q4Weight) -> "Q4Rows":
-        return cls(cls.codes_of(weight), cls.tables_of(weight.d), cls.tables_of(weight.m))
+    def of(cls, weight: Q4Weight, outliers: torch.Tensor | None = None) -> "Q4Rows":
+        """`outliers`: input positions whose values the kernel keeps out of the int8 rounding (`calibrate_outliers`)."""
+        return cls(cls.codes_of(weight), cls.tables_of(weight.d), cls.tables_of(weight.m),
+                   *outlier_tables(weight.dequantize(), outliers))
 
     @classmethod
     def fits(cls, weight: Q4Weight) -> bool:
@@ -288,40 +357,44 @@ class Q4Rows(torch.nn.Module):
     @torch.jit.export
     def rows(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 rows (n, in) -> fp32 (n, out)."""
-        return torch.ops.specviz.q4_rows(x, self.codes, self.d, self.m)
+        return torch.ops.specviz.q4_rows(x, self.codes, self.d, self.m, self.outliers, self.outlier_weights)
 
     @torch.jit.export
     def normed_rows(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """`rows` of x RMS-normalised by `weight`, the norm fused into the kernel's rounding of the rows (its
         seven small ops cost more than a one-row product)."""
-        return torch.ops.specviz.q4_rows_normed(x, weight, eps, self.codes, self.d, self.m)
+        return torch.ops.specviz.q4_rows_normed(x, weight, eps, self.codes, self.d, self.m, self.outliers,
+                                                self.outlier_weights)
 
     @torch.jit.export
     def glu_rows(self, gate_up: torch.Tensor) -> torch.Tensor:
         """`rows` of SwiGLU's silu(gate) * up from [gate | up], fused into the kernel's rounding of the rows."""
-        return torch.ops.specviz.q4_rows_glu(gate_up, self.codes, self.d, self.m)
+        return torch.ops.specviz.q4_rows_glu(gate_up, self.codes, self.d, self.m, self.outliers, self.outlier_weights)
 
 
 class Q8Rows(torch.nn.Module):
     """x @ W^T for W in Q8_0 (the GGUF's tied head) through the same kernel (`torch.ops.specviz.q8_rows`):
     the head's codes read as they are, half the bf16 head's bytes. Callable as the lean forward's head."""
 
-    def __init__(self, codes: torch.Tensor, d: torch.Tensor):
+    def __init__(self, codes: torch.Tensor, d: torch.Tensor, outliers: torch.Tensor | None = None,
+                 outlier_weights: torch.Tensor | None = None):
         super().__init__()
         self.register_buffer("codes", codes, persistent=False)   # (out / 16, in / 32, 512) uint8: q + 128
         self.register_buffer("d", d, persistent=False)           # (out / 16, in / 32, 16) fp16
+        register_outliers(self, outliers, outlier_weights)
 
     @classmethod
-    def of(cls, weight: Q8Weight) -> "Q8Rows":
+    def of(cls, weight: Q8Weight, outliers: torch.Tensor | None = None) -> "Q8Rows":
         out, cols = weight.shape
         tile = Q4Rows.TILE
         unsigned = (weight.codes.to(torch.int16) + 128).to(torch.uint8)   # vpdpbusd's unsigned side
         codes = unsigned.view(out // tile, tile, cols // GROUP, 8, 4).permute(0, 2, 3, 1, 4)   # tile, block, group, i, k
-        return cls(codes.reshape(out // tile, cols // GROUP, 512).contiguous(), Q4Rows.tables_of(weight.d))
+        return cls(codes.reshape(out // tile, cols // GROUP, 512).contiguous(), Q4Rows.tables_of(weight.d),
+                   *outlier_tables(weight.dequantize(), outliers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 rows (n, in) -> fp32 logits (n, out)."""
-        return torch.ops.specviz.q8_rows(x, self.codes, self.d)
+        return torch.ops.specviz.q8_rows(x, self.codes, self.d, self.outliers, self.outlier_weights)
 
 
 class Int8Rows(torch.nn.Module):
@@ -398,19 +471,23 @@ class WeightOnlyLayers:
 
     @classmethod
     def build(cls, weights: dict[str, Q4Weight], n_layers: int, dtype: torch.dtype, source: str,
-              kernel: str = "") -> "WeightOnlyLayers":
+              kernel: str = "", outliers: dict[str, torch.Tensor] | None = None) -> "WeightOnlyLayers":
         """The q4 layers from Q4_1 weights keyed by transformers' parameter prefixes, for `kernel` ("vnni":
-        `Q4Rows`; "": torch's `Int4Linear`, whose tables are `dtype`)."""
+        `Q4Rows`, each product keeping `outliers[f"{layer}.{part}"]` out of its int8 rounding; "": torch's
+        `Int4Linear`, whose tables are `dtype`)."""
+        outliers = outliers or {}
         layers = []
         for i in range(n_layers):
             w = {name: weights[f"model.layers.{i}.{name}"] for name in LINEARS.values()}
             qkv = Q4Weight.stacked([w["self_attn.q_proj"], w["self_attn.k_proj"], w["self_attn.v_proj"]])
             gate_up = Q4Weight.stacked([w["mlp.gate_proj"], w["mlp.up_proj"]])
             parts = (qkv, w["self_attn.o_proj"], gate_up, w["mlp.down_proj"])
-            layers.append(tuple(Q4Rows.of(m) if kernel == "vnni" else Int4Linear.of(m, dtype) for m in parts))
+            layers.append(tuple(Q4Rows.of(m, outliers.get(f"{i}.{name}")) if kernel == "vnni" else Int4Linear.of(m, dtype)
+                                for name, m in zip(cls.PARTS, parts)))
         head = weights.get(HEAD)
         head_fits = isinstance(head, Q8Weight) and head.shape[0] % Q4Rows.TILE == 0 and head.shape[1] % GROUP == 0
-        return cls(layers, source, kernel=kernel, head=Q8Rows.of(head) if kernel == "vnni" and head_fits else None)
+        return cls(layers, source, kernel=kernel,
+                   head=Q8Rows.of(head, outliers.get("head")) if kernel == "vnni" and head_fits else None)
 
     PARTS = ("qkv", "o", "gate_up", "down")
 
@@ -427,9 +504,11 @@ class WeightOnlyLayers:
                      ) -> "WeightOnlyLayers":
         def linear(i: int, part: str) -> torch.nn.Module:
             if kernel == "vnni":
-                return Q4Rows(*(tensors[f"{i}.{part}.{name}"] for name in ("codes", "d", "m")))
+                return Q4Rows(*(tensors[f"{i}.{part}.{name}"] for name in ("codes", "d", "m", "outliers",
+                                                                          "outlier_weights")))
             return Int4Linear(tensors[f"{i}.{part}.packed"], tensors[f"{i}.{part}.scales_and_zeros"])
-        head = Q8Rows(tensors["head.codes"], tensors["head.d"]) if "head.codes" in tensors else None
+        head = (Q8Rows(*(tensors[f"head.{name}"] for name in ("codes", "d", "outliers", "outlier_weights")))
+                if "head.codes" in tensors else None)
         return cls([tuple(linear(i, p) for p in cls.PARTS) for i in range(n_layers)], source, kernel=kernel,
                    head=head)
 
@@ -471,7 +550,8 @@ def attach_quantized(model, dtype: torch.dtype = torch.bfloat16) -> WeightOnlyLa
     weights = {f"model.layers.{i}.{name}": quantize_q4_1(layer.get_submodule(name).weight)
                for i, layer in enumerate(model.model.layers) for name in LINEARS.values()}
     kernel = q4_kernel(list(weights.values()))
-    layers = WeightOnlyLayers.build(weights, model.config.num_hidden_layers, dtype, "quantized in memory", kernel)
+    layers = WeightOnlyLayers.build(weights, model.config.num_hidden_layers, dtype, "quantized in memory", kernel,
+                                    calibrate_outliers(model) if kernel else None)
     layers.attach(model)
     return layers
 
@@ -505,7 +585,7 @@ def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16)
     if cache.exists():
         layers = WeightOnlyLayers.from_tensors(load_file(cache), n_layers, str(gguf_path), kernel)
     else:
-        layers = _convert(gguf_path, n_layers, dtype, kernel)
+        layers = _convert(gguf_path, n_layers, dtype, kernel, calibrate_outliers(model) if kernel else None)
         staged = cache.with_suffix(".partial")
         save_file(layers.tensors(), staged)
         staged.rename(cache)   # last, so a crash never leaves a half-written cache under the final name
@@ -513,10 +593,11 @@ def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16)
     return layers
 
 
-def _convert(gguf_path: Path, n_layers: int, dtype: torch.dtype, kernel: str) -> WeightOnlyLayers:
+def _convert(gguf_path: Path, n_layers: int, dtype: torch.dtype, kernel: str,
+             outliers: dict[str, torch.Tensor] | None = None) -> WeightOnlyLayers:
     weights = read_q4_1(gguf_path)
     missing = [f"model.layers.{i}.{name}" for i in range(n_layers) for name in LINEARS.values()
                if f"model.layers.{i}.{name}" not in weights]
     if missing:
         raise ValueError(f"{gguf_path}: {len(missing)} linears are not Q4_1 (first: {missing[0]})")
-    return WeightOnlyLayers.build(weights, n_layers, dtype, str(gguf_path), kernel)
+    return WeightOnlyLayers.build(weights, n_layers, dtype, str(gguf_path), kernel, outliers)

@@ -43,7 +43,8 @@ constexpr int64_t kBlock = 32;
 // row three allocations a call cost as much as a small product.
 struct QuantizedRows {
   std::vector<int8_t> codes;
-  std::vector<float> scales, sums;
+  std::vector<float> scales, sums, outlier_values;
+  std::vector<float> staged;
 };
 
 // The rows RMS-normalised first (x * rsqrt(mean(x^2) + eps) * weight, the layer's norm in fp32), where
@@ -105,12 +106,28 @@ const float* glu_rows(const float* src, int64_t rows, int64_t in) {
   return staged.data();
 }
 
-const QuantizedRows& quantize_rows(const float* src, int64_t rows, int64_t in) {
+// `outliers` (n_outliers input positions) are taken out of the rows before they are rounded: their values
+// are kept in fp32 (`outlier_values`, rows x n_outliers) for the kernel to multiply exactly, and zeros go to
+// int8. SmolLM2's inputs carry a few dimensions tens of times larger than the rest, which would set their
+// block's scale and leave the other 31 values two or three levels.
+const QuantizedRows& quantize_rows(const float* src, int64_t rows, int64_t in, const int32_t* outliers,
+                                   int64_t n_outliers) {
   thread_local QuantizedRows q;
   const int64_t blocks = in / kBlock;
   q.codes.resize(rows * in);
   q.scales.resize(rows * blocks);
   q.sums.resize(rows * blocks);
+  q.outlier_values.resize(rows * n_outliers);
+  if (n_outliers > 0) {
+    q.staged.assign(src, src + rows * in);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t k = 0; k < n_outliers; ++k) {
+        q.outlier_values[r * n_outliers + k] = q.staged[r * in + outliers[k]];
+        q.staged[r * in + outliers[k]] = 0.0f;
+      }
+    }
+    src = q.staged.data();
+  }
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
       const float* a = src + r * in + b * kBlock;
@@ -136,7 +153,8 @@ const QuantizedRows& quantize_rows(const float* src, int64_t rows, int64_t in) {
 // -128..127), its codes stored as q + 128 in 0..255 (vpdpbusd's unsigned side) and m = -128 d.
 template <int R, int Bits>
 void q4_rows_tiles(const uint8_t* codes, const uint16_t* d, const uint16_t* m, const int8_t* a,
-                   const float* scales, const float* sums, float* y, int64_t in, int64_t out,
+                   const float* scales, const float* sums, const float* outlier_weights,
+                   const float* outlier_values, int64_t n_outliers, float* y, int64_t in, int64_t out,
                    int64_t t0, int64_t t1) {
   const int64_t blocks = in / kBlock;
   const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
@@ -170,19 +188,25 @@ void q4_rows_tiles(const uint8_t* codes, const uint16_t* d, const uint16_t* m, c
         acc[r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(sums[r * blocks + b]), acc[r]);
       }
     }
+    // The outlier positions, exactly: the tile's 16 weights of each (fp32, the codes dequantised) times the row's value.
+    for (int64_t k = 0; k < n_outliers; ++k) {
+      const __m512 w = _mm512_loadu_ps(outlier_weights + (t * n_outliers + k) * 16);
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(outlier_values[r * n_outliers + k]), acc[r]);
+    }
     for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * out + t * 16, acc[r]);
   }
 }
 
 template <int R, int Bits>
 void q4_rows_run(const uint8_t* codes, const uint16_t* d, const uint16_t* m, const QuantizedRows& q,
-                 int64_t row0, float* y, int64_t in, int64_t out) {
+                 const float* outlier_weights, int64_t n_outliers, int64_t row0, float* y, int64_t in, int64_t out) {
   const int8_t* a = q.codes.data() + row0 * in;
   const float* scales = q.scales.data() + row0 * (in / kBlock);
   const float* sums = q.sums.data() + row0 * (in / kBlock);
+  const float* values = q.outlier_values.data() + row0 * n_outliers;
   float* yr = y + row0 * out;
   at::parallel_for(0, out / 16, 1, [&](int64_t t0, int64_t t1) {
-    q4_rows_tiles<R, Bits>(codes, d, m, a, scales, sums, yr, in, out, t0, t1);
+    q4_rows_tiles<R, Bits>(codes, d, m, a, scales, sums, outlier_weights, values, n_outliers, yr, in, out, t0, t1);
   });
 }
 
@@ -287,6 +311,7 @@ enum class Prologue { kNone, kNorm, kGlu };
 
 template <int Bits>
 at::Tensor rows_product(const at::Tensor& x_in, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m,
+                        const at::Tensor& outliers, const at::Tensor& outlier_weights,
                         Prologue prologue = Prologue::kNone, const at::Tensor* norm = nullptr, double eps = 0.0) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kFloat, "q4_rows: x must be (rows, in) fp32");
   TORCH_CHECK(codes.scalar_type() == at::kByte && d.scalar_type() == at::kHalf && m.scalar_type() == at::kHalf,
@@ -295,6 +320,14 @@ at::Tensor rows_product(const at::Tensor& x_in, const at::Tensor& codes, const a
   const int64_t in = prologue == Prologue::kGlu ? x.size(1) / 2 : x.size(1);
   const int64_t out = d.dim() == 3 ? d.size(0) * 16 : 0;
   TORCH_CHECK(prologue != Prologue::kGlu || x.size(1) == 2 * in, "q4_rows: SwiGLU's rows are [gate | up]");
+  const int64_t n_outliers = outliers.numel();
+  TORCH_CHECK(outliers.scalar_type() == at::kInt && outliers.is_contiguous() && outlier_weights.scalar_type() == at::kFloat
+              && outlier_weights.is_contiguous() && outlier_weights.numel() == n_outliers * out,
+              "q4_rows: outliers int32 (k), their weights fp32 (out / 16, k, 16)");
+  for (int64_t k = 0; k < n_outliers; ++k) {
+    const int32_t at = outliers.data_ptr<int32_t>()[k];
+    TORCH_CHECK(at >= 0 && at < in, "q4_rows: an outlier position outside the rows");
+  }
   TORCH_CHECK(in % kBlock == 0 && out > 0 && codes.numel() * 8 == in * out * Bits && d.numel() * kBlock == in * out
               && codes.is_contiguous() && d.is_contiguous() && m.is_contiguous()
               && (Bits == 8 || m.numel() == d.numel()),
@@ -310,7 +343,8 @@ at::Tensor rows_product(const at::Tensor& x_in, const at::Tensor& codes, const a
   } else if (prologue == Prologue::kGlu) {
     rows_in = glu_rows(rows_in, x.size(0), in);
   }
-  const QuantizedRows& q = quantize_rows(rows_in, x.size(0), in);
+  const QuantizedRows& q = quantize_rows(rows_in, x.size(0), in, outliers.data_ptr<int32_t>(), n_outliers);
+  const float* ow = outlier_weights.data_ptr<float>();
   const auto* c = codes.data_ptr<uint8_t>();
   const auto* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
   const auto* mp = reinterpret_cast<const uint16_t*>(m.data_ptr<at::Half>());
@@ -321,14 +355,14 @@ at::Tensor rows_product(const at::Tensor& x_in, const at::Tensor& codes, const a
   for (int64_t row = 0; row < rows;) {
     const int64_t take = std::min<int64_t>(rows - row, 8);
     switch (take) {
-      case 8: q4_rows_run<8, Bits>(c, dp, mp, q, row, yp, in, out); break;
-      case 7: q4_rows_run<7, Bits>(c, dp, mp, q, row, yp, in, out); break;
-      case 6: q4_rows_run<6, Bits>(c, dp, mp, q, row, yp, in, out); break;
-      case 5: q4_rows_run<5, Bits>(c, dp, mp, q, row, yp, in, out); break;
-      case 4: q4_rows_run<4, Bits>(c, dp, mp, q, row, yp, in, out); break;
-      case 3: q4_rows_run<3, Bits>(c, dp, mp, q, row, yp, in, out); break;
-      case 2: q4_rows_run<2, Bits>(c, dp, mp, q, row, yp, in, out); break;
-      default: q4_rows_run<1, Bits>(c, dp, mp, q, row, yp, in, out); break;
+      case 8: q4_rows_run<8, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
+      case 7: q4_rows_run<7, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
+      case 6: q4_rows_run<6, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
+      case 5: q4_rows_run<5, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
+      case 4: q4_rows_run<4, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
+      case 3: q4_rows_run<3, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
+      case 2: q4_rows_run<2, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
+      default: q4_rows_run<1, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
     }
     row += take;
   }
@@ -338,21 +372,25 @@ at::Tensor rows_product(const at::Tensor& x_in, const at::Tensor& codes, const a
 #endif
 }
 
-at::Tensor q4_rows(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m) {
-  return rows_product<4>(x, codes, d, m);
+at::Tensor q4_rows(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m,
+                   const at::Tensor& outliers, const at::Tensor& outlier_weights) {
+  return rows_product<4>(x, codes, d, m, outliers, outlier_weights);
 }
 
 at::Tensor q4_rows_normed(const at::Tensor& x, const at::Tensor& norm, double eps, const at::Tensor& codes,
-                          const at::Tensor& d, const at::Tensor& m) {
-  return rows_product<4>(x, codes, d, m, Prologue::kNorm, &norm, eps);
+                          const at::Tensor& d, const at::Tensor& m, const at::Tensor& outliers,
+                          const at::Tensor& outlier_weights) {
+  return rows_product<4>(x, codes, d, m, outliers, outlier_weights, Prologue::kNorm, &norm, eps);
 }
 
-at::Tensor q4_rows_glu(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m) {
-  return rows_product<4>(x, codes, d, m, Prologue::kGlu);
+at::Tensor q4_rows_glu(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& m,
+                       const at::Tensor& outliers, const at::Tensor& outlier_weights) {
+  return rows_product<4>(x, codes, d, m, outliers, outlier_weights, Prologue::kGlu);
 }
 
-at::Tensor q8_rows(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d) {
-  return rows_product<8>(x, codes, d, d);
+at::Tensor q8_rows(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& d, const at::Tensor& outliers,
+                   const at::Tensor& outlier_weights) {
+  return rows_product<8>(x, codes, d, d, outliers, outlier_weights);
 }
 
 bool q4_rows_built() {
@@ -366,11 +404,13 @@ bool q4_rows_built() {
 }  // namespace
 
 TORCH_LIBRARY(specviz, lib) {
-  lib.def("q4_rows(Tensor x, Tensor codes, Tensor d, Tensor m) -> Tensor", &q4_rows);
-  lib.def("q8_rows(Tensor x, Tensor codes, Tensor d) -> Tensor", &q8_rows);
-  lib.def("q4_rows_normed(Tensor x, Tensor norm, float eps, Tensor codes, Tensor d, Tensor m) -> Tensor",
-          &q4_rows_normed);
-  lib.def("q4_rows_glu(Tensor x, Tensor codes, Tensor d, Tensor m) -> Tensor", &q4_rows_glu);
+  lib.def("q4_rows(Tensor x, Tensor codes, Tensor d, Tensor m, Tensor outliers, Tensor outlier_weights) -> Tensor",
+          &q4_rows);
+  lib.def("q8_rows(Tensor x, Tensor codes, Tensor d, Tensor outliers, Tensor outlier_weights) -> Tensor", &q8_rows);
+  lib.def("q4_rows_normed(Tensor x, Tensor norm, float eps, Tensor codes, Tensor d, Tensor m, Tensor outliers, "
+          "Tensor outlier_weights) -> Tensor", &q4_rows_normed);
+  lib.def("q4_rows_glu(Tensor x, Tensor codes, Tensor d, Tensor m, Tensor outliers, Tensor outlier_weights) -> Tensor",
+          &q4_rows_glu);
   lib.def("attend_rows(Tensor q, Tensor keys, Tensor values, Tensor? mask, bool causal, float scale) -> Tensor",
           &attend_rows);
   lib.def("q4_rows_built() -> bool", &q4_rows_built);
