@@ -37,7 +37,9 @@ def main() -> int:
     model = pair.target
     kernels = {}
     for kernel in ("vnni", ""):
-        layers = quant._convert(Path(offline_default_gguf()), model.config.num_hidden_layers, torch.bfloat16, kernel)
+        outliers = quant.calibrate_outliers(model) if kernel else None
+        layers = quant._convert(Path(offline_default_gguf()), model.config.num_hidden_layers, torch.bfloat16, kernel,
+                                outliers)
         layers.attach(model)
         kernels[kernel or "int4pack"] = LeanLlama(model, 512)
     ids = pair.tokenizer(TEXT, return_tensors="pt").input_ids
