@@ -7,6 +7,7 @@ to int8 in blocks as our kernel does. Teacher-forced: every forward reads the sa
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def divergence(exact: torch.Tensor, approx: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     import llama_cpp
 
     fp32, q4 = load_pair("default", "self", dtype="fp32"), load_pair("default", "self", dtype="q4")

@@ -93,10 +93,12 @@ TERMS: tuple[Term, ...] = (
          "peers): the leading tokens equal to autoregressive's, up to the first that differs, out of "
          "autoregressive's tokens (`bench` prints it per prompt).", field="agreement_with_ar"),
     Term("q4", "A precision (`--dtype q4`, CPU, offline default only): every layer's linears run the 4-bit "
-         "weights the model's GGUF ships (Q4_1, blocks of 32 as d·q + m) on torch's int4 weight-only kernel, "
-         "each product's input rounded to bf16 for it; norms, attention and the cache run in fp32, and the head "
-         "stays dense (bf16 where the CPU has bf16 kernels, else fp32). Not exact: greedy agreement with fp32 is "
-         "reported, as for bf16."),
+         "weights the model's GGUF ships (Q4_1, blocks of 32 as d·q + m). Where the CPU has AVX-512 VNNI they run "
+         "on SpecViz's own kernel, llama.cpp's recipe: each product's input rounded to int8 in blocks of 32 but "
+         "for its few largest positions, kept exact; the head runs the GGUF's Q8_0 codes the same way, and "
+         "every row's bits are its own, so greedy speculation writes q4 autoregressive's text. Elsewhere they run "
+         "on torch's int4 kernel, inputs rounded to bf16, the head dense. Norms, attention and the cache run in "
+         "fp32. Not exact against fp32: greedy agreement with fp32 is reported, as for bf16."),
     Term("int8", "A precision (`--dtype int8`, CPU, Llama-family models: Llama, Qwen2): every layer's linears in "
          "weight-only int8, one scale per output row, on torch's int8 kernel, each product's input rounded to bf16 "
          "for it; the rest as for q4. Half a bf16 model's bytes a token. Not exact: greedy agreement is reported."),
