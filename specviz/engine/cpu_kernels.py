@@ -25,7 +25,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from .llama import RowsLayer, RowsStack, glu, rms_rows, rows_stack
+from .llama import RowsLayer, RowsProduct, RowsStack, rows_stack
 
 def rows_together(*linears: torch.nn.Linear) -> torch.Tensor:
     """The linears' weights stacked as one matrix (q|k|v, gate|up), without a second copy of them.
@@ -295,7 +295,7 @@ def int8_copy(draft: torch.nn.Module) -> torch.nn.Module:
     return clone
 
 
-class Fbgemm(torch.nn.Module):
+class Fbgemm(RowsProduct):
     """One of fbgemm's packed int8 products as a `llama.RowsLayer` product: fp32 rows in and out (a module,
     which TorchScript compiles into the layers, `llama.RowsStack`; only its `rows` is ever called)."""
 
@@ -307,14 +307,6 @@ class Fbgemm(torch.nn.Module):
     def rows(self, x: torch.Tensor) -> torch.Tensor:
         """What `llama.RowsLayer` calls: fbgemm takes and gives fp32 rows as they are."""
         return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
-
-    @torch.jit.export
-    def normed_rows(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return self.rows(rms_rows(x, weight, eps))
-
-    @torch.jit.export
-    def glu_rows(self, gate_up: torch.Tensor) -> torch.Tensor:
-        return self.rows(glu(gate_up))
 
 
 def fbgemm_rows_layers(int8_draft) -> RowsStack | None:

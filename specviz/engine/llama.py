@@ -122,6 +122,18 @@ def decoder_layer(layer: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: 
 Product = torch.nn.Module
 
 
+class RowsProduct(torch.nn.Module):
+    """A `Product` whose kernel fuses neither the norm nor SwiGLU: both run as torch ops before its `rows`."""
+
+    @torch.jit.export
+    def normed_rows(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return self.rows(rms_rows(x, weight, eps))
+
+    @torch.jit.export
+    def glu_rows(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return self.rows(glu(gate_up))
+
+
 def glu(gate_up: torch.Tensor) -> torch.Tensor:
     """SwiGLU's silu(gate) * up from rows [gate | up] (the stacked gate|up product's), in fp32."""
     gate, up = gate_up.float().chunk(2, -1)

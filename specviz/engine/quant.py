@@ -31,7 +31,7 @@ import torch
 
 from . import native
 from .cpu_kernels import biases_together, int8_per_channel
-from .llama import glu, rms_rows
+from .llama import RowsProduct
 
 GROUP = 32                 # weights per Q4_1 block, and the kernel's group size
 Q4_1_BLOCK_BYTES = 20      # fp16 d, fp16 m, 16 bytes of nibbles
@@ -48,23 +48,29 @@ LINEARS = {
 
 
 @dataclass
-class Q4Weight:
-    """One (out, in) matrix as Q4_1 holds it: codes (out, in) uint8 in 0..15 and, per block of 32
-    along a row, d and m (out, in / 32) in fp16. The weight is d * q + m."""
+class BlockWeight:
+    """One (out, in) matrix in GGUF's blocks of 32 along a row: codes (out, in), d (out, in / 32) fp16 and, for
+    Q4_1, m (out, in / 32) fp16; the weight is d * q (+ m)."""
 
     codes: torch.Tensor
     d: torch.Tensor
-    m: torch.Tensor
+    m: torch.Tensor | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
         return tuple(self.codes.shape)
 
     def dequantize(self) -> torch.Tensor:
-        """The weights in fp32, as GGUF defines them (d * q + m with d, m widened from fp16)."""
+        """The weights in fp32, as GGUF defines them (d * q (+ m) with d, m widened from fp16)."""
         out, cols = self.codes.shape
-        blocks = self.codes.view(out, cols // GROUP, GROUP).float()
-        return (self.d.float()[..., None] * blocks + self.m.float()[..., None]).view(out, cols)
+        weights = self.d.float()[..., None] * self.codes.view(out, cols // GROUP, GROUP).float()
+        if self.m is not None:
+            weights = weights + self.m.float()[..., None]
+        return weights.view(out, cols)
+
+
+class Q4Weight(BlockWeight):
+    """Q4_1: codes uint8 in 0..15, d and m; the weight is d * q + m."""
 
     def scales_and_zeros(self, dtype: torch.dtype) -> torch.Tensor:
         """The kernel's (in / 32, out, 2) table of (scale, zero) for codes read as (q - 8) * scale + zero."""
@@ -82,21 +88,8 @@ class Q4Weight:
                         torch.cat([p.m for p in parts]))
 
 
-@dataclass
-class Q8Weight:
-    """One (out, in) matrix as Q8_0 holds it (the GGUF's token embedding, tied to the head): codes (out, in)
-    int8 and, per block of 32 along a row, d (out, in / 32) fp16. The weight is d * q."""
-
-    codes: torch.Tensor
-    d: torch.Tensor
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return tuple(self.codes.shape)
-
-    def dequantize(self) -> torch.Tensor:
-        out, cols = self.codes.shape
-        return (self.d.float()[..., None] * self.codes.view(out, cols // GROUP, GROUP).float()).view(out, cols)
+class Q8Weight(BlockWeight):
+    """Q8_0 (the GGUF's token embedding, tied to the head): codes int8, d; the weight is d * q."""
 
 
 def q8_0_from_blocks(raw: np.ndarray, out: int, cols: int) -> Q8Weight:
@@ -191,7 +184,7 @@ def q4_kernel_available() -> bool:
     return native.q4_rows_available() is None or int4_kernel_available()
 
 
-class Int4Linear(torch.nn.Module):
+class Int4Linear(RowsProduct):
     """x @ W^T for W in torch's int4 CPU layout (`_convert_weight_to_int4pack_for_cpu`, groups of 32).
 
     The kernel takes its activations in the table's dtype. On an AVX2 CPU (torch 2.13) bf16 is the
@@ -230,14 +223,6 @@ class Int4Linear(torch.nn.Module):
         and the kernel's bf16 output as it is, which the layer widens where it adds or rotates anyway)."""
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(self.scales_and_zeros.dtype), self.packed, self.group,
                                                          self.scales_and_zeros)
-
-    @torch.jit.export
-    def normed_rows(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return self.rows(rms_rows(x, weight, eps))
-
-    @torch.jit.export
-    def glu_rows(self, gate_up: torch.Tensor) -> torch.Tensor:
-        return self.rows(glu(gate_up))
 
 
 OUTLIERS = 4   # input positions per product kept out of the int8 rounding (`calibrate_outliers`)
@@ -397,7 +382,7 @@ class Q8Rows(torch.nn.Module):
         return torch.ops.specviz.q8_rows(x, self.codes, self.d, self.outliers, self.outlier_weights)
 
 
-class Int8Rows(torch.nn.Module):
+class Int8Rows(RowsProduct):
     """x @ W^T (+ b) for W in weight-only int8 (`--dtype int8`, any Llama-family model): int8 codes and one
     scale per output row (symmetric, `cpu_kernels.int8_per_channel`), through gpt-fast's kernel
     (`_weight_int8pack_mm`), whose activations are bf16 (with fp32 ones it ran 10x slower, a reference loop).
@@ -436,14 +421,6 @@ class Int8Rows(torch.nn.Module):
         if self.has_bias:
             return out + self.bias
         return out
-
-    @torch.jit.export
-    def normed_rows(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return self.rows(rms_rows(x, weight, eps))
-
-    @torch.jit.export
-    def glu_rows(self, gate_up: torch.Tensor) -> torch.Tensor:
-        return self.rows(glu(gate_up))
 
 
 @dataclass
