@@ -105,7 +105,7 @@ def test_mismatched_shapes_are_refused_with_a_message():
         linear.rows(torch.randn(2, 64))
     with pytest.raises(RuntimeError, match="fp32"):
         linear.rows(torch.randn(2, 128).bfloat16())
-    assert not quant.Q4Rows.fits(random_q4(8, 96, 3)) and quant.Q4Rows.fits(weight)   # tiles of 16 output rows
+    assert not quant.Q4Rows.fits(random_q4(8, 96, 3).shape) and quant.Q4Rows.fits(weight.shape)   # tiles of 16 output rows
 
 
 def quant_file():

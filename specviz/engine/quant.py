@@ -246,10 +246,8 @@ def outlier_tables(weight: torch.Tensor, outliers: torch.Tensor | None) -> tuple
     dequantised (out, in) matrix: the kernel multiplies those inputs by these exact weights in fp32."""
     if outliers is None or outliers.numel() == 0:
         return None, None
-    out = weight.shape[0]
     columns = weight.float()[:, outliers.long()]                                 # (out, k)
-    tiled = columns.view(out // Q4Rows.TILE, Q4Rows.TILE, -1).transpose(1, 2).contiguous()
-    return outliers.to(torch.int32).contiguous(), tiled
+    return outliers.to(torch.int32).contiguous(), Q4Rows.tables_of(columns)
 
 
 @torch.inference_mode()
@@ -321,7 +319,8 @@ class Q4Rows(torch.nn.Module):
 
     @classmethod
     def tables_of(cls, table: torch.Tensor) -> torch.Tensor:
-        """A per-block table (out, in / 32) as the kernel reads it: (out / 16, in / 32, 16)."""
+        """A per-output-row table (out, n: d or m per block, or outlier columns) as the kernel reads it:
+        (out / 16, n, 16)."""
         out, blocks = table.shape
         return table.view(out // cls.TILE, cls.TILE, blocks).transpose(1, 2).contiguous()
 
@@ -332,8 +331,9 @@ class Q4Rows(torch.nn.Module):
                    *outlier_tables(weight.dequantize(), outliers))
 
     @classmethod
-    def fits(cls, weight: Q4Weight) -> bool:
-        return weight.shape[0] % cls.TILE == 0 and weight.shape[1] % GROUP == 0
+    def fits(cls, shape: tuple[int, int]) -> bool:
+        """Whether the kernel reads an (out, in) matrix: whole tiles of output rows, whole blocks along a row."""
+        return shape[0] % cls.TILE == 0 and shape[1] % GROUP == 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.rows(x.reshape(-1, self.in_features).float())
@@ -462,9 +462,8 @@ class WeightOnlyLayers:
             layers.append(tuple(Q4Rows.of(m, outliers.get(f"{i}.{name}")) if kernel == "vnni" else Int4Linear.of(m, dtype)
                                 for name, m in zip(cls.PARTS, parts)))
         head = weights.get(HEAD)
-        head_fits = isinstance(head, Q8Weight) and head.shape[0] % Q4Rows.TILE == 0 and head.shape[1] % GROUP == 0
-        return cls(layers, source, kernel=kernel,
-                   head=Q8Rows.of(head, outliers.get("head")) if kernel == "vnni" and head_fits else None)
+        own_head = kernel == "vnni" and isinstance(head, Q8Weight) and Q4Rows.fits(head.shape)
+        return cls(layers, source, kernel=kernel, head=Q8Rows.of(head, outliers.get("head")) if own_head else None)
 
     PARTS = ("qkv", "o", "gate_up", "down")
 
@@ -526,17 +525,25 @@ def attach_quantized(model, dtype: torch.dtype = torch.bfloat16) -> WeightOnlyLa
     model's dense weights are left as they were (transformers' forward still reads them)."""
     weights = {f"model.layers.{i}.{name}": quantize_q4_1(layer.get_submodule(name).weight)
                for i, layer in enumerate(model.model.layers) for name in LINEARS.values()}
-    kernel = q4_kernel(list(weights.values()))
+    kernel = q4_kernel([w.shape for w in weights.values()])
     layers = WeightOnlyLayers.build(weights, model.config.num_hidden_layers, dtype, "quantized in memory", kernel,
                                     calibrate_outliers(model) if kernel else None)
     layers.attach(model)
     return layers
 
 
-def q4_kernel(weights: list[Q4Weight]) -> str:
-    """"vnni" where SpecViz's own q4 kernel is built here and reads every matrix (rows in block pairs), else
+def q4_kernel(shapes: list[tuple[int, int]]) -> str:
+    """"vnni" where SpecViz's own q4 kernel is built here and reads every (out, in) matrix (`Q4Rows.fits`), else
     "" (torch's int4 kernel)."""
-    return "vnni" if native.q4_rows_available() is None and all(Q4Rows.fits(w) for w in weights) else ""
+    return "vnni" if native.q4_rows_available() is None and all(Q4Rows.fits(s) for s in shapes) else ""
+
+
+def layer_shapes(cfg) -> list[tuple[int, int]]:
+    """The (out, in) of a Llama layer's four products (q|k|v, o, gate|up, down), from its config."""
+    hidden, ffn = cfg.hidden_size, cfg.intermediate_size
+    head_dim = getattr(cfg, "head_dim", None) or hidden // cfg.num_attention_heads
+    qkv = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * head_dim
+    return [(qkv, hidden), (hidden, cfg.num_attention_heads * head_dim), (2 * ffn, hidden), (hidden, ffn)]
 
 
 def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16) -> WeightOnlyLayers:
@@ -549,8 +556,7 @@ def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16)
 
     gguf_path = Path(gguf_path)
     n_layers = model.config.num_hidden_layers
-    hidden, ffn = model.config.hidden_size, model.config.intermediate_size
-    kernel = "vnni" if native.q4_rows_available() is None and hidden % 64 == 0 and ffn % 64 == 0 else ""
+    kernel = q4_kernel(layer_shapes(model.config))
     if not kernel and not int4_kernel_available():
         raise RuntimeError("this torch has no CPU int4 weight-only kernel (_weight_int4pack_mm_for_cpu)")
     if kernel:   # the GGUF's own codes and fp16 d, m, rearranged: no torch version in the name, the layout's

@@ -44,14 +44,11 @@ constexpr int64_t kBlock = 32;
 struct QuantizedRows {
   std::vector<int8_t> codes;
   std::vector<float> scales, sums, outlier_values;
-  std::vector<float> staged;
 };
 
-// The rows RMS-normalised first (x * rsqrt(mean(x^2) + eps) * weight, the layer's norm in fp32), where
-// `norm` is given: fused here, the norm's seven small ops a layer input cost more than the product at one row.
-const float* normed_rows(const float* src, int64_t rows, int64_t in, const float* norm, float eps) {
-  thread_local std::vector<float> staged;
-  staged.resize(rows * in);
+// The rows RMS-normalised (x * rsqrt(mean(x^2) + eps) * weight, the layer's norm in fp32) into `staged`:
+// fused here, the norm's seven small ops a layer input cost more than the product at one row.
+void normed_rows(const float* src, int64_t rows, int64_t in, const float* norm, float eps, float* staged) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = src + r * in;
     __m512 squares = _mm512_setzero_ps();
@@ -63,10 +60,9 @@ const float* normed_rows(const float* src, int64_t rows, int64_t in, const float
     float total = _mm512_reduce_add_ps(squares);
     for (; i < in; ++i) total += x[i] * x[i];
     const float inv = 1.0f / std::sqrt(total / static_cast<float>(in) + eps);
-    float* out = staged.data() + r * in;
+    float* out = staged + r * in;
     for (i = 0; i < in; ++i) out[i] = x[i] * inv * norm[i];
   }
-  return staged.data();
 }
 
 // e^x for 16 floats: Cephes' expf (x = n ln 2 + r, a degree-6 polynomial in r, then 2^n), ~1 ulp.
@@ -86,15 +82,13 @@ inline __m512 exp16(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-// SwiGLU's silu(gate) * up from rows (rows, 2 in) = [gate | up], the MLP's input to its down product: fused
-// here, as the norm is, its four small ops (split, silu, product) cost more than a one-row product.
-const float* glu_rows(const float* src, int64_t rows, int64_t in) {
-  thread_local std::vector<float> staged;
-  staged.resize(rows * in);
+// SwiGLU's silu(gate) * up from rows (rows, 2 in) = [gate | up], the MLP's input to its down product, into
+// `staged`: fused here, as the norm is, its four small ops (split, silu, product) cost more than a one-row product.
+void glu_rows(const float* src, int64_t rows, int64_t in, float* staged) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* gate = src + r * 2 * in;
     const float* up = gate + in;
-    float* out = staged.data() + r * in;
+    float* out = staged + r * in;
     int64_t i = 0;
     for (; i + 16 <= in; i += 16) {
       const __m512 g = _mm512_loadu_ps(gate + i);
@@ -103,14 +97,14 @@ const float* glu_rows(const float* src, int64_t rows, int64_t in) {
     }
     for (; i < in; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
   }
-  return staged.data();
 }
 
 // `outliers` (n_outliers input positions) are taken out of the rows before they are rounded: their values
 // are kept in fp32 (`outlier_values`, rows x n_outliers) for the kernel to multiply exactly, and zeros go to
-// int8. SmolLM2's inputs carry a few dimensions tens of times larger than the rest, which would set their
-// block's scale and leave the other 31 values two or three levels.
-const QuantizedRows& quantize_rows(const float* src, int64_t rows, int64_t in, const int32_t* outliers,
+// int8 (`src` is the caller's staged copy, written here). SmolLM2's inputs carry a few dimensions tens of
+// times larger than the rest, which would set their block's scale and leave the other 31 values two or three
+// levels.
+const QuantizedRows& quantize_rows(float* src, int64_t rows, int64_t in, const int32_t* outliers,
                                    int64_t n_outliers) {
   thread_local QuantizedRows q;
   const int64_t blocks = in / kBlock;
@@ -118,15 +112,11 @@ const QuantizedRows& quantize_rows(const float* src, int64_t rows, int64_t in, c
   q.scales.resize(rows * blocks);
   q.sums.resize(rows * blocks);
   q.outlier_values.resize(rows * n_outliers);
-  if (n_outliers > 0) {
-    q.staged.assign(src, src + rows * in);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t k = 0; k < n_outliers; ++k) {
-        q.outlier_values[r * n_outliers + k] = q.staged[r * in + outliers[k]];
-        q.staged[r * in + outliers[k]] = 0.0f;
-      }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < n_outliers; ++k) {
+      q.outlier_values[r * n_outliers + k] = src[r * in + outliers[k]];
+      src[r * in + outliers[k]] = 0.0f;
     }
-    src = q.staged.data();
   }
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
@@ -334,16 +324,21 @@ at::Tensor rows_product(const at::Tensor& x_in, const at::Tensor& codes, const a
               "q4_rows: shapes do not match (in a multiple of 32, out of 16)");
 #ifdef SPECVIZ_Q4_VNNI
   at::Tensor y = at::empty({x.size(0), out}, x.options());
-  const float* rows_in = x.data_ptr<float>();
-  at::Tensor norm_weight;
+  // The rows as they are rounded, in one buffer per thread: the prologue's output, or a copy of x (the outliers
+  // are zeroed in it).
+  thread_local std::vector<float> staged;
+  staged.resize(x.size(0) * in);
+  const float* src = x.data_ptr<float>();
   if (prologue == Prologue::kNorm) {
-    norm_weight = norm->to(at::kFloat).contiguous();
+    const at::Tensor norm_weight = norm->to(at::kFloat).contiguous();
     TORCH_CHECK(norm_weight.numel() == in, "q4_rows: the norm's weight must have one number per input");
-    rows_in = normed_rows(rows_in, x.size(0), in, norm_weight.data_ptr<float>(), static_cast<float>(eps));
+    normed_rows(src, x.size(0), in, norm_weight.data_ptr<float>(), static_cast<float>(eps), staged.data());
   } else if (prologue == Prologue::kGlu) {
-    rows_in = glu_rows(rows_in, x.size(0), in);
+    glu_rows(src, x.size(0), in, staged.data());
+  } else {
+    std::copy(src, src + x.size(0) * in, staged.begin());
   }
-  const QuantizedRows& q = quantize_rows(rows_in, x.size(0), in, outliers.data_ptr<int32_t>(), n_outliers);
+  const QuantizedRows& q = quantize_rows(staged.data(), x.size(0), in, outliers.data_ptr<int32_t>(), n_outliers);
   const float* ow = outlier_weights.data_ptr<float>();
   const auto* c = codes.data_ptr<uint8_t>();
   const auto* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
