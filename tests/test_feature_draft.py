@@ -556,8 +556,8 @@ def test_fbgemm_and_int8pack_kernels_read_the_same_int8_weights(untrained_pair):
     # A cut (a head's rows) and a stack (q|k|v) keep the kernel and give the same rows' outputs.
     ids = torch.tensor([5, 0, 299])
     x = torch.randn(2, 96, generator=gen).to(torch.bfloat16)
-    assert fast.rows(ids).kernel == "fbgemm"
-    torch.testing.assert_close(fast.rows(ids)(x), fast(x)[:, ids])
+    assert fast.cut(ids).kernel == "fbgemm"
+    torch.testing.assert_close(fast.cut(ids)(x), fast(x)[:, ids])
     # The fusion layers keep gpt-fast's kernel: one activation scale over cat(embedding, feature) rounds
     # the small embedding half away (measured: held-out agreement 0.20 instead of 0.66).
     layers = untrained_pair.draft.int8_parts()[0]
@@ -570,10 +570,10 @@ def test_int8_weights_are_quantised_once_until_the_draft_changes(untrained_pair)
     layer, head, own_head = draft.int8_parts()
     # A decoder per prompt reuses them (the head over the draft's own rows is packed for its kernel once).
     assert draft.int8_parts()[0] is layer and draft.int8_parts()[1] is head and draft.int8_parts()[2] is own_head
-    torch.testing.assert_close(own_head.weight, head.rows(draft.vocab_ids).weight)
+    torch.testing.assert_close(own_head.weight, head.cut(draft.vocab_ids).weight)
     assert layer.fc is not draft.fc and isinstance(draft.fc, torch.nn.Linear)  # the trained module is untouched
     ids = torch.tensor([3, 17, 40000])
-    torch.testing.assert_close(head.rows(ids).weight, Int8Linear(untrained_pair.target.lm_head.weight[ids]).weight)
+    torch.testing.assert_close(head.cut(ids).weight, Int8Linear(untrained_pair.target.lm_head.weight[ids]).weight)
     with torch.no_grad():
         draft.fc.bias.add_(1.0)   # a training step: the quantised copy must follow
     try:

@@ -224,3 +224,22 @@ def test_outlier_inputs_are_multiplied_exactly():
     assert error_kept < 0.3 * error_plain, (error_kept, error_plain)   # control: without them, the outlier's block rounds coarsely
     with pytest.raises(RuntimeError, match="outside the rows"):
         quant.Q4Rows(kept.codes, kept.d, kept.m, torch.tensor([300, 1, 2], dtype=torch.int32), kept.outlier_weights).rows(x)
+
+
+@needs_kernel
+def test_a_cut_head_gives_the_whole_heads_logits_at_its_rows():
+    """`Q8Rows.cut` (a head over a vocabulary subset): the rows gathered from the tiles and tiled anew, the last
+    tile padded with rows that never show, give bit for bit the whole head's logits at those tokens, in the order
+    asked, repeats included, outliers and all. Control: a cut one row off gives other logits."""
+    generator = torch.Generator().manual_seed(11)
+    codes = torch.randint(-127, 128, (96, 64), dtype=torch.int8, generator=generator)
+    d = (torch.rand(96, 2, generator=generator) * 0.01).half()
+    head = quant.Q8Rows.of(quant.Q8Weight(codes, d), torch.tensor([3, 40], dtype=torch.int32))
+    x = torch.randn(3, 64, generator=generator)
+    x[:, 40] *= 30
+    whole = head(x)
+    for ids in (torch.tensor([95, 0, 17, 17, 50]), torch.arange(0, 96, 3), torch.arange(96)):
+        cut = head.cut(ids)
+        assert cut.out_features == ids.numel() and cut(x).shape == (3, ids.numel())
+        assert torch.equal(cut(x), whole[:, ids])
+    assert not torch.equal(head.cut(torch.arange(1, 33))(x), whole[:, :32])

@@ -200,3 +200,36 @@ def test_greedy_speculation_on_4bit_weights_writes_ars_text():
             assert got.token_ids == want, (name, prompt)
             if method == "sequoia":   # it did speculate: trees were verified, not one token a forward
                 assert got.tokens_per_forward > 1.2, (name, got.tokens_per_forward)
+
+
+def test_vocabulary_subset_heads_on_4bit_weights_read_the_ggufs_head_on_the_kernel():
+    """Deliver 1's vocabulary-subset head: on a q4 target the distilled draft's subset head (in the lean forward)
+    and the feature draft's head are cut from the GGUF's Q8_0 codes (`quant.Q8Rows.cut`), so their logits are the
+    q4 target's own head's at those tokens, bit for bit, before and after the head widens. Control: the dense
+    bf16 rows they were cut from before give other logits."""
+    from specviz.engine.native import q4_rows_available
+
+    if q4_rows_available() is not None:
+        pytest.skip(f"SpecViz's q4 kernel is not built here: {q4_rows_available()}")
+    pruned = load_pair("default", "independent", dtype="q4")
+    full = quant.kernel_head(pruned.target)
+    assert full is not None
+    lean = LeanLlama(pruned.draft, 64)
+    assert isinstance(lean.head, quant.Q8Rows) and lean.head.out_features == lean.vocab_ids.numel()
+    ids = torch.tensor([[1, 504, 3537, 28, 2]])
+    logits, normed = lean(ids, 0, rows=5, hidden=True)
+    assert torch.equal(logits, full(normed)[:, lean.vocab_ids])
+    dense = normed.to(lean._full_head.dtype) @ lean._full_head.index_select(0, lean.vocab_ids).T
+    assert not torch.equal(logits, dense.float())   # control: the bf16 copy's rows
+    missing = torch.tensor([t for t in range(49152) if t not in set(lean.vocab_ids.tolist())][:3])
+    lean.widen(missing)
+    assert torch.equal(lean(ids, 0, rows=5), full(normed)[:, lean.vocab_ids])
+
+    feature = load_pair("default", "feature", dtype="q4")
+    forward = feature.draft.decoding_forward(64)
+    assert "-q8head" in feature.draft.decoding_kind
+    features = torch.randn(4, 576, generator=torch.Generator().manual_seed(4))
+    full = quant.kernel_head(feature.target)
+    assert torch.equal(forward.logits(features), full(features)[:, forward.vocab_ids])
+    forward.widen(missing)
+    assert torch.equal(forward.logits(features), full(features)[:, forward.vocab_ids])

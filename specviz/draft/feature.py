@@ -43,6 +43,7 @@ from ..engine.cpu_kernels import (Int8Linear, fbgemm_available, fbgemm_rows_laye
 from ..engine.drafts import DraftFormat
 from ..engine.lean import attention_kernels
 from ..engine.llama import decoder_layer, rms_norm, rotary_tables
+from ..engine.quant import kernel_head
 from ..errors import ModelLoadError
 from .vocab import load_vocab
 
@@ -182,12 +183,16 @@ class FeatureDraft(torch.nn.Module):
         """
         # A draft built under inference_mode has inference tensors, which keep no version counter (and
         # cannot be changed outside inference_mode): their storage is their identity.
+        q8_head = kernel_head(self._target[0])
         versions = tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in self.parameters()) + (
-            self.vocab_ids.data_ptr(), self.vocab_ids.numel())   # the own-rows head is cut by them
+            self.vocab_ids.data_ptr(), self.vocab_ids.numel(), id(q8_head))   # the own-rows head is cut by them
         cached = self.__dict__.get("_int8_cache")
         if cached is None or cached[0] != versions:
-            head = Int8Linear(self._target[0].lm_head.weight.to(self.fc.weight.dtype), pack=False)
-            cached = self.__dict__["_int8_cache"] = (versions, int8_copy(self), head, head.rows(self.vocab_ids))
+            # A q4 target's head is the GGUF's Q8_0 codes on SpecViz's kernel: the rows are cut from them as they
+            # are, not requantised from their bf16 copy.
+            head = q8_head if q8_head is not None else Int8Linear(
+                self._target[0].lm_head.weight.to(self.fc.weight.dtype), pack=False)
+            cached = self.__dict__["_int8_cache"] = (versions, int8_copy(self), head, head.cut(self.vocab_ids))
         return cached[1], cached[2], cached[3]
 
     @property
@@ -197,9 +202,11 @@ class FeatureDraft(torch.nn.Module):
         # "-fbgemm": and the head and layer run fbgemm's kernel (`Int8Linear`), cheaper again;
         # "-fp32": and the layers run on fp32 activations (`engine.llama.RowsLayer`), fewer ops a level;
         # "-ts": and TorchScript runs them (`engine.llama.RowsStack`), each op's dispatch cheaper.
+        # "-q8head": and the head is a q4 target's Q8_0 codes on SpecViz's kernel (`quant.Q8Rows`).
         kind = "feature"
         if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype):
             kind = "feature-int8-fbgemm-fp32-ts" if fbgemm_available() else "feature-int8-stacked"
+            kind += "-q8head" if kernel_head(self._target[0]) is not None else ""
         return kind if self.n_layers == 1 else f"{kind}-{self.n_layers}layers"
 
     @property
@@ -462,7 +469,7 @@ class FeatureDraftForward:
             own, extra = self._own_head, self.vocab_ids[self._own_ids.numel():]
             if not extra.numel():
                 return own
-            more = self._full_head.rows(extra)   # a few dozen rows: cut and packed in well under a ms
+            more = self._full_head.cut(extra)   # a few dozen rows: cut (and packed) in well under a ms
             return lambda x: torch.cat([own(x), more(x)], dim=-1)
         head = self.draft.head if self.vocab_ids is self._own_ids else (
             self._full_head.index_select(0, self.vocab_ids).to(self.dtype).contiguous())

@@ -30,6 +30,7 @@ import torch
 
 from ..engine.drafts import DraftFormat
 from ..engine.lean import VocabSubsetHead
+from ..engine.quant import kernel_head
 from ..errors import InvalidInput, ModelLoadError
 from .vocab import load_vocab
 
@@ -159,8 +160,8 @@ def load_offline_draft(target_model, dir_: str | Path, dtype: torch.dtype | None
     _init_buffers(draft, target_model)
     vocab_ids = load_vocab(dir_, tcfg.vocab_size)
     if vocab_ids is not None:
-
-        draft.lm_head = VocabSubsetHead(target_model.lm_head.weight, vocab_ids)
+        # On a q4 target the subset is cut from the GGUF's own head codes, on SpecViz's kernel.
+        draft.lm_head = VocabSubsetHead(target_model.lm_head.weight, vocab_ids, kernel_head(target_model))
     draft.generation_config = target_model.generation_config
     draft.eval()
     draft.requires_grad_(False)

@@ -245,7 +245,7 @@ class Int8Linear(torch.nn.Module):
             bias = None if self.bias is None else self.bias.float()
             self.packed = torch.ops.quantized.linear_prepack(qweight, bias)
 
-    def rows(self, ids: torch.Tensor) -> "Int8Linear":
+    def cut(self, ids: torch.Tensor) -> "Int8Linear":
         """The same layer keeping output rows `ids` (a head over a vocabulary subset): with one scale per
         row, cutting the quantised matrix equals quantising the cut one, and costs no requantisation."""
         return Int8Linear._from(self.weight.index_select(0, ids).contiguous(),

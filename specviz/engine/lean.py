@@ -96,10 +96,13 @@ class VocabSubsetHead(torch.nn.Module):
     evaluation) with full-vocabulary logits; `LeanLlama` uses `weight` directly.
     """
 
-    def __init__(self, full_weight: torch.Tensor, vocab_ids: torch.Tensor):
+    def __init__(self, full_weight: torch.Tensor, vocab_ids: torch.Tensor, full_rows=None):
         super().__init__()
         self.vocab_size = full_weight.shape[0]
         self.full_weight = full_weight   # the target's head, shared: a wider subset can be cut from it
+        # The same head as SpecViz's q4 kernel reads it (`quant.Q8Rows`: a q4 target's GGUF codes), or None:
+        # where it is given, `LeanLlama` cuts the subset from it. In a tuple, so it is not this module's child.
+        self.full_rows = (full_rows,)
         self.register_buffer("vocab_ids", vocab_ids.to(full_weight.device, torch.long), persistent=False)
         self.register_buffer("weight", full_weight.detach().index_select(0, self.vocab_ids).contiguous(),
                              persistent=False)
@@ -190,6 +193,10 @@ class LeanLlama:
             biases += [biases_together(attn.q_proj, attn.k_proj, attn.v_proj), biases_together(attn.o_proj),
                        biases_together(mlp.gate_proj, mlp.up_proj), biases_together(mlp.down_proj)]
         self.head_dtype = self.lm_head.dtype   # what the head's rows are cast to
+        # The whole head on SpecViz's q4 kernel (the GGUF's Q8_0 codes), where this model's head is a q4
+        # target's, or a subset of one: the subset is then cut from it (`cut_head`), not from the dense rows.
+        self._full_rows = (head.full_rows[0] if isinstance(head, VocabSubsetHead) else
+                           weight_only.head if self.weight_only else None)
         if self.weight_only:
             # Weight-only layers (`--dtype q4`, `--dtype int8`): the layers' products run the int4 or int8
             # kernel; the head stays dense, in the model's dtype (its rows are cast to it). q4's head is tied to
@@ -215,7 +222,10 @@ class LeanLlama:
             packed = packed_weights(model, matrices + ([self.lm_head] if own_head else []), biases[0])
             self.packed = packed is not None
             mats = [Matmul(w, packed[i] if packed else None, biases[i]) for i, w in enumerate(matrices)]
-            self.head = Matmul(self.lm_head, (packed[-1] if own_head else pack(self.lm_head)) if packed else None)
+            if own_head or self._full_rows is None:
+                self.head = Matmul(self.lm_head, (packed[-1] if own_head else pack(self.lm_head)) if packed else None)
+        if self._full_rows is not None and not (self.weight_only and own_head):
+            self._cut_rows()   # a vocabulary subset of a q4 target's head, on the kernel
         layer_shape = _LayerShape(cfg, inner.layers[0].self_attn.scaling)
         self.layers = [_LeanLayer(layer_shape, w_in, w_post, *mats[4 * i:4 * i + 4])
                        for i, (w_in, w_post) in enumerate(norms)]
@@ -338,9 +348,17 @@ class LeanLlama:
     def cut_head(self, vocab_ids: torch.Tensor) -> None:
         """The head over exactly `vocab_ids`' rows (a kept forward starting a new prompt's subset)."""
         self.vocab_ids = vocab_ids.to(self.device, torch.long)
+        if self._full_rows is not None:
+            self._cut_rows()
+            return
         self.lm_head = self._full_head.index_select(0, self.vocab_ids).contiguous()
         self.head = Matmul(self.lm_head, pack(self.lm_head) if self.packed else None)
         self.head_dtype = self.lm_head.dtype
+
+    def _cut_rows(self) -> None:
+        """The head over `vocab_ids` cut from the GGUF's Q8_0 codes (`quant.Q8Rows.cut`): each logit is the whole
+        q4 head's, and its rows are read at half a bf16 subset's bytes."""
+        self.head, self.head_dtype = self._full_rows.cut(self.vocab_ids), torch.float32
 
     def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
         """Move the K/V of `slots` (each >= its destination) to prefix_len, prefix_len + 1, ...
