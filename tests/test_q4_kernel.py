@@ -243,3 +243,43 @@ def test_a_cut_head_gives_the_whole_heads_logits_at_its_rows():
         assert cut.out_features == ids.numel() and cut(x).shape == (3, ids.numel())
         assert torch.equal(cut(x), whole[:, ids])
     assert not torch.equal(head.cut(torch.arange(1, 33))(x), whole[:, :32])
+
+
+@needs_kernel
+def test_a_layer_as_one_op_is_the_rows_layer_bit_for_bit():
+    """`quant.Q4Layer` runs a whole `RowsLayer` (q4 products, `attend_rows`) as one op: the same kernels in the same
+    order, so its output and the K/V it writes are the torch-ops layer's bit for bit, causal or under a tree mask,
+    into slots start.. or scattered `slots`, attending to [0, end) or to every slot."""
+    from specviz.engine.llama import RowsLayer, rotary_tables
+
+    heads, kv, d, hidden, inter = 4, 2, 64, 256, 512
+    products = [quant.Q4Rows.of(random_q4(out, cols, seed), torch.tensor([5, 100], dtype=torch.int32))
+                for seed, (out, cols) in enumerate([((heads + 2 * kv) * d, hidden), (hidden, heads * d),
+                                                    (2 * inter, hidden), (hidden, inter)])]
+    generator = torch.Generator().manual_seed(3)
+    norms = [1 + 0.1 * torch.randn(hidden, generator=generator) for _ in range(2)]
+    layer = RowsLayer(*norms, *products, heads, kv, d, 1e-5, d ** -0.5, native.RowAttention())
+    fused = quant.Q4Layer(layer)
+    assert quant.Q4Layer.fits(layer) and not quant.Q4Layer.fits(RowsLayer(*norms, *products, heads, kv, d, 1e-5, 0.1))
+    cos, sin = rotary_tables(torch.arange(64), 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d), 1.0, torch.float32)
+    cache = [torch.zeros(1, kv, 64, d) for _ in range(4)]
+
+    def both(n, start, slots, end, mask, causal, positions):
+        x = torch.randn(n, hidden, generator=generator)
+        x[:, 7] *= 40
+        c, s = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
+        want = layer(x, c, s, cache[0], cache[1], start, slots, end, mask, causal)
+        got = fused(x, c, s, cache[2], cache[3], start, slots, end, mask, causal)
+        assert torch.equal(got, want), (n, start, slots)
+        assert torch.equal(cache[0], cache[2]) and torch.equal(cache[1], cache[3])
+
+    both(20, 0, None, 20, None, True, torch.arange(20))                    # a prompt, causal
+    both(1, 20, None, 21, None, False, torch.tensor([20]))                 # one decoding row
+    tree = torch.zeros(1, 1, 5, 26)
+    tree[..., 21:] = torch.full((5, 5), float("-inf")).triu(1)
+    tree[0, 0, 3, 22] = torch.finfo(torch.float32).min                     # a sibling blocked
+    both(5, 21, None, 26, tree, False, torch.tensor([21, 22, 22, 23, 23]))
+    scattered = torch.full((1, 1, 3, 64), torch.finfo(torch.float32).min)
+    scattered[..., :21] = 0
+    scattered[0, 0, torch.arange(3), torch.tensor([40, 41, 42])] = 0
+    both(3, 0, torch.tensor([40, 41, 42]), -1, scattered, False, torch.tensor([21, 21, 22]))   # a static shape's slots

@@ -125,13 +125,15 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
     assert pair.precision == "q4" and pair.key.endswith("|q4")
     # SpecViz's own kernel where it is built here (AVX-512 VNNI), else torch's int4 one: each its own curves.
     native = quant.native.q4_rows_available() is None
-    kind, product = ("lean-q4-vnni-f32-ts", quant.Q4Rows) if native else ("lean-q4-f32-ts", quant.Int4Linear)
+    kind, product = ("lean-q4-vnni-layer-f32-ts", quant.Q4Rows) if native else ("lean-q4-f32-ts", quant.Int4Linear)
     assert forward_kind(pair.target) == kind and forward_kind(pair_fp32.target) != kind   # own curves
     forward = LeanLlama(pair.target, 64)
     assert forward.weight_only and all(isinstance(layer.qkv_proj, product) for layer in forward.layers)
     assert forward.all_keys.dtype == torch.float32   # fp32 activations
     # The rows layers run as one stack that TorchScript compiled (eager Python dispatch is a third of a token).
     assert isinstance(forward.rows_stack, torch.jit.ScriptModule)
+    if native:   # and on SpecViz's kernel each layer is one op (`quant.Q4Layer`)
+        assert all(layer.original_name == "Q4Layer" for layer in forward.rows_stack.layers)
     prompt = pair.tokenizer("The capital of France is Paris. The capital of Italy is", return_tensors="pt").input_ids
     got = forward(prompt, 0, rows=prompt.shape[1]).float()
     want = LeanLlama(pair_fp32.target, 64)(prompt, 0, rows=prompt.shape[1])

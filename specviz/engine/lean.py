@@ -40,7 +40,7 @@ from .cpu_kernels import Matmul, biases_together, pack, packed_weights, rows_tog
 from .kvcache import cache_length, crop, keep_positions, new_cache
 from .llama import RowsLayer, decoder_layer, rms_norm, rotary_tables, rows_stack
 from . import native
-from .quant import WeightOnlyLayers
+from .quant import Q4Layer, WeightOnlyLayers
 
 
 # On CUDA, scaled_dot_product_attention may pick cuDNN's kernel, which builds and caches an execution
@@ -432,9 +432,12 @@ def _weight_only_stack(model, weight_only: WeightOnlyLayers, layers: list[_LeanL
     takes about a second to compile it, and a decoder makes a forward per prompt)."""
     kept = model.__dict__.get("_specviz_weight_only_stack")
     if kept is None or kept[0] is not weight_only:
-        kept = model.__dict__["_specviz_weight_only_stack"] = (
-            weight_only, rows_stack([RowsLayer.of(layer, weight_only.layers[i], _row_attention(weight_only, layer))
-                                     for i, layer in enumerate(layers)]))
+        rows_layers = [RowsLayer.of(layer, weight_only.layers[i], _row_attention(weight_only, layer))
+                       for i, layer in enumerate(layers)]
+        # On SpecViz's own kernel each layer is one op (`quant.Q4Layer`): the same kernels, bit for bit.
+        one_op = os.environ.get("SPECVIZ_Q4_LAYER_OPS") != "1"   # 1: the layers as torch ops, for A/B runs
+        kept = model.__dict__["_specviz_weight_only_stack"] = (weight_only, rows_stack(
+            [Q4Layer(layer) if one_op and Q4Layer.fits(layer) else layer for layer in rows_layers]))
     return kept[1]
 
 

@@ -388,6 +388,114 @@ at::Tensor q8_rows(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
   return rows_product<8>(x, codes, d, d, outliers, outlier_weights);
 }
 
+#ifdef SPECVIZ_Q4_VNNI
+// The rotary embedding of one head's row in place: x * cos + roll(x, d / 2) * signed_sin, as `llama.rotate` computes
+// it in torch (two products and a sum, each rounded: the explicitly rounded intrinsics are never fused into an FMA).
+void rotate_row(float* x, const float* cos, const float* sin, int64_t d, float* rolled) {
+  const int64_t half = d / 2;
+  std::copy(x + half, x + d, rolled);
+  std::copy(x, x + half, rolled + half);
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (int64_t i = 0; i < d; i += 16) {
+    const __m512 a = _mm512_mul_round_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(cos + i), kRound);
+    const __m512 b = _mm512_mul_round_ps(_mm512_loadu_ps(rolled + i), _mm512_loadu_ps(sin + i), kRound);
+    _mm512_storeu_ps(x + i, _mm512_add_round_ps(a, b, kRound));
+  }
+}
+#endif
+
+// One product's tensors as `Q4Rows` holds them: codes, d, m, outliers, outlier weights.
+struct Q4Product {
+  const at::Tensor &codes, &d, &m, &outliers, &outlier_weights;
+  explicit Q4Product(const std::vector<at::Tensor>& t)
+      : codes(t.at(0)), d(t.at(1)), m(t.at(2)), outliers(t.at(3)), outlier_weights(t.at(4)) {}
+};
+
+// A whole decoder layer over fp32 rows x (n, hidden), as `llama.RowsLayer.forward` computes it with `Q4Rows`
+// products and `attend_rows`, op for op and bit for bit, in one call: at one decoding row the layer's ~20 small
+// torch ops between the products (views, the rotation, cache writes, residual sums) cost about what its
+// products do, each op its dispatch. cos, sin: (n, d) rotary tables (sin signed, `llama.rotary_tables`). The
+// new rows' K/V go to slots start.. (or `slots`); attention reads slots [0, end) (every slot with end -1).
+at::Tensor q4_layer(const at::Tensor& x_in, const at::Tensor& cos_in, const at::Tensor& sin_in, const at::Tensor& keys,
+                    const at::Tensor& values, int64_t start, const std::optional<at::Tensor>& slots, int64_t end,
+                    const std::optional<at::Tensor>& mask_in, bool causal, const at::Tensor& input_norm,
+                    const at::Tensor& post_norm, double eps, double scale, int64_t heads, int64_t kv,
+                    const std::vector<at::Tensor>& qkv_t, const std::vector<at::Tensor>& o_t,
+                    const std::vector<at::Tensor>& gate_up_t, const std::vector<at::Tensor>& down_t) {
+  TORCH_CHECK(qkv_t.size() == 5 && o_t.size() == 5 && gate_up_t.size() == 5 && down_t.size() == 5,
+              "q4_layer: each product is [codes, d, m, outliers, outlier_weights]");
+  const Q4Product qkv_p(qkv_t), o_p(o_t), gate_up_p(gate_up_t), down_p(down_t);
+  const at::Tensor x = x_in.contiguous();
+  const int64_t n = x.size(0), d = keys.size(3), S = end >= 0 ? end : keys.size(2);
+  TORCH_CHECK(keys.scalar_type() == at::kFloat && values.scalar_type() == at::kFloat && keys.stride(3) == 1
+              && values.stride(3) == 1 && keys.sizes() == values.sizes() && keys.size(1) == kv
+              && d % 16 == 0 && d <= 128 && heads % kv == 0 && S <= keys.size(2),
+              "q4_layer: fp32 K/V (1, kv heads, slots, d), d a multiple of 16 up to 128");
+  const at::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
+  TORCH_CHECK(cos.numel() == n * d && sin.numel() == n * d, "q4_layer: cos and sin (n, d)");
+  at::Tensor mask;
+  if (mask_in.has_value()) {
+    mask = mask_in->to(at::kFloat);
+    TORCH_CHECK(mask.dim() == 4 && mask.size(2) == n && mask.size(3) == S, "q4_layer: mask (1, 1, n, S)");
+    mask = mask[0][0].contiguous();
+  }
+  at::Tensor slot_index;
+  if (slots.has_value()) {
+    slot_index = slots->to(at::kLong).contiguous();
+    TORCH_CHECK(slot_index.numel() == n, "q4_layer: one slot per row");
+  }
+#ifdef SPECVIZ_Q4_VNNI
+  // q|k|v of the normed rows, then q and k rotated in place, row by row and head by head.
+  at::Tensor qkv = rows_product<4>(x, qkv_p.codes, qkv_p.d, qkv_p.m, qkv_p.outliers, qkv_p.outlier_weights,
+                                   Prologue::kNorm, &input_norm, eps);
+  const int64_t width = (heads + 2 * kv) * d;
+  TORCH_CHECK(qkv.size(1) == width, "q4_layer: q|k|v has (heads + 2 kv heads) x d outputs");
+  float* qp = qkv.data_ptr<float>();
+  std::vector<float> rolled(d);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t h = 0; h < heads + kv; ++h) rotate_row(qp + r * width + h * d, cos.data_ptr<float>() + r * d,
+                                                        sin.data_ptr<float>() + r * d, d, rolled.data());
+  }
+  // The new rows' keys and values into their slots.
+  float* kp = keys.data_ptr<float>();
+  float* vp = values.data_ptr<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t slot = slots.has_value() ? slot_index.data_ptr<int64_t>()[r] : start + r;
+    TORCH_CHECK(slot >= 0 && slot < keys.size(2), "q4_layer: a slot outside the cache");
+    for (int64_t g = 0; g < kv; ++g) {
+      const float* k = qp + r * width + (heads + g) * d;
+      std::copy(k, k + d, kp + g * keys.stride(1) + slot * keys.stride(2));
+      std::copy(k + kv * d, k + kv * d + d, vp + g * values.stride(1) + slot * values.stride(2));
+    }
+  }
+  // Attention, a row and head at a time (`attend_row`), into (n, heads, d): the o product's rows as they are.
+  at::Tensor attn = at::empty({n, heads * d}, x.options());
+  float* ap = attn.data_ptr<float>();
+  const float* mp = mask.defined() ? mask.data_ptr<float>() : nullptr;
+  const int64_t groups = heads / kv;
+  at::parallel_for(0, heads * n, 1, [&](int64_t begin, int64_t stop) {
+    thread_local std::vector<float> scores;
+    thread_local std::vector<int32_t> kept;
+    for (int64_t task = begin; task < stop; ++task) {
+      const int64_t h = task / n, i = task % n, g = h / groups;
+      const int64_t allowed_end = causal ? S - n + i + 1 : S;
+      attend_row(qp + i * width + h * d, kp + g * keys.stride(1), vp + g * values.stride(1), keys.stride(2),
+                 values.stride(2), mp == nullptr ? nullptr : mp + i * S, allowed_end, S, d,
+                 static_cast<float>(scale), ap + (i * heads + h) * d, scores, kept);
+    }
+  });
+  // The two residual sums around the products (plain fp32 sums, as torch's).
+  at::Tensor hidden = x + rows_product<4>(attn, o_p.codes, o_p.d, o_p.m, o_p.outliers, o_p.outlier_weights);
+  at::Tensor gate_up = rows_product<4>(hidden, gate_up_p.codes, gate_up_p.d, gate_up_p.m, gate_up_p.outliers,
+                                       gate_up_p.outlier_weights, Prologue::kNorm, &post_norm, eps);
+  hidden.add_(rows_product<4>(gate_up, down_p.codes, down_p.d, down_p.m, down_p.outliers, down_p.outlier_weights,
+                              Prologue::kGlu));
+  return hidden;
+#else
+  TORCH_CHECK(false, "q4_layer: built without AVX-512 VNNI");
+#endif
+}
+
 bool q4_rows_built() {
 #ifdef SPECVIZ_Q4_VNNI
   return true;
@@ -408,5 +516,8 @@ TORCH_LIBRARY(specviz, lib) {
           &q4_rows_glu);
   lib.def("attend_rows(Tensor q, Tensor keys, Tensor values, Tensor? mask, bool causal, float scale) -> Tensor",
           &attend_rows);
+  lib.def("q4_layer(Tensor x, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, int start, Tensor? slots, "
+          "int end, Tensor? mask, bool causal, Tensor input_norm, Tensor post_norm, float eps, float scale, "
+          "int heads, int kv, Tensor[] qkv, Tensor[] o, Tensor[] gate_up, Tensor[] down) -> Tensor", &q4_layer);
   lib.def("q4_rows_built() -> bool", &q4_rows_built);
 }
