@@ -114,7 +114,7 @@ class RowAttention(torch.nn.Module):
 
     @staticmethod
     def fits(head_dim: int) -> bool:
-        return head_dim % 16 == 0 and head_dim <= 128
+        return head_dim in (32, 64, 128)
 
 
 def main() -> int:

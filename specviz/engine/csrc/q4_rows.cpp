@@ -221,44 +221,143 @@ void q4_rows_run(const uint8_t* codes, const uint16_t* d, const uint16_t* m, con
 // the same token at the same position gets the same bits in `ar`, in a tree and in a Jacobi window, so a
 // greedy speculative decode on 4-bit weights writes `ar`'s text token for token. It is also faster at
 // decoding's few rows (one row over 150 keys: 9 heads in a few microseconds).
-void attend_row(const float* q, const float* keys, const float* values, int64_t key_stride, int64_t value_stride,
-                const float* mask_row, int64_t allowed_end, int64_t S, int64_t d, float scale, float* out,
-                std::vector<float>& scores, std::vector<int32_t>& slots) {
-  scores.resize(S);
-  slots.resize(S);
-  int64_t count = 0;
-  float best = -INFINITY;
-  const int64_t vecs = d / 16;
-  for (int64_t j = 0; j < allowed_end; ++j) {
-    if (mask_row != nullptr && mask_row[j] < -1e30f) continue;
-    const float* k = keys + j * key_stride;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t v = 0; v < vecs; ++v) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * v), _mm512_loadu_ps(k + 16 * v), acc);
-    float score = _mm512_reduce_add_ps(acc) * scale;
-    if (mask_row != nullptr) score += mask_row[j];
-    scores[count] = score;
-    slots[count] = static_cast<int32_t>(j);
-    best = std::max(best, score);
-    ++count;
-  }
-  // Sixteen at a time, the last chunk masked: every score takes the same path whatever the count.
-  __m512 sums = _mm512_setzero_ps();
+// Lane i of the result: the sum of v[i]'s sixteen lanes (sixteen horizontal sums as one transposing tree, 15
+// adds and 24 shuffles where sixteen `_mm512_reduce_add_ps` take about 100 instructions).
+inline __m512 sum_lanes16(const __m512* v) {
+  __m512 pairs[8], quads[4];
+  for (int i = 0; i < 8; ++i)   // per 128-bit block: [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
+    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)   // per block: v[4i] .. v[4i + 3], each summed over the block's four lanes
+    quads[i] = _mm512_add_ps(_mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 low = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 high = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(low, high, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(low, high, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// The query heads that share one kv head (GQA), for one row, at once: each key and value is read once for all G of
+// them (one at a time, a tree of eight rows re-read a 400-token cache from L2 72 times a layer). V: head_dim / 16.
+// Each head's arithmetic is its own and in slot order, as one head alone would compute it.
+template <int G, int V>
+void attend_group(const float* const* qs, const float* keys, const float* values, int64_t key_stride,
+                  int64_t value_stride, const int32_t* slots, int64_t count, float scale, const float* mask_row,
+                  float* const* outs, float* scores /* G x (count + 16) */) {
+  const int64_t width = count + 16;
+  __m512 qv[G][V];
+  for (int h = 0; h < G; ++h)
+    for (int w = 0; w < V; ++w) qv[h][w] = _mm512_loadu_ps(qs[h] + 16 * w);
+  // The scores sixteen keys at a time: each key's q . k in sixteen lanes, then one tree for their sixteen sums.
+  __m512 best16[G];
+  for (int h = 0; h < G; ++h) best16[h] = _mm512_set1_ps(-INFINITY);
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   for (int64_t c = 0; c < count; c += 16) {
-    const __mmask16 live = count - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (count - c)) - 1);
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, scores.data() + c), _mm512_set1_ps(best)));
-    _mm512_mask_storeu_ps(scores.data() + c, live, e);
-    sums = _mm512_add_ps(sums, _mm512_maskz_mov_ps(live, e));
+    const int64_t live = std::min<int64_t>(count - c, 16);
+    __m512 part[G][16];
+    alignas(64) float added[16];
+    for (int64_t kk = 0; kk < 16; ++kk) {
+      if (kk >= live) {
+        for (int h = 0; h < G; ++h) part[h][kk] = _mm512_setzero_ps();
+        added[kk] = 0.0f;
+        continue;
+      }
+      const int32_t slot = slots[c + kk];
+      const float* k = keys + slot * key_stride;
+      __m512 kv[V];
+      for (int w = 0; w < V; ++w) kv[w] = _mm512_loadu_ps(k + 16 * w);
+      for (int h = 0; h < G; ++h) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int w = 0; w < V; ++w) acc = _mm512_fmadd_ps(qv[h][w], kv[w], acc);
+        part[h][kk] = acc;
+      }
+      added[kk] = mask_row == nullptr ? 0.0f : mask_row[slot];
+    }
+    const __mmask16 lanes = live == 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << live) - 1);
+    for (int h = 0; h < G; ++h) {
+      __m512 score = _mm512_mul_round_ps(sum_lanes16(part[h]), _mm512_set1_ps(scale), kRound);
+      if (mask_row != nullptr) score = _mm512_add_round_ps(score, _mm512_load_ps(added), kRound);
+      _mm512_mask_storeu_ps(scores + h * width + c, lanes, score);
+      best16[h] = _mm512_mask_max_ps(best16[h], lanes, best16[h], score);
+    }
   }
-  const float total = _mm512_reduce_add_ps(sums);
-  __m512 acc[8];
-  for (int64_t w = 0; w < vecs; ++w) acc[w] = _mm512_setzero_ps();
+  // Softmax, sixteen at a time, the last chunk masked: every score takes the same path whatever the count.
+  float inverse[G];
+  for (int h = 0; h < G; ++h) {
+    const __m512 best = _mm512_set1_ps(_mm512_reduce_max_ps(best16[h]));
+    float* sc = scores + h * width;
+    __m512 sums = _mm512_setzero_ps();
+    for (int64_t c = 0; c < count; c += 16) {
+      const __mmask16 live = count - c >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (count - c)) - 1);
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, sc + c), best));
+      _mm512_mask_storeu_ps(sc + c, live, e);
+      sums = _mm512_add_ps(sums, _mm512_maskz_mov_ps(live, e));
+    }
+    const float total = _mm512_reduce_add_ps(sums);
+    inverse[h] = count > 0 ? 1.0f / total : 0.0f;
+  }
+  // The values, each read once for the G heads.
+  __m512 acc[G][V];
+  for (int h = 0; h < G; ++h)
+    for (int w = 0; w < V; ++w) acc[h][w] = _mm512_setzero_ps();
   for (int64_t c = 0; c < count; ++c) {
     const float* v = values + slots[c] * value_stride;
-    const __m512 p = _mm512_set1_ps(scores[c]);
-    for (int64_t w = 0; w < vecs; ++w) acc[w] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16 * w), acc[w]);
+    __m512 vv[V];
+    for (int w = 0; w < V; ++w) vv[w] = _mm512_loadu_ps(v + 16 * w);
+    for (int h = 0; h < G; ++h) {
+      const __m512 p = _mm512_set1_ps(scores[h * width + c]);
+      for (int w = 0; w < V; ++w) acc[h][w] = _mm512_fmadd_ps(p, vv[w], acc[h][w]);
+    }
   }
-  const __m512 inv = _mm512_set1_ps(count > 0 ? 1.0f / total : 0.0f);
-  for (int64_t w = 0; w < vecs; ++w) _mm512_storeu_ps(out + 16 * w, _mm512_mul_ps(acc[w], inv));
+  for (int h = 0; h < G; ++h) {
+    const __m512 inv = _mm512_set1_ps(inverse[h]);
+    for (int w = 0; w < V; ++w) _mm512_storeu_ps(outs[h] + 16 * w, _mm512_mul_ps(acc[h][w], inv));
+  }
+}
+
+template <int V>
+void attend_heads(int64_t g_count, const float* const* qs, const float* keys, const float* values,
+                  int64_t key_stride, int64_t value_stride, const int32_t* slots, int64_t count, float scale,
+                  const float* mask_row, float* const* outs, float* scores) {
+  // Up to four heads a pass (a pass's accumulators stay in registers), the rest in further passes.
+  for (int64_t h0 = 0; h0 < g_count; h0 += 4) {
+    const int64_t take = std::min<int64_t>(g_count - h0, 4);
+    const float* const* q = qs + h0;
+    float* const* o = outs + h0;
+    switch (take) {
+      case 4: attend_group<4, V>(q, keys, values, key_stride, value_stride, slots, count, scale, mask_row, o, scores); break;
+      case 3: attend_group<3, V>(q, keys, values, key_stride, value_stride, slots, count, scale, mask_row, o, scores); break;
+      case 2: attend_group<2, V>(q, keys, values, key_stride, value_stride, slots, count, scale, mask_row, o, scores); break;
+      default: attend_group<1, V>(q, keys, values, key_stride, value_stride, slots, count, scale, mask_row, o, scores); break;
+    }
+  }
+}
+
+// Attention for one row and one kv head: the `groups` query heads at q_row + h * head_stride that share it (GQA),
+// over the row's allowed keys (blocked ones skipped, not added as -inf), in slot order, into out_row + h * head_stride.
+void attend_row_group(const float* q_row, float* out_row, int64_t head_stride, int64_t groups, const float* keys,
+                      const float* values, int64_t key_stride, int64_t value_stride, const float* mask_row,
+                      int64_t allowed_end, int64_t S, int64_t d, float scale, std::vector<float>& scores,
+                      std::vector<int32_t>& slots) {
+  slots.resize(S + 16);
+  int64_t count = 0;
+  for (int64_t j = 0; j < allowed_end; ++j) {
+    if (mask_row == nullptr || mask_row[j] >= -1e30f) slots[count++] = static_cast<int32_t>(j);
+  }
+  scores.resize(4 * (count + 16));
+  std::vector<const float*> qs(groups);
+  std::vector<float*> outs(groups);
+  for (int64_t h = 0; h < groups; ++h) {
+    qs[h] = q_row + h * head_stride;
+    outs[h] = out_row + h * head_stride;
+  }
+  switch (d / 16) {
+    case 8: attend_heads<8>(groups, qs.data(), keys, values, key_stride, value_stride, slots.data(), count, scale, mask_row, outs.data(), scores.data()); break;
+    case 4: attend_heads<4>(groups, qs.data(), keys, values, key_stride, value_stride, slots.data(), count, scale, mask_row, outs.data(), scores.data()); break;
+    case 2: attend_heads<2>(groups, qs.data(), keys, values, key_stride, value_stride, slots.data(), count, scale, mask_row, outs.data(), scores.data()); break;
+    default: TORCH_CHECK(false, "attend_rows: head_dim 32, 64 or 128");
+  }
 }
 
 #endif  // SPECVIZ_Q4_VNNI
@@ -270,8 +369,8 @@ at::Tensor attend_rows(const at::Tensor& q_in, const at::Tensor& keys_in, const 
               && values_in.scalar_type() == at::kFloat, "attend_rows: fp32 q (1, heads, n, d), keys and values (1, kv, S, d)");
   const at::Tensor q = q_in.contiguous();
   const int64_t heads = q.size(1), n = q.size(2), d = q.size(3), kv = keys_in.size(1), S = keys_in.size(2);
-  TORCH_CHECK(d % 16 == 0 && d <= 128 && heads % kv == 0 && keys_in.size(3) == d,
-              "attend_rows: head_dim a multiple of 16, at most 128");
+  TORCH_CHECK((d == 32 || d == 64 || d == 128) && heads % kv == 0 && keys_in.size(3) == d,
+              "attend_rows: head_dim 32, 64 or 128");
   const at::Tensor keys = keys_in.stride(3) == 1 ? keys_in : keys_in.contiguous();
   const at::Tensor values = values_in.stride(3) == 1 ? values_in : values_in.contiguous();
   at::Tensor mask;
@@ -288,15 +387,17 @@ at::Tensor attend_rows(const at::Tensor& q_in, const at::Tensor& keys_in, const 
   const float* vp = values.data_ptr<float>();
   const float* mp = mask.defined() ? mask.data_ptr<float>() : nullptr;
   float* op = out.data_ptr<float>();
-  at::parallel_for(0, heads * n, 1, [&](int64_t begin, int64_t end) {
+  // A task per row and kv head: its query heads read each key and value once.
+  at::parallel_for(0, kv * n, 1, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
     thread_local std::vector<int32_t> slots;
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t h = task / n, i = task % n, g = h / groups;
+      const int64_t g = task / n, i = task % n;
       const int64_t allowed_end = causal ? S - n + i + 1 : S;
-      attend_row(qp + (h * n + i) * d, kp + g * keys.stride(1), vp + g * values.stride(1), keys.stride(2),
-                 values.stride(2), mp == nullptr ? nullptr : mp + i * S, allowed_end, S, d,
-                 static_cast<float>(scale), op + (h * n + i) * d, scores, slots);
+      attend_row_group(qp + (g * groups * n + i) * d, op + (g * groups * n + i) * d, n * d, groups,
+                       kp + g * keys.stride(1), vp + g * values.stride(1), keys.stride(2), values.stride(2),
+                       mp == nullptr ? nullptr : mp + i * S, allowed_end, S, d, static_cast<float>(scale), scores,
+                       slots);
     }
   });
   return out;
@@ -438,8 +539,8 @@ at::Tensor q4_layer(const at::Tensor& x_in, const at::Tensor& cos_in, const at::
   const int64_t n = x.size(0), d = keys.size(3), S = end >= 0 ? end : keys.size(2);
   TORCH_CHECK(keys.scalar_type() == at::kFloat && values.scalar_type() == at::kFloat && keys.stride(3) == 1
               && values.stride(3) == 1 && keys.sizes() == values.sizes() && keys.size(1) == kv
-              && d % 16 == 0 && d <= 128 && heads % kv == 0 && S <= keys.size(2),
-              "q4_layer: fp32 K/V (1, kv heads, slots, d), d a multiple of 16 up to 128");
+              && (d == 32 || d == 64 || d == 128) && heads % kv == 0 && S <= keys.size(2),
+              "q4_layer: fp32 K/V (1, kv heads, slots, d), d 32, 64 or 128");
   const at::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
   TORCH_CHECK(cos.numel() == n * d && sin.numel() == n * d, "q4_layer: cos and sin (n, d)");
   at::Tensor mask;
@@ -482,15 +583,16 @@ at::Tensor q4_layer(const at::Tensor& x_in, const at::Tensor& cos_in, const at::
   float* ap = attn.data_ptr<float>();
   const float* mp = mask.defined() ? mask.data_ptr<float>() : nullptr;
   const int64_t groups = heads / kv;
-  at::parallel_for(0, heads * n, 1, [&](int64_t begin, int64_t stop) {
+  at::parallel_for(0, kv * n, 1, [&](int64_t begin, int64_t stop) {
     thread_local std::vector<float> scores;
     thread_local std::vector<int32_t> kept;
     for (int64_t task = begin; task < stop; ++task) {
-      const int64_t h = task / n, i = task % n, g = h / groups;
+      const int64_t g = task / n, i = task % n;
       const int64_t allowed_end = causal ? S - n + i + 1 : S;
-      attend_row(qp + i * width + h * d, kp + g * keys.stride(1), vp + g * values.stride(1), keys.stride(2),
-                 values.stride(2), mp == nullptr ? nullptr : mp + i * S, allowed_end, S, d,
-                 static_cast<float>(scale), ap + (i * heads + h) * d, scores, kept);
+      attend_row_group(qp + i * width + g * groups * d, ap + (i * heads + g * groups) * d, d, groups,
+                       kp + g * keys.stride(1), vp + g * values.stride(1), keys.stride(2), values.stride(2),
+                       mp == nullptr ? nullptr : mp + i * S, allowed_end, S, d, static_cast<float>(scale), scores,
+                       kept);
     }
   });
   // The two residual sums around the products (plain fp32 sums, as torch's).
