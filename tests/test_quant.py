@@ -125,7 +125,8 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
     assert pair.precision == "q4" and pair.key.endswith("|q4")
     # SpecViz's own kernel where it is built here (AVX-512 VNNI), else torch's int4 one: each its own curves.
     native = quant.native.q4_rows_available() is None
-    kind, product = ("lean-q4-vnni-layer-f32-ts", quant.Q4Rows) if native else ("lean-q4-f32-ts", quant.Int4Linear)
+    kind, product = ((f"lean-q4-vnni-{quant.native.source_digest()}-f32-ts", quant.Q4Rows) if native
+                     else ("lean-q4-f32-ts", quant.Int4Linear))
     assert forward_kind(pair.target) == kind and forward_kind(pair_fp32.target) != kind   # own curves
     forward = LeanLlama(pair.target, 64)
     assert forward.weight_only and all(isinstance(layer.qkv_proj, product) for layer in forward.layers)

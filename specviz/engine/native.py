@@ -40,6 +40,13 @@ def missing_flags(flags: frozenset[str] | set[str]) -> list[str]:
     return [f for f in NEEDED_FLAGS if f not in flags]
 
 
+@functools.cache
+def source_digest() -> str:
+    """The kernel source's digest, short: what the measured costs of a forward on it are cached under (a changed
+    kernel is measured afresh, `quant.WeightOnlyLayers.decoding_kind`)."""
+    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:8]
+
+
 def build_key() -> str:
     """What the library depends on: its source, torch's version and ABI, the CPU it is compiled for."""
     digest = hashlib.sha256()

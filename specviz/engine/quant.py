@@ -561,11 +561,12 @@ class WeightOnlyLayers:
     # stand in for the bf16 one's, or the other way round. "-f32": since its activations run in fp32
     # (`ACTIVATIONS`), a faster forward whose costs the curves cached for the bf16-activation one overstate;
     # "-ts": since TorchScript runs its layers (`llama.RowsStack`), 1.11x faster again.
-    # "-vnni": SpecViz's own q4 kernel, whose costs (a tree's rows nearly free up to 8) are not int4pack's;
-    # "-layer": and each of its layers one op (`Q4Layer`), a one-row forward 1.2x faster again.
+    # "-vnni-<digest>": SpecViz's own q4 kernel, whose costs (a tree's rows nearly free up to 8) are not int4pack's,
+    # as its source stands (`native.source_digest`): a changed kernel (each layer one op, GQA attention) costs
+    # its rows differently again, so its curves are measured afresh.
     @property
     def decoding_kind(self) -> str:
-        kernel = "-vnni-layer" if self.kernel == "vnni" else f"-{self.kernel}" if self.kernel else ""
+        kernel = f"-vnni-{native.source_digest()}" if self.kernel == "vnni" else f"-{self.kernel}" if self.kernel else ""
         return f"lean-{self.precision}{kernel}-f32-ts"
 
     def attach(self, model) -> None:
