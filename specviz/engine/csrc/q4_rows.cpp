@@ -360,6 +360,29 @@ void attend_row_group(const float* q_row, float* out_row, int64_t head_stride, i
   }
 }
 
+// Every row's attention, a task per row and kv head (its query heads read each key and value once): row i's
+// query head h at q + i * q_row + h * head_stride, its output at out + i * out_row + h * head_stride; causal (row
+// i sees slots 0 .. S - n + i) or under mask rows (n, S).
+void attend_all(const float* q, int64_t q_row, float* out, int64_t out_row, int64_t head_stride, const at::Tensor& keys,
+                const at::Tensor& values, const float* mask, int64_t n, int64_t heads, int64_t kv, int64_t S,
+                int64_t d, bool causal, float scale) {
+  const int64_t groups = heads / kv;
+  const float* kp = keys.data_ptr<float>();
+  const float* vp = values.data_ptr<float>();
+  at::parallel_for(0, kv * n, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scores;
+    thread_local std::vector<int32_t> slots;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t g = task / n, i = task % n;
+      const int64_t allowed_end = causal ? S - n + i + 1 : S;
+      attend_row_group(q + i * q_row + g * groups * head_stride, out + i * out_row + g * groups * head_stride,
+                       head_stride, groups, kp + g * keys.stride(1), vp + g * values.stride(1), keys.stride(2),
+                       values.stride(2), mask == nullptr ? nullptr : mask + i * S, allowed_end, S, d, scale, scores,
+                       slots);
+    }
+  });
+}
+
 #endif  // SPECVIZ_Q4_VNNI
 
 at::Tensor attend_rows(const at::Tensor& q_in, const at::Tensor& keys_in, const at::Tensor& values_in,
@@ -381,25 +404,8 @@ at::Tensor attend_rows(const at::Tensor& q_in, const at::Tensor& keys_in, const 
   }
   at::Tensor out = at::empty({1, heads, n, d}, q.options());
 #ifdef SPECVIZ_Q4_VNNI
-  const int64_t groups = heads / kv;
-  const float* qp = q.data_ptr<float>();
-  const float* kp = keys.data_ptr<float>();
-  const float* vp = values.data_ptr<float>();
-  const float* mp = mask.defined() ? mask.data_ptr<float>() : nullptr;
-  float* op = out.data_ptr<float>();
-  // A task per row and kv head: its query heads read each key and value once.
-  at::parallel_for(0, kv * n, 1, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> scores;
-    thread_local std::vector<int32_t> slots;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t g = task / n, i = task % n;
-      const int64_t allowed_end = causal ? S - n + i + 1 : S;
-      attend_row_group(qp + (g * groups * n + i) * d, op + (g * groups * n + i) * d, n * d, groups,
-                       kp + g * keys.stride(1), vp + g * values.stride(1), keys.stride(2), values.stride(2),
-                       mp == nullptr ? nullptr : mp + i * S, allowed_end, S, d, static_cast<float>(scale), scores,
-                       slots);
-    }
-  });
+  attend_all(q.data_ptr<float>(), d, out.data_ptr<float>(), d, n * d, keys, values,
+             mask.defined() ? mask.data_ptr<float>() : nullptr, n, heads, kv, S, d, causal, static_cast<float>(scale));
   return out;
 #else
   TORCH_CHECK(false, "attend_rows: built without AVX-512 VNNI");
@@ -578,23 +584,10 @@ at::Tensor q4_layer(const at::Tensor& x_in, const at::Tensor& cos_in, const at::
       std::copy(k + kv * d, k + kv * d + d, vp + g * values.stride(1) + slot * values.stride(2));
     }
   }
-  // Attention, a row and head at a time (`attend_row`), into (n, heads, d): the o product's rows as they are.
+  // Attention into (n, heads, d): the o product's rows as they are.
   at::Tensor attn = at::empty({n, heads * d}, x.options());
-  float* ap = attn.data_ptr<float>();
-  const float* mp = mask.defined() ? mask.data_ptr<float>() : nullptr;
-  const int64_t groups = heads / kv;
-  at::parallel_for(0, kv * n, 1, [&](int64_t begin, int64_t stop) {
-    thread_local std::vector<float> scores;
-    thread_local std::vector<int32_t> kept;
-    for (int64_t task = begin; task < stop; ++task) {
-      const int64_t g = task / n, i = task % n;
-      const int64_t allowed_end = causal ? S - n + i + 1 : S;
-      attend_row_group(qp + i * width + g * groups * d, ap + (i * heads + g * groups) * d, d, groups,
-                       kp + g * keys.stride(1), vp + g * values.stride(1), keys.stride(2), values.stride(2),
-                       mp == nullptr ? nullptr : mp + i * S, allowed_end, S, d, static_cast<float>(scale), scores,
-                       kept);
-    }
-  });
+  attend_all(qp, width, attn.data_ptr<float>(), heads * d, d, keys, values,
+             mask.defined() ? mask.data_ptr<float>() : nullptr, n, heads, kv, S, d, causal, static_cast<float>(scale));
   // The two residual sums around the products (plain fp32 sums, as torch's).
   at::Tensor hidden = x + rows_product<4>(attn, o_p.codes, o_p.d, o_p.m, o_p.outliers, o_p.outlier_weights);
   at::Tensor gate_up = rows_product<4>(hidden, gate_up_p.codes, gate_up_p.d, gate_up_p.m, gate_up_p.outliers,
