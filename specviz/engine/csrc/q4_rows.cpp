@@ -242,13 +242,13 @@ inline __m512 sum_lanes16(const __m512* v) {
 // them (one at a time, a tree of eight rows re-read a 400-token cache from L2 72 times a layer). V: head_dim / 16.
 // Each head's arithmetic is its own and in slot order, as one head alone would compute it.
 template <int G, int V>
-void attend_group(const float* const* qs, const float* keys, const float* values, int64_t key_stride,
-                  int64_t value_stride, const int32_t* slots, int64_t count, float scale, const float* mask_row,
-                  float* const* outs, float* scores /* G x (count + 16) */) {
+void attend_group(const float* q, float* out, int64_t head_stride, const float* keys, const float* values,
+                  int64_t key_stride, int64_t value_stride, const int32_t* slots, int64_t count, float scale,
+                  const float* mask_row, float* scores /* G x (count + 16) */) {
   const int64_t width = count + 16;
   __m512 qv[G][V];
   for (int h = 0; h < G; ++h)
-    for (int w = 0; w < V; ++w) qv[h][w] = _mm512_loadu_ps(qs[h] + 16 * w);
+    for (int w = 0; w < V; ++w) qv[h][w] = _mm512_loadu_ps(q + h * head_stride + 16 * w);
   // The scores sixteen keys at a time: each key's q . k in sixteen lanes, then one tree for their sixteen sums.
   __m512 best16[G];
   for (int h = 0; h < G; ++h) best16[h] = _mm512_set1_ps(-INFINITY);
@@ -312,24 +312,23 @@ void attend_group(const float* const* qs, const float* keys, const float* values
   }
   for (int h = 0; h < G; ++h) {
     const __m512 inv = _mm512_set1_ps(inverse[h]);
-    for (int w = 0; w < V; ++w) _mm512_storeu_ps(outs[h] + 16 * w, _mm512_mul_ps(acc[h][w], inv));
+    for (int w = 0; w < V; ++w) _mm512_storeu_ps(out + h * head_stride + 16 * w, _mm512_mul_ps(acc[h][w], inv));
   }
 }
 
 template <int V>
-void attend_heads(int64_t g_count, const float* const* qs, const float* keys, const float* values,
-                  int64_t key_stride, int64_t value_stride, const int32_t* slots, int64_t count, float scale,
-                  const float* mask_row, float* const* outs, float* scores) {
+void attend_heads(const float* q_row, float* out_row, int64_t head_stride, int64_t g_count, const float* keys,
+                  const float* values, int64_t key_stride, int64_t value_stride, const int32_t* slots, int64_t count,
+                  float scale, const float* mask_row, float* scores) {
   // Up to four heads a pass (a pass's accumulators stay in registers), the rest in further passes.
   for (int64_t h0 = 0; h0 < g_count; h0 += 4) {
-    const int64_t take = std::min<int64_t>(g_count - h0, 4);
-    const float* const* q = qs + h0;
-    float* const* o = outs + h0;
-    switch (take) {
-      case 4: attend_group<4, V>(q, keys, values, key_stride, value_stride, slots, count, scale, mask_row, o, scores); break;
-      case 3: attend_group<3, V>(q, keys, values, key_stride, value_stride, slots, count, scale, mask_row, o, scores); break;
-      case 2: attend_group<2, V>(q, keys, values, key_stride, value_stride, slots, count, scale, mask_row, o, scores); break;
-      default: attend_group<1, V>(q, keys, values, key_stride, value_stride, slots, count, scale, mask_row, o, scores); break;
+    const float* q = q_row + h0 * head_stride;
+    float* o = out_row + h0 * head_stride;
+    switch (std::min<int64_t>(g_count - h0, 4)) {
+      case 4: attend_group<4, V>(q, o, head_stride, keys, values, key_stride, value_stride, slots, count, scale, mask_row, scores); break;
+      case 3: attend_group<3, V>(q, o, head_stride, keys, values, key_stride, value_stride, slots, count, scale, mask_row, scores); break;
+      case 2: attend_group<2, V>(q, o, head_stride, keys, values, key_stride, value_stride, slots, count, scale, mask_row, scores); break;
+      default: attend_group<1, V>(q, o, head_stride, keys, values, key_stride, value_stride, slots, count, scale, mask_row, scores); break;
     }
   }
 }
@@ -346,17 +345,11 @@ void attend_row_group(const float* q_row, float* out_row, int64_t head_stride, i
     if (mask_row == nullptr || mask_row[j] >= -1e30f) slots[count++] = static_cast<int32_t>(j);
   }
   scores.resize(4 * (count + 16));
-  std::vector<const float*> qs(groups);
-  std::vector<float*> outs(groups);
-  for (int64_t h = 0; h < groups; ++h) {
-    qs[h] = q_row + h * head_stride;
-    outs[h] = out_row + h * head_stride;
-  }
+  // head_dim is 32, 64 or 128 (the callers check it): V = head_dim / 16.
   switch (d / 16) {
-    case 8: attend_heads<8>(groups, qs.data(), keys, values, key_stride, value_stride, slots.data(), count, scale, mask_row, outs.data(), scores.data()); break;
-    case 4: attend_heads<4>(groups, qs.data(), keys, values, key_stride, value_stride, slots.data(), count, scale, mask_row, outs.data(), scores.data()); break;
-    case 2: attend_heads<2>(groups, qs.data(), keys, values, key_stride, value_stride, slots.data(), count, scale, mask_row, outs.data(), scores.data()); break;
-    default: TORCH_CHECK(false, "attend_rows: head_dim 32, 64 or 128");
+    case 8: attend_heads<8>(q_row, out_row, head_stride, groups, keys, values, key_stride, value_stride, slots.data(), count, scale, mask_row, scores.data()); break;
+    case 4: attend_heads<4>(q_row, out_row, head_stride, groups, keys, values, key_stride, value_stride, slots.data(), count, scale, mask_row, scores.data()); break;
+    default: attend_heads<2>(q_row, out_row, head_stride, groups, keys, values, key_stride, value_stride, slots.data(), count, scale, mask_row, scores.data()); break;
   }
 }
 
