@@ -43,7 +43,7 @@ from ..engine.cpu_kernels import (Int8Linear, fbgemm_available, fbgemm_rows_laye
 from ..engine.drafts import DraftFormat
 from ..engine.lean import attention_kernels
 from ..engine.llama import decoder_layer, rms_norm, rotary_tables
-from ..engine.quant import kernel_head
+from ..engine.quant import Q8Rows, kernel_head
 from ..errors import ModelLoadError
 from .vocab import load_vocab
 
@@ -173,9 +173,10 @@ class FeatureDraft(torch.nn.Module):
         # What the profiler's cache key reads (`engine.profiler.forward_kind`): the head's rows.
         self.lm_head = _HeadInfo(self.vocab_ids)
 
-    def int8_parts(self) -> tuple["FeatureDraft", Int8Linear, Int8Linear]:
+    def int8_parts(self) -> tuple["FeatureDraft", Int8Linear | Q8Rows, Int8Linear | Q8Rows]:
         """This draft with int8 linears, the target's whole head in int8 (rows cut per decoder for the
-        tokens a prompt adds), and the head over the draft's own rows, packed for its kernel.
+        tokens a prompt adds), and the head over the draft's own rows, packed for its kernel. Next to a q4
+        target on SpecViz's kernel, both heads are its GGUF's Q8_0 codes instead (`quant.Q8Rows`).
 
         Quantised once and kept while the weights stay the same (an optimiser step bumps their
         version counters), so a decoder per prompt does not pay 60 ms of quantisation, nor fbgemm's

@@ -197,34 +197,29 @@ class LeanLlama:
         # target's, or a subset of one: the subset is then cut from it (`cut_head`), not from the dense rows.
         self._full_rows = (head.full_rows[0] if isinstance(head, VocabSubsetHead) else
                            weight_only.head if self.weight_only else None)
+        # The head is packed with the layers only when it is the model's own and dense (a vocabulary subset cut
+        # here is a new tensor each time, packed for this forward alone).
+        own_head = self.lm_head is head.weight
+        pack_head = own_head and self._full_rows is None
         if self.weight_only:
             # Weight-only layers (`--dtype q4`, `--dtype int8`): the layers' products run the int4 or int8
-            # kernel; the head stays dense, in the model's dtype (its rows are cast to it). q4's head is tied to
-            # the GGUF's Q8_0 embedding, which no int4/int8 kernel reads as it is: on an AVX2 CPU (fp32 model)
-            # a bf16 or an fbgemm int8 copy of it made ar 3% faster and not exact to the file; on a Zen 4 EPYC
-            # its codes as one int4 product ran 1.65 ms at one row against the dense head's 2.2 and 5.6
-            # against 2.1 at eight.
+            # kernel. A dense head (int8; q4 on torch's int4 kernel, whose tied Q8_0 head no int4/int8 kernel
+            # reads as it is) runs in the model's dtype: on an AVX2 CPU (fp32 model) a bf16 or an fbgemm int8
+            # copy of it made ar 3% faster and not exact to the file. The model's own head is prepacked where
+            # oneDNN can (`packed_weights` says None where it cannot: an AVX2-only CPU has no bf16 reorder).
             mats = [linear for layer in weight_only.layers for linear in layer]
-            # The model's own head is prepacked where oneDNN can (`packed_weights` says None where it cannot:
-            # an AVX2-only CPU has no bf16 reorder); a vocabulary subset's stays plain.
-            own_head = self.lm_head is head.weight
-            packed = packed_weights(model, [self.lm_head]) if own_head else None
-            self.packed = packed is not None
-            self.head = Matmul(self.lm_head, packed[0] if packed else None)
-            if own_head and weight_only.head is not None:
-                # q4 on SpecViz's own kernel: the GGUF's Q8_0 head as it is (half the bf16 head's bytes, 2.5 ms of
-                # a 9 ms token at one row on a Zen 4 EPYC), on fp32 rows.
-                self.head, self.head_dtype = weight_only.head, torch.float32
+            packed = packed_weights(model, [self.lm_head]) if pack_head else None
         else:
-            # The head is packed with the layers only when it is the model's own (a vocabulary subset cut
-            # here is a new tensor each time, packed for this forward alone).
-            own_head = self.lm_head is head.weight
-            packed = packed_weights(model, matrices + ([self.lm_head] if own_head else []), biases[0])
-            self.packed = packed is not None
+            packed = packed_weights(model, matrices + ([self.lm_head] if pack_head else []), biases[0])
             mats = [Matmul(w, packed[i] if packed else None, biases[i]) for i, w in enumerate(matrices)]
-            if own_head or self._full_rows is None:
-                self.head = Matmul(self.lm_head, (packed[-1] if own_head else pack(self.lm_head)) if packed else None)
-        if self._full_rows is not None and not (self.weight_only and own_head):
+        self.packed = packed is not None
+        if self._full_rows is None:
+            self.head = Matmul(self.lm_head, (packed[-1] if own_head else pack(self.lm_head)) if packed else None)
+        elif self.vocab_ids is None:
+            # q4 on SpecViz's own kernel: the GGUF's Q8_0 head as it is (half the bf16 head's bytes, 2.5 ms of a 9 ms
+            # token at one row on a Zen 4 EPYC), on fp32 rows.
+            self.head, self.head_dtype = self._full_rows, torch.float32
+        else:
             self._cut_rows()   # a vocabulary subset of a q4 target's head, on the kernel
         layer_shape = _LayerShape(cfg, inner.layers[0].self_attn.scaling)
         self.layers = [_LeanLayer(layer_shape, w_in, w_post, *mats[4 * i:4 * i + 4])
@@ -435,9 +430,8 @@ def _weight_only_stack(model, weight_only: WeightOnlyLayers, layers: list[_LeanL
         rows_layers = [RowsLayer.of(layer, weight_only.layers[i], _row_attention(weight_only, layer))
                        for i, layer in enumerate(layers)]
         # On SpecViz's own kernel each layer is one op (`quant.Q4Layer`): the same kernels, bit for bit.
-        one_op = os.environ.get("SPECVIZ_Q4_LAYER_OPS") != "1"   # 1: the layers as torch ops, for A/B runs
         kept = model.__dict__["_specviz_weight_only_stack"] = (weight_only, rows_stack(
-            [Q4Layer(layer) if one_op and Q4Layer.fits(layer) else layer for layer in rows_layers]))
+            [Q4Layer(layer) if Q4Layer.fits(layer) else layer for layer in rows_layers]))
     return kept[1]
 
 
