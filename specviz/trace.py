@@ -14,10 +14,14 @@ Method-specific detail lives in `StepRecord.payload`:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import math
+import types
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from . import safejson
 from .errors import InvalidInput
 
 TRACE_SCHEMA_VERSION = 1
@@ -28,6 +32,8 @@ SOURCE_DRAFT = "draft"    # a draft-tree token the target accepted
 SOURCE_BONUS = "bonus"    # the target's own token after the accepted path (bonus / correction)
 SOURCE_NGRAM = "ngram"    # a Lookahead n-gram token the target accepted
 TOKEN_SOURCES = (SOURCE_AR, SOURCE_DRAFT, SOURCE_BONUS, SOURCE_NGRAM)
+NODE_STATUSES = ("root", "accepted", "rejected", "not_reached")
+FINISH_REASONS = ("eos", "length", "cancelled", "error")
 
 # Phases a step's wall time is split into.
 PHASE_DRAFT = "draft"     # draft-model forwards and sampling the tree
@@ -67,9 +73,7 @@ class TreePayload:
 
     @staticmethod
     def from_dict(data: dict) -> "TreePayload":
-        nodes = [TreeNode(**n) for n in data.get("nodes", [])]
-        rest = {k: v for k, v in data.items() if k not in ("nodes", "kind")}
-        return TreePayload(nodes=nodes, **rest)
+        return _load(TreePayload, data, _At("the trace's tree payload"))
 
 
 @dataclass
@@ -97,9 +101,7 @@ class LookaheadPayload:
 
     @staticmethod
     def from_dict(data: dict) -> "LookaheadPayload":
-        cands = [NgramCandidate(**c) for c in data.get("candidates", [])]
-        rest = {k: v for k, v in data.items() if k not in ("candidates", "kind")}
-        return LookaheadPayload(candidates=cands, **rest)
+        return _load(LookaheadPayload, data, _At("the trace's lookahead payload"))
 
 
 PAYLOAD_KINDS = {"tree": TreePayload, "lookahead": LookaheadPayload}
@@ -112,13 +114,17 @@ def _payload_to_dict(payload) -> dict | None:
     return {"kind": kind, **asdict(payload)}
 
 
-def _payload_from_dict(data: dict | None):
+def _payload_from_dict(data: dict | None, at: "_At | None" = None):
     if data is None:
         return None
-    cls = PAYLOAD_KINDS.get(data.get("kind", ""))
+    at = at or _At("the trace's step payload")
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{at.field('payload')} should be an object, got {safejson.json_kind(data)}")
+    cls = PAYLOAD_KINDS.get(data.get("kind")) if isinstance(data.get("kind"), str) else None
     if cls is None:
-        raise ValueError(f"unknown payload kind {data.get('kind')!r}")
-    return cls.from_dict(data)
+        raise InvalidInput(f"{at.place} has a payload whose 'kind' is {_shown(data.get('kind'))}; expected one of "
+                           f"{', '.join(PAYLOAD_KINDS)}")
+    return _load(cls, data, _At(f"{at.place} payload"))
 
 
 @dataclass
@@ -153,9 +159,7 @@ class StepRecord:
 
     @staticmethod
     def from_dict(data: dict) -> "StepRecord":
-        fields = dict(data)
-        fields["payload"] = _payload_from_dict(fields.get("payload"))
-        return StepRecord(**fields)
+        return _load(StepRecord, data, _At("the trace's step"))
 
 
 @dataclass
@@ -239,26 +243,25 @@ class RunTrace:
 
     @staticmethod
     def from_dict(data: dict) -> "RunTrace":
-        derived = {"token_ids", "text", "target_forwards", "tokens_per_second", "wall_seconds"}
-        fields = {k: v for k, v in data.items() if k not in derived and k != "steps"}
-        trace = RunTrace(**fields)
-        trace.steps = [StepRecord.from_dict(s) for s in data.get("steps", [])]
-        return trace
+        return _load(RunTrace, data, _At("the trace's run"))
 
     def to_json(self, **kwargs) -> str:
         return json.dumps(self.to_dict(), **kwargs)
 
 
+# Written by `RunTrace.to_dict` for readers of the JSON; recomputed, so ignored on load.
+RUN_DERIVED = ("token_ids", "text", "target_forwards", "tokens_per_second", "wall_seconds")
+
 RACE_SCHEMA_VERSION = 1
 MAX_TRACE_BYTES = 20 * 1024 * 1024   # an uploaded trace larger than this is refused unread
 MAX_TRACE_STEPS = 20_000             # per method
 MAX_NODES_PER_STEP = 4096
+MAX_WINDOW_SIZE = 4096               # W, N, G: a view draws a row of W cells, so a size is a size, not a bomb
 RACE_METHODS = ("ar", "sequoia", "lookahead")
 
 
 def _check_size(size: int, max_bytes: int) -> None:
-    if size > max_bytes:
-        raise InvalidInput(f"the trace file is {size / 2**20:.1f} MB; the limit is {max_bytes / 2**20:.3g} MB")
+    safejson.check_size(size, max_bytes, "the trace file")
 
 
 @dataclass
@@ -333,76 +336,226 @@ class RaceTrace:
                   max_bytes: int = MAX_TRACE_BYTES) -> "RaceTrace":
         """Parse and validate an uploaded trace; every problem is an `InvalidInput`."""
         _check_size(len(text.encode("utf-8", errors="replace")) if isinstance(text, str) else len(text), max_bytes)
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InvalidInput(f"the trace file is not valid JSON ({exc})") from None
-        return RaceTrace.from_dict(data, vocab_size=vocab_size)
+        return RaceTrace.from_dict(safejson.loads(text, "the trace file"), vocab_size=vocab_size)
 
     @staticmethod
     def from_file(path, vocab_size: int | None = None, max_bytes: int = MAX_TRACE_BYTES) -> "RaceTrace":
         """`from_json` of an uploaded file, whose size on disk is checked before a byte of it is read."""
-        _check_size(Path(path).stat().st_size, max_bytes)
-        return RaceTrace.from_json(Path(path).read_bytes(), vocab_size=vocab_size, max_bytes=max_bytes)
+        return RaceTrace.from_json(safejson.read_limited(path, max_bytes, "the trace file"), vocab_size=vocab_size,
+                                   max_bytes=max_bytes)
 
     @staticmethod
     def from_dict(data: Any, vocab_size: int | None = None) -> "RaceTrace":
-        if not isinstance(data, dict) or data.get("kind") != "specviz-race":
+        if not isinstance(data, dict):
+            raise InvalidInput(f"this JSON is {_a_kind(data)}, not a SpecViz race trace (download one "
+                               f"from the app's Replay tab)")
+        if data.get("kind") != "specviz-race":
             raise InvalidInput("this JSON is not a SpecViz race trace (download one from the app's Replay tab)")
         if data.get("schema_version") != RACE_SCHEMA_VERSION:
-            raise InvalidInput(f"unsupported trace schema version {data.get('schema_version')!r} "
+            raise InvalidInput(f"unsupported trace schema version {_shown(data.get('schema_version'))} "
                                f"(this SpecViz reads version {RACE_SCHEMA_VERSION})")
+        runs = data.get("runs")
+        unknown = [m for m in runs if m not in RACE_METHODS] if isinstance(runs, dict) else []
+        if unknown:   # before its runs are read: a message names a run by its method
+            raise InvalidInput(f"the trace file does not have the expected structure: unknown method "
+                               f"{_shown(unknown[0])} (expected {', '.join(RACE_METHODS)})")
         try:
-            runs_data = data["runs"]
-            if not isinstance(runs_data, dict):
-                raise TypeError("'runs' must be an object")
-            runs = {}
-            for method, run in runs_data.items():
-                if method not in RACE_METHODS:
-                    raise ValueError(f"unknown method {method!r}")
-                if not isinstance(run, dict):
-                    raise TypeError(f"run {method!r} must be an object")
-                runs[method] = RunTrace.from_dict(run)
-            race = RaceTrace(
-                prompt=_typed(data["prompt"], str, "prompt"),
-                prompt_token_ids=_typed(data["prompt_token_ids"], list, "prompt_token_ids"),
-                methods=_typed(data["methods"], list, "methods"),
-                runs=runs,
-                order=_typed(data["order"], list, "order"),
-                sampling=_typed(data.get("sampling", {}), dict, "sampling"),
-                options=_typed(data.get("options", {}), dict, "options"),
-                target_name=str(data.get("target_name", "")),
-                draft_name=str(data.get("draft_name", "")),
-                device=str(data.get("device", "")),
-                dtype=str(data.get("dtype", "")),
-                vocab_size=_typed(data.get("vocab_size", 0), int, "vocab_size"),
-                cancelled=bool(data.get("cancelled", False)),
-                request=_typed(data["request"], dict, "request") if data.get("request") is not None else None,
-                machine=_typed(data.get("machine", ""), str, "machine"),
-                precision_choice=_typed(data.get("precision_choice", ""), str, "precision_choice"),
-            )
+            race = _load(RaceTrace, data, _At("the trace"))
+            _validate(race, vocab_size)
         except InvalidInput:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise InvalidInput(f"the trace file does not have the expected structure: {what}") from None
-        _validate(race, vocab_size)
+        # The checks above should leave nothing to fail; a hostile file that finds a way still gets words, not a
+        # traceback (deep recursion, a huge number, a wrong type where a check assumed one).
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
+            what = f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            raise InvalidInput(f"the trace file does not have the expected structure: {what[:200]}") from None
         return race
 
 
-def _typed(value, kind, name):
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise InvalidInput(f"the trace field '{name}' should be {kind.__name__}, got {type(value).__name__}")
-    return value
+# ----------------------------------------------------------------------------- loading, field by field
+
+
+@dataclass(frozen=True)
+class _At:
+    """Where in a trace a value sits, for messages: 'the trace's sequoia step 3' and, for a part of it such as a
+    tree node, how a message names the part's fields ('has a tree node whose')."""
+
+    place: str
+    whose: str = ""
+
+    def field(self, name: str) -> str:
+        return f"{self.place} {self.whose} '{name}'" if self.whose else f"{self.place} field '{name}'"
+
+    @property
+    def noun(self) -> str:
+        return f"{self.place} ({self.whose.removeprefix('has ').removesuffix(' whose')})" if self.whose else self.place
+
+
+
+# Fields whose value (or, for a list, each item) is one of a few words; the noun names a wrong one.
+_CHOICES = {
+    ("TreeNode", "status"): (NODE_STATUSES, "node status"),
+    ("StepRecord", "token_sources"): (TOKEN_SOURCES, "token source"),
+    ("StepRecord", "finish_reason"): (FINISH_REASONS, "finish reason"),
+    ("RunTrace", "finish_reason"): (FINISH_REASONS, "finish reason"),
+}
+# Keys `to_dict` writes that are no field: a payload's and a race's "kind", a run's derived numbers.
+_IGNORED = {"TreePayload": ("kind",), "LookaheadPayload": ("kind",), "RaceTrace": ("kind",),
+            "RunTrace": RUN_DERIVED}
+# How a message names one item of a list of parts.
+_PART_WHOSE = {"TreeNode": "has a tree node whose", "NgramCandidate": "has an n-gram candidate whose"}
+
+
+def _a_kind(value: Any) -> str:
+    """'an array', 'a string', 'null': what a JSON value is, as a message says it."""
+    kind = safejson.json_kind(value)
+    return kind if kind == "null" else ("an " if kind[:1] in "aeiou" else "a ") + kind
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    """A value quoted in a message, cut short: an upload's strings can be long (and are escaped where shown)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+@lru_cache(maxsize=None)
+def _hints(cls) -> dict:
+    return get_type_hints(cls)
+
+
+def _load(cls, data: Any, at: _At):
+    """A `cls` dataclass from JSON `data`: no unknown field, every required one present, each value of its
+    annotated type (`_typed`) and, where it is one of a few words, one of them (`_CHOICES`)."""
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{at.noun} should be an object, got {safejson.json_kind(data)}")
+    known = {f.name: f for f in fields(cls)}
+    ignore = _IGNORED.get(cls.__name__, ())
+    unknown = [k for k in data if k not in known and k not in ignore]
+    if unknown:
+        raise InvalidInput(f"the trace file does not have the expected structure: {at.noun} has an unknown "
+                           f"field {_shown(unknown[0])}")
+    values = {}
+    for name, f in known.items():
+        if name not in data:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise InvalidInput(f"the trace file does not have the expected structure: missing field '{name}' "
+                                   f"in {at.noun}")
+            continue
+        if name == "payload" and cls is StepRecord:
+            values[name] = _payload_from_dict(data[name], at)
+            continue
+        values[name] = _typed(data[name], _hints(cls)[name], at, name)
+        _check_choice(cls.__name__, name, values[name], at)
+    return cls(**values)
+
+
+def _check_choice(owner: str, name: str, value: Any, at: _At) -> None:
+    allowed, noun = _CHOICES.get((owner, name), (None, ""))
+    if allowed is None or value is None:
+        return
+    for item in (value if isinstance(value, list) else [value]):
+        if item not in allowed:
+            raise InvalidInput(f"{at.field(name)} is {_shown(item)}; expected one of {', '.join(allowed)} "
+                               f"(an unknown {noun})")
+
+
+def _is_union(hint) -> bool:
+    return get_origin(hint) in (Union, types.UnionType)
+
+
+def _want(hint) -> str:
+    """A type as a message names it: 'int', 'float', 'list', 'int or None'."""
+    if _is_union(hint):
+        return " or ".join(_want(a) for a in get_args(hint))
+    if hint is type(None):
+        return "None"
+    origin = get_origin(hint) or hint
+    return getattr(origin, "__name__", str(origin))
+
+
+def _typed(value: Any, hint, at: _At, name: str, item: str = ""):
+    """`value` checked against the annotation `hint` (str, int but not bool, float as a finite int or float,
+    bool, list[...], dict[str, ...], a dataclass, Optional, Any) and returned, parts built as dataclasses."""
+    if hint is Any:
+        return value
+    if _is_union(hint):
+        args = get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return _typed(value, rest[0], at, name, item)
+    elif is_dataclass(hint):
+        return _load(hint, value, at)
+    else:
+        origin, args = get_origin(hint) or hint, get_args(hint)
+        if origin is list and isinstance(value, list):
+            return [_typed(v, args[0], _item_at(args[0], at, name, i), name, f" item {i}")
+                    for i, v in enumerate(value)] if args else value
+        if origin is dict and isinstance(value, dict):
+            if not all(isinstance(k, str) for k in value):
+                raise InvalidInput(f"{at.field(name)} should have text keys")
+            return {k: _typed(v, args[1], _entry_at(args[1], at, k), name, f" entry {_shown(k, 24)}")
+                    for k, v in value.items()} if args else value
+        if _scalar_ok(value, origin):
+            return value
+    raise InvalidInput(f"{at.field(name)}{item} should be {_want(hint)}, got {_got(value)}")
+
+
+def _item_at(hint, at: _At, name: str, index: int) -> _At:
+    """Where the `index`-th item of a list of parts sits: a run's steps are named by number, a payload's parts
+    by the step they belong to."""
+    if hint is StepRecord:
+        return _At(f"{at.place.removesuffix(' run')} step {index}")
+    whose = _PART_WHOSE.get(getattr(hint, "__name__", ""))
+    return _At(at.place.removesuffix(" payload"), whose) if whose else at
+
+
+def _entry_at(hint, at: _At, key: str) -> _At:
+    """Where the entry `key` of a mapping sits: the trace's runs are named by their method."""
+    return _At(f"the trace's {key} run") if hint is RunTrace else at
+
+
+def _scalar_ok(value: Any, kind) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False   # JSON's true is not the number 1
+    if kind is int:
+        return isinstance(value, int)
+    if kind is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    return kind in (str, list, dict) and isinstance(value, kind)
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    kind = type(value).__name__
+    return kind if not isinstance(value, (int, float)) or isinstance(value, bool) else f"{kind} {_shown(value)}"
 
 
 def _check_ids(ids, vocab: int, where: str) -> None:
     for tok in ids:
         if not isinstance(tok, int) or isinstance(tok, bool):
-            raise InvalidInput(f"the trace has a non-integer token id {tok!r} in {where}")
+            raise InvalidInput(f"the trace has a non-integer token id {_shown(tok)} in {where}")
         if tok < 0 or (vocab > 0 and tok >= vocab):
             raise InvalidInput(f"the trace refers to token id {tok} in {where}, outside the vocabulary "
                                f"of {vocab} tokens")
+
+
+# Settings the views read, by the type they read them as (a run's other settings are shown, never computed with).
+SETTING_TYPES = {"threshold": float | None, "tree_budget": int | None, "tree_depth": int | None,
+                 "window": int | None, "ngram": int | None, "guesses": int | None, "tree": str | None,
+                 "tree_budget_from": str | None, "sizing": str | None, "sizing_reason": str | None,
+                 "graphs_reason": str | None}
+SAMPLING_TYPES = {"temperature": float | None, "top_p": float | None, "top_k": int | None, "seed": int | None}
+
+
+def _check_known(mapping: dict, types_by_key: dict, at: _At, prefix: str = "") -> None:
+    for key, hint in types_by_key.items():
+        if key in mapping:
+            _typed(mapping[key], hint, at, prefix + key)
 
 
 def _validate(race: RaceTrace, vocab_size: int | None) -> None:
@@ -411,48 +564,75 @@ def _validate(race: RaceTrace, vocab_size: int | None) -> None:
         raise InvalidInput(f"the trace was recorded with a vocabulary of {race.vocab_size} tokens, "
                            f"but the loaded model has {vocab_size}")
     vocab = vocab_size or race.vocab_size
+    if any(m not in RACE_METHODS for m in race.runs):
+        raise InvalidInput(f"the trace's runs are not all of {', '.join(RACE_METHODS)}")
     if not race.methods or any(m not in race.runs for m in race.methods):
         raise InvalidInput("the trace's 'methods' do not match its 'runs'")
+    _check_known(race.sampling, SAMPLING_TYPES, _At("the trace"), "sampling.")
     _check_ids(race.prompt_token_ids, vocab, "the prompt")
     for method, run in race.runs.items():
         if len(run.steps) > MAX_TRACE_STEPS:
             raise InvalidInput(f"the trace has {len(run.steps)} steps for {method}; the limit is {MAX_TRACE_STEPS}")
+        _check_known(run.settings, SETTING_TYPES, _At(f"the trace's {method} run"), "settings.")
         for rec in run.steps:
-            where = f"{method} step {rec.step}"
-            if not (len(rec.new_token_ids) == len(rec.new_token_texts) == len(rec.token_sources)):
-                raise InvalidInput(f"the trace's {where} has token ids, texts and sources of different lengths")
-            if any(s not in TOKEN_SOURCES for s in rec.token_sources):
-                raise InvalidInput(f"the trace's {where} has an unknown token source")
-            if not isinstance(rec.time_ms, dict) or not all(
-                    isinstance(v, (int, float)) and v >= 0 for v in rec.time_ms.values()):
-                raise InvalidInput(f"the trace's {where} has malformed timings")
-            _check_ids(rec.new_token_ids, vocab, where)
-            if rec.alternatives is not None:
-                if not isinstance(rec.alternatives, list) or not all(
-                        isinstance(a, dict) and isinstance(a.get("p", 0.0), (int, float)) for a in rec.alternatives):
-                    raise InvalidInput(f"the trace's {where} has malformed alternatives")
-                _check_ids([a.get("id", 0) for a in rec.alternatives], vocab, where + " (alternatives)")
-            payload = rec.payload
-            if payload is None:
-                continue
-            if hasattr(payload, "nodes"):
-                if len(payload.nodes) > MAX_NODES_PER_STEP:
-                    raise InvalidInput(f"the trace's {where} has a tree of {len(payload.nodes)} nodes")
-                ids = {n.id for n in payload.nodes}
-                _check_ids([n.token_id for n in payload.nodes], vocab, where + " (tree)")
-                if any(n.parent != -1 and n.parent not in ids for n in payload.nodes):
-                    raise InvalidInput(f"the trace's {where} has a tree node whose parent is missing")
-                if any(i not in ids for i in payload.accepted_path):
-                    raise InvalidInput(f"the trace's {where} accepts a tree node that does not exist")
-            else:
-                for row in payload.window:
-                    _check_ids(row, vocab, where + " (window)")
-                for cand in payload.candidates:
-                    _check_ids(cand.tokens, vocab, where + " (candidate)")
+            _validate_step(rec, f"{method} step {rec.step}", vocab)
+    _validate_order(race)
+
+
+def _validate_step(rec: StepRecord, where: str, vocab: int) -> None:
+    if not (len(rec.new_token_ids) == len(rec.new_token_texts) == len(rec.token_sources)):
+        raise InvalidInput(f"the trace's {where} has token ids, texts and sources of different lengths")
+    if any(v < 0 for v in rec.time_ms.values()):
+        raise InvalidInput(f"the trace's {where} has malformed timings (a negative time)")
+    _check_ids(rec.new_token_ids, vocab, where)
+    if rec.alternatives is not None:
+        at = _At(f"the trace's {where}", "has an alternative whose")
+        for alt in rec.alternatives:
+            _check_known(alt, {"id": int, "text": str, "p": float}, at)
+        _check_ids([a.get("id", 0) for a in rec.alternatives], vocab, where + " (alternatives)")
+    payload = rec.payload
+    if isinstance(payload, TreePayload):
+        _validate_tree(payload, where, vocab)
+    elif isinstance(payload, LookaheadPayload):
+        _validate_lookahead(payload, where, vocab)
+
+
+def _validate_tree(payload: TreePayload, where: str, vocab: int) -> None:
+    if len(payload.nodes) > MAX_NODES_PER_STEP:
+        raise InvalidInput(f"the trace's {where} has a tree of {len(payload.nodes)} nodes")
+    ids = {n.id for n in payload.nodes}
+    _check_ids([n.token_id for n in payload.nodes], vocab, where + " (tree)")
+    if payload.bonus_token_id is not None:
+        _check_ids([payload.bonus_token_id], vocab, where + " (bonus token)")
+    if any(n.parent != -1 and n.parent not in ids for n in payload.nodes):
+        raise InvalidInput(f"the trace's {where} has a tree node whose parent is missing")
+    if any(i not in ids for i in payload.accepted_path):
+        raise InvalidInput(f"the trace's {where} accepts a tree node that does not exist")
+
+
+def _validate_lookahead(payload: LookaheadPayload, where: str, vocab: int) -> None:
+    for name in ("window_size", "ngram_size", "guesses", "pool_size"):
+        value = getattr(payload, name)
+        if not 0 <= value <= (MAX_WINDOW_SIZE if name != "pool_size" else 10**12):
+            raise InvalidInput(f"the trace's {where} has a Lookahead '{name}' of {_shown(value)}, out of range")
+    for row in payload.window:
+        _check_ids(row, vocab, where + " (window)")
+    for cand in payload.candidates:
+        _check_ids(cand.tokens, vocab, where + " (candidate)")
+        if not 0 <= cand.match_length <= len(cand.tokens):
+            raise InvalidInput(f"the trace's {where} has an n-gram candidate that matched {cand.match_length} of its "
+                               f"{len(cand.tokens)} tokens")
+    chosen = payload.accepted_candidate
+    if chosen is not None and not 0 <= chosen < len(payload.candidates):
+        raise InvalidInput(f"the trace's {where} accepts n-gram candidate {chosen}, but it has "
+                           f"{len(payload.candidates)}")
+
+
+def _validate_order(race: RaceTrace) -> None:
     counts = {m: 0 for m in race.runs}
     for entry in race.order:
-        if (not isinstance(entry, list) or len(entry) != 2 or entry[0] not in race.runs
-                or entry[1] != counts[entry[0]]):
+        if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str)
+                or entry[0] not in race.runs or not _scalar_ok(entry[1], int) or entry[1] != counts[entry[0]]):
             raise InvalidInput("the trace's step order does not match its runs")
         counts[entry[0]] += 1
     if any(counts[m] != len(race.runs[m].steps) for m in race.runs):

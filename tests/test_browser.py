@@ -520,3 +520,93 @@ def test_a_missing_chromium_fails_under_ci_and_skips_loudly_elsewhere(monkeypatc
     monkeypatch.setenv("CI", "false")
     with pytest.raises(pytest.skip.Exception, match="Chromium not found"):
         _need_browser()
+
+
+# -- issue 66: an uploaded trace's strings are data, never markup -------------------------------------------------
+
+PWNED = "() => window.__pwned === undefined ? 0 : window.__pwned"
+
+
+def _pwned_after_content(browser, markup: str) -> int:
+    """How often the planted handlers ran once `markup` is a page's body (images given time to fail)."""
+    page = browser.new_page()
+    try:
+        page.set_content(f"<!doctype html><html><body>{markup}</body></html>", wait_until="load")
+        page.wait_for_timeout(500)
+        return page.evaluate(PWNED)
+    finally:
+        page.close()
+
+
+def test_planted_markup_runs_only_when_the_views_do_not_escape(monkeypatch):
+    """The negative control, cheap: every view of a trace with markup in every string, as a page's body. Escaped
+    (as the app renders it), no handler runs; with escaping turned off, the planted handlers do run, so the
+    upload test below has the power to catch a view that forgets to escape."""
+    _need_browser()
+    from playwright.sync_api import sync_playwright
+
+    from test_trace_safety import MARK, rendered_views, sample_race, unescaped
+
+    race = sample_race(MARK)
+    race.runs["sequoia"].steps[1].payload.nodes[3].status = MARK   # as a live trace could hold it: the loader refuses
+    escaped = rendered_views(race)
+    unescaped(monkeypatch)
+    raw = rendered_views(race)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        try:
+            assert _pwned_after_content(browser, escaped) == 0
+            assert _pwned_after_content(browser, raw) > 0
+        finally:
+            browser.close()
+
+
+def test_an_uploaded_trace_with_planted_markup_replays_as_text_or_is_refused(replay_app_url, tmp_path):
+    """Through the Replay tab: a trace with markup in every free-text string replays, its token texts shown as
+    literal text, and nothing planted runs; one whose tree node 'status' breaks out of the SVG attribute is
+    refused with SpecViz's message (itself shown as text)."""
+    import json
+
+    from playwright.sync_api import sync_playwright
+
+    from test_trace_safety import IMG, MARK, sample_race
+
+    planted = tmp_path / "planted.json"
+    planted.write_text(sample_race(MARK).to_json())
+    breakout = json.loads(sample_race().to_json())
+    breakout["runs"]["sequoia"]["steps"][1]["payload"]["nodes"][1]["status"] = MARK
+    refused = tmp_path / "breakout.json"
+    refused.write_text(json.dumps(breakout))
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+            page.goto(replay_app_url, wait_until="load", timeout=60_000)
+            page.wait_for_selector("#sv-run", timeout=60_000)
+            page.locator("#sv-replay").get_by_text("Replay:").first.click()
+            page.locator("#sv-upload input[type=file]").set_input_files(str(planted))
+            page.wait_for_function("document.querySelector('#sv-status').innerText.includes('Replaying')",
+                                   timeout=60_000)
+            _wait_caption(page, "Step 5 of 5")
+            page.wait_for_timeout(800)
+            assert IMG in page.locator("#sv-text-ar").inner_text()
+            assert page.locator("#sv-tree svg circle").count() == 4
+            assert page.locator("img[onerror], image[onerror]").count() == 0
+            assert page.evaluate(PWNED) == 0
+            page.close()
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})   # the upload box holds one file
+            page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+            page.goto(replay_app_url, wait_until="load", timeout=60_000)
+            page.wait_for_selector("#sv-run", timeout=60_000)
+            page.locator("#sv-replay").get_by_text("Replay:").first.click()
+            page.locator("#sv-upload input[type=file]").set_input_files(str(refused))
+            toast = page.get_by_test_id("toast-text").filter(has_text="expected one of root")
+            toast.first.wait_for(timeout=60_000)
+            assert "has a tree node whose 'status' is" in toast.first.inner_text()
+            page.wait_for_timeout(800)
+            assert page.evaluate(PWNED) == 0
+        finally:
+            browser.close()
+    assert not errors, errors

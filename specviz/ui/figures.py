@@ -40,6 +40,15 @@ def empty_figure(title: str, message: str, height: int = 300) -> go.Figure:
     return _base_layout(fig, title, height)
 
 
+def _esc(text) -> str:
+    """`html.esc`, for plotly's text: its labels, hover texts and titles are HTML too (`<b>`, `<a href>`), so a
+    trace's strings go through the same escaping as every other view's (quotes kept: plotly writes its text as
+    text, never into an attribute of ours). Imported late: html.py imports this module's colours."""
+    from .html import esc
+
+    return esc(text, quote=False)
+
+
 def _show(text: str) -> str:
     """Token text made visible: spaces and newlines drawn, never blank."""
     shown = text.replace("\n", "⏎").replace("\t", "⇥").replace(" ", "·")
@@ -122,15 +131,17 @@ def tree_figure(payload: TreePayload | None, step: int | None = None, height: in
     nodes = payload.nodes
     colors = [NODE_COLORS.get(n.status, NODE_COLORS["not_reached"]) for n in nodes]
     sizes = [30 if n.id in on_path or n.parent < 0 else 22 for n in nodes]
+    # Built as plain text with newlines, escaped whole, then the newlines made <br>: no upload's text is markup.
     hover = [
-        (f"<b>{_show(n.text)}</b> (id {n.token_id})<br>status: {n.status}<br>depth {n.depth}"
-         f"<br>draft q = {n.draft_prob:.3f}<br>target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), '<br>')}")
+        f"<b>{_esc(_show(n.text))}</b> " + _esc(
+            f"(id {n.token_id})\nstatus: {n.status}\ndepth {n.depth}\ndraft q = {n.draft_prob:.3f}\n"
+            f"target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), chr(10))}").replace("\n", "<br>")
         for n in nodes]
     fig.add_trace(go.Scatter(
         x=[pos[n.id][0] for n in nodes], y=[pos[n.id][1] for n in nodes], mode="markers+text",
         name="tree nodes", showlegend=False,
         marker=dict(color=colors, size=sizes, line=dict(color="white", width=1.5)),
-        text=[_show(n.text) if n.parent >= 0 else "▶ " + _show(n.text) for n in nodes],
+        text=[_esc(_show(n.text) if n.parent >= 0 else "▶ " + _show(n.text)) for n in nodes],
         textposition="middle right", textfont=dict(size=16, color="#111827"), hovertext=hover,
         hoverinfo="text"))
 
@@ -143,10 +154,10 @@ def tree_figure(payload: TreePayload | None, step: int | None = None, height: in
         fig.add_trace(go.Scatter(
             x=[bx], y=[by], mode="markers+text", name="bonus token", showlegend=False,
             marker=dict(symbol="star", color=BONUS_COLOR, size=34, line=dict(color="#92400e", width=1)),
-            text=[_show(payload.bonus_text or "")], textposition="middle right",
+            text=[_esc(_show(payload.bonus_text or ""))], textposition="middle right",
             textfont=dict(size=14, color="#92400e"),
-            hovertext=[f"<b>bonus / corrected token</b><br>{_show(payload.bonus_text or '')} "
-                       f"(id {payload.bonus_token_id})<br>sampled by the target after the accepted path"],
+            hovertext=[f"<b>bonus / corrected token</b><br>{_esc(_show(payload.bonus_text or ''))} "
+                       f"(id {_esc(payload.bonus_token_id)})<br>sampled by the target after the accepted path"],
             hoverinfo="text"))
 
     # Legend as invisible markers so the colours are explained on the projector.
@@ -157,7 +168,7 @@ def tree_figure(payload: TreePayload | None, step: int | None = None, height: in
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label, showlegend=True,
                                  marker=dict(color=color, size=14, symbol=symbol)))
     accepted = len(payload.accepted_path)
-    subtitle = (f"{len(nodes)} nodes (budget {payload.budget}, depth {payload.depth}); "
+    subtitle = (f"{len(nodes)} nodes (budget {_esc(payload.budget)}, depth {_esc(payload.depth)}); "
                 f"{accepted} accepted + 1 bonus = {accepted + (payload.bonus_token_id is not None)} tokens")
     fig = _base_layout(fig, f"{title}<br><sup>{subtitle}</sup>", height)
     max_x = max((p[0] for p in pos.values()), default=0) + (2.2 if payload.bonus_token_id is not None else 1.2)
@@ -251,7 +262,8 @@ def window_figure(payload: LookaheadPayload | None, step: int | None = None, hei
     grid, levels, width = window_grid(payload)
     z = [[(lvl + 1) if cell else 0 for cell in row] for lvl, row in enumerate(grid)]
     fig = go.Figure(go.Heatmap(
-        z=z, text=grid, texttemplate="%{text}", textfont=dict(size=14), showscale=False,
+        z=z, text=[[_esc(cell) for cell in row] for row in grid], texttemplate="%{text}", textfont=dict(size=14),
+        showscale=False,
         colorscale=[[0, "#ffffff"], [0.001, "#fef3c7"], [1, "#f59e0b"]], zmin=0, zmax=max(levels, 1),
         xgap=3, ygap=3, hovertemplate="level %{y}, column %{x}: %{text}<extra></extra>"))
     warm = " (warm-up)" if payload.warmup else ""
@@ -290,7 +302,7 @@ def latency_figure(runs: dict[str, RunTrace], upto: dict[str, int] | None = None
     if not methods:
         return empty_figure("Per-step latency", "latency per step appears here", 300)
     fig = make_subplots(rows=len(methods), cols=1, shared_xaxes=False, vertical_spacing=0.12,
-                        subplot_titles=[METHOD_LABELS.get(m, m) for m in methods])
+                        subplot_titles=[_esc(METHOD_LABELS.get(m, m)) for m in methods])
     for row, method in enumerate(methods, start=1):
         steps = runs[method].steps[:(upto or {}).get(method, len(runs[method].steps))]
         for phase in (PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY):
@@ -323,7 +335,7 @@ def cumulative_figure(runs: dict[str, RunTrace], upto: dict[str, int] | None = N
             elapsed += s.total_ms / 1000
             xs.append(round(elapsed, 4))
             ys.append(s.cumulative_tokens)
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=METHOD_LABELS.get(method, method),
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=_esc(METHOD_LABELS.get(method, method)),
                                  line=dict(color=METHOD_COLORS.get(method), width=4, shape="hv")))
     if not any_points:
         return empty_figure("Tokens over time", "cumulative tokens appear here", height)

@@ -31,8 +31,11 @@ SAMPLING_NOTE = (
     "samples exactly from the target model's distribution — the speedup costs no quality.")
 
 
-def esc(text: str) -> str:
-    return html.escape(text, quote=True)
+def esc(text, quote: bool = True) -> str:
+    """Any value as text safe inside HTML or SVG, in an element or a quoted attribute: every view writes a trace's
+    strings (and numbers, which an upload could make strings) through it, so they are data, never markup.
+    `quote=False` leaves quotes as they are, for text that never lands in an attribute (plotly's)."""
+    return html.escape(str(text), quote=quote)
 
 
 def legend_html() -> str:
@@ -53,7 +56,7 @@ def _token_span(text: str, source: str, latest: bool) -> str:
     # A token that wraps keeps its outline closed on every line it spans.
     outline = ("box-shadow:0 0 0 2px #111827;-webkit-box-decoration-break:clone;box-decoration-break:clone;"
                if latest else "")
-    return (f'<span class="sv-tok sv-{source}" style="background:{color};border-radius:3px;'
+    return (f'<span class="sv-tok sv-{esc(source)}" style="background:{color};border-radius:3px;'
             f'padding:1px 0;{outline}">{shown}</span>')
 
 
@@ -195,7 +198,7 @@ def pool_entry_html(payload: LookaheadPayload | None, key_text: str | None = Non
     key = key_text if key_text is not None else str(payload.key_token_id)
     head = (f'<div style="font-size:16px;margin-bottom:6px"><b>Pool entry for key</b> '
             f'<code style="background:#fef3c7;padding:2px 6px;border-radius:4px">{esc(key)}</code> '
-            f'— pool holds {payload.pool_size} n-grams'
+            f'— pool holds {esc(payload.pool_size)} n-grams'
             f'{" (warm-up: no candidates yet)" if payload.warmup else ""}</div>')
     if not payload.candidates:
         return head + '<div style="color:#6b7280">no candidates for this key this step</div>' + _most_used_html(used)
@@ -212,7 +215,7 @@ def pool_entry_html(payload: LookaheadPayload | None, key_text: str | None = Non
         mark = "✔ accepted" if chosen else ""
         rows.append(f'<tr style="{"background:#ecfdf5;font-weight:600" if chosen else ""}">'
                     f'<td style="padding:3px 8px;color:#6b7280">{i}</td><td style="padding:3px 8px">{"".join(cells)}</td>'
-                    f'<td style="padding:3px 8px;text-align:center">{cand.match_length}</td>'
+                    f'<td style="padding:3px 8px;text-align:center">{esc(cand.match_length)}</td>'
                     f'<td style="padding:3px 8px;color:#16a34a">{mark}</td></tr>')
     table = ('<table style="border-collapse:collapse;font-size:15px"><tr style="color:#6b7280">'
              '<th>#</th><th style="text-align:left">candidate n-gram</th><th>match</th><th></th></tr>'
@@ -320,7 +323,7 @@ def first_sizes_words(race) -> str:
     measured for its 'auto' size (`engine.race.FIRST_SIZES_NOTE`), else ''."""
     reasons = [(run.settings or {}).get("sizing_reason", "") for run in race.runs.values()
                if run is not None and (run.settings or {}).get("sizing") == "first"]
-    return f" · first sizes: {'; '.join(r.split(': ', 1)[0] for r in reasons)} (measuring this machine was not " \
+    return f" · first sizes: {'; '.join(str(r).split(': ', 1)[0] for r in reasons)} (measuring this machine was not " \
            f"finished; the next race uses the measured sizes)" if reasons else ""
 
 

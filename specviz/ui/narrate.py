@@ -140,7 +140,7 @@ def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0,
     budget when that came from the target's measured forward times."""
     p = rec.payload
     if not isinstance(p, TreePayload) or not p.nodes:
-        return (f"One target forward over {rec.tokens_processed} token(s) "
+        return (f"One target forward over {esc(rec.tokens_processed)} token(s) "
                 f"({'the prompt: prefill, no tree yet' if rec.tokens_processed > 1 else 'no tree'}) gave "
                 f"{_emitted(rec)}." + _finish(rec))
     out = []
@@ -165,7 +165,7 @@ def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0,
                    f"the draft's ranked probabilities on its path (at temperature 1) stayed at least "
                    f"{threshold:g} (and the draft read another level only where it could pay for its cost), "
                    f"so where the draft is sure the tree grows deep, and where it hesitates it stays short and "
-                   f"wide." + (f" It held at most {free_rows} nodes: this machine's target reads that many for "
+                   f"wide." + (f" It held at most {esc(free_rows)} nodes: this machine's target reads that many for "
                                f"about the price of one token, and charges for every node past them."
                                if free_rows else ""))
     if any(n.draft_input for n in p.nodes):
@@ -220,20 +220,20 @@ def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0,
 def narrate_lookahead(rec: StepRecord, greedy: bool, texts: dict[int, str], key: str | None = None) -> str:
     p = rec.payload
     if not isinstance(p, LookaheadPayload):
-        return f"One target forward over {rec.tokens_processed} token(s) gave {_emitted(rec)}." + _finish(rec)
+        return f"One target forward over {esc(rec.tokens_processed)} token(s) gave {_emitted(rec)}." + _finish(rec)
     name = lambda t: tok(texts.get(t, f"#{t}"))   # noqa: E731
     out = []
     levels = len(p.window)
     if p.warmup:
         out.append(f"<b>Warm-up</b>: the Jacobi window is still filling its {levels} level"
-                   f"{'s' if levels != 1 else ''} (N = {p.ngram_size or levels + 1}); no n-gram is verified yet, "
+                   f"{'s' if levels != 1 else ''} (N = {esc(p.ngram_size or levels + 1)}); no n-gram is verified yet, "
                    f"so this forward yields one token like autoregressive decoding.")
     rows = []
     for level, row in enumerate(p.window_text or []):
         shown = [tok(t, 10) for t in row[:MAX_LIST]]
         rows.append(f"<li>level {level}: {_list(shown, len(row) - MAX_LIST)}</li>")
     if rows:
-        out.append(f"The window (W = {p.window_size or max(len(r) for r in p.window)}) now holds, per future "
+        out.append(f"The window (W = {esc(p.window_size or max(len(r) for r in p.window))}) now holds, per future "
                    f"position, a trajectory of guesses; the bottom level is this forward's newest guess:"
                    f'<ul class="sv-levels">{"".join(rows)}</ul>')
     keyname = tok(key) if key is not None else name(p.key_token_id)
@@ -241,14 +241,14 @@ def narrate_lookahead(rec: StepRecord, greedy: bool, texts: dict[int, str], key:
         if not p.candidates:
             out.append(f"The pool had no n-gram starting after {keyname}, so nothing was verified.")
         else:
-            parts = [f"{tok(''.join(c.texts), 24)} matched {c.match_length}" for c in p.candidates[:MAX_LIST]]
+            parts = [f"{tok(''.join(c.texts), 24)} matched {esc(c.match_length)}" for c in p.candidates[:MAX_LIST]]
             out.append(f"The pool offered {len(p.candidates)} n-gram candidate{'s' if len(p.candidates) != 1 else ''}"
                        f" after {keyname}: {_list(parts, len(p.candidates) - MAX_LIST)} (matched = leading "
                        f"tokens equal to what the target "
                        f"{'predicts' if greedy else 'accepted: each guessed token x is accepted with probability P(x)'}).")
             if p.accepted_candidate is not None and p.candidates[p.accepted_candidate].match_length > 0:
                 best = p.candidates[p.accepted_candidate]
-                out.append(f"<b>Accepted</b> candidate {p.accepted_candidate}: its first {best.match_length} "
+                out.append(f"<b>Accepted</b> candidate {esc(p.accepted_candidate)}: its first {esc(best.match_length)} "
                            f"token{'s' if best.match_length != 1 else ''} "
                            f"({_list([tok(t) for t in best.texts[:best.match_length]])}) plus the target's own "
                            f"next token.")
@@ -257,7 +257,7 @@ def narrate_lookahead(rec: StepRecord, greedy: bool, texts: dict[int, str], key:
     if p.harvested:
         shown = [" ".join([name(g[0]) + " →"] + [name(t) for t in g[1:]]) for g in p.harvested[:3]]
         out.append(f"{len(p.harvested)} new n-gram{'s' if len(p.harvested) != 1 else ''} (key → continuation) went "
-                   f"into the pool, e.g. {'; '.join(shown)}; it now holds {p.pool_size}.")
+                   f"into the pool, e.g. {'; '.join(shown)}; it now holds {esc(p.pool_size)}.")
     out.append(f"This step wrote {_emitted(rec)} from one target forward.")
     return " ".join(out) + _finish(rec)
 
@@ -315,7 +315,7 @@ def caption_html(trace: RaceTrace | None, upto: int) -> str:
                 f'Press ▶ Next (or the → key) to step through the race.</div>')
     method, step = trace.order[upto - 1]
     counts = trace.steps_done(upto)
-    done = ", ".join(f"{METHOD_LABELS.get(m, m)} {counts.get(m, 0)}" for m in trace.methods)
+    done = ", ".join(f"{esc(METHOD_LABELS.get(m, m))} {counts.get(m, 0)}" for m in trace.methods)
     label = METHOD_LABELS.get(method, method)
     color = METHOD_COLORS.get(method, "#111")
     mode = "greedy" if trace.greedy else f"sampling at temperature {float(trace.sampling.get('temperature', 0)):g}"
@@ -324,7 +324,7 @@ def caption_html(trace: RaceTrace | None, upto: int) -> str:
     except (IndexError, KeyError, AttributeError, TypeError, ValueError) as exc:   # a malformed upload
         story = f"(this step cannot be narrated: {esc(str(exc))})"
     return (f'<div class="sv-caption"><div class="sv-caption-head"><b>Step {upto} of {total}</b>: '
-            f'<span style="color:{color};font-weight:700">{label} ran its step {step}</span> ({mode}). '
+            f'<span style="color:{color};font-weight:700">{esc(label)} ran its step {esc(step)}</span> ({mode}). '
             f'<span style="color:#6b7280">Steps so far — {done}.</span></div>'
             f'<div class="sv-caption-body" style="border-left:4px solid {color}">{story}</div></div>')
 

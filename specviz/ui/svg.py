@@ -152,7 +152,7 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         label_end[x] = max(label_end.get(x, 0.0), label_box[n.id][2])
         tip = (f"{_show(n.text)} (id {n.token_id}) — {n.status}, depth {n.depth}\n"
                f"draft q = {n.draft_prob:.3f}, target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), chr(10))}")
-        marks.append(f'<g class="sv-node sv-{n.status}" font-size="{LABEL_PX}"><title>{esc(tip)}</title>'
+        marks.append(f'<g class="sv-node sv-{esc(n.status)}" font-size="{LABEL_PX}"><title>{esc(tip)}</title>'
                      f'<circle cx="{x:.0f}" cy="{y:.0f}" r="{radius}" '
                      f'fill="{color}" stroke="#fff" stroke-width="1.5"/>'
                      f'<text x="{x + 12:.0f}" y="{y + 5:.0f}" paint-order="stroke" stroke="#fff" stroke-width="4" '

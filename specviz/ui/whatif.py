@@ -15,10 +15,10 @@ there. Pure functions: no model, no gradio.
 
 from __future__ import annotations
 
-import json
 import math
 from functools import lru_cache
 
+from .. import safejson
 from ..request import ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE  # noqa: F401 (the panel's names for them)
 from ..trace import PHASE_DRAFT, PHASE_TARGET, RaceTrace, TreePayload
 from . import hardware, measured
@@ -31,11 +31,14 @@ def _curve(data) -> dict[int, float]:
         return {}
     out = {}
     for k, v in data.items():
+        if isinstance(v, bool):
+            continue
         try:
             n, ms = int(k), float(v)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             continue
-        if n >= 1 and ms > 0:
+        # A size past any forward's and a time that is no time (inf, nan) would bend every prediction.
+        if 1 <= n <= 1_000_000 and 0 < ms < math.inf:
             out[n] = ms
     return dict(sorted(out.items()))
 
@@ -47,26 +50,29 @@ def interpolate(curve: dict[int, float], n: float) -> float:
     return float(_interp(curve, n))
 
 
-def load_profile(path: str) -> dict:
+MAX_PROFILE_BYTES = 1024 * 1024   # a profile is a few KB of {n: ms}; a larger upload is refused unread
+
+
+def load_profile(path: str, max_bytes: int = MAX_PROFILE_BYTES) -> dict:
     """A saved t(n) profile -> {"target_ms": {...}, "draft_ms": {...}?, "name": str}.
 
     Accepts the profiler's `forward-*.json` ({"ms": ...}), a `sequoia-plan-*.json`
     ({"target_ms", "draft_ms"}), a `lookahead-auto-*.json` ({"curve"}) or a plain {n: ms}.
+    Every problem is an `InvalidInput` (the upload's JSON is parsed as a trace's is: `safejson`).
     """
     from ..errors import InvalidInput
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raw = safejson.read_limited(path, max_bytes, "the profile")
+    except OSError as exc:
         raise InvalidInput(f"could not read the profile: {exc}") from None
-    if not isinstance(data, dict):
-        raise InvalidInput("a profile is a JSON object of t(n) timings")
+    data = safejson.load_object(raw, "the profile")
     target = _curve(data.get("target_ms") or data.get("ms") or data.get("curve") or data)
     if len(target) < 2:
         raise InvalidInput("the profile has no t(n) curve (expected 'ms', 'target_ms' or 'curve': {n: ms})")
+    name = data.get("key") or data.get("device") or "uploaded profile"
     return {"target_ms": target, "draft_ms": _curve(data.get("draft_ms")),
-            "name": str(data.get("key") or data.get("device") or "uploaded profile")}
+            "name": name[:120] if isinstance(name, str) else "uploaded profile"}
 
 
 def trace_curve(trace: RaceTrace | None) -> dict[int, float]:
@@ -328,7 +334,7 @@ def sweep_figure(trace: RaceTrace | None, depth: int = 5, ngram: int = 4, guesse
         fig.update_yaxes(title_text="predicted speedup" if col == 1 else None, rangemode="tozero",
                          gridcolor="#eee", row=1, col=col)
     fig = _base_layout(fig, f"What if: predicted speedup over autoregressive<br><sup>costs from "
-                            f"{inp['curve_source']}</sup>", height)
+                            f"{esc(inp['curve_source'])}</sup>", height)
     # The legend under the plots: above them it would cover the two subplot titles.
     fig.update_layout(margin=dict(t=90, b=90), legend=dict(orientation="h", yanchor="top", y=-0.12, x=0.0,
                                                            xanchor="left"))
