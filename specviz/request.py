@@ -174,6 +174,7 @@ class RaceRequest:
     def validated(self, limits=None) -> "RaceRequest":
         """This request checked and normalised, or `InvalidInput`. `limits` (specviz.hosting.HostingLimits)
         adds the deployment's caps: prompt length, max new tokens, which models it serves."""
+        from .engine.sampling import floored_temperature
         from .engine.text import DEFAULT_MAX_PROMPT_CHARS, validate_prompt
 
         validate_prompt(self.prompt, limits.max_prompt_chars if limits is not None else DEFAULT_MAX_PROMPT_CHARS)
@@ -181,6 +182,8 @@ class RaceRequest:
         cap = limits.max_new_tokens if limits is not None else None
         numbers = {name: RANGES[name].check(getattr(self, name), cap if name == "max_new_tokens" else None)
                    for name in ("max_new_tokens", "temperature", "top_p")}
+        # The decoders' floor (`MIN_TEMPERATURE`): the request records the greedy race it runs.
+        numbers["temperature"] = floored_temperature(numbers["temperature"])
         seed = None if self.seed in (None, "") else RANGES["seed"].check(self.seed)
         _choose("dtype", self.dtype or "auto", DTYPES)
         _choose("graphs", self.graphs or "auto", GRAPHS_MODES)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -34,6 +35,12 @@ from ..errors import InvalidInput
 
 GRAPH_MODES = ("auto", "on", "off")
 WARMUP_CALLS = 2   # cuBLAS and the attention kernels pick their algorithms on the first calls
+# Captured shapes a runner keeps, the least recently replayed released first: each holds its outputs in the
+# pool, and a long-lived server's visitors' trees would otherwise keep every shape it ever met. One run's
+# shapes stay below it, so a run never recaptures its own: a fixed tree's target forward, a draft forward
+# per level and, near max_new_tokens, the tree cut at each depth, about 2 x depth (the deepest tree a
+# request may ask for has 32 levels); adaptive trees share one padded shape.
+MAX_SHAPES = 128
 
 
 def check_graphs(mode) -> str:
@@ -103,11 +110,12 @@ class GraphStats:
 class GraphRunner:
     """Captures each shape's function on first use and replays it; eager where it cannot capture."""
 
-    def __init__(self, device: torch.device, capture: bool = True):
+    def __init__(self, device: torch.device, capture: bool = True, max_shapes: int = MAX_SHAPES):
         self.device = torch.device(device)
         self.capture = capture and self.device.type == "cuda"
         self.compile = self.capture and compile_wanted()
-        self._graphs: dict = {}
+        self.max_shapes = max_shapes
+        self._graphs: OrderedDict = OrderedDict()   # least recently replayed first
         self._eager: set = set()
         self._pool = None
         self._seen: set = set()   # shapes this run has used (a shape captured by an earlier run is `reused`)
@@ -134,9 +142,11 @@ class GraphRunner:
             if entry is None:
                 self.stats.eager_calls += 1
                 return eager()
-        elif key not in self._seen:
-            self._seen.add(key)
-            self.stats.reused += 1
+        else:
+            self._graphs.move_to_end(key)
+            if key not in self._seen:
+                self._seen.add(key)
+                self.stats.reused += 1
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         entry.graph.replay()
@@ -147,30 +157,42 @@ class GraphRunner:
 
     def _capture(self, key, fn):
         started = time.perf_counter()
-        target = torch.compile(fn, fullgraph=True, dynamic=False) if self.compile else fn
         try:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                for _ in range(WARMUP_CALLS):
-                    target()
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            if self._pool is None:
-                self._pool = torch.cuda.graph_pool_handle()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
-                outputs = target()
-            torch.cuda.synchronize(self.device)
+            entry = self._record(fn)
         except Exception as exc:   # a shape that cannot be captured still runs, eagerly
             torch.cuda.synchronize(self.device)
             self._eager.add(key)
             self.stats.failed.append(f"{key}: {type(exc).__name__}: {exc}"[:300])
             return None
-        entry = self._graphs[key] = _Captured(graph, outputs)
+        self._keep(key, entry)
         self._seen.add(key)
         self.stats.shapes_captured += 1
         self.stats.capture_ms += (time.perf_counter() - started) * 1000
         return entry
+
+    def _record(self, fn) -> _Captured:
+        """fn warmed up on a side stream, then captured into this runner's pool."""
+        target = torch.compile(fn, fullgraph=True, dynamic=False) if self.compile else fn
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_CALLS):
+                target()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            outputs = target()
+        torch.cuda.synchronize(self.device)
+        return _Captured(graph, outputs)
+
+    def _keep(self, key, entry: _Captured) -> None:
+        """Keep a captured shape, releasing the least recently replayed beyond `max_shapes`. A released
+        graph's outputs are not read again: outputs hold only until the runner's next replay (above)."""
+        self._graphs[key] = entry
+        while len(self._graphs) > self.max_shapes:
+            self._graphs.popitem(last=False)
 
     def captured(self, key) -> bool:
         return key in self._graphs

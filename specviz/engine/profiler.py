@@ -207,8 +207,12 @@ def _machine(kind: str, key: str) -> dict | None:
     return fingerprint("cuda" if "|cuda" in key else "cpu")
 
 
+def _safe(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+
+
 def _profile_path(kind: str, key: str, machine: dict | None = None) -> Path:
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+    safe = _safe(key)
     path = cache_dir() / "profiles"
     path.mkdir(parents=True, exist_ok=True)
     # The thread count readable in the name, so 1- and 2-thread curves lie side by side.
@@ -219,6 +223,21 @@ def _profile_path(kind: str, key: str, machine: dict | None = None) -> Path:
 def cache_path(kind: str, key: str) -> Path:
     """Where `save_cached(kind, key, ...)` writes on this machine, at this process's thread count."""
     return _profile_path(kind, key, _machine(kind, key))
+
+
+def cached_paths(kind: str, key_prefix: str) -> list[Path]:
+    """The files of `kind` whose key may start with `key_prefix` (any machine, any thread count), newest
+    first, found by name: a reader of one pair's entries opens those, not every file of the kind. A name
+    says its key only up to the characters it replaces, so a reader still checks the key inside."""
+    folder = cache_dir() / "profiles"
+    found = folder.glob(f"{kind}-{_safe(key_prefix)}*.json") if folder.is_dir() else []
+    stamped = []
+    for path in found:
+        try:
+            stamped.append((path.stat().st_mtime, path))
+        except OSError:
+            continue   # removed since the listing
+    return [path for _, path in sorted(stamped, reverse=True)]
 
 
 def load_cached(kind: str, key: str) -> dict | None:

@@ -17,10 +17,21 @@ import torch
 from ..draws import first_argmax, race_sample, sample, sample_unchecked
 from ..errors import InvalidInput
 
+# Below this a temperature is greedy. logits / 1e-39 overflow float32 to inf and the softmax turns them to
+# NaN, which the graphed sampler (`draws.race_sample`, no host read) would draw from unchecked. At 1e-4 two
+# logits 0.01 apart already differ by e^100 in probability: the draw is the argmax but for exact ties.
+MIN_TEMPERATURE = 1e-4
+
+
+def floored_temperature(temperature: float) -> float:
+    """The temperature decoders use: 0 (greedy) below `MIN_TEMPERATURE`, else as given."""
+    return 0.0 if temperature < MIN_TEMPERATURE else temperature
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Temperature 0 means greedy (argmax); top_k 0 and top_p 1.0 mean no filtering."""
+    """Temperature 0 (or below `MIN_TEMPERATURE`) means greedy (argmax); top_k 0 and top_p 1.0 mean no
+    filtering."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -29,7 +40,16 @@ class SamplingConfig:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        # The floor here too, so every sampling path (eager, graphed, a config never validated) agrees.
+        return self.temperature < MIN_TEMPERATURE
+
+    @property
+    def mode(self) -> str:
+        """What a step pays for and what sizing measures apart: 'greedy', 'sampled', or 'filtered'
+        (top-p / top-k: a sort or a top-k over the vocabulary). The floats themselves do not change it."""
+        if self.greedy:
+            return "greedy"
+        return "sampled" if self.top_p >= 1.0 and not self.top_k else "filtered"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -49,7 +69,7 @@ class SamplingConfig:
             seed = _integer("seed", seed)
             if not (0 <= seed < 2**63):
                 raise InvalidInput(f"seed must be a non-negative integer below 2**63, got {self.seed}")
-        return SamplingConfig(float(temperature), float(top_p), int(top_k), seed)
+        return SamplingConfig(floored_temperature(float(temperature)), float(top_p), int(top_k), seed)
 
 
 def _number(name: str, value) -> float:

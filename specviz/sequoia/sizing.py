@@ -14,7 +14,7 @@ ms CPU step) made every tree look alike and `auto` chose 2 nodes where 9 ran
 1.14x faster. So `StepCosts` (per level, per step, per node) are fitted from the
 real decoder's step times on a few trees and cached beside the curves. The plan
 (curves, costs, predicted-speedup table, choice) is plain dicts for the CLI and
-the app, cached per (pair, sampling, acceptance vector). `tree_choice` turns a
+the app, cached per (pair, sampling mode, acceptance vector: `_plan_key`). `tree_choice` turns a
 decoder's options (auto, budget + depth, an explicit parent list, or adaptive) into
 its tree before the decoder is built (`engine.methods.make_decoder` asks
 `decoder_options`), so a decoder never sizes, profiles or races decoders itself.
@@ -28,6 +28,8 @@ CPU run) the step's forwards cost what the plain forwards' curves say.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import asdict, dataclass, replace
 
@@ -281,10 +283,9 @@ def calibration_trees(acceptance, by_depth, under_lower_ranks=None) -> list[list
 
 def _costs_key(pair, sampling: SamplingConfig, graphs: bool = False) -> str:
     # Sampling pays for probabilities at every node that greedy does not, top-p / top-k for a sort or a
-    # top-k over the vocabulary: the three are measured apart.
-    mode = "greedy" if sampling.greedy else ("sampled" if sampling.top_p >= 1.0 and not sampling.top_k else "filtered")
+    # top-k over the vocabulary: the three are measured apart (`SamplingConfig.mode`), never per value.
     kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"
-    return f"{pair.key}|{kinds}|{mode}|cost-model-{COST_MODEL}" + ("|graphs" if graphs else "")
+    return f"{pair.key}|{kinds}|{sampling.mode}|cost-model-{COST_MODEL}" + ("|graphs" if graphs else "")
 
 
 # Open-ended prompts, so a step count is reached before an end of text; what they say does not matter.
@@ -523,11 +524,25 @@ def _capture_shapes(makers, prompt: str, steps: int = 4) -> None:
             decoder.close()
 
 
-def _plan_key(pair, sampling: SamplingConfig, max_budget, max_depth, graphs: bool) -> tuple[int, int, str]:
+def _acceptance_id(acc: dict) -> str:
+    """A short name for an acceptance vector and its rows (`acceptance_for`), for a plan's key."""
+    rows = [acc["acceptance"], acc.get("by_depth"), acc.get("under_lower_ranks")]
+    return hashlib.sha1(json.dumps(rows).encode()).hexdigest()[:10]
+
+
+def _plan_key(pair, sampling: SamplingConfig, max_budget, max_depth, graphs: bool,
+              acc: dict) -> tuple[int, int, str]:
+    # Keyed by what changes a plan, never by the floats a visitor types (each new key once queued a
+    # measurement and left a file): the pair and its forwards (whose curves it reads), the step costs'
+    # mode (`_costs_key`), the acceptance vector it is sized on, the limits and graphs. Temperature, top-p
+    # and top-k reach a plan only through that vector, and `acceptance_for` picks it from a bounded set
+    # (shipped or measured by `profile-acceptance`, at the nearest temperature; visitors add none): a plan
+    # measured at one temperature is the plan for every temperature that reads the same vector, its race
+    # (run at the first one's) deciding for them all.
     default_n, default_d = default_limits(pair)
     max_budget, max_depth = int(max_budget or default_n), int(max_depth or default_d)
     kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"   # curves belong to the forwards timed
-    key = (f"{pair.key}|{kinds}|T{sampling.temperature:g}|p{sampling.top_p:g}|k{sampling.top_k}"
+    key = (f"{pair.key}|{kinds}|{sampling.mode}|acc-{_acceptance_id(acc)}"
            f"|N{max_budget}|D{max_depth}") + ("|graphs" if graphs else "")
     return max_budget, max_depth, key
 
@@ -537,8 +552,8 @@ def cached_plan(pair, sampling: SamplingConfig | None = None, max_budget: int | 
     """`plan_tree`'s plan when this machine has it cached and it still holds (same acceptance, cost
     model, step costs and adaptive rule), else None. Measures nothing."""
     sampling = (sampling or SamplingConfig()).validated()
-    max_budget, max_depth, key = _plan_key(pair, sampling, max_budget, max_depth, graphs)
     acc = acc or acceptance_for(pair, sampling)
+    max_budget, max_depth, key = _plan_key(pair, sampling, max_budget, max_depth, graphs, acc)
     cached = load_cached("sequoia-plan", key)
     costs_entry = load_cached("sequoia-step-costs", _costs_key(pair, sampling, graphs)) or {}
     if cached and cached.get("acceptance") == list(acc["acceptance"]) and \
@@ -558,8 +573,8 @@ def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | No
     adaptive tree (`race_trees`): this builds decoders, so it runs before the one it sizes is built.
     """
     sampling = (sampling or SamplingConfig()).validated()
-    max_budget, max_depth, key = _plan_key(pair, sampling, max_budget, max_depth, graphs)
     acc = acceptance_for(pair, sampling)
+    max_budget, max_depth, key = _plan_key(pair, sampling, max_budget, max_depth, graphs, acc)
     cached = None if refresh else cached_plan(pair, sampling, max_budget, max_depth, graphs, acc)
     if cached is not None:
         return cached

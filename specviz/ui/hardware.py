@@ -36,11 +36,10 @@ def _this_machine(data: dict) -> bool:
 
 
 def _cached_plans(kind_prefix: str, key: str) -> list[dict]:
-    from ..paths import cache_dir
+    from ..engine.profiler import cached_paths
 
-    folder = cache_dir() / "profiles"
     plans = []
-    for path in sorted(folder.glob(f"{kind_prefix}-*.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+    for path in cached_paths(kind_prefix, key):   # this pair's files only, not every plan on every click
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
@@ -62,9 +61,10 @@ def _recorded_plan(run) -> dict | None:
 
 
 def _matching(plans: list[dict], sampling: dict) -> dict | None:
-    temp = float(sampling.get("temperature", 0.0) or 0.0)
+    # Plans are kept per sampling mode, not per temperature (`sequoia.sizing._plan_key`): greedy or not.
+    greedy = not float(sampling.get("temperature", 0.0) or 0.0)
     for plan in plans:
-        if float(plan.get("temperature", temp) or 0.0) == temp:
+        if (not float(plan.get("temperature", 0.0) or 0.0)) == greedy:
             return plan
     return plans[0] if plans else None
 
@@ -178,7 +178,7 @@ def panel_html(plans: dict | None) -> str:
         if choice:
             # Sequoia's `auto` may run the adaptive tree instead of the DP tree it planned (the race below).
             verb = "planned (DP tree)" if plan.get("chosen") == "adaptive" else "chose"
-            parts.append(f'<div style="font-size:16px;margin:6px 0"><b>{label} {verb}:</b> '
+            parts.append(f'<div style="font-size:16px;margin:6px 0"><b>{esc(label)} {verb}:</b> '
                          + _choice_words(choice) + "</div>")
         race = plan.get("race")
         if race:
