@@ -8,11 +8,16 @@ needs); elsewhere the GPU is used when present, else the CPU.
 
 import os
 
-from specviz.serve import make_demo
+from specviz.serve import choose_hosted, make_demo
 from specviz.ui import launch_kwargs
 
+# A server others can reach (a Space, GRADIO_SERVER_NAME=0.0.0.0, GRADIO_SHARE) runs the hosted limits
+# unless SPECVIZ_HOSTED=0 says otherwise: decided before the app is built, since the app reads them.
+HOST = os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1")
+SHARE = os.environ.get("GRADIO_SHARE", "").strip().lower() in ("1", "true", "yes", "on")
+choose_hosted(HOST, SHARE)
 demo = make_demo()
 
 if __name__ == "__main__":
-    demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-                server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_kwargs())
+    demo.launch(server_name=HOST, server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), share=SHARE,
+                **launch_kwargs())

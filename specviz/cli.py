@@ -65,11 +65,14 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
 def cmd_app(args: argparse.Namespace) -> int:
     """Serve the app from the package alone (app.py is not in the wheel): `specviz.serve` puts it
     together for `app.py` and for this command alike."""
-    from .serve import serve
+    from .serve import choose_hosted, serve
 
-    print(f"SpecViz on http://{args.host}:{args.port}" + (" (hosted limits)" if args.hosted else ""),
-          file=sys.stderr, flush=True)
-    serve(host=args.host, port=args.port, share=args.share, hosted=True if args.hosted else None)
+    asked = True if args.hosted else (False if args.local_limits else None)
+    hosted = choose_hosted(args.host, args.share, asked)
+    why = ("" if not hosted else " (hosted limits" + ("" if asked else ": this server is public; "
+                                                      "--local-limits turns them off") + ")")
+    print(f"SpecViz on http://{args.host}:{args.port}{why}", file=sys.stderr, flush=True)
+    serve(host=args.host, port=args.port, share=args.share, hosted=hosted)
     return 0
 
 
@@ -84,7 +87,11 @@ def add_app_parser(sub) -> None:
     p.add_argument("--share", action="store_true", help="also open a temporary public gradio.live link")
     p.add_argument("--hosted", action="store_true",
                    help="apply the public server's limits (as SPECVIZ_HOSTED=1 does): shorter races, "
-                        "only the configured models")
+                        "only the configured models, places in the queue per client. On by itself with --share "
+                        "or a --host other than loopback")
+    p.add_argument("--local-limits", action="store_true",
+                   help="keep the local limits on a public server (--share, --host 0.0.0.0), as "
+                        "SPECVIZ_HOSTED=0 does: any model, long races, no per-client places")
     p.set_defaults(func=cmd_app)
 
 

@@ -65,6 +65,23 @@ ZEROGPU_CONCURRENCY = 10
 # Races waiting on a hosted server (SPECVIZ_QUEUE_SIZE changes it): a room of 30, each with a second
 # race queued behind the first wave, without anyone being told the queue is full.
 HOSTED_QUEUE_SIZE = 48
+# Places in that queue (waiting or running) one client may hold on a hosted server. Clients are told apart
+# by what they cannot choose (`ui.places`): a logged-in user by their account, anyone else by the network
+# address the request came from. A workshop's room often reaches the Space through one address (a venue's
+# Wi-Fi behind one NAT), so an address holds up to a room of 30 and two more (SPECVIZ_PLACES_PER_ADDRESS);
+# that still leaves a third of the 48 places to everyone else, so no single address can take them all.
+# A logged-in user has their own account's places wherever they come from (SPECVIZ_PLACES_PER_USER).
+HOSTED_PLACES_PER_ADDRESS = 32
+HOSTED_PLACES_PER_USER = 2
+# Proxies in front of the app that append the address they saw to X-Forwarded-For: a Hugging Face
+# Space has one (SPECVIZ_TRUSTED_PROXIES changes it; 0 reads the socket's own peer address).
+SPACE_TRUSTED_PROXIES = 1
+# Seconds past a race's deadline (`max_run_seconds`, counted from the click) before a worker that has not
+# ended its race is killed and replaced: a step or a load that hangs cannot hold the server.
+WORKER_GRACE_S = 20.0
+# Hosts a local server listens on: anything else (0.0.0.0, a LAN address) or a --share link serves
+# strangers, and then the hosted limits are on unless the operator turns them off by name.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 # CUDA graphs on ZeroGPU (docs/graphs.md). ZeroGPU does not support torch.compile, so graphs are captured
 # plainly with torch.cuda.graph inside the `spaces.GPU` call, and they live only as long as the worker:
@@ -202,7 +219,8 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
-def _number(env: Mapping[str, str], name: str, default: float, cast=int):
+def _number(env: Mapping[str, str], name: str, default: float, cast=int, minimum: float = 0, strict=True):
+    """`env[name]` as a number above `minimum` (at or above it when not `strict`), else `default`."""
     value = env.get(name)
     if value is None or value.strip() == "":
         return default
@@ -210,9 +228,29 @@ def _number(env: Mapping[str, str], name: str, default: float, cast=int):
         number = cast(value)
     except ValueError:
         raise InvalidInput(f"environment variable {name} must be a number, got {value!r}") from None
-    if number <= 0:
-        raise InvalidInput(f"environment variable {name} must be positive, got {value!r}")
+    if not math.isfinite(number) or number < minimum or (strict and number == minimum):
+        bound = "positive" if (strict and minimum == 0) else f"at least {minimum:g}"
+        raise InvalidInput(f"environment variable {name} must be {bound}, got {value!r}")
     return number
+
+
+def is_public(host: str | None, share: bool) -> bool:
+    """Whether a server on `host` (with a --share link or not) can be reached by strangers."""
+    return bool(share) or (host or "127.0.0.1").strip().lower() not in LOOPBACK_HOSTS
+
+
+def hosted_by_env(env: Mapping[str, str]) -> bool:
+    """What the environment alone says: SPECVIZ_HOSTED, else whether this is a Space."""
+    return _flag(env, "SPECVIZ_HOSTED", bool(env.get("SPACE_ID")))
+
+
+def hosted_for_launch(host: str | None, share: bool, env: Mapping[str, str] | None = None) -> bool:
+    """Whether a server launched on `host` / `share` runs the hosted limits: SPECVIZ_HOSTED when the operator
+    set it (1 or 0: by name, either way), else on a Space, else whenever the server is public."""
+    env = os.environ if env is None else env
+    if (env.get("SPECVIZ_HOSTED") or "").strip():
+        return _flag(env, "SPECVIZ_HOSTED", False)
+    return bool(env.get("SPACE_ID")) or is_public(host, share)
 
 
 @dataclass(frozen=True)
@@ -229,6 +267,12 @@ class HostingLimits:
     race_concurrency: int = 1
     zerogpu: bool = False
     max_trace_bytes: int = 64 * 1024 * 1024
+    # Places one client may hold in the race queue (`ui.places`); None: no per-client limit (a local server,
+    # whose one visitor is its operator).
+    places_per_address: int | None = None
+    places_per_user: int | None = None
+    trusted_proxies: int = 0
+    worker_grace_s: float = WORKER_GRACE_S   # past a race's deadline, before its worker is killed
     allowed_models_explicit: bool = False   # SPECVIZ_ALLOWED_MODELS was set: it binds custom ids too
     hub_token: bool = False                  # HF_TOKEN is set: gated models (GATED_MODEL_IDS) may load
     extra: dict = field(default_factory=dict)
@@ -236,7 +280,7 @@ class HostingLimits:
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> "HostingLimits":
         env = os.environ if env is None else env
-        hosted = _flag(env, "SPECVIZ_HOSTED", bool(env.get("SPACE_ID")))
+        hosted = hosted_by_env(env)
         allowed = tuple(m.strip() for m in env.get("SPECVIZ_ALLOWED_MODELS", "").split(",") if m.strip())
         zerogpu = on_zerogpu(env)
         return HostingLimits(
@@ -252,6 +296,11 @@ class HostingLimits:
             race_concurrency=_number(env, "SPECVIZ_CONCURRENCY", ZEROGPU_CONCURRENCY if zerogpu else 1),
             zerogpu=zerogpu,
             max_trace_bytes=_number(env, "SPECVIZ_MAX_TRACE_MB", 16 if hosted else 64) * 1024 * 1024,
+            places_per_address=_number(env, "SPECVIZ_PLACES_PER_ADDRESS", HOSTED_PLACES_PER_ADDRESS if hosted else None),
+            places_per_user=_number(env, "SPECVIZ_PLACES_PER_USER", HOSTED_PLACES_PER_USER if hosted else None),
+            trusted_proxies=_number(env, "SPECVIZ_TRUSTED_PROXIES", SPACE_TRUSTED_PROXIES if env.get("SPACE_ID") else 0,
+                                    strict=False),
+            worker_grace_s=_number(env, "SPECVIZ_WORKER_GRACE_S", WORKER_GRACE_S, float),
         )
 
     def shared_device_note(self) -> str:

@@ -140,10 +140,23 @@ def make_demo(env: Mapping[str, str] | None = None):
     return build_demo(gpu=ZeroGpu(spaces, pairs, cap=zerogpu_duration(env)), pairs=pairs)
 
 
+def choose_hosted(host: str | None, share: bool, hosted: bool | None = None, env=None) -> bool:
+    """Settle whether this launch runs the hosted limits, and record it in SPECVIZ_HOSTED (what the app
+    reads when it is built). `hosted` True or False is the operator's word by name; None: the public rule
+    (`hosting.hosted_for_launch`: a Space, a --share link or a non-loopback host is public)."""
+    from .hosting import hosted_by_env, hosted_for_launch
+
+    env = os.environ if env is None else env
+    chosen = hosted_for_launch(host, share, env) if hosted is None else hosted
+    if chosen != hosted_by_env(env):   # written only when the environment alone would decide otherwise
+        env["SPECVIZ_HOSTED"] = "1" if chosen else "0"
+    return chosen
+
+
 def serve(host: str = "127.0.0.1", port: int = 7860, share: bool = False, hosted: bool | None = None) -> None:
-    """Build the app and serve it until interrupted; `hosted` switches the hosted limits on or off."""
+    """Build the app and serve it until interrupted; `hosted` switches the hosted limits on or off (None:
+    on when the server is public, `choose_hosted`)."""
     from .ui import launch_kwargs
 
-    if hosted is not None:
-        os.environ["SPECVIZ_HOSTED"] = "1" if hosted else "0"
+    choose_hosted(host, share, hosted)
     make_demo().launch(server_name=host, server_port=port, share=share, **launch_kwargs())

@@ -85,3 +85,20 @@ def pytest_configure(config):
         import mutants
 
         mutants.apply(name)
+
+
+@pytest.fixture()
+def closed_races(monkeypatch):
+    """Every `Race` closed in this process while the test runs (a race ended by Stop, a lost client or its
+    clock is closed with its decoders cancelled)."""
+    from specviz.engine.race import Race
+
+    closed: list = []
+    original = Race.close
+
+    def recording_close(self):
+        original(self)
+        closed.append(self)
+
+    monkeypatch.setattr(Race, "close", recording_close)
+    return closed

@@ -288,3 +288,19 @@ def tree_attention(shape, prefix_len: int, dtype=torch.float32) -> tuple[torch.T
     allowed = torch.cat([torch.ones(shape.size, prefix_len, dtype=torch.bool), shape.ancestor_matrix()], dim=1)
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask.view(1, 1, *allowed.shape), torch.tensor(shape.depths) + prefix_len
+
+
+def slow_steps(monkeypatch, delay: float = 0.2) -> None:
+    """Autoregressive decoding's steps slowed by `delay` seconds in this process, so a race is still running
+    when a test stops it, cancels it or leaves it."""
+    import time
+
+    from specviz.autoregressive.decoder import AutoregressiveDecoder
+
+    original = AutoregressiveDecoder._step
+
+    def slow_step(self):
+        time.sleep(delay)
+        return original(self)
+
+    monkeypatch.setattr(AutoregressiveDecoder, "_step", slow_step)

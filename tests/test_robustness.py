@@ -25,7 +25,6 @@ import torch
 import gradio_client  # noqa: E402
 
 from specviz.autoregressive.decoder import AutoregressiveDecoder  # noqa: E402
-from specviz.engine.race import Race  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "Write a Python function that reverses a string."
@@ -217,7 +216,7 @@ def test_api_rejects_bad_trace_uploads(tmp_path):
 # ---------------------------------------------------------------------------
 
 
-from helpers import served  # noqa: E402
+from helpers import served, slow_steps  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -369,6 +368,77 @@ def test_app_bad_trace_uploads(client, tmp_path):
     assert_answers_normally(client)
 
 
+def _planted(change) -> str:
+    from test_trace_safety import sample_race
+
+    data = sample_race().to_dict()
+    change(data)
+    return json.dumps(data)
+
+
+def _tree_node(data) -> dict:
+    return data["runs"]["sequoia"]["steps"][1]["payload"]["nodes"][1]
+
+
+def _candidate(data) -> dict:
+    return data["runs"]["lookahead"]["steps"][1]["payload"]["candidates"][0]
+
+
+# Issue 66: each hostile upload gets SpecViz's own words, never Gradio's "The upstream Gradio app has raised an
+# exception". Text, or a function of a valid trace's dict (hand-built: no model), or the size of a sparse file.
+HOSTILE_TRACES = {
+    "nested 200,000 deep": ("[" * 200_000 + "]" * 200_000, "more than 64 deep"),
+    "a 5000-digit number": ('{"kind": "specviz-race", "schema_version": ' + "9" * 5000 + "}", "5000 digits"),
+    "NaN": ('{"kind": "specviz-race", "x": NaN}', "holds NaN"),
+    "Infinity": ('{"kind": "specviz-race", "x": Infinity}', "holds Infinity"),
+    "a timing of 1e309": (lambda d: d["runs"]["ar"]["steps"][0]["time_ms"].update(target="__1e309__"), "1e309"),
+    "an array": ("[1, 2, 3]", "is an array, not a SpecViz race trace"),
+    "a number": ("42", "is a number, not a SpecViz race trace"),
+    "node id a list": (lambda d: _tree_node(d).update(id=[1]), "tree node whose 'id' should be int, got list"),
+    "node status markup": (lambda d: _tree_node(d).update(status='"><image href=x onerror=alert(1)>'),
+                           "expected one of root, accepted, rejected, not_reached"),
+    "pool_size a string": (lambda d: d["runs"]["lookahead"]["steps"][1]["payload"].update(pool_size="9"),
+                           "'pool_size' should be int, got str"),
+    "match_length a string": (lambda d: _candidate(d).update(match_length="2"), "'match_length' should be int"),
+    "a step a string": (lambda d: d["runs"]["ar"]["steps"].__setitem__(0, "step"), "ar step 0 should be an object"),
+    "runs a list": (lambda d: d.update(runs=[]), "'runs' should be dict"),
+    "settings a list": (lambda d: d["runs"]["ar"].update(settings=[]), "'settings' should be dict"),
+    "alternatives not a list": (lambda d: d["runs"]["ar"]["steps"][0].update(alternatives="x"),
+                                "'alternatives' should be list"),
+    "token source unknown": (lambda d: d["runs"]["ar"]["steps"][0].update(token_sources=["x"]),
+                             "unknown token source"),
+    "over the size limit": (65 * 1024 * 1024, "limit is"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_TRACES))
+def test_app_hostile_trace_uploads_get_specvizs_message(client, tmp_path, case):
+    source, fragment = HOSTILE_TRACES[case]
+    path = tmp_path / "hostile.json"
+    if isinstance(source, int):
+        with open(path, "w") as f:   # sparse: over the 64 MB local limit on paper only
+            f.seek(source)
+            f.write(" ")
+    else:
+        path.write_text(source if isinstance(source, str) else _planted(source).replace('"__1e309__"', "1e309"))
+    with pytest.raises(Exception, match=fragment) as info:
+        client.predict(gradio_client.handle_file(str(path)), api_name="/load_trace")
+    assert "upstream Gradio app" not in str(info.value) and "Traceback" not in str(info.value)
+
+
+def test_app_replays_a_trace_with_markup_in_every_string(client, tmp_path):
+    from test_trace_safety import IMG, sample_race
+
+    path = tmp_path / "planted.json"
+    path.write_text(sample_race(IMG).to_json())
+    out = outputs(client.predict(gradio_client.handle_file(str(path)), api_name="/load_trace"))
+    assert "Replaying an uploaded trace" in out["status"]
+    for name in NAMES:
+        if isinstance(out[name], str):
+            assert "<img" not in out[name], name
+    assert IMG in visible(out["text_ar"])   # shown as literal text
+
+
 def test_app_model_load_failure_leaves_app_working(client, tmp_path):
     from specviz.ui.layout import CUSTOM
 
@@ -435,33 +505,9 @@ def test_simulated_oom_while_loading_is_reported(client, monkeypatch):
     assert_answers_normally(client)
 
 
-@pytest.fixture()
-def closed_races(monkeypatch):
-    """Every Race closed in the server, with whether all its decoders were done when closed."""
-    closed: list[Race] = []
-    original = Race.close
-
-    def recording_close(self):
-        original(self)
-        closed.append(self)
-
-    monkeypatch.setattr(Race, "close", recording_close)
-    return closed
-
-
-def _slow_steps(monkeypatch, delay=0.2):
-    original = AutoregressiveDecoder._step
-
-    def slow_step(self):
-        time.sleep(delay)
-        return original(self)
-
-    monkeypatch.setattr(AutoregressiveDecoder, "_step", slow_step)
-
-
 def _streaming_slow_run(client, monkeypatch):
     """A slowed 200-token AR run, once it has streamed a few updates."""
-    _slow_steps(monkeypatch)
+    slow_steps(monkeypatch)
     job = client.submit(**run_args(methods=("ar",), max_new=200), api_name="/race_stream")
     deadline = time.monotonic() + 60
     while len(job.outputs()) < 3 and time.monotonic() < deadline:
@@ -490,7 +536,7 @@ def test_closed_browser_tab_ends_the_run(app_client, closed_races, monkeypatch):
     import httpx
 
     client, url, demo = app_client
-    _slow_steps(monkeypatch)
+    slow_steps(monkeypatch)
     fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "race_stream")
     base = f"{url}gradio_api"
     session = "closed-tab-session"
@@ -539,7 +585,7 @@ def test_run_time_limit_stops_with_clear_message(pair_fp32, monkeypatch):
         def get(self, *args):
             return pair_fp32
 
-    _slow_steps(monkeypatch, delay=0.1)
+    slow_steps(monkeypatch, delay=0.1)
     limits = HostingLimits.from_env({"SPECVIZ_MAX_RUN_SECONDS": "0.5"})
     request = RaceRequest(**run_args(methods=("ar",), max_new=200)).validated(limits)
     events = list(race_events(OnePair(), limits, None, request))

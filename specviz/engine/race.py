@@ -12,6 +12,7 @@ Nothing here imports gradio or plotly: the engine is usable from scripts and tes
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import Any, Callable
 
 from ..errors import InvalidInput, SpecVizError
@@ -254,7 +255,8 @@ def start_race(pair, prompt: str, methods: list[str], *, sampling=None, max_new_
 
 
 class PairCache:
-    """Loaded model pairs, one load per (target, draft, dtype), shared read-only by all races.
+    """Loaded model pairs, one load per (target, draft, dtype), shared read-only by all races; at most
+    `max_pairs`, the least recently used dropped first.
 
     The decoders keep all per-run state (caches, traces) themselves, so sharing the
     weights leaks nothing between visitors. One lock serialises loading.
@@ -263,7 +265,7 @@ class PairCache:
     def __init__(self, max_pairs: int = 2, device: str | None = None):
         self.max_pairs = max_pairs
         self.device = device   # None: the GPU when there is one (`load_pair`'s choice)
-        self.pairs: dict[tuple, object] = {}
+        self.pairs: OrderedDict[tuple, object] = OrderedDict()   # least recently used first
         self.lock = threading.Lock()
 
     def _key(self, target: str, draft: str | None, dtype: str) -> tuple:
@@ -281,9 +283,11 @@ class PairCache:
 
         key = self._key(target, draft, dtype)
         with self.lock:
-            if key not in self.pairs:
-                while len(self.pairs) >= self.max_pairs:   # evict the oldest to bound memory
-                    self.pairs.pop(next(iter(self.pairs)))
+            if key in self.pairs:   # the least recently raced pair goes first, not the first loaded
+                self.pairs.move_to_end(key)
+            else:
+                while len(self.pairs) >= self.max_pairs:   # room first: memory holds max_pairs at most
+                    self.pairs.popitem(last=False)
                 self.pairs[key] = load_pair(target, draft, dtype=dtype, device=self.device)
             return self.pairs[key]
 
@@ -311,6 +315,16 @@ def pending_sizes(pair, request, graphs: str) -> list[str]:
     options = request.method_options()
     return [m for m in request.methods if m in METHOD_SIZING
             and _sizing_call(m, "auto_pending", pair, request, graphs, options)]
+
+
+def measure_key(request) -> tuple:
+    """What `measure_sizes` measures for a request, so the worker queues each measurement once: the pair,
+    precision and graphs setting, the methods and their options, and the sampling mode; never the prompt,
+    the seed or the sampling's floats, which the sizing's caches are not keyed by either
+    (`sequoia.sizing._plan_key`). Measures and loads nothing."""
+    options = sorted((m, repr(sorted(o.items()))) for m, o in request.method_options().items())
+    return (request.models(), request.dtype or "auto", getattr(request, "graphs", "auto") or "auto",
+            request.sampling().mode, tuple(options))
 
 
 def measure_sizes(pairs, request) -> list[str]:
@@ -357,6 +371,10 @@ def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,
     (`METHOD_SIZING`), said in the status and the run's settings, instead of measuring first (the app's
     worker measures them after the race). Errors raise (the worker turns them into an ("error", ...) event).
     """
+    import time
+
+    # The run's clock starts before the load and the sizing, so they come out of the limit too.
+    deadline = None if max_run_seconds is None else time.monotonic() + float(max_run_seconds)
     yield ("status", f"Loading {request.label}…")
     target, draft = request.models()
     pair = pairs.get(target, draft, request.dtype or "auto")
@@ -384,7 +402,7 @@ def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,
         yield ("status", f"Racing with first sizes: {'; '.join(first.values())}. ({FIRST_SIZES_NOTE.capitalize()}.)"
                if first else "Racing…")
         yield ("start", race.trace)
-        yield from _race_steps(race, should_stop, max_run_seconds)
+        yield from _race_steps(race, should_stop, deadline, max_run_seconds)
     finally:
         race.close()   # frees every decoder's cache, also on Stop or a closed tab
     yield ("end", race.trace)
@@ -405,11 +423,11 @@ def run_race(request, pairs: PairCache | None = None, on_status: Callable[[str],
     return trace
 
 
-def _race_steps(race: Race, should_stop: Callable[[], bool], max_run_seconds: float | None):
-    """One ("step", ...) event per target forward until the race ends, is stopped or runs out of time."""
+def _race_steps(race: Race, should_stop: Callable[[], bool], deadline: float | None, max_run_seconds: float | None):
+    """One ("step", ...) event per target forward until the race ends, is stopped or its time (`deadline`,
+    monotonic) runs out."""
     import time
 
-    deadline = None if max_run_seconds is None else time.monotonic() + float(max_run_seconds)
     while not race.done and not should_stop():
         if deadline is not None and time.monotonic() > deadline:
             yield ("status", f"Stopped at this server's time limit of {float(max_run_seconds):g} s per run.")

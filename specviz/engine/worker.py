@@ -258,19 +258,29 @@ class RaceWorker:
         except (EOFError, OSError):
             return True   # the next recv reports the exit
 
-    def race(self, request, max_run_seconds: float | None = None) -> Iterator[tuple]:
+    def race(self, request, max_run_seconds: float | None = None, grace_s: float | None = None) -> Iterator[tuple]:
         """Send one race (a validated `specviz.request.RaceRequest`, which pickles as it is) and yield
         its events up to and including "end" or "error".
 
         Closing the generator early (Stop, a closed tab) tells the worker to stop
-        and drains what it still sends, so the next race starts clean.
+        and drains what it still sends, so the next race starts clean. The worker ends its race itself
+        at `max_run_seconds` (between two steps); one still racing `grace_s` after that (a step or a load
+        that hangs) is killed, and `WorkerUnavailable` says so: the slot then starts a fresh worker.
         """
         self._send(("race", request, max_run_seconds))
         self.busy = True
         finished = False
+        hard_stop = None if max_run_seconds is None or grace_s is None else \
+            time.monotonic() + max_run_seconds + grace_s
         try:
             while True:
                 event = self._recv(quiet_after=WAITING_TICK_S)
+                if hard_stop is not None and time.monotonic() > hard_stop:
+                    self.kill()
+                    finished = True   # nothing left to drain
+                    raise WorkerUnavailable(f"the race did not end within its time limit of {max_run_seconds:.0f} s "
+                                            f"(a step or a load hung for {grace_s:.0f} s more), so its worker "
+                                            f"was stopped")
                 if event is None:
                     yield ("waiting",)   # nothing new for a second: the page shows the seconds passing
                     continue
@@ -298,6 +308,13 @@ class RaceWorker:
                 pass
         except WorkerUnavailable:
             self.close()   # a worker that cannot finish cleanly is replaced on the next race
+
+    def kill(self) -> None:
+        """End a worker that no longer answers, at once (a hung step would never read "exit")."""
+        self.conn.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def close(self, timeout: float = 5.0) -> None:
         """End the worker (idempotent): ask, then terminate, then kill."""
@@ -377,12 +394,19 @@ class _Sender:
             self.conn.send(message)
 
 
+# Measurements queued or under way at most: what visitors ask for must not pile up work. A request beyond
+# them is dropped (its race runs on first sizes, and a later race on them asks again).
+MAX_MEASUREMENTS = 4
+
+
 class Measurer:
     """The worker's background measurement of this machine for `auto` sizes (`race.measure_sizes`).
 
     One thread takes requests in order and measures what each needs that is not cached (the app asks for
-    its initial request as soon as it is served, and for any race that ran on first sizes). Progress goes
-    to the app as ("measuring", Progress dict) and ("measured", {...}) when a request is done. A race
+    its initial request as soon as it is served, and for any race that ran on first sizes). A request
+    whose measurement (`race.measure_key`) is queued or under way already is not queued again, and at
+    most `MAX_MEASUREMENTS` are. Progress goes to the app as ("measuring", Progress dict) and
+    ("measured", {...}) when a request is done. A race
     pauses it (`paused`): the measurement stops at its next tick, between two timed forwards, and goes on
     after the race, so no measurement runs beside a timed race and none is timed with a race beside it.
     """
@@ -396,6 +420,8 @@ class Measurer:
         self.gate = threading.Event()
         self.gate.set()
         self.jobs: "queue.Queue" = queue.Queue()
+        self.keys: set = set()   # the measure keys queued or under way; idle when none
+        self.lock = threading.Lock()
         self.idle = threading.Event()
         self.idle.set()
         self.reporter = Measuring(report=self._report, gate=self.gate, interval_s=0.5)
@@ -407,9 +433,29 @@ class Measurer:
         """A measurement is under way or waiting to start."""
         return not self.idle.is_set()
 
-    def add(self, request) -> None:
-        self.idle.clear()
-        self.jobs.put(request)
+    def add(self, request) -> bool:
+        """Queue the request's measurement; False (dropped, no error) when the same one is queued or
+        under way, or `MAX_MEASUREMENTS` are, or the request names nothing measurable."""
+        from ..errors import SpecVizError
+        from .race import measure_key
+
+        try:
+            key = measure_key(request)
+        except SpecVizError:
+            return False   # `measure_sizes` would refuse it the same way
+        with self.lock:
+            if key in self.keys or len(self.keys) >= MAX_MEASUREMENTS:
+                return False
+            self.keys.add(key)
+            self.idle.clear()
+        self.jobs.put((key, request))
+        return True
+
+    def _done(self, key) -> None:
+        with self.lock:
+            self.keys.discard(key)
+            if not self.keys:
+                self.idle.set()
 
     def close(self) -> None:
         self.gate.set()
@@ -428,10 +474,10 @@ class Measurer:
 
         with measuring(self.reporter):
             while True:
-                request = self.jobs.get()
-                if request is None:
+                job = self.jobs.get()
+                if job is None:
                     return
-                self.idle.clear()
+                key, request = job
                 self.reporter.wait_at_gate()   # a race that came first goes first
                 try:
                     self.send(("measuring", {"what": f"loading {request.label}", "done": 0, "total": 1,
@@ -443,8 +489,7 @@ class Measurer:
                 except Exception as exc:   # never fatal to the worker: races still run on first sizes
                     done = {"error": f"{type(exc).__name__}: {exc}"}
                 finally:
-                    if self.jobs.empty():
-                        self.idle.set()
+                    self._done(key)
                 try:
                     self.send(("measured", {**done, "pending": not self.idle.is_set()}))
                 except (OSError, ValueError):

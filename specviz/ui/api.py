@@ -141,13 +141,14 @@ class RaceApi:
             for event in self.racer.events(race_request, control):
                 if event[0] == "trace" and event[2]:
                     trace = event[1]
+                elif self.handlers.client_gone(request) and not control.stop.is_set():
+                    # Gradio does not stop a plain function whose client left: no one would read this race.
+                    control.close()
         except Exception as exc:
             raise gr.Error(self.racer.failure(exc), print_exception=False) from None
         finally:
             release_freed_memory()
-            if self.handlers.controls.get(session) is control:
-                self.handlers.controls.pop(session, None)
-            self.handlers.end_race(session)
+            self.handlers._unregister(session, control)
         if trace is None:
             raise gr.Error("the race ended without a result", print_exception=False)
         return race_result(trace, self.serve(trace))

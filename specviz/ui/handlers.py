@@ -7,8 +7,9 @@ trace files) and answers each event with values by output name (`controls.Output
 
 from __future__ import annotations
 
+import html as htmllib
 import time
-from contextlib import closing
+from contextlib import closing, contextmanager
 
 import gradio as gr
 
@@ -20,26 +21,44 @@ from ..trace import RaceTrace
 from . import hardware, html, narrate, views, whatif
 from .content import LIVE_VIEW_INTERVAL_S, TEXT_INTERVAL_S, WORKSHOP
 from .controls import STEP_OUTPUTS, Page
+from .places import session_connected
 from .racing import RaceControl, Racer, TraceFiles, Visitors, contention_note, prune_session_config
 from .views import COLUMNS
 
 WHATIF_SIZES = ("tree_budget", "tree_depth", "window", "ngram", "guesses")
 
 
+@contextmanager
+def upload_errors(what: str, failed: str | None = None):
+    """Any exception from reading an uploaded `what` (a trace, a profile) as one `gr.Error` in SpecViz's words,
+    never Gradio's generic failure. The message is escaped: the page renders it as HTML, and it may quote the
+    upload."""
+    try:
+        yield
+    except SpecVizError as exc:
+        message = str(exc)
+    except OSError as exc:
+        message = f"could not read the uploaded file: {exc}"
+    except Exception as exc:   # the last resort: a check missed something, the visitor still gets words
+        message = f"{failed or f'could not read this {what}'}: {type(exc).__name__}: {str(exc)[:200]}"
+    else:
+        return
+    raise gr.Error(htmllib.escape(message, quote=False), print_exception=False) from None
+
+
 def session_of(request: gr.Request | None) -> str:
+    """The Gradio session a call belongs to; "local" for a call without one (a script calling a handler)."""
     return getattr(request, "session_hash", None) or "local"
 
 
 class PageHandlers:
     """The page's event handlers, sharing one app's racer, sessions' controls and trace files."""
 
-    def __init__(self, page: Page, racer: Racer, in_process_controls: bool, presets: list[str]):
+    def __init__(self, page: Page, racer: Racer, presets: list[str]):
         self.page = page
         self.outputs = page.race_outputs
         self.racer = racer
         self.limits = racer.limits
-        # Across ZeroGPU's process boundary a control cannot reach the race (garbage collection frees it).
-        self.in_process_controls = in_process_controls
         self.controls: dict[str, RaceControl] = {}   # session hash -> its running race's control
         self.visitors = Visitors()                    # sessions with a race in flight (one each)
         self.trace_files = TraceFiles()
@@ -96,10 +115,8 @@ class PageHandlers:
         finally:
             prune_session_config(self.demo, session)   # this run's streamed (skipped) figures
             release_freed_memory()
-            if self.controls.get(session) is control:
-                self.controls.pop(session, None)
-            self.end_race(session)
-        if control is not None and control.stop.is_set():
+            self._unregister(session, control)
+        if control.stop.is_set():
             return   # Stop has rendered the final view; a late update must not overwrite it
         if failure is not None:
             # The status line says it too: a "Loading …" line must not outlive the load that failed, nor
@@ -114,20 +131,33 @@ class PageHandlers:
                 trace, status_text=message + contention_note(trace) + self.limits.shared_device_note()))
 
     def begin_race(self, session: str) -> bool:
-        """Whether this session may start a race now (one in flight each); a call without a Gradio
-        session (a script calling the handler itself) is not counted."""
-        return session == "local" or self.visitors.begin(session)
+        """Whether this session may start a race now (one in flight each). Locally a call without a Gradio
+        session (a script calling the handler itself) is not counted; a hosted server exempts nobody."""
+        return (session == "local" and not self.limits.hosted) or self.visitors.begin(session)
 
     def end_race(self, session: str) -> None:
         self.visitors.end(session)
 
-    def _register(self, session: str) -> RaceControl | None:
-        control = RaceControl() if self.in_process_controls else None
-        if control is not None:
-            self.controls[session] = control
+    def _register(self, session: str) -> RaceControl:
+        """The session's control for Stop. Every host has one: its stop flag crosses ZeroGPU's process
+        boundary (`racing.StopFlag`), so Stop ends a race there too."""
+        control = RaceControl()
+        self.controls[session] = control
         return control
 
-    def _stream(self, request: RaceRequest, control: RaceControl | None, latest: list):
+    def _unregister(self, session: str, control: RaceControl) -> None:
+        if self.controls.get(session) is control:
+            self.controls.pop(session, None)
+        control.release()
+        self.end_race(session)
+
+    def client_gone(self, request: gr.Request | None) -> bool:
+        """Whether the client of this call has disconnected (Gradio let go of its event): its race should end."""
+        queue = getattr(self.demo, "_queue", None)
+        session = getattr(request, "session_hash", None)
+        return queue is not None and session is not None and not session_connected(queue, session)
+
+    def _stream(self, request: RaceRequest, control: RaceControl, latest: list):
         """Yield the page's updates while the race runs; return its final trace (None if stopped)."""
         with closing(self.racer.events(request, control)) as events:   # closed at once, also on Stop
             return (yield from self._updates(events, control, latest))
@@ -200,15 +230,14 @@ class PageHandlers:
     def load_trace(self, path):
         if not path:
             return self.outputs.pack()
-        try:
+        with upload_errors("trace"):
             trace = RaceTrace.from_file(path, max_bytes=self.limits.max_trace_bytes)
-        except SpecVizError as exc:
-            raise gr.Error(str(exc), print_exception=False) from None
-        except OSError as exc:
-            raise gr.Error(f"could not read the uploaded file: {exc}", print_exception=False) from None
-        return self.outputs.pack(**self.full_view(
-            trace, with_file=False, status_text=f"Replaying an uploaded trace: {len(trace.order)} steps, "
-                                                f"{', '.join(trace.methods)} on {trace.target_name or 'unknown model'}."))
+        # A trace that passed every check should draw; one that still trips a view is refused in words too.
+        with upload_errors("trace", "could not show this trace"):
+            view = self.full_view(trace, with_file=False, status_text=(
+                f"Replaying an uploaded trace: {len(trace.order)} steps, {', '.join(trace.methods)} on "
+                f"{html.esc(trace.target_name or 'unknown model')}."))
+        return self.outputs.pack(**view)
 
     # -- workshop mode -------------------------------------------------------------------------------
 
@@ -223,11 +252,9 @@ class PageHandlers:
     def load_profile(path):
         if not path:
             return None, "Costs: this machine's (or this run's) measured t(n)."
-        try:
+        with upload_errors("profile"):
             profile = whatif.load_profile(path)
-        except SpecVizError as exc:
-            raise gr.Error(str(exc), print_exception=False) from None
-        return profile, f"Costs: the uploaded profile ({profile['name']}), {len(profile['target_ms'])} sizes."
+        return profile, f"Costs: the uploaded profile ({html.esc(profile['name'])}), {len(profile['target_ms'])} sizes."
 
     @staticmethod
     def sync_sliders(trace):

@@ -60,6 +60,7 @@ from .racing import (  # noqa: F401
     use_worker,
     worker_race_events,
 )
+from .places import PlacesPolicy, guard_queue
 from .wiring import wire
 
 # The page's initial values (and so the HTTP API's defaults) under the names `build_demo(defaults=...)`
@@ -144,11 +145,15 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
         warm = slot is not None and (warm_up_wanted() if warm_up is None else warm_up)
         page.measure_timer.active = warm
         racer = Racer(pairs, limits, slot, compute)
-        handlers = PageHandlers(page, racer, in_process_controls=gpu is None, presets=presets)
+        handlers = PageHandlers(page, racer, presets=presets)
         handlers.demo = demo
         wire(page, handlers, init)
 
     demo.queue(max_size=limits.queue_size, default_concurrency_limit=1)
+    if limits.places_per_address or limits.places_per_user:   # a hosted server: places counted per client
+        guard_queue(demo, PlacesPolicy(per_address=limits.places_per_address or limits.queue_size,
+                                       per_user=limits.places_per_user or limits.queue_size,
+                                       trusted_proxies=limits.trusted_proxies))
     if warm:
         try:
             slot.warm_up(init.validated(limits))

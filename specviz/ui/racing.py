@@ -28,13 +28,43 @@ from ..trace import RaceTrace
 from . import hardware
 
 
-class RaceControl:
-    """Lets the Stop button end this session's race at once (between two steps)."""
+class StopFlag:
+    """A stop signal that crosses a process boundary: set, a file exists.
+
+    ZeroGPU runs the race in a process of its own and pickles the race's arguments into it, so a
+    `threading.Event` there would be a copy the Stop button never reaches (Stop did nothing on ZeroGPU).
+    A file in a folder of its own is seen by both processes, which share the machine; checking it costs a
+    `stat` between two target forwards."""
 
     def __init__(self):
-        self.stop = threading.Event()
+        self.folder = tempfile.mkdtemp(prefix="specviz-stop-")
+        self.path = os.path.join(self.folder, "stop")
+
+    def set(self) -> None:
+        try:
+            Path(self.path).touch()
+        except OSError:   # released already: the race is over
+            pass
+
+    def is_set(self) -> bool:
+        return os.path.exists(self.path)
+
+    def release(self) -> None:
+        """Remove the folder once the race is over (the owner's side only)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class RaceControl:
+    """Lets the Stop button, a closed tab or a lost client end this session's race at once (between two
+    steps). It pickles (ZeroGPU's process boundary) as its stop flag alone."""
+
+    def __init__(self):
+        self.stop = StopFlag()
         self.race = None     # the in-process race, when the race runs here
         self.worker = None   # the worker running it, when it runs there
+
+    def __getstate__(self):
+        return {"stop": self.stop, "race": None, "worker": None}
 
     def close(self) -> None:
         self.stop.set()
@@ -42,6 +72,9 @@ class RaceControl:
             self.worker.stop()
         if self.race is not None:
             self.race.close()
+
+    def release(self) -> None:
+        self.stop.release()
 
 
 class Visitors:
@@ -126,13 +159,16 @@ def race_events(pairs, limits, control: RaceControl | None, request, graphs_poli
             yield ("trace", event[1], True)
 
 
-def worker_race_events(worker, limits, control: RaceControl | None, request):
-    """The same events, from a race the worker process runs; the trace here is a mirror it streams."""
+def worker_race_events(worker, limits, control: RaceControl | None, request, deadline: float | None = None):
+    """The same events, from a race the worker process runs; the trace here is a mirror it streams.
+    `deadline` (monotonic): when the race must have ended, counted from the click; the worker is given what
+    is left of it, and is killed if it is still racing WORKER_GRACE_S past it."""
     if control is not None:
         control.worker = worker
     trace = None
     status, since = "", time.monotonic()
-    for event in worker.race(request, limits.max_run_seconds):
+    left = limits.max_run_seconds if deadline is None else max(0.0, deadline - time.monotonic())
+    for event in worker.race(request, left, grace_s=limits.worker_grace_s):
         kind = event[0]
         if kind == "waiting":   # a quiet second (a model loading, decoders being prepared): say how long
             if status and trace is None:
@@ -216,7 +252,11 @@ class Racer:
             slot.close()
 
     def events(self, request, control: RaceControl | None):
-        """("status", text) and ("trace", RaceTrace, done) events of one race of a validated request."""
+        """("status", text) and ("trace", RaceTrace, done) events of one race of a validated request.
+
+        The race's time limit counts from here (the click): starting a worker, loading the models and
+        sizing the decoders come out of it, not only the decoding."""
+        deadline = time.monotonic() + float(self.limits.max_run_seconds)
         if self.slot is None:
             yield from self._in_process(request, control)
             return
@@ -227,7 +267,7 @@ class Racer:
                 yield from self._in_process(request, control, slot.failed)
                 return
             try:
-                yield from worker_race_events(runner, self.limits, control, request)
+                yield from worker_race_events(runner, self.limits, control, request, deadline)
             except WorkerUnavailable:
                 slot.discard()   # the next race on this slot starts a fresh worker
                 raise
