@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..trace import PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, LookaheadPayload, RunTrace, TreePayload
+from .escape import esc
 
 METHOD_LABELS = {"ar": "Autoregressive", "sequoia": "Sequoia", "lookahead": "Lookahead"}
 METHOD_COLORS = {"ar": "#6b7280", "sequoia": "#2563eb", "lookahead": "#d97706"}
@@ -43,9 +44,7 @@ def empty_figure(title: str, message: str, height: int = 300) -> go.Figure:
 def _esc(text) -> str:
     """`html.esc`, for plotly's text: its labels, hover texts and titles are HTML too (`<b>`, `<a href>`), so a
     trace's strings go through the same escaping as every other view's (quotes kept: plotly writes its text as
-    text, never into an attribute of ours). Imported late: html.py imports this module's colours."""
-    from .html import esc
-
+    text, never into an attribute of ours)."""
     return esc(text, quote=False)
 
 

@@ -6,10 +6,10 @@ HTML lands: the app, a notebook, a saved page).
 
 from __future__ import annotations
 
-import html
 
 from ..glossary import term_html
 from ..trace import SOURCE_AR, SOURCE_BONUS, SOURCE_DRAFT, SOURCE_NGRAM, LookaheadPayload, RunTrace
+from .escape import esc  # noqa: F401 (the views import it from here too)
 from .figures import METHOD_COLORS, METHOD_LABELS
 
 # Token background by how the token was produced.
@@ -29,13 +29,6 @@ FINISH_WORDS = {"eos": "end of text", "length": "token limit", "cancelled": "sto
 SAMPLING_NOTE = (
     "Sampling: outputs differ by design (each method draws its own random numbers), but every method "
     "samples exactly from the target model's distribution — the speedup costs no quality.")
-
-
-def esc(text, quote: bool = True) -> str:
-    """Any value as text safe inside HTML or SVG, in an element or a quoted attribute: every view writes a trace's
-    strings (and numbers, which an upload could make strings) through it, so they are data, never markup.
-    `quote=False` leaves quotes as they are, for text that never lands in an attribute (plotly's)."""
-    return html.escape(str(text), quote=quote)
 
 
 def legend_html() -> str:
