@@ -7,7 +7,6 @@ trace files) and answers each event with values by output name (`controls.Output
 
 from __future__ import annotations
 
-import html as htmllib
 import time
 from contextlib import closing, contextmanager
 
@@ -43,7 +42,7 @@ def upload_errors(what: str, failed: str | None = None):
         message = f"{failed or f'could not read this {what}'}: {type(exc).__name__}: {str(exc)[:200]}"
     else:
         return
-    raise gr.Error(htmllib.escape(message, quote=False), print_exception=False) from None
+    raise gr.Error(html.esc(message, quote=False), print_exception=False) from None
 
 
 def session_of(request: gr.Request | None) -> str:

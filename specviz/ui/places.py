@@ -28,11 +28,14 @@ class PlacesPolicy:
     per_user: int             # a logged-in Hugging Face user, whatever address they come from
     trusted_proxies: int = 0  # proxies in front of the app that append to X-Forwarded-For (a Space: 1)
 
+    def limit(self, key: str) -> int:
+        """The places `key` (from `client_key`) may hold."""
+        return self.per_user if key.startswith("user:") else self.per_address
+
     def message(self, key: str) -> str:
-        held = self.per_user if key.startswith("user:") else self.per_address
         who = "your account" if key.startswith("user:") else "your network address"
-        return (f"this server holds at most {held} queued or running races for {who}, and they are all taken: "
-                "wait for one to finish, then start again")
+        return (f"this server holds at most {self.limit(key)} queued or running races for {who}, and they are all "
+                "taken: wait for one to finish, then start again")
 
 
 def client_key(username: str | None, headers, client, trusted_proxies: int = 0) -> str:
@@ -50,26 +53,22 @@ def client_key(username: str | None, headers, client, trusted_proxies: int = 0) 
     return f"addr:{getattr(client, 'host', None) or 'unknown'}"
 
 
-def request_key(request, trusted_proxies: int = 0) -> str:
-    """`client_key` of a `gr.Request` (or any object with username, headers and client)."""
-    return client_key(getattr(request, "username", None), getattr(request, "headers", None),
-                      getattr(request, "client", None), trusted_proxies)
+def running_events(queue, concurrency_id: str = RACE_QUEUE) -> list:
+    """The events of one concurrency id Gradio is running now (its client gone or not)."""
+    return [event for jobs in queue.active_jobs if jobs for event in jobs if event.concurrency_id == concurrency_id]
 
 
 def queue_events(queue, concurrency_id: str = RACE_QUEUE) -> list:
     """The events of one concurrency id that hold a place now: waiting in Gradio's queue, or running."""
     waiting = getattr(queue.event_queue_per_concurrency_id.get(concurrency_id), "queue", [])
-    running = [event for jobs in queue.active_jobs if jobs for event in jobs
-               if event.concurrency_id == concurrency_id and event.alive]
-    return [*waiting, *running]
+    return [*waiting, *(event for event in running_events(queue, concurrency_id) if event.alive)]
 
 
 def session_connected(queue, session_hash: str, concurrency_id: str = RACE_QUEUE) -> bool:
     """False once Gradio has let go of every running event of this session (its client disconnected: the
     event stream closed, and Gradio marks the session's jobs no longer alive). A plain function (`/race`)
     is not stopped by Gradio when that happens, so the race asks this between its steps."""
-    mine = [event for jobs in queue.active_jobs if jobs for event in jobs
-            if event.session_hash == session_hash and event.concurrency_id == concurrency_id]
+    mine = [event for event in running_events(queue, concurrency_id) if event.session_hash == session_hash]
     return not mine or any(event.alive for event in mine)
 
 
@@ -95,9 +94,8 @@ def guard_queue(demo, policy: PlacesPolicy, concurrency_id: str = RACE_QUEUE) ->
         if fn is None or fn.concurrency_id != concurrency_id:
             return await push(body=body, request=request, username=username)
         key = client_key(username, request.headers, request.client, policy.trusted_proxies)
-        limit = policy.per_user if key.startswith("user:") else policy.per_address
         async with lock:
-            if places_held(queue, key, policy.trusted_proxies, concurrency_id) >= limit:
+            if places_held(queue, key, policy.trusted_proxies, concurrency_id) >= policy.limit(key):
                 return False, policy.message(key), "queue_full"
             return await push(body=body, request=request, username=username)
 
