@@ -102,7 +102,9 @@ TERMS: tuple[Term, ...] = (
     Term("int8", "A precision (`--dtype int8`, CPU, Llama-family models: Llama, Qwen2): every layer's linears in "
          "weight-only int8, one scale per output row, on torch's int8 kernel, each product's input rounded to bf16 "
          "for it; the rest as for q4. Half a bf16 model's bytes a token. Not exact: greedy agreement is reported."),
-    Term("auto precision", "What `--dtype auto` runs on a CPU: the precision (fp32, bf16, q4 or int8) whose target "
+    Term("auto precision", "What `--dtype auto` runs on a CPU: q4 for the offline default from the first race "
+         "wherever SpecViz's own 4-bit kernel is built and passes its self-test (the measurement confirms it, never "
+         "flips it); elsewhere the precision (fp32, bf16, q4 or int8) whose target "
          "forward this machine measured fastest (the geometric mean of one row's and a 16-row verification's), "
          "measured once per CPU, thread count and torch version. The summary line says which ran and why; until "
          "it is measured, and on a GPU, the rule: bf16 where the hardware has bf16 kernels, else fp32 (fp16 on a "

@@ -31,6 +31,15 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+@pytest.fixture
+def measured_rule(monkeypatch):
+    """`auto` as it chooses where SpecViz's own q4 kernel is not used: the rule, then the fastest measured (where
+    the kernel runs, `auto` is q4 from the first race: tests/test_auto_explained.py)."""
+    from specviz.engine import models
+
+    monkeypatch.setattr(models, "own_q4_kernel", lambda: None)
+
+
 def measured(chosen: str, **ms) -> None:
     """A measurement as `precision.measure` caches it, choosing `chosen`."""
     times = {name: {"1": ms.get(name, 50.0), "16": 3 * ms.get(name, 50.0)} for name in NAMES}
@@ -53,7 +62,7 @@ def test_candidates_are_a_cpus_and_q4_only_for_the_offline_default():
     assert auto_precision("default", torch.device("meta")) == (None, "")
 
 
-def test_until_measured_auto_runs_the_rule_and_says_so(cache):
+def test_until_measured_auto_runs_the_rule_and_says_so(cache, measured_rule):
     assert precisions_pending("default", CPU)
     chosen, words = auto_precision("default", CPU)
     assert chosen is None and words.startswith(precision.NOT_MEASURED)
@@ -63,7 +72,7 @@ def test_until_measured_auto_runs_the_rule_and_says_so(cache):
 
 
 @pytest.mark.parametrize("chosen", ["fp32", "bf16"] + (["q4"] if q4_kernel_available() else []))
-def test_auto_loads_the_precision_this_machine_measured_fastest(cache, chosen):
+def test_auto_loads_the_precision_this_machine_measured_fastest(cache, measured_rule, chosen):
     measured(chosen, **{chosen: 10.0})
     assert not precisions_pending("default", CPU)
     pair = load_pair("default", "self", device="cpu", dtype="auto")
@@ -100,7 +109,7 @@ def test_the_measurement_times_every_candidate_and_caches_its_choice(cache):
     assert saved["machine"]["threads"] == torch.get_num_threads()
 
 
-def test_the_pair_cache_loads_the_measured_precision_for_the_next_race(cache):
+def test_the_pair_cache_loads_the_measured_precision_for_the_next_race(cache, measured_rule):
     from specviz.engine.race import PairCache
 
     pairs = PairCache()
@@ -112,7 +121,7 @@ def test_the_pair_cache_loads_the_measured_precision_for_the_next_race(cache):
     assert pairs.get("default", "self", "auto").precision == other
 
 
-def test_the_race_trace_and_its_summary_line_say_why_this_precision(cache):
+def test_the_race_trace_and_its_summary_line_say_why_this_precision(cache, measured_rule):
     from specviz.engine.race import Race, ran_first_sizes
     from specviz.engine.methods import make_decoder
     from specviz.engine.sampling import SamplingConfig

@@ -497,7 +497,8 @@ def load_pair(target: str | None = DEFAULT_NAME, draft: str | None = None, *,
 
     `draft=None` picks the offline default's shipped draft when the target is the
     default, and otherwise the target itself (always exact, never faster). `dtype` auto on a
-    CPU is the precision this machine measured fastest once it has (`engine.precision`).
+    CPU is q4 for the offline default where SpecViz's 4-bit kernel runs here, else the precision this
+    machine measured fastest once it has (`engine.precision`).
     """
     dev = choose_device(device)
     if dtype not in (None, "", "auto"):
@@ -525,8 +526,18 @@ def auto_candidates(target: str | None, device: torch.device) -> list[str]:
 
 
 def auto_precision(target: str | None, device: torch.device) -> tuple[str | None, str]:
-    """(what `auto` loads on `device`: the measured choice, or None for the rule; why, in words)."""
-    return precision.choice(_display_name(target), auto_candidates(target, device))
+    """(what `auto` loads on `device`: q4 where it is a candidate and SpecViz's own 4-bit kernel is built and
+    self-tested here, from the first race; else the measured choice, or None for the rule; why, in words)."""
+    names = auto_candidates(target, device)
+    return precision.choice(_display_name(target), names, kernel=own_q4_kernel() if Q4 in names else None)
+
+
+def own_q4_kernel() -> str | None:
+    """SpecViz's q4 kernel in the summary line's words (`native.KERNEL_WORDS`) where it is built, loaded and
+    self-tested here, else None (q4 then runs torch's int4 kernel, and `auto` measures before choosing it)."""
+    from . import native
+
+    return native.KERNEL_WORDS if native.q4_rows_available() is None else None
 
 
 def precisions_pending(target: str | None, device: torch.device) -> bool:

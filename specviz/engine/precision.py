@@ -14,6 +14,12 @@ fp32) and says so: the app's worker measures it in the background after the firs
 knows the candidates and how to load a model at each). On a GPU `auto` stays the rule
 (`models.choose_dtype`): bf16 from Ampere on, fp16 below.
 
+Where q4 is a candidate and SpecViz's own 4-bit kernel is built here and passed its self-test
+(`native.q4_rows_available`), `auto` is q4 from the first race, before anything is measured: the first
+race runs at the precision the next one will (a fresh cache's first race in bf16 showed 2.1x, the next,
+in q4, 1.1x). The measurement still runs, and its times are shown, but it confirms q4; it never flips it
+away while the kernel is there (`choice(kernel=...)`).
+
 Only fp32 is exact (the tests prove it there); a race on bf16 or q4 reports its greedy agreement with
 `ar` instead. The summary line says which precision ran and why (`RaceTrace.precision_choice`).
 """
@@ -32,6 +38,10 @@ KIND = "precision"    # the cache kind (`profiler.MACHINE_KINDS`)
 ROWS = (1, 16)        # the forwards timed: one decoding row, and a speculative step's verification
 REPEATS = 5
 NOT_MEASURED = "auto: this CPU's precisions are not measured yet"
+KERNEL_Q4 = "q4"   # what `auto` runs where SpecViz's 4-bit kernel is built and self-tested
+# Said while q4 was chosen for the kernel and the measurement has not run yet: the worker measures after
+# such a race, as after one on the rule (`waits_for_measurement`).
+UNCONFIRMED = "not timed against the other precisions on this CPU yet (measured after this race)"
 
 
 def _key(target_name: str) -> str:
@@ -63,16 +73,44 @@ def fastest(ms: dict[str, dict]) -> str:
     return min(ms, key=score)
 
 
-def choice(target_name: str, names: list[str]) -> tuple[str | None, str]:
-    """(the precision `auto` loads, or None for the rule; the words the summary line shows)."""
+def one_token_times(found: dict, names: list[str]) -> str:
+    """"fp32 31.2 ms, bf16 40.1 ms, q4 18.0 ms": each precision's measured one-token forward."""
+    return ", ".join(f"{name} {found['ms'][name][str(ROWS[0])]:.1f} ms" for name in names)
+
+
+def kernel_words(kernel: str) -> str:
+    """How the summary line names the reason q4 runs before and whatever the measurement says."""
+    return f"auto: {KERNEL_Q4}, SpecViz's 4-bit kernel runs on this CPU ({kernel})"
+
+
+def choice(target_name: str, names: list[str], kernel: str | None = None) -> tuple[str | None, str]:
+    """(the precision `auto` loads, or None for the rule; the words the summary line shows).
+
+    `kernel`: SpecViz's 4-bit kernel is built and self-tested here, in these words (`native.KERNEL_WORDS`);
+    with q4 among `names` it is q4 from the first race, and the measurement, once there, confirms it in its
+    times without changing it (None: the rule until measured, then the fastest measured)."""
     if len(names) < 2:
         return None, ""
     found = cached(target_name, names)
+    if kernel and KERNEL_Q4 in names:
+        words = kernel_words(kernel)
+        if found is None:
+            return KERNEL_Q4, f"{words}; {UNCONFIRMED}"
+        times = one_token_times(found, names)
+        if found["chosen"] == KERNEL_Q4:
+            return KERNEL_Q4, f"{words}, and the fastest measured here (one token's forward: {times})"
+        return KERNEL_Q4, (f"{words}; measured here, {found['chosen']} came out faster (one token's forward: "
+                           f"{times}), but auto keeps q4 while the kernel runs, so one race's precision is the "
+                           f"next one's (ask for {found['chosen']} to race it)")
     if found is None:
         return None, NOT_MEASURED + ", so the rule ran (bf16 where the CPU has bf16 kernels, else fp32)"
     chosen = found["chosen"]
-    times = ", ".join(f"{name} {found['ms'][name][str(ROWS[0])]:.1f} ms" for name in names)
-    return chosen, f"auto: {chosen}, the fastest measured on this CPU (one token's forward: {times})"
+    return chosen, f"auto: {chosen}, the fastest measured on this CPU (one token's forward: {one_token_times(found, names)})"
+
+
+def waits_for_measurement(words: str) -> bool:
+    """Whether a race's precision words (`choice`) say this CPU's precisions are still to be measured."""
+    return words.startswith(NOT_MEASURED) or UNCONFIRMED in words
 
 
 @torch.inference_mode()

@@ -263,25 +263,33 @@ class PairCache:
     """
 
     def __init__(self, max_pairs: int = 2, device: str | None = None):
+        from .auto_notes import LastRaces
+
         self.max_pairs = max_pairs
         self.device = device   # None: the GPU when there is one (`load_pair`'s choice)
         self.pairs: OrderedDict[tuple, object] = OrderedDict()   # least recently used first
         self.lock = threading.Lock()
+        # What `auto` chose at the last race of each request's settings, for what changed since (`auto_notes`).
+        self.last_races = LastRaces()
 
-    def _key(self, target: str, draft: str | None, dtype: str) -> tuple:
-        """`auto` names what it resolves to now: once this machine's precisions are measured (in the
-        background, `measure_sizes`), the next race loads the precision chosen."""
+    def _resolved(self, target: str, draft: str | None, dtype: str) -> tuple[tuple, str | None]:
+        """(the key, `auto`'s words now or None where a precision was asked for). `auto` names what it
+        resolves to now: once this machine's precisions are measured (in the background,
+        `measure_sizes`), the next race loads the precision chosen."""
         if dtype in (None, "", "auto"):
             from .models import auto_precision, choose_device
 
-            chosen = auto_precision(target, choose_device(self.device))[0]
-            return (target, draft, f"auto:{chosen}" if chosen else "auto")
-        return (target, draft, dtype)
+            chosen, words = auto_precision(target, choose_device(self.device))
+            return (target, draft, f"auto:{chosen}" if chosen else "auto"), words
+        return (target, draft, dtype), None
+
+    def _key(self, target: str, draft: str | None, dtype: str) -> tuple:
+        return self._resolved(target, draft, dtype)[0]
 
     def get(self, target: str, draft: str | None, dtype: str):
         from .models import load_pair
 
-        key = self._key(target, draft, dtype)
+        key, words = self._resolved(target, draft, dtype)
         with self.lock:
             if key in self.pairs:   # the least recently raced pair goes first, not the first loaded
                 self.pairs.move_to_end(key)
@@ -289,7 +297,10 @@ class PairCache:
                 while len(self.pairs) >= self.max_pairs:   # room first: memory holds max_pairs at most
                     self.pairs.popitem(last=False)
                 self.pairs[key] = load_pair(target, draft, dtype=dtype, device=self.device)
-            return self.pairs[key]
+            pair = self.pairs[key]
+            if words is not None:   # the same precision, and what is known of it now (a measurement confirms q4)
+                pair.precision_choice = words
+            return pair
 
     def loaded(self, target: str, draft: str | None, dtype: str):
         """The pair if it is loaded already, else None (never loads)."""
@@ -349,10 +360,11 @@ FIRST_SIZES_NOTE = ("this machine's measurements for 'auto' are still running, s
 
 def ran_first_sizes(trace) -> bool:
     """Whether any run of the race started on first sizes (`race_events(first_sizes=True)`), or `auto`
-    ran the precision rule because this CPU's precisions were not measured yet (`engine.precision`)."""
-    from .precision import NOT_MEASURED
+    chose its precision before this CPU's precisions were measured (the rule, or q4 for SpecViz's kernel,
+    which the measurement then confirms: `engine.precision`)."""
+    from .precision import waits_for_measurement
 
-    return trace.precision_choice.startswith(NOT_MEASURED) or any(
+    return waits_for_measurement(trace.precision_choice) or any(
         (run.settings or {}).get("sizing") == "first" for run in trace.runs.values() if run is not None)
 
 
@@ -396,6 +408,15 @@ def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,
     for method, words in first.items():
         if method in race.decoders:   # what the trace keeps: these sizes were a first estimate, and why
             race.runs[method].settings.update(sizing="first", sizing_reason=f"{words}: {FIRST_SIZES_NOTE}")
+    from .auto_notes import annotate
+
+    # Why a small `auto` size, and what `auto` changed since the last race with these settings, and why.
+    try:
+        annotate(race.trace, pair, graphs, getattr(pairs, "last_races", None), measure_key(request))
+    except Exception:   # a sentence must never cost a race
+        import traceback
+
+        traceback.print_exc()
     if on_start is not None:
         on_start(race)
     try:

@@ -76,7 +76,8 @@ class PageHandlers:
         upto = total if upto is None else max(0, min(int(upto), total))
         curve, hw = hardware.panel(trace, self.racer.pairs)
         values = {**views.text_views(trace, upto), **views.plot_views(trace, upto),
-                  "summary": html.summary_html(trace, trace.steps_done(upto)) if trace else "", "trace": trace,
+                  "summary": html.summary_html(trace, trace.steps_done(upto)) + hardware.auto_notes_html(trace)
+                  if trace else "", "trace": trace,
                   "slider": gr.Slider(minimum=0, maximum=max(total, 1), value=upto, step=1),
                   "caption": views.step_caption(trace, upto),
                   "file": self.trace_files.write(trace) if (trace and with_file) else None,

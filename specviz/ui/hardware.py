@@ -193,6 +193,25 @@ def panel_html(plans: dict | None) -> str:
     return "".join(parts)
 
 
+def auto_notes_html(trace) -> str:
+    """Under the summary line: why an `auto` size is small (a one-level tree, no Lookahead candidates) and what
+    `auto` changed since the last race with the same settings, and why (`engine.auto_notes`, kept in the runs'
+    settings); "" where neither applies."""
+    from ..engine.auto_notes import CHANGED, SIZED, WHY
+
+    if trace is None:
+        return ""
+    notes = []
+    for method in SIZED:
+        run = trace.runs.get(method)
+        settings = run.settings if run is not None and isinstance(run.settings, dict) else {}
+        notes += [str(settings[key]) for key in (CHANGED, WHY) if isinstance(settings.get(key), str) and settings[key]]
+    if not notes:
+        return ""
+    return ('<div class="sv-auto-notes" style="color:#6b7280;font-size:13px;margin-top:2px">'
+            + "".join(f"<div>{esc(note)}.</div>" for note in notes) + "</div>")
+
+
 def target_curve(plans: dict | None) -> dict:
     for method in ("sequoia", "lookahead"):
         plan = (plans or {}).get(method) or {}
