@@ -31,7 +31,10 @@ SOURCE_AR = "ar"          # one token from one plain target forward
 SOURCE_DRAFT = "draft"    # a draft-tree token the target accepted
 SOURCE_BONUS = "bonus"    # the target's own token after the accepted path (bonus / correction)
 SOURCE_NGRAM = "ngram"    # a Lookahead n-gram token the target accepted
-TOKEN_SOURCES = (SOURCE_AR, SOURCE_DRAFT, SOURCE_BONUS, SOURCE_NGRAM)
+SOURCE_COPY = "copy"      # a token copied from the prompt or the text so far (prompt lookup) and accepted
+TOKEN_SOURCES = (SOURCE_AR, SOURCE_DRAFT, SOURCE_BONUS, SOURCE_NGRAM, SOURCE_COPY)
+ORIGIN_POOL = "pool"      # a Lookahead candidate from its n-gram pool
+ORIGIN_COPY = "copy"      # a candidate copied from the prompt or the text so far (`prompt_lookup.match`)
 NODE_STATUSES = ("root", "accepted", "rejected", "not_reached")
 FINISH_REASONS = ("eos", "length", "cancelled", "error")
 
@@ -58,6 +61,7 @@ class TreeNode:
     # What the draft read when it proposed this node: "" for an independent draft; for a feature
     # draft, the target's hidden state (depth 1) or its own predicted one (deeper). Additive field.
     draft_input: str = ""
+    origin: str = "draft"  # "draft", or ORIGIN_COPY for a token copied from the text (its q is one-hot)
 
 
 @dataclass
@@ -81,6 +85,7 @@ class NgramCandidate:
     tokens: list[int]
     texts: list[str]
     match_length: int
+    origin: str = ORIGIN_POOL            # ORIGIN_POOL or ORIGIN_COPY
 
 
 @dataclass
@@ -98,6 +103,7 @@ class LookaheadPayload:
     window_size: int = 0                 # W
     ngram_size: int = 0                  # N
     guesses: int = 0                     # G
+    copies: int = 0                      # rows for copied candidates, besides the pool's G
 
     @staticmethod
     def from_dict(data: dict) -> "LookaheadPayload":
@@ -396,6 +402,8 @@ class _At:
 _CHOICES = {
     ("TreeNode", "status"): (NODE_STATUSES, "node status"),
     ("StepRecord", "token_sources"): (TOKEN_SOURCES, "token source"),
+    ("NgramCandidate", "origin"): ((ORIGIN_POOL, ORIGIN_COPY), "candidate origin"),
+    ("TreeNode", "origin"): (("draft", ORIGIN_COPY), "tree node origin"),
     ("StepRecord", "finish_reason"): (FINISH_REASONS, "finish reason"),
     ("RunTrace", "finish_reason"): (FINISH_REASONS, "finish reason"),
 }

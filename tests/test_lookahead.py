@@ -8,9 +8,9 @@ from lookahead_reference import greedy_verify, sampling_verify
 from specviz.engine.methods import make_decoder
 from specviz.engine.sampling import SamplingConfig
 from specviz.errors import InvalidInput
-from specviz.lookahead.sizing import choose, expected_tokens, interpolate, settings_table
+from specviz.lookahead.sizing import COPY_ROWS, choose, expected_tokens, interpolate, settings_table, step_ms
 from specviz.lookahead.window import build_layout
-from specviz.trace import SOURCE_AR, SOURCE_BONUS, SOURCE_NGRAM, RunTrace
+from specviz.trace import ORIGIN_COPY, SOURCE_AR, SOURCE_BONUS, SOURCE_COPY, SOURCE_NGRAM, RunTrace
 
 
 def _rows(text: str) -> torch.Tensor:
@@ -137,20 +137,25 @@ def ar_outputs(pair_fp32):
 
 @pytest.mark.parametrize("name", list(PROMPTS))
 def test_greedy_equals_autoregressive(pair_fp32, ar_outputs, name):
+    """Every setting with the prompt pool and copied candidates (the default), without either, and with the
+    pool alone."""
     accepted = {}
-    for window, ngram, guesses in SETTINGS:
-        for pool in (True, False):
-            trace = make_decoder("lookahead", pair_fp32, PROMPTS[name], max_new_tokens=N_NEW, window=window,
-                                 ngram=ngram, guesses=guesses, pool_from_prompt=pool).run()
-            assert trace.token_ids == ar_outputs[name], (name, window, ngram, guesses, pool)
-            sources = [s for step in trace.steps for s in step.token_sources]
-            accepted[(window, ngram, guesses, pool)] = sources.count(SOURCE_NGRAM)
-            if guesses == 0:
-                assert SOURCE_NGRAM not in sources
+    variants = [(w, n, g, True, COPY_ROWS) for w, n, g in SETTINGS] + [(w, n, g, False, 0) for w, n, g in SETTINGS]
+    for window, ngram, guesses, pool, copies in variants + [(5, 3, 5, True, 0)]:
+        trace = make_decoder("lookahead", pair_fp32, PROMPTS[name], max_new_tokens=N_NEW, window=window,
+                             ngram=ngram, guesses=guesses, pool_from_prompt=pool, copies=copies).run()
+        assert trace.token_ids == ar_outputs[name], (name, window, ngram, guesses, pool, copies)
+        sources = [s for step in trace.steps for s in step.token_sources]
+        accepted[(window, ngram, guesses, pool, copies)] = (sources.count(SOURCE_NGRAM), sources.count(SOURCE_COPY))
+        if guesses == 0:
+            assert SOURCE_NGRAM not in sources
+        if copies == 0:
+            assert SOURCE_COPY not in sources
     # The equality above means something only if candidates were actually accepted.
-    assert sum(accepted.values()) > 0, accepted
+    assert sum(n + c for n, c in accepted.values()) > 0, accepted
     if name in ("code", "repeat"):
-        assert accepted[(5, 3, 5, True)] > 0, accepted
+        assert accepted[(5, 3, 5, True, 0)][0] > 0, accepted   # the pool's own n-grams
+        assert sum(c for _, c in accepted.values()) > 0, accepted   # and copies
 
 
 def test_trace_payload_and_round_trip(pair_fp32):
@@ -163,11 +168,12 @@ def test_trace_payload_and_round_trip(pair_fp32):
         p = step.payload
         assert [len(level) for level in p.window] == [3, 4]
         assert len(p.harvested) == 4 and all(len(g) == 3 for g in p.harvested)
-        assert len(p.candidates) <= 3 and p.pool_size > 0 and p.step_ms > 0
+        assert len(p.candidates) <= 3 + p.copies and p.pool_size > 0 and p.step_ms > 0
         assert step.tokens_processed == 2 * (4 + len(p.candidates))
         if p.accepted_candidate is not None:
-            n = p.candidates[p.accepted_candidate].match_length
-            assert step.token_sources == [SOURCE_NGRAM] * n + [SOURCE_BONUS][:len(step.token_sources) - n]
+            best = p.candidates[p.accepted_candidate]
+            n, source = best.match_length, SOURCE_COPY if best.origin == ORIGIN_COPY else SOURCE_NGRAM
+            assert step.token_sources == [source] * n + [SOURCE_BONUS][:len(step.token_sources) - n]
         else:
             assert step.token_sources == [SOURCE_AR]
         assert all(len(g) == 2 for g in p.pool_entry) and len(p.pool_entry) <= 3
@@ -275,8 +281,11 @@ def test_bad_settings_are_invalid_input(one_thread):
 def test_auto_model_and_choice(tmp_path, monkeypatch, one_thread):
     curve = {1: 30.0, 2: 30.0, 4: 31.0, 8: 35.0, 16: 45.0, 32: 60.0, 64: 100.0}
     assert interpolate(curve, 12) == pytest.approx(40.0)
-    assert expected_tokens(5, 3, 0) == 1.0                       # no candidates, no gain
+    assert expected_tokens(5, 3, 0, copies=0) == 1.0             # no candidates, no gain
     assert expected_tokens(5, 4, 5) > expected_tokens(5, 3, 5) > expected_tokens(5, 2, 5) > 1.0
+    # A copy alone (G = 0) brings tokens, and its rows are paid in the steps that find one.
+    assert expected_tokens(5, 3, 0) > expected_tokens(5, 3, 0, copies=0)
+    assert step_ms(curve, 1, 3, 0) == pytest.approx(0.5 * interpolate(curve, 2) + 0.5 * interpolate(curve, 4))
     table = settings_table(curve)
     assert table[0]["predicted_speedup"] >= table[-1]["predicted_speedup"]
     assert all(r["step_tokens"] <= 64 for r in table)

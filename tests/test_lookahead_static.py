@@ -15,7 +15,7 @@ from specviz.engine.methods import make_decoder
 from specviz.engine.sampling import SamplingConfig
 from specviz.lookahead import verify
 from specviz.lookahead.verify import greedy_verdict, unpack, verdict_width
-from specviz.trace import SOURCE_NGRAM
+from specviz.trace import SOURCE_COPY, SOURCE_NGRAM
 
 # -- device verification alone (no model) -------------------------------------------------------
 
@@ -221,16 +221,17 @@ def test_greedy_exact_and_padded_steps_equal_ar(pair_fp32, ar_tokens, auto_curve
     if auto_curve == "steep":   # no candidate pays for its rows there: G = 0, nothing from the pool
         assert guesses == 0 and SOURCE_NGRAM not in sources
     else:   # candidates were accepted (fixed sizes, or the flat curve's wide window)
-        assert guesses > 0 and sources.count(SOURCE_NGRAM) > 0
+        assert guesses > 0 and sources.count(SOURCE_NGRAM) + sources.count(SOURCE_COPY) > 0
     assert any(not step.payload.warmup for step in exact.steps[1:])  # past the warm-up
     assert exact.graphs["enabled"] and not exact.graphs["capturing"]
-    # The trace's forward sizes are what the target's forward ran: without capture the pool's candidates
-    # only, padded every step's full G-candidate shape.
+    # The trace's forward sizes are what the target's forward ran: without capture the step's candidates
+    # only (the copy's and the pool's), padded every step's full shape of G + copies candidates.
     assert [s.tokens_processed for s in exact.steps[1:]] == exact_rows
     assert [s.tokens_processed for s in padded.steps[1:]] == padded_rows
     window_rows = [1 + sum(len(level) for level in s.payload.window) for s in exact.steps[1:]]
     assert exact_rows == [w + len(s.payload.candidates) * (ngram - 1) for w, s in zip(window_rows, exact.steps[1:])]
-    assert padded_rows == [w + guesses * (ngram - 1) for w in window_rows]
+    # Padded, every step runs the G pool rows and the copies' rows.
+    assert padded_rows == [w + (guesses + exact.settings["copies"]) * (ngram - 1) for w in window_rows]
     if guesses:
         assert exact_rows != padded_rows   # some step had fewer candidates than G
 

@@ -24,7 +24,7 @@ from mutants import mutated
 
 from specviz.engine.quant import attach_int8, attach_quantized
 from specviz.engine.sampling import SamplingConfig
-from specviz.trace import SOURCE_NGRAM
+from specviz.trace import SOURCE_COPY, SOURCE_NGRAM
 
 N_SAMPLES = 3000       # chosen by power: see test_the_sample_size_has_power_against_a_wrong_temperature
 N_TOKENS = 4
@@ -49,6 +49,7 @@ class Family:
     mutants: tuple = ()                    # planted bugs this family's controls must reject
     adaptive: bool = False
     weight_only: str = ""                  # "q4" or "int8": the target's layers in that forward's weights
+    draft_seed: int = 1                    # the independent draft's weights
 
 
 SEQUOIA_MUTANTS = ("no-residual", "rejected-left-in-q")
@@ -69,8 +70,21 @@ FAMILIES = {
     # the draft also reads the tiny target's first layer at true positions
     "sequoia-feature-taps-fixed": Family("sequoia", "feature", {"tree_parents": SAMPLING_TREE},
                                                            taps=(0,)),
-    "lookahead": Family("lookahead", "self", {"window": 3, "ngram": 3, "guesses": 3},
+    "lookahead": Family("lookahead", "self", {"window": 3, "ngram": 3, "guesses": 3, "copies": 0},
                         prompt=(1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2), mutants=("lookahead-device-fallback-raw-p",)),
+    # Copied candidates only (G = 0): what the text repeats, verified by the same one-hot rule.
+    "lookahead-copied": Family("lookahead", "self", {"window": 3, "ngram": 3, "guesses": 0, "copies": 1},
+                               prompt=(1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2), mutants=("lookahead-device-fallback-raw-p",)),
+    # A copied chain grafted below a drafted leaf: its one child's q is one-hot (the root's two children are
+    # the draft's, so a copy joins only where the draft proposed its first token).
+    # The prompt repeats what the tiny target tends to write after it (0 3 0 3), so copies are accepted often.
+    # Leaves at depth 1 before a deeper branch: a chain grafted there moves that branch's nodes (and their q)
+    # to later numbers when the tree is renumbered breadth first (later steps; the test reads the first's).
+    # (This draft seed proposes the copy's first token at the root more often than seed 1: ~11% of runs
+    # accept a copied token, against ~2%.)
+    "sequoia-copied": Family("sequoia", "independent", {"tree_parents": [-1, 0, 0, 0, 3, 4], "copies": 3},
+                             prompt=(1, 2, 3, 0, 3, 0, 3), mutants=SEQUOIA_MUTANTS + ("copy-accepted-outright",),
+                             draft_seed=5),
 }
 # A wrong temperature is run once, through the autoregressive sampler: every family's target distribution is
 # that same tiny target's (after one of two prompts), and the power test below
@@ -82,7 +96,7 @@ def make_pair(family: Family, sampling: SamplingConfig):
     scale = EFFECTIVE_SCALE * sampling.temperature
     if family.pair == "feature":
         return tiny_feature_pair(family.taps, logit_scale=scale, noise=FEATURE_NOISE)
-    pair = tiny_pair(draft_seed=None if family.pair == "self" else 1, logit_scale=scale)
+    pair = tiny_pair(draft_seed=None if family.pair == "self" else family.draft_seed, logit_scale=scale)
     if family.weight_only:   # test_sampling_q4.py
         (attach_quantized if family.weight_only == "q4" else attach_int8)(pair.target)
         assert pair.precision == family.weight_only
@@ -101,7 +115,7 @@ class StepRecorder:
     """What the speculative steps did, so a passing test shows it exercised what it claims."""
 
     def __init__(self):
-        self.first_depths, self.tree_depths, self.shapes, self.ngram_runs = [], [], set(), 0
+        self.first_depths, self.tree_depths, self.shapes, self.ngram_runs, self.copy_runs = [], [], set(), 0, 0
 
     def __call__(self, trace):
         payload = trace.steps[1].payload
@@ -112,6 +126,7 @@ class StepRecorder:
             # context it varies with the seed at T=1, not at T=0.6, where the draft is surer).
             self.shapes.update(tuple(n.parent for n in step.payload.nodes) for step in trace.steps[1:])
         self.ngram_runs += any(s == SOURCE_NGRAM for st in trace.steps for s in st.token_sources)
+        self.copy_runs += any(s == SOURCE_COPY for st in trace.steps for s in st.token_sources)
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
@@ -123,14 +138,18 @@ def test_sampling_is_exact(one_thread, tmp_path, monkeypatch, family, setting):
     samples = sample_sequences(fam.method, pair, list(fam.prompt), sampling, N_SAMPLES, N_TOKENS, on_trace=steps,
                                **fam.options)
     assert chi_square_pvalue(samples, exact) > ALPHA
-    if fam.method == "sequoia":
+    if fam.options.get("copies"):   # copied tokens were grafted or verified, and accepted
+        assert steps.copy_runs > N_SAMPLES // 20, steps.copy_runs
+    if family == "sequoia-copied":   # the copy reached past the drafted tree's one level
+        assert max(steps.first_depths) >= 2, steps.first_depths
+    elif fam.method == "sequoia":
         # The first speculative step drafted the 2nd token on: some steps stop at once, some go deep.
         assert min(steps.first_depths) == 0 and max(steps.first_depths) >= 2, steps.first_depths
         if not fam.adaptive:   # four levels: a depth-3 path drafts the 2nd to 4th tokens
             assert min(steps.tree_depths) == 4 and max(steps.first_depths) >= 3, steps.first_depths
         # An adaptive tree grows a level only where it pays (at T=0.6 the independent draft's stop at two).
         assert len(steps.shapes) >= (2 if fam.adaptive else 1)   # the shape itself depended on the draws
-    if fam.method == "lookahead":
+    if fam.method == "lookahead" and not fam.options.get("copies"):
         assert steps.ngram_runs > N_SAMPLES // 10, steps.ngram_runs   # candidates were verified and accepted
 
 

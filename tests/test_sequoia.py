@@ -9,7 +9,7 @@ from specviz.engine.methods import make_decoder
 from specviz.engine.models import ModelPair
 from specviz.engine.sampling import SamplingConfig
 from specviz.errors import InvalidInput
-from specviz.trace import SOURCE_AR, SOURCE_BONUS, SOURCE_DRAFT, RunTrace
+from specviz.trace import ORIGIN_COPY, SOURCE_AR, SOURCE_BONUS, SOURCE_COPY, SOURCE_DRAFT, RunTrace
 
 PROMPTS = ["Write a haiku about trees", "Write a Python function that reverses a string.",
            "Explain why the sky is blue in two sentences."]
@@ -53,8 +53,10 @@ def check_trace(trace: RunTrace, max_new: int):
         tree = step.payload
         accepted = len(tree.accepted_path)
         assert step.tokens_processed == len(tree.nodes) == tree.budget
-        # Sources: the accepted draft tokens, then the bonus (unless cut at EOS / the length limit).
-        assert step.token_sources[:accepted] == [SOURCE_DRAFT] * min(accepted, len(step.token_sources))
+        # Sources: the accepted draft (or copied) tokens, then the bonus (unless cut at EOS / the length limit).
+        origin = {n.id: n.origin for n in tree.nodes}
+        expected = [SOURCE_COPY if origin[i] == ORIGIN_COPY else SOURCE_DRAFT for i in tree.accepted_path]
+        assert step.token_sources[:accepted] == expected[:len(step.token_sources)]
         if len(step.new_token_ids) == accepted + 1:
             assert step.token_sources[-1] == SOURCE_BONUS
             assert step.new_token_ids[-1] == tree.bonus_token_id
@@ -82,7 +84,8 @@ def test_greedy_equals_autoregressive(shallow_pair, ar_tokens, tree):
 
 def test_self_draft_accepts_a_full_path_every_step(pair_fp32, ar_tokens):
     for prompt, opts in [(PROMPTS[0], TREES["dp16"]), (PROMPTS[1], TREES["chain"])]:
-        decoder = make_decoder("sequoia", pair_fp32, prompt, max_new_tokens=MAX_NEW, **opts)
+        # No copies: a copied chain would reach past the drafted tree's depth.
+        decoder = make_decoder("sequoia", pair_fp32, prompt, max_new_tokens=MAX_NEW, copies=0, **opts)
         depth = decoder.shape.depth
         trace = decoder.run()
         assert trace.token_ids == ar_tokens[prompt]
@@ -229,13 +232,13 @@ def test_adaptive_trees_hold_only_the_rows_the_target_reads_for_free(shallow_pai
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     cache_forward_curves(shallow_pair, target_from={16: 14.0, 64: 40.0})
     trace = make_decoder("sequoia", shallow_pair, PROMPTS[1], max_new_tokens=MAX_NEW, tree="adaptive",
-                         tree_threshold=0.002).run()
+                         tree_threshold=0.002, copies=0).run()   # the drafted tree's own size
     assert trace.token_ids == ar_tokens[PROMPTS[1]]
     assert trace.settings["tree_budget"] == 8 and trace.settings["tree_budget_from"] == "target's free rows"
     sizes = [len(step.payload.nodes) for step in trace.steps[1:] if step.payload]
     assert max(sizes) == 8   # reached, never passed
     wide = make_decoder("sequoia", shallow_pair, PROMPTS[1], max_new_tokens=16, tree="adaptive",
-                        tree_threshold=0.002, tree_budget=24).run()
+                        tree_threshold=0.002, tree_budget=24, copies=0).run()
     assert max(len(step.payload.nodes) for step in wide.steps[1:] if step.payload) > 8   # a budget given wins
 
 
@@ -252,3 +255,44 @@ def test_sampling_is_seeded(shallow_pair):
     runs = [make_decoder("sequoia", shallow_pair, PROMPTS[0], sampling=cfg, max_new_tokens=16,
                          **TREES["dp8"]).run().token_ids for _ in range(2)]
     assert runs[0] == runs[1] and len(runs[0]) == 16
+
+
+# -- copied tokens (prompt lookup) grafted onto the tree ------------------------------------------------
+
+
+def test_a_grafted_chain_is_renumbered_breadth_first():
+    from specviz.sequoia.decoder import SequoiaDecoder
+    from specviz.sequoia.tree import TreeShape, check_parents
+
+    shape = TreeShape.from_parents([-1, 0, 0, 1, 3])   # a leaf (2) at depth 1 beside a branch down to depth 3
+    order, parents = SequoiaDecoder._grafted_order(shape, node=2, k=3)
+    assert check_parents(parents) == parents            # a valid breadth-first tree
+    # Old ids 5, 6, 7 are the chain under 2: it joins each level after the nodes whose parents come first.
+    assert order == [0, 1, 2, 3, 5, 4, 6, 7]
+    assert parents == [-1, 0, 0, 1, 2, 3, 4, 6]
+    depths = TreeShape.from_parents(parents).depths
+    assert [depths[order.index(old)] for old in (5, 6, 7)] == [2, 3, 4]
+
+
+COPY_PROMPT = ("Repeat this sentence exactly, twice: The quick brown fox jumps over the lazy dog near the quiet "
+               "river bank.")
+
+
+@pytest.mark.parametrize("tree", ["dp8", "adaptive"])
+def test_copied_tokens_join_the_tree_and_the_text_stays_autoregressive(shallow_pair, tree):
+    """Greedy with copies grafted equals autoregressive decoding; copied nodes carry their origin and a one-hot
+    q through a trace round trip, and their accepted tokens are the copy's source; without copies, none."""
+    ar = make_decoder("ar", shallow_pair, COPY_PROMPT, max_new_tokens=48).run().token_ids
+    trace = make_decoder("sequoia", shallow_pair, COPY_PROMPT, max_new_tokens=48, **TREES[tree]).run()
+    assert trace.token_ids == ar
+    check_trace(trace, 48)
+    copied = [n for s in trace.steps[1:] for n in s.payload.nodes if n.origin == ORIGIN_COPY]
+    assert copied and all(n.draft_prob == 1.0 and n.draft_input == "" for n in copied)
+    assert any(SOURCE_COPY in s.token_sources for s in trace.steps)
+    again = RunTrace.from_dict(trace.to_dict())
+    assert [n.origin for s in again.steps[1:] for n in s.payload.nodes] == \
+           [n.origin for s in trace.steps[1:] for n in s.payload.nodes]
+    plain = make_decoder("sequoia", shallow_pair, COPY_PROMPT, max_new_tokens=48, copies=0, **TREES[tree]).run()
+    assert plain.token_ids == ar and plain.settings["copies"] == 0
+    assert not any(SOURCE_COPY in s.token_sources for s in plain.steps)
+    assert trace.target_forwards < plain.target_forwards   # the copies reached past the weak draft

@@ -19,7 +19,7 @@ from specviz.engine.models import OFFLINE_DRAFT_DIR, OFFLINE_FEATURE_DRAFT_DIR, 
 from specviz.engine.sampling import SamplingConfig
 from specviz.engine.text import encode_prompt
 from specviz.sequoia import sizing, verify
-from specviz.sequoia.decoder import SequoiaDecoder
+from specviz.sequoia.decoder import COPY_TOKENS, SequoiaDecoder
 from specviz.sequoia.tree import TreeShape
 from specviz.sequoia.verify import WalkTables, sampled_walk
 
@@ -28,12 +28,12 @@ MAX_NEW = 24   # room for full trees and for the cut ones near the end
 TREE = {"tree_budget": 12, "tree_depth": 4}
 
 
-def sequoia(pair, prompt, graphs, sampling=None, max_new=MAX_NEW, prompt_ids=None, **tree):
+def sequoia(pair, prompt, graphs, sampling=None, max_new=MAX_NEW, prompt_ids=None, copies=COPY_TOKENS, **tree):
     """A Sequoia decoder with graphs set (built as `make_decoder` builds it, the tree resolved first)."""
     sampling = sampling or SamplingConfig()
     ids = prompt_ids if prompt_ids is not None else encode_prompt(pair.tokenizer, prompt)
     choice = sizing.tree_choice(pair, sampling, **(tree or TREE))
-    return SequoiaDecoder(pair, prompt, ids, sampling, max_new, choice, graphs=graphs)
+    return SequoiaDecoder(pair, prompt, ids, sampling, max_new, choice, graphs=graphs, copies=copies)
 
 
 # -- the device walks alone (no model) ---------------------------------------------------------------
@@ -207,7 +207,8 @@ def test_a_padded_adaptive_tree_grows_the_same_trees_at_fixed_shapes(pairs, ar_t
     padded row, and the trace says so."""
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))   # no cached curves: the costs the weights give
     pair, prompt = pairs[draft], PROMPTS[0]
-    adaptive = {"tree": "adaptive", "tree_budget": 10, "tree_depth": 4, "tree_threshold": 0.02}
+    # No copies in either: a padded (captured) step grafts none, so the trees compared are the draft's alone.
+    adaptive = {"tree": "adaptive", "tree_budget": 10, "tree_depth": 4, "tree_threshold": 0.02, "copies": 0}
     made = shapes_made(monkeypatch)
     for sampling in (SamplingConfig(), SamplingConfig(0.8, seed=3)):
         runs = {}

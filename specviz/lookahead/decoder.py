@@ -7,6 +7,12 @@ n-grams that follow the last committed token. Accepted candidate tokens plus
 the target's own next token are emitted, so a step yields 1..N tokens, and the
 output is exactly greedy (or sampled) decoding of the target.
 
+Copied candidates (prompt lookup, `prompt_lookup.match`): where the text's last tokens occurred before,
+what followed them there is verified first, in up to `copies` rows of their own beside the pool's G. A
+copy is deterministic given the text, as a pool n-gram is, so the one-hot verification keeps the output
+exact; on code or a rewrite it is the candidate the pool's Jacobi harvest rarely has. Uncaptured, a
+copy's rows run only in the steps that found one.
+
 One step program, on a CPU as on a GPU: the window and the pool stay host-side Python; the host sends
 the step's ids in one copy, the device runs the forward over a fixed shape (`engine.static`), the
 window's argmax and the verification (`verify.py`), and one read brings back the new level and
@@ -27,19 +33,23 @@ from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.sampling import next_token_on_device, probs_from_logits
 from ..engine.static import cache_capacity, checkout, release
 from ..errors import InvalidInput
+from ..prompt_lookup.match import NgramIndex
 from ..trace import (
     PHASE_TARGET,
     PHASE_VERIFY,
     SOURCE_AR,
     SOURCE_BONUS,
+    SOURCE_COPY,
     SOURCE_NGRAM,
+    ORIGIN_COPY,
+    ORIGIN_POOL,
     LookaheadPayload,
     NgramCandidate,
     StepRecord,
 )
 from .verify import greedy_verdict, sampled_verdict, unpack
 from .pool import NgramPool
-from .sizing import resolve_settings
+from .sizing import COPY_ROWS, resolve_settings
 from .window import LookaheadLayout, build_layout
 
 
@@ -64,21 +74,25 @@ class LookaheadDecoder(Decoder):
     lean = True  # False: transformers' own forward (A/B measurements, tests)
 
     def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, window=None, ngram=None,
-                 guesses=None, pool_from_prompt=True, graphs="auto"):
+                 guesses=None, pool_from_prompt=True, graphs="auto", copies=COPY_ROWS):
         if not isinstance(pool_from_prompt, bool):
             raise InvalidInput(f"pool from prompt must be true or false, got {pool_from_prompt!r}")
+        if isinstance(copies, bool) or not isinstance(copies, int) or not 0 <= copies <= 8:
+            raise InvalidInput(f"copied candidates must be a whole number from 0 to 8, got {copies!r}")
         if not prompt_ids:
             raise InvalidInput("the prompt is empty; give at least one token")
         window, ngram, guesses, auto = resolve_settings(pair, window, ngram, guesses, graphs=graphs)
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens, settings={
             "window": window, "ngram": ngram, "guesses": guesses, "pool_from_prompt": pool_from_prompt,
-            "auto": auto}, graphs=graphs)
+            "copies": copies, "auto": auto}, graphs=graphs)
         self.W, self.N, self.G = window, ngram, guesses
+        self.copies = copies
+        self.rows = guesses + copies   # candidate rows a step may verify: copies first, then the pool's
         self.cache_len = 0
         self.t0: int | None = None          # last committed token, not yet in the cache
 
         # One layout per warm-up fill level; the shapes over them are made when a step first needs one.
-        self.layouts = [build_layout(window, ngram, guesses, fill) for fill in range(ngram - 1)]
+        self.layouts = [build_layout(window, ngram, self.rows, fill) for fill in range(ngram - 1)]
         n_max = max(lay.n_max for lay in self.layouts)
         self.max_position = pair.max_context - 1
         target = pair.target
@@ -91,7 +105,7 @@ class LookaheadDecoder(Decoder):
         self.graph_stats = self.session.runner.stats
         self.shapes: dict = {}   # (fill level, candidate count) -> the forward's shape
         self.staged = _StagedInputs(1 + n_max, self.device)
-        self.candidate_numbers = torch.arange(self.G, device=self.device)
+        self.candidate_numbers = torch.arange(self.rows, device=self.device)
         self.ngram_slots = torch.arange(self.N - 1, device=self.device)
 
         # Window guesses come from a private stream: deterministic for a seed, never the global RNG.
@@ -101,6 +115,7 @@ class LookaheadDecoder(Decoder):
         self.pool = NgramPool(ngram - 1, guesses)
         if pool_from_prompt:
             self.pool.seed_from_prompt(self.prompt_ids)
+        self.index = NgramIndex(self.prompt_ids)   # the text so far, for copied candidates
 
     def _shape(self, layout: LookaheadLayout, count: int):
         """The layout with `count` candidates, its spec built on first use only (a step reuses it)."""
@@ -130,8 +145,8 @@ class LookaheadDecoder(Decoder):
         timer.start(PHASE_TARGET)
         layout = self.layouts[self.fill]
         t0, ctx = self.t0, self.cache_len
-        candidates = self.pool.candidates(t0, self.G)
-        count = self.G if self.padded else len(candidates)
+        candidates, n_copied = self._candidates(t0)
+        count = self.rows if self.padded else len(candidates)
         shape = self._shape(layout, count)
         window_in = [list(level) for level in self.levels]
         padding = [t0] * ((count - len(candidates)) * (self.N - 1))
@@ -142,7 +157,18 @@ class LookaheadDecoder(Decoder):
         values = self._verdict_on_device(layout, count, logits, staged).tolist()
         new_level = values[:layout.new_level_rows]
         verdict = unpack(values[layout.new_level_rows:], len(candidates), self.N - 1)
-        return self._conclude(timer, layout, t0, ctx, candidates, window_in, new_level, verdict, shape.n)
+        return self._conclude(timer, layout, t0, ctx, candidates, n_copied, window_in, new_level, verdict,
+                              shape.n)
+
+    def _candidates(self, t0: int) -> tuple[list[tuple[int, ...]], int]:
+        """This step's candidates (the copies, then the pool's n-grams they do not repeat) and how many
+        are copies. A copy shorter than N-1 (its match near the text's end) is padded with t0: a wrong
+        guess costs a verified row, never a token."""
+        self.index.extend(self.generated[len(self.index) - len(self.prompt_ids):])
+        width = self.N - 1
+        copied = [c.tokens + (t0,) * (width - len(c.tokens)) for c in self.index.copies(width, self.copies)]
+        pooled = [c for c in self.pool.candidates(t0, self.G + len(copied)) if c not in copied][:self.G]
+        return copied + pooled, len(copied)
 
     def _verdict_on_device(self, layout: LookaheadLayout, count: int, logits: torch.Tensor, staged: torch.Tensor):
         """[the new window level's argmax | the packed verdict] as one long tensor, nothing read yet.
@@ -158,16 +184,18 @@ class LookaheadDecoder(Decoder):
             return torch.cat([preds[:layout.new_level_rows], verdict])
         first_probs = probs_from_logits(logits[layout.t0_row], self.sampling)
         cand_probs = probs_from_logits(logits[rows:], self.sampling).view(count, cand_len, logits.shape[-1])
-        # Drawn at (N-1, G) whatever the shape's candidate count, so a seed gives the same tokens padded or not.
-        uniforms = torch.rand(cand_len, self.G, generator=self.generator, device=self.device, dtype=torch.float64)
+        # Drawn at (N-1, rows) whatever the shape's candidate count, so a seed gives the same tokens padded or not.
+        uniforms = torch.rand(cand_len, self.rows, generator=self.generator, device=self.device,
+                              dtype=torch.float64)
         verdict = sampled_verdict(candidates, valid, first_probs, cand_probs, uniforms[:, :count], self.generator)
         return torch.cat([first_argmax(logits[:layout.new_level_rows]), verdict])
 
     def _conclude(self, timer: PhaseTimer, layout: LookaheadLayout, t0: int, ctx: int, candidates: list,
-                  window_in: list[list[int]], new_level: list[int], verdict, n_in: int) -> StepRecord:
+                  n_copied: int, window_in: list[list[int]], new_level: list[int], verdict, n_in: int) -> StepRecord:
         """Commit the verdict, move the window on and record the step."""
         n_acc = verdict.n_accepted
-        sources = [SOURCE_NGRAM] * n_acc + [SOURCE_BONUS if n_acc else SOURCE_AR]
+        copied = verdict.best is not None and verdict.best < n_copied
+        sources = [SOURCE_COPY if copied else SOURCE_NGRAM] * n_acc + [SOURCE_BONUS if n_acc else SOURCE_AR]
         kept, reason = self._accept(verdict.tokens)
 
         # The cache keeps t0 and the accepted candidate tokens; the window's K/V go.
@@ -180,10 +208,11 @@ class LookaheadDecoder(Decoder):
         payload = LookaheadPayload(
             window=window_in, window_text=[[self._text(t) for t in level] for level in window_in],
             harvested=harvested, pool_size=len(self.pool), key_token_id=t0,
-            candidates=[NgramCandidate(list(c), [self._text(t) for t in c], m)
-                        for c, m in zip(candidates, verdict.match_lengths)],
+            candidates=[NgramCandidate(list(c), [self._text(t) for t in c], m,
+                                       ORIGIN_COPY if k < n_copied else ORIGIN_POOL)
+                        for k, (c, m) in enumerate(zip(candidates, verdict.match_lengths))],
             accepted_candidate=verdict.best, pool_entry=self.pool.snapshot(t0), step_ms=0.0,
-            warmup=not layout.steady, window_size=self.W, ngram_size=self.N, guesses=self.G)
+            warmup=not layout.steady, window_size=self.W, ngram_size=self.N, guesses=self.G, copies=self.copies)
         times = timer.stop()
         payload.step_ms = round(sum(times.values()), 4)
         return self._emit(kept, sources, n_in, times, payload)
@@ -212,7 +241,8 @@ class LookaheadDecoder(Decoder):
         payload = LookaheadPayload(
             window=window, window_text=[[self._text(t) for t in level] for level in window], harvested=[],
             pool_size=len(self.pool), key_token_id=self.prompt_ids[-1], candidates=[], accepted_candidate=None,
-            pool_entry=[], step_ms=0.0, warmup=True, window_size=self.W, ngram_size=self.N, guesses=self.G)
+            pool_entry=[], step_ms=0.0, warmup=True, window_size=self.W, ngram_size=self.N, guesses=self.G,
+            copies=self.copies)
         times = timer.stop()
         payload.step_ms = round(sum(times.values()), 4)
         return self._emit([token], [SOURCE_AR], len(self.prompt_ids), times, payload)

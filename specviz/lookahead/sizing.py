@@ -22,6 +22,14 @@ The model of E, stated plainly (it is a prior, not a measurement):
 code prompt, and the model gives 1.24 there. It is a small model's rate; a larger
 model, or text that quotes its prompt, accepts more, so the choice errs small.
 
+Copied candidates (`COPY_ROWS`, prompt lookup) are one more candidate of N-1 tokens, there in
+a share `COPY_MATCH` of steps (the text's last token occurred before), its k-th token right
+with probability `COPY_ACCEPT`^k; uncaptured its rows run only in those steps, so a step's
+cost is (1 - m) t(n) + m t(n + N - 1). Both numbers are measured: prompt lookup alone over `ar`'s
+own greedy texts of the 12 bench prompts (4 suites, 128 tokens, fp32) matched in 0.43-0.60 of
+steps and gave 1.09 (chat) to 1.45 (math) tokens per forward at N-1 = 3, which this model
+fits with m = 0.5, c = 0.42.
+
 Graphs: a decoder whose step is captured (`engine.graphs.capture_wanted`: CUDA under
 `auto`, never a CPU) pays graph replays, whose t(n) is far flatter than eager launches', so its
 choice is made from the graphed curve (`forward_curve(graphs=True)`) and cached apart.
@@ -32,12 +40,15 @@ from __future__ import annotations
 from ..errors import InvalidInput
 
 ACCEPT_RATE = 0.06
+COPY_ROWS = 1        # copied candidates a step verifies besides the pool's G (the decoder's default)
+COPY_MATCH = 0.5     # share of steps that find a copy to verify
+COPY_ACCEPT = 0.42   # a copied token right, given the ones before it were
 CURVE_SIZES = [1, 2, 4, 8, 16, 32, 64]
 NGRAMS = [2, 3, 4, 5]
-WINDOWS = [2, 3, 4, 5, 6, 7, 8, 10, 12, 15]
+WINDOWS = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15]
 GUESSES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15]
 LIMITS = {"window": (1, 64), "ngram": (2, 16), "guesses": (0, 64)}
-AUTO_VERSION = 2
+AUTO_VERSION = 3     # 3: copied candidates in the model
 
 
 def _check(name: str, value) -> int:
@@ -71,9 +82,22 @@ def step_tokens(window: int, ngram: int, guesses: int) -> int:
     return (ngram - 1) * (window + guesses)
 
 
-def expected_tokens(window: int, ngram: int, guesses: int, accept_rate: float = ACCEPT_RATE) -> float:
+def expected_tokens(window: int, ngram: int, guesses: int, accept_rate: float = ACCEPT_RATE,
+                    copies: int = COPY_ROWS) -> float:
+    """Tokens a step emits: position k is reached when some candidate has its first k right (the pool's
+    useful ones and, in a share of steps, the copy: treated as independent)."""
     useful = min(guesses, window)
-    return 1.0 + sum(1.0 - (1.0 - accept_rate ** k) ** useful for k in range(1, ngram))
+    copy = COPY_MATCH if copies else 0.0
+    return 1.0 + sum(1.0 - (1.0 - accept_rate ** k) ** useful * (1.0 - copy * COPY_ACCEPT ** k)
+                     for k in range(1, ngram))
+
+
+def step_ms(curve: dict[int, float], window: int, ngram: int, guesses: int, copies: int = COPY_ROWS) -> float:
+    """A step's expected forward time: the copy's rows run only in the steps that found one."""
+    n = step_tokens(window, ngram, guesses)
+    if not copies:
+        return interpolate(curve, n)
+    return (1 - COPY_MATCH) * interpolate(curve, n) + COPY_MATCH * interpolate(curve, n + copies * (ngram - 1))
 
 
 def interpolate(curve: dict[int, float], n: int) -> float:
@@ -109,7 +133,7 @@ def settings_table(curve: dict[int, float], accept_rate: float = ACCEPT_RATE) ->
                 if n > max_n:
                     continue
                 e = expected_tokens(window, ngram, guesses, accept_rate)
-                ms = interpolate(curve, n)
+                ms = step_ms(curve, window, ngram, guesses)
                 rows.append({"window": window, "ngram": ngram, "guesses": guesses, "step_tokens": n,
                              "forward_ms": round(ms, 3), "expected_tokens": round(e, 4),
                              "predicted_speedup": round(e * t1 / ms, 4)})

@@ -24,6 +24,13 @@ recur). Captured, it is held to fixed shapes, as Lookahead pads its candidates: 
 `max_nodes` rows and one per draft level (`adaptive.padded_levels`), whose blocks and depths are the
 step's, refilled in place; padding rows see the root only, and their logits are never read.
 
+Copied tokens (prompt lookup, `prompt_lookup.match`): where the text's last tokens occurred before, what
+followed them there joins the drafted tree as a chain, grafted where the tree stops following it (greedy:
+at any node, as one more child; sampled: only at a node with no drafted children, whose one child then
+has a one-hot q, so the walk's rule stays exact). The tree is renumbered breadth first and verified in
+the same one forward; a copy costs no draft forward, and on code or a rewrite it reaches past where the
+draft gives up. Only where nothing is captured (a captured step replays fixed shapes).
+
 Random numbers are drawn at shapes fixed by the tree (the walk's uniforms at the whole tree's depth
 and width, one Gumbel draw per drafted level), so a seed gives the same tokens whether a step is
 replayed or run eagerly, cut or not.
@@ -44,17 +51,21 @@ from ..trace import (
     PHASE_VERIFY,
     SOURCE_AR,
     SOURCE_BONUS,
+    SOURCE_COPY,
     SOURCE_DRAFT,
+    ORIGIN_COPY,
     StepRecord,
     TreeNode,
     TreePayload,
 )
+from ..prompt_lookup.match import NgramIndex
 from .adaptive import allocate_children, level_pays, padded_block, padded_levels, read_block
 from .tree import TreeShape, TreeTensors
 from .verify import STATUS_NAMES, WalkTables, greedy_walk, sampled_walk
 
 ADAPTIVE_TREES_KEPT = 256   # prepared adaptive trees (a few shapes recur)
 TREES_KEPT = 2 * ADAPTIVE_TREES_KEPT   # prepared trees a session keeps for its next races (fixed and adaptive)
+COPY_TOKENS = 6   # the longest copied chain grafted onto a step's tree
 
 
 def _probs_at(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
@@ -124,10 +135,15 @@ class SequoiaDecoder(Decoder):
     # fixed shapes; uncaptured, padding rows would cost a CPU for nothing); True lets a CPU test run them.
     pad_adaptive: bool | None = None
 
-    def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, tree_choice, graphs="auto"):
+    def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, tree_choice, graphs="auto",
+                 copies=COPY_TOKENS):
         """`tree_choice`: the tree, resolved before the decoder is built (`sizing.tree_choice`, which
         `engine.methods.make_decoder` asks for): a fixed tree's parents, or an adaptive tree's limits.
-        `graphs`: 'auto' | 'on' | 'off' (`engine.graphs`): whether the step's shapes are captured."""
+        `graphs`: 'auto' | 'on' | 'off' (`engine.graphs`): whether the step's shapes are captured.
+        `copies`: the longest chain of copied tokens grafted onto a step's tree (0: none)."""
+        if isinstance(copies, bool) or not isinstance(copies, int) or not 0 <= copies <= 16:
+            from ..errors import InvalidInput
+            raise InvalidInput(f"copied tokens must be a whole number from 0 to 16, got {copies!r}")
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens, graphs=graphs)
         self.adaptive = tree_choice.parents is None
         self.padded = self.adaptive and (self.capture if self.pad_adaptive is None else self.pad_adaptive)
@@ -144,7 +160,12 @@ class SequoiaDecoder(Decoder):
         self.trace.settings.update(tree_choice.settings)
         self.vocab = pair.vocab_size
         self.max_nodes = max_nodes
-        span = max_nodes   # slots after the root's that a step's forwards write
+        # Copies change the tree's shape each step: only where shapes are not captured (nor padded).
+        self.copy_len = 0 if (self.capture or self.padded) else copies
+        self.trace.settings["copies"] = self.copy_len
+        self.index = NgramIndex(self.prompt_ids) if self.copy_len else None
+        self.grafted = None   # this step's copied chain, when one was grafted (`_graft`)
+        span = max_nodes + self.copy_len   # slots after the root's that a step's forwards write
         if self.padded:
             plan = self.adaptive_plan
             self.level_rows, self.level_first = padded_levels(max_nodes, self.max_depth, plan["max_children"],
@@ -152,6 +173,7 @@ class SequoiaDecoder(Decoder):
             span = max(span, self.level_first[-1] + self.level_rows[-1])
             self.trace.settings["tree_padded"] = True
         max_len = len(self.prompt_ids) + self.max_new_tokens + span
+        nodes, levels = max_nodes + self.copy_len, self.max_depth + self.copy_len   # a tree with its copy
         self.session = checkout(pair.target, self.method, cache_capacity(max_len), self.capture)
         self.graph_stats = self.session.runner.stats
         # Both models run in the session, each over its own cache, even when the target drafts for itself.
@@ -161,13 +183,13 @@ class SequoiaDecoder(Decoder):
         # What every target forward returns for the drafter besides logits (a feature draft's features).
         self.features, self.taps = self.drafter.reads_features, self.drafter.taps
         dev = self.device
-        self.tokens = torch.zeros(max_nodes, dtype=torch.long, device=dev)
-        self.child_q = torch.ones(max_nodes, device=dev)
+        self.tokens = torch.zeros(nodes, dtype=torch.long, device=dev)
+        self.child_q = torch.ones(nodes, device=dev)
         # q of every node that drew children, over the whole vocabulary (sampling only), by node id.
-        self.draft_q = None if self.sampling.greedy else torch.zeros(max_nodes, self.vocab, device=dev)
+        self.draft_q = None if self.sampling.greedy else torch.zeros(nodes, self.vocab, device=dev)
         # Every committed token by slot: the root and the drafters' inputs are read from it on the device.
-        self.history = torch.zeros(self.session.capacity + self.max_depth + 2, dtype=torch.long, device=dev)
-        self.arange = torch.arange(self.max_depth + 1, device=dev)
+        self.history = torch.zeros(self.session.capacity + levels + 2, dtype=torch.long, device=dev)
+        self.arange = torch.arange(levels + 1, device=dev)
         # On a CPU nothing is captured and a flag is read for free: the sampled walk skips its moot work there.
         self.prune_walk = dev.type == "cpu"
         self.trees: dict = {}   # this run's fixed trees by depth (the whole and its cuts)
@@ -191,6 +213,9 @@ class SequoiaDecoder(Decoder):
         else:
             tree = self._fixed_tree(depth)
             self._draft_fixed(tree, committed, depth)
+        self.grafted = None
+        if self.copy_len and depth:
+            tree, read_slots, depth = self._graft(tree, read_slots, committed, depth)
         timer.start(PHASE_TARGET)
         out = tree.forward(self.tokens, committed - 1)
         logits, hidden = out if self.features else (out, None)
@@ -198,7 +223,8 @@ class SequoiaDecoder(Decoder):
         got = self._verify(tree, committed, depth, logits[:tree.n, :self.vocab], hidden, read_slots)
         shape = tree.shape if tree.shape.depth <= depth else self._cut_shape(depth)
         new_ids = [got["tokens"][i] for i in got["accepted"]] + [got["bonus"]]
-        sources = [SOURCE_DRAFT] * len(got["accepted"]) + [SOURCE_BONUS]
+        copied = self.grafted["copied"] if self.grafted else ()
+        sources = [SOURCE_COPY if i in copied else SOURCE_DRAFT for i in got["accepted"]] + [SOURCE_BONUS]
         payload = self._tree_payload(shape, got)
         times = timer.stop()
         payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
@@ -235,6 +261,15 @@ class SequoiaDecoder(Decoder):
             self.fresh += len(new_ids)
             self.unread += len(new_ids)
             return
+        if self.grafted:   # a copied chain: any number of the path's last nodes were never read
+            read = self.grafted["read"]
+            trailing = 0
+            for node in reversed(accepted):
+                if read[node]:
+                    break
+                trailing += 1
+            self.fresh, self.unread = len(new_ids), 1 + trailing
+            return
         deepest_read = True
         if accepted:
             deepest = accepted[-1]
@@ -270,6 +305,73 @@ class SequoiaDecoder(Decoder):
 
     def _cut_shape(self, depth: int) -> TreeShape:
         return self.shape if depth >= self.shape.depth else self.shape.truncated(depth)
+
+    # -- copied tokens ----------------------------------------------------------------------------
+
+    def _graft(self, tree: _Tree, read_slots: torch.Tensor | None, committed: int,
+               depth: int) -> tuple[_Tree, torch.Tensor | None, int]:
+        """The drafted tree with the text's copied continuation grafted on (`COPY_TOKENS` at most), renumbered
+        breadth first, its tokens, q and read offsets moved to the new numbering; or the tree as it was,
+        when the copy is already in it, finds no place, or there is none. Returns (tree, read offsets, the
+        depth the walk may go to)."""
+        room = min(self.max_new_tokens - len(self.generated) - 1, self.pair.max_context - committed)
+        self.index.extend(self.generated[len(self.index) - len(self.prompt_ids):])
+        found = self.index.copies(min(self.copy_len, room), 1) if room > 0 else []
+        if not found:
+            return tree, read_slots, depth
+        shape, n = tree.shape, tree.n
+        tokens = self.tokens[:n].tolist()
+        node, chain = 0, list(found[0].tokens)
+        while chain:   # follow the copy down the tree while the draft proposed it too
+            child = next((c for c in shape.children[node] if tokens[c] == chain[0]), None)
+            if child is None:
+                break
+            node = child
+            chain.pop(0)
+        chain = chain[:room - shape.depths[node]]
+        # Sampled, a node's drafted children were drawn from its q: a copy joins only a node with none.
+        if not chain or (not self.sampling.greedy and shape.children[node]):
+            return tree, read_slots, depth
+        order, parents = self._grafted_order(shape, node, len(chain))
+        k = len(chain)
+        index = torch.tensor(order, dtype=torch.long, device=self.device)
+        self.tokens[n:n + k] = torch.tensor(chain, dtype=torch.long, device=self.device)
+        self.child_q[n:n + k] = 1.0
+        self.tokens[:n + k] = self.tokens.index_select(0, index)
+        self.child_q[:n + k] = self.child_q.index_select(0, index)
+        if self.draft_q is not None:   # each copied child's q is one-hot: accepted with P, its residual exact
+            holders = torch.tensor([node] + list(range(n, n + k - 1)), dtype=torch.long, device=self.device)
+            self.draft_q.index_fill_(0, holders, 0.0)
+            self.draft_q[holders, self.tokens.new_tensor(chain)] = 1.0
+            self.draft_q[:n + k] = self.draft_q.index_select(0, index)
+        # Where each node's draft K/V sit (a node no draft read keeps its depth, as `_draft_adaptive` says).
+        offsets = (list(range(n)) if read_slots is None else read_slots.tolist()) + [
+            shape.depths[node] + 1 + j for j in range(k)]
+        if read_slots is None:
+            was_read = [shape.depths[i] < depth for i in range(n)]
+        else:
+            was_read = [i in self._expanded for i in range(n)]
+        was_read += [False] * k
+        self.grafted = {"copied": {new for new, old in enumerate(order) if old >= n},
+                        "read": [was_read[old] for old in order]}
+        merged = self._adaptive_tree(parents)
+        return (merged, torch.tensor([offsets[old] for old in order], dtype=torch.long, device=self.device),
+                max(depth, merged.shape.depth))
+
+    @staticmethod
+    def _grafted_order(shape: TreeShape, node: int, k: int) -> tuple[list[int], list[int]]:
+        """The tree with a chain of k nodes (ids n..n+k-1) under `node`, in breadth-first order: the old id
+        of each new node, and the new parent list."""
+        n = shape.size
+        children = [list(c) for c in shape.children] + [[] for _ in range(k)]
+        parent_of = list(shape.parents) + [node] + list(range(n, n + k - 1))
+        for j in range(k):
+            children[parent_of[n + j]].append(n + j)
+        order = [0]
+        for old in order:   # breadth first: the list grows as it is read
+            order.extend(children[old])
+        new_of = {old: new for new, old in enumerate(order)}
+        return order, [-1] + [new_of[parent_of[old]] for old in order[1:]]
 
     # -- drafting ---------------------------------------------------------------------------------
 
@@ -444,7 +546,7 @@ class SequoiaDecoder(Decoder):
         else:
             target_probs = probs_from_logits(logits, self.sampling)
             # Drawn at the whole tree's shape whatever runs, so a seed's draws do not depend on the cut.
-            uniforms = torch.rand(max(self.max_depth, 1), self.max_width, generator=self.generator,
+            uniforms = torch.rand(max(self.max_depth + self.copy_len, 1), self.max_width, generator=self.generator,
                                   device=self.device)
             walk = sampled_walk(tree.tables, tokens, target_probs, self.draft_q, uniforms, depth,
                                 self.generator, prune=self.prune_walk)
@@ -475,10 +577,12 @@ class SequoiaDecoder(Decoder):
     def _tree_payload(self, shape: TreeShape, got: dict) -> TreePayload:
         """The tree as the app draws it: the cut tree's nodes (rows past it ran but were never candidates)."""
         tokens, target_p, draft_p, status = got["tokens"], got["target_p"], got["draft_p"], got["status"]
+        copied = self.grafted["copied"] if self.grafted else ()
         nodes = [TreeNode(id=i, parent=shape.parents[i], depth=shape.depths[i], token_id=tokens[i],
                           text=self._text(tokens[i]), draft_prob=1.0 if i == 0 else round(draft_p[i], 6),
                           target_prob=1.0 if i == 0 else round(target_p[i], 6), status=status[i],
-                          draft_input=self.drafter.input_label(shape.depths[i]))
+                          draft_input="" if i in copied else self.drafter.input_label(shape.depths[i]),
+                          **({"origin": ORIGIN_COPY} if i in copied else {}))
                  for i in range(shape.size)]
         bonus = got["bonus"]
         return TreePayload(nodes=nodes, accepted_path=list(got["accepted"]), bonus_token_id=bonus,

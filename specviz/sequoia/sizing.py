@@ -264,6 +264,39 @@ def plan_from_curves(acceptance: list[float], target_ms: dict, draft_ms: dict, m
             "speculation_pays": row["predicted_speedup"] > 1.0}
 
 
+def one_level_words(plan: dict) -> str:
+    """Why `auto` chose a one-level tree, in one sentence from the numbers the plan chose it by: t(1), t(n) of the
+    chosen tree's n nodes and of the next larger size the curve measured, what a draft level costs (its forward
+    over one row and the step costs' drawing), and the predicted speedups of the chosen tree and of the best
+    tree of that larger size. "" for a deeper tree, an adaptive one, or a plan without its table."""
+    choice = plan.get("choice") or {}
+    if plan.get("chosen") == "adaptive" or choice.get("tree_depth") != 1 or not plan.get("target_ms"):
+        return ""
+    target = {int(k): float(v) for k, v in plan["target_ms"].items()}
+    draft = {int(k): float(v) for k, v in (plan.get("draft_ms") or {}).items()}
+    costs = plan.get("step_costs") or {}
+    n, t1 = int(choice["budget"]), target[min(target)]
+    drawing = float(costs.get("per_level", 0.0) or 0.0) + float(costs.get("per_parent", 0.0) or 0.0)
+    forward = _interp(draft, 1) if draft else 0.0
+    words = (f"auto chose a one-level tree of {n} nodes: on this machine t(1) = {t1:.1f} ms and t({n}) = "
+             f"{_interp(target, n):.1f} ms")
+    rows = [r for r in plan.get("table") or [] if int(r.get("budget", 0)) > n]
+    larger = min((int(r["budget"]) for r in rows), default=None)
+    if larger is not None:
+        best = min((r for r in rows if int(r["budget"]) == larger),
+                   key=lambda r: (-float(r["predicted_speedup"]), int(r["depth"])))
+        levels = int(best["depth"])
+        words += (f", but t({larger}) = {target.get(larger, _interp(target, larger)):.1f} ms, and a draft level costs "
+                  f"{forward + drawing:.1f} ms ({forward:.1f} ms of draft forward, {drawing:.1f} ms drawing its "
+                  f"tokens): predicted {float(choice['predicted_speedup']):.2f}x for this tree against "
+                  f"{float(best['predicted_speedup']):.2f}x for the best tree of {larger} nodes "
+                  f"({levels} level{'s' * (levels != 1)})")
+    else:
+        words += (f", and a draft level costs {forward + drawing:.1f} ms: predicted "
+                  f"{float(choice['predicted_speedup']):.2f}x")
+    return words
+
+
 def calibration_trees(acceptance, by_depth, under_lower_ranks=None) -> list[list[int]]:
     """The trees whose real steps the step costs are fitted from: the DP's own, at a few sizes.
 
@@ -702,10 +735,12 @@ def first_sizes(pair, sampling: SamplingConfig | None = None, graphs="auto", **o
             f"Sequoia grows its adaptive tree, sized from {basis}")
 
 
-def decoder_options(pair, sampling: SamplingConfig | None = None, graphs="auto", **options) -> dict:
+def decoder_options(pair, sampling: SamplingConfig | None = None, graphs="auto", copies=None, **options) -> dict:
     """`engine.methods.make_decoder`'s question to this room: the decoder's options, its tree resolved
-    for the path the decoder will run (`graphs`, which make_decoder passes to the decoder itself)."""
-    return {"tree_choice": tree_choice(pair, sampling, graphs=graphs, **options)}
+    for the path the decoder will run (`graphs`, which make_decoder passes to the decoder itself);
+    `copies` (the copied chain's length) goes to the decoder as given."""
+    found = {"tree_choice": tree_choice(pair, sampling, graphs=graphs, **options)}
+    return found if copies is None else {**found, "copies": copies}
 
 
 # An adaptive tree (`adaptive.py`): the draft's confidence shapes each step's tree within these limits.

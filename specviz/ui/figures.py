@@ -20,6 +20,7 @@ METHOD_COLORS = {"ar": "#6b7280", "sequoia": "#2563eb", "lookahead": "#d97706"}
 # Tree node colours by status (also used in the legend text).
 NODE_COLORS = {"root": "#374151", "accepted": "#2563eb", "rejected": "#dc2626", "not_reached": "#d1d5db"}
 BONUS_COLOR = "#f59e0b"
+COPY_COLOR = "#db2777"   # a tree node copied from the text (prompt lookup): its ring
 PHASE_COLORS = {PHASE_DRAFT: "#60a5fa", PHASE_TARGET: "#1e3a8a", PHASE_VERIFY: "#a3a3a3"}
 PHASE_LABELS = {PHASE_DRAFT: "draft", PHASE_TARGET: "target forward", PHASE_VERIFY: "verify / other"}
 FONT = dict(family="Inter, Segoe UI, Arial, sans-serif", size=15)

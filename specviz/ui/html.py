@@ -8,7 +8,8 @@ from __future__ import annotations
 
 
 from ..glossary import term_html
-from ..trace import SOURCE_AR, SOURCE_BONUS, SOURCE_DRAFT, SOURCE_NGRAM, LookaheadPayload, RunTrace
+from ..trace import (ORIGIN_COPY, SOURCE_AR, SOURCE_BONUS, SOURCE_COPY, SOURCE_DRAFT, SOURCE_NGRAM, LookaheadPayload,
+                     RunTrace)
 from .escape import esc  # noqa: F401 (the views import it from here too)
 from .figures import METHOD_COLORS, METHOD_LABELS
 
@@ -17,6 +18,7 @@ SOURCE_STYLE = {
     SOURCE_DRAFT: ("#bfdbfe", "accepted from the draft tree"),
     SOURCE_BONUS: ("#fde68a", "bonus / corrected token (target's own)"),
     SOURCE_NGRAM: ("#bbf7d0", "accepted from a Lookahead n-gram"),
+    SOURCE_COPY: ("#fbcfe8", "copied from the prompt or the text so far (prompt lookup)"),
     SOURCE_AR: ("#eef0f3", "plain autoregressive"),
 }
 NEAR_TIE_NOTE = (
@@ -83,7 +85,7 @@ def run_stats(run: RunTrace | None, upto: int | None = None) -> dict:
     steps = [] if run is None else (run.steps if upto is None else run.steps[:upto])
     tokens = sum(len(s.new_token_ids) for s in steps)
     seconds = sum(s.total_ms for s in steps) / 1000
-    speculated = sum(1 for s in steps for src in s.token_sources if src in (SOURCE_DRAFT, SOURCE_NGRAM))
+    speculated = sum(1 for s in steps for src in s.token_sources if src in (SOURCE_DRAFT, SOURCE_NGRAM, SOURCE_COPY))
     # Accepted length leaves out the first step, the prompt's forward, which writes one token whatever the method.
     after_prompt = steps[1:]
     return {
@@ -206,12 +208,16 @@ def pool_entry_html(payload: LookaheadPayload | None, key_text: str | None = Non
             cells.append(f'<span style="{style};border-radius:4px;padding:1px 6px;margin-right:3px;'
                          f'font-family:ui-monospace,monospace">{esc(text.replace(chr(10), "⏎")) or "∅"}</span>')
         mark = "✔ accepted" if chosen else ""
+        origin = ('<span title="copied from the prompt or the text so far (prompt lookup)" style="background:'
+                  f'{SOURCE_STYLE[SOURCE_COPY][0]};border-radius:4px;padding:0 5px">copied</span>'
+                  if cand.origin == ORIGIN_COPY else '<span style="color:#6b7280">pool</span>')
         rows.append(f'<tr style="{"background:#ecfdf5;font-weight:600" if chosen else ""}">'
-                    f'<td style="padding:3px 8px;color:#6b7280">{i}</td><td style="padding:3px 8px">{"".join(cells)}</td>'
+                    f'<td style="padding:3px 8px;color:#6b7280">{i}</td><td style="padding:3px 8px">{origin}</td>'
+                    f'<td style="padding:3px 8px">{"".join(cells)}</td>'
                     f'<td style="padding:3px 8px;text-align:center">{esc(cand.match_length)}</td>'
                     f'<td style="padding:3px 8px;color:#16a34a">{mark}</td></tr>')
     table = ('<table style="border-collapse:collapse;font-size:15px"><tr style="color:#6b7280">'
-             '<th>#</th><th style="text-align:left">candidate n-gram</th><th>match</th><th></th></tr>'
+             '<th>#</th><th>from</th><th style="text-align:left">candidate n-gram</th><th>match</th><th></th></tr>'
              + "".join(rows) + "</table>")
     return head + '<div style="overflow-x:auto">' + table + "</div>" + _most_used_html(used)
 

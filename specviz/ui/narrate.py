@@ -15,7 +15,7 @@ the live run had:
 
 from __future__ import annotations
 
-from ..trace import BUDGET_FROM_FREE_ROWS, LookaheadPayload, RaceTrace, RunTrace, StepRecord, TreePayload
+from ..trace import BUDGET_FROM_FREE_ROWS, ORIGIN_COPY, LookaheadPayload, RaceTrace, RunTrace, StepRecord, TreePayload
 from .figures import METHOD_COLORS, METHOD_LABELS, _show
 from .html import esc
 
@@ -175,6 +175,12 @@ def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0,
                 "token after next needs)" if tapped else "the target's state at the root")
         out.append(f"This draft reads the target's own hidden state: level 1 came from {root}, deeper levels "
                    f"from the draft's predictions of the last layer's (hover a node), which is why they drift.")
+    copied = [n for n in p.nodes if n.origin == ORIGIN_COPY]
+    if copied:
+        out.append(f"{len(copied)} token{'s' if len(copied) != 1 else ''} (ringed) "
+                   f"{'were' if len(copied) != 1 else 'was'} copied from the text so far (prompt lookup): where its "
+                   f"last tokens occurred before, what followed them there ({_list([tok(n.text) for n in copied[:MAX_LIST]], len(copied) - MAX_LIST)}), "
+                   "grafted where the draft stopped proposing it; a copy costs no draft forward, and its q is 1.")
     walk = sequoia_walk(p)
     path = walk["path"]
     out.append(f"One target forward checked all {len(p.nodes)} at once (tree attention).")
@@ -242,8 +248,11 @@ def narrate_lookahead(rec: StepRecord, greedy: bool, texts: dict[int, str], key:
             out.append(f"The pool had no n-gram starting after {keyname}, so nothing was verified.")
         else:
             parts = [f"{tok(''.join(c.texts), 24)} matched {esc(c.match_length)}" for c in p.candidates[:MAX_LIST]]
+            n_copied = sum(c.origin == ORIGIN_COPY for c in p.candidates)
+            copied = (f" ({n_copied} copied from the text so far, where its last tokens occurred before: prompt "
+                      "lookup)" if n_copied else "")
             out.append(f"The pool offered {len(p.candidates)} n-gram candidate{'s' if len(p.candidates) != 1 else ''}"
-                       f" after {keyname}: {_list(parts, len(p.candidates) - MAX_LIST)} (matched = leading "
+                       f"{copied} after {keyname}: {_list(parts, len(p.candidates) - MAX_LIST)} (matched = leading "
                        f"tokens equal to what the target "
                        f"{'predicts' if greedy else 'accepted: each guessed token x is accepted with probability P(x)'}).")
             if p.accepted_candidate is not None and p.candidates[p.accepted_candidate].match_length > 0:

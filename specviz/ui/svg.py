@@ -11,8 +11,8 @@ versions for notebooks and exports. Pure functions of trace data.
 
 from __future__ import annotations
 
-from ..trace import PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, LookaheadPayload, RunTrace, TreePayload
-from .figures import (BONUS_COLOR, METHOD_COLORS, METHOD_LABELS, NODE_COLORS, PHASE_COLORS, PHASE_LABELS, _show,
+from ..trace import ORIGIN_COPY, PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, LookaheadPayload, RunTrace, TreePayload
+from .figures import (BONUS_COLOR, COPY_COLOR, METHOD_COLORS, METHOD_LABELS, NODE_COLORS, PHASE_COLORS, PHASE_LABELS, _show,
                       draft_saw, tree_positions, window_grid)
 from .html import esc
 
@@ -150,11 +150,14 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         label_box[n.id] = _text_box(x + 12, y + 5, label)
         drawn += [(x - radius, y - radius, x + radius, y + radius), label_box[n.id]]
         label_end[x] = max(label_end.get(x, 0.0), label_box[n.id][2])
-        tip = (f"{_show(n.text)} (id {n.token_id}) — {n.status}, depth {n.depth}\n"
-               f"draft q = {n.draft_prob:.3f}, target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), chr(10))}")
-        marks.append(f'<g class="sv-node sv-{esc(n.status)}" font-size="{LABEL_PX}"><title>{esc(tip)}</title>'
-                     f'<circle cx="{x:.0f}" cy="{y:.0f}" r="{radius}" '
-                     f'fill="{color}" stroke="#fff" stroke-width="1.5"/>'
+        copied = n.origin == ORIGIN_COPY
+        tip = (f"{_show(n.text)} (id {n.token_id}) — {n.status}, depth {n.depth}\n" + (
+               f"copied from the text so far (prompt lookup): q = 1, target P = {n.target_prob:.3f}" if copied else
+               f"draft q = {n.draft_prob:.3f}, target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), chr(10))}"))
+        ring = f'stroke="{COPY_COLOR}" stroke-width="4"' if copied else 'stroke="#fff" stroke-width="1.5"'
+        marks.append(f'<g class="sv-node sv-{esc(n.status)}{" sv-copy" if copied else ""}" font-size="{LABEL_PX}">'
+                     f'<title>{esc(tip)}</title><circle cx="{x:.0f}" cy="{y:.0f}" r="{radius}" '
+                     f'fill="{color}" {ring}/>'
                      f'<text x="{x + 12:.0f}" y="{y + 5:.0f}" paint-order="stroke" stroke="#fff" stroke-width="4" '
                      f'stroke-linejoin="round">{esc(label)}</text></g>')
     right_edge = max(b[2] for b in drawn)
@@ -185,7 +188,9 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         note = (f"{plural(len(payload.nodes), 'node')} (budget {payload.budget}, depth {payload.depth}); "
                 f"{accepted} accepted + 1 bonus = {plural(made, 'token')} from one target forward")
     legend = _legend([("accepted", NODE_COLORS["accepted"]), ("rejected", NODE_COLORS["rejected"]),
-                      ("not reached", NODE_COLORS["not_reached"]), ("bonus", BONUS_COLOR)])
+                      ("not reached", NODE_COLORS["not_reached"]), ("bonus", BONUS_COLOR)]
+                     + ([("copied from the text (ring)", COPY_COLOR)] if any(n.origin == ORIGIN_COPY
+                                                                           for n in payload.nodes) else []))
     # A small tree keeps about its drawn size instead of being blown up to the column's width.
     svg = (f'<svg viewBox="0 0 {width:.0f} {height}" width="100%" '
            f'style="max-height:560px;max-width:{int(1.6 * width)}px">' + "".join(edges) + "".join(marks) + "</svg>")

@@ -1,0 +1,1 @@
+"""Prompt lookup: guesses copied from the prompt and the text so far (no draft forward)."""

@@ -1,0 +1,77 @@
+"""The n-gram match behind prompt lookup decoding: where the text's last few tokens occurred before,
+the tokens that followed them there are a free guess at what follows now.
+
+transformers' `prompt_lookup_num_tokens` and llama.cpp's `lookup` copy a continuation this way; code,
+a rewrite and any repetition quote their own past, and a copied guess costs no draft forward. Sequoia's
+tree and Lookahead's candidates take these guesses beside their own (`copied` tokens in the trace), and
+a decoder may verify them alone.
+
+The index is incremental: each committed token adds the n-grams (n = 1..max_ngram) that end at it, so
+a lookup costs a few dictionary reads whatever the text's length. Matches are ranked longest first,
+then most recent first (the nearest earlier occurrence is the likeliest pattern in code), and a
+continuation already offered is not offered twice. Pure Python, no model: tested alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_NGRAM = 4     # the longest suffix looked for (transformers' default max_matching_ngram_size is 2)
+MIN_NGRAM = 1     # one token of context still guesses well in code and rewrites (longer matches are tried first)
+OCCURRENCES = 8   # the most recent earlier occurrences of a suffix looked at, per length
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A continuation copied from the text: `tokens` followed the `matched` tokens that end the text now,
+    at token `source` (the index, in prompt + generated, of the continuation's first token)."""
+
+    tokens: tuple[int, ...]
+    matched: int
+    source: int
+
+
+class NgramIndex:
+    """The text so far (prompt, then committed tokens) with every n-gram's end positions."""
+
+    def __init__(self, token_ids=(), max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram} and {max_ngram}")
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.text: list[int] = []
+        self.ends: dict[tuple[int, ...], list[int]] = {}
+        self.extend(token_ids)
+
+    def extend(self, token_ids) -> None:
+        """Append committed tokens, indexing the n-grams that end at each."""
+        text, ends = self.text, self.ends
+        for token in token_ids:
+            text.append(int(token))
+            last = len(text) - 1
+            for n in range(1, min(self.max_ngram, len(text)) + 1):
+                ends.setdefault(tuple(text[last - n + 1:]), []).append(last)
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+    def copies(self, length: int, limit: int = 1) -> list[Copy]:
+        """Up to `limit` distinct continuations of up to `length` tokens after earlier occurrences of the
+        text's last n tokens (n from `max_ngram` down to `min_ngram`), the longest match first."""
+        text, found, seen = self.text, [], set()
+        last = len(text) - 1
+        if length < 1 or limit < 1:
+            return found
+        for n in range(min(self.max_ngram, len(text) - 1), self.min_ngram - 1, -1):
+            positions = self.ends.get(tuple(text[last - n + 1:]), ())
+            # The suffix's own occurrence (ending at `last`) has nothing after it yet.
+            for end in reversed(positions[-OCCURRENCES - 1:]):
+                if end >= last:
+                    continue
+                tokens = tuple(text[end + 1:end + 1 + length])
+                if tokens in seen:
+                    continue
+                seen.add(tokens)
+                found.append(Copy(tokens, n, end + 1))
+                if len(found) >= limit:
+                    return found
+        return found
