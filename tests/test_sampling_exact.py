@@ -85,6 +85,10 @@ FAMILIES = {
     "sequoia-copied": Family("sequoia", "independent", {"tree_parents": [-1, 0, 0, 0, 3, 4], "copies": 3},
                              prompt=(1, 2, 3, 0, 3, 0, 3), mutants=SEQUOIA_MUTANTS + ("copy-accepted-outright",),
                              draft_seed=5),
+    # A step that verifies the copied chain alone, no draft forward (where the plan says it pays: here always).
+    "sequoia-copied-alone": Family("sequoia", "independent", {"tree_parents": [-1, 0, 0, 0, 3, 4], "copies": 3},
+                                   prompt=(1, 2, 3, 0, 3, 0, 3), mutants=("copy-accepted-outright-alone",),
+                                   draft_seed=5),
 }
 # A wrong temperature is run once, through the autoregressive sampler: every family's target distribution is
 # that same tiny target's (after one of two prompts), and the power test below
@@ -103,8 +107,25 @@ def make_pair(family: Family, sampling: SamplingConfig):
     return pair
 
 
-def prepared(family: Family, sampling: SamplingConfig, tmp_path, monkeypatch):
+def prepared(family: Family, sampling: SamplingConfig, tmp_path, monkeypatch, name: str = ""):
     pair = make_pair(family, sampling)
+    if name == "sequoia-copied":   # every copied token grafted, however rarely it is reached
+        from specviz.sequoia import decoder
+
+        monkeypatch.setattr(decoder, "COPY_MIN_REACH", 0.0)
+    if name == "sequoia-copied-alone":   # a plan whose tree never beats a copy: every copy is verified alone
+        from specviz.sequoia import sizing
+
+        choose = sizing.tree_choice
+        plan = {"target_ms": {1: 1.0, 64: 1.0}, "ar_ms_per_token": 1.0, "step_costs": {},
+                "choice": {"predicted_speedup": 0.0}}
+
+        def with_plan(*args, **kwargs):
+            found = choose(*args, **kwargs)
+            found.settings["plan"] = plan
+            return found
+
+        monkeypatch.setattr(sizing, "tree_choice", with_plan)
     if family.adaptive:   # a cheap draft level, so trees grow deep enough to test
         monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
         cache_forward_curves(pair)
@@ -133,14 +154,14 @@ class StepRecorder:
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_sampling_is_exact(one_thread, tmp_path, monkeypatch, family, setting):
     fam, sampling = FAMILIES[family], SETTINGS[setting]
-    pair, exact = prepared(fam, sampling, tmp_path, monkeypatch)
+    pair, exact = prepared(fam, sampling, tmp_path, monkeypatch, family)
     steps = StepRecorder()
     samples = sample_sequences(fam.method, pair, list(fam.prompt), sampling, N_SAMPLES, N_TOKENS, on_trace=steps,
                                **fam.options)
     assert chi_square_pvalue(samples, exact) > ALPHA
     if fam.options.get("copies"):   # copied tokens were grafted or verified, and accepted
         assert steps.copy_runs > N_SAMPLES // 20, steps.copy_runs
-    if family == "sequoia-copied":   # the copy reached past the drafted tree's one level
+    if family.startswith("sequoia-copied"):   # the copy reached past the drafted tree's first level
         assert max(steps.first_depths) >= 2, steps.first_depths
     elif fam.method == "sequoia":
         # The first speculative step drafted the 2nd token on: some steps stop at once, some go deep.
@@ -158,7 +179,7 @@ def test_sampling_is_exact(one_thread, tmp_path, monkeypatch, family, setting):
 def test_negative_control_is_rejected(one_thread, tmp_path, monkeypatch, family, control):
     """The same check at the same sample size rejects a sampler that is only slightly wrong."""
     fam, sampling = FAMILIES[family], SETTINGS[CONTROL_SETTING]
-    pair, exact = prepared(fam, sampling, tmp_path, monkeypatch)
+    pair, exact = prepared(fam, sampling, tmp_path, monkeypatch, family)
     if control == "temperature":
         samples = sample_sequences(fam.method, pair, list(fam.prompt), shifted_temperature(sampling, WRONG_TEMPERATURE),
                                    N_SAMPLES, N_TOKENS, **fam.options)

@@ -29,7 +29,11 @@ followed them there joins the drafted tree as a chain, grafted where the tree st
 at any node, as one more child; sampled: only at a node with no drafted children, whose one child then
 has a one-hot q, so the walk's rule stays exact). The tree is renumbered breadth first and verified in
 the same one forward; a copy costs no draft forward, and on code or a rewrite it reaches past where the
-draft gives up. Only where nothing is captured (a captured step replays fixed shapes).
+draft gives up. Where `auto` planned the tree, a step whose copy the plan's own curve and step costs predict
+to pay more than the drafted tree (`sizing.copy_step_speedup`, from the copy's measured hit rates) verifies
+the copied chain alone and skips the draft: on a CPU the draft's forward is a large share of a step, and a
+long match is right more often than a draft level. Both choices depend on the text and the plan only, so a
+seed still gives the same tokens. Only where nothing is captured (a captured step replays fixed shapes).
 
 Random numbers are drawn at shapes fixed by the tree (the walk's uniforms at the whole tree's depth
 and width, one Gumbel draw per drafted level), so a seed gives the same tokens whether a step is
@@ -66,6 +70,12 @@ from .verify import STATUS_NAMES, WalkTables, greedy_walk, sampled_walk
 ADAPTIVE_TREES_KEPT = 256   # prepared adaptive trees (a few shapes recur)
 TREES_KEPT = 2 * ADAPTIVE_TREES_KEPT   # prepared trees a session keeps for its next races (fixed and adaptive)
 COPY_TOKENS = 6   # the longest copied chain grafted onto a step's tree
+# A copied token is grafted only where it is reached with at least this probability (`Copy.worth`). A tree row
+# costs about 0.13 t(1) on a CPU's q4 forward and a step of ~1.6 t(1) yields ~1.7 tokens, so by the copy's
+# overall hit rates a row would pay from ~0.14; but where a copy is grafted the draft has already proposed
+# the likely tokens, and paired runs (12 bench prompts, q4, 2 threads) measured grafts at 0.2 at 0.97x of no
+# copies. So only a long match's first tokens are grafted; copy-alone steps (`_copy_alone`) are what paid.
+COPY_MIN_REACH = 0.5
 
 
 def _probs_at(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
@@ -162,6 +172,10 @@ class SequoiaDecoder(Decoder):
         self.max_nodes = max_nodes
         # Copies change the tree's shape each step: only where shapes are not captured (nor padded).
         self.copy_len = 0 if (self.capture or self.padded) else copies
+        self.copy_min_reach = COPY_MIN_REACH
+        plan = tree_choice.settings.get("plan")   # `auto`'s: its curve and step costs price a copy-only step
+        self.copy_plan = plan if (self.copy_len and isinstance(plan, dict) and plan.get("target_ms")
+                                  and plan.get("choice")) else None
         self.trace.settings["copies"] = self.copy_len
         self.index = NgramIndex(self.prompt_ids) if self.copy_len else None
         self.grafted = None   # this step's copied chain, when one was grafted (`_graft`)
@@ -208,13 +222,16 @@ class SequoiaDecoder(Decoder):
         timer.start(PHASE_DRAFT)
         self.tokens[:1] = self.history[committed - 1:committed]
         read_slots = None
-        if self.adaptive:
+        self.grafted = None
+        alone = self._copy_alone(committed, depth) if self.copy_plan and depth else None
+        if alone is not None:
+            tree, read_slots, depth = alone
+        elif self.adaptive:
             tree, read_slots = self._draft_adaptive(committed, depth)
         else:
             tree = self._fixed_tree(depth)
             self._draft_fixed(tree, committed, depth)
-        self.grafted = None
-        if self.copy_len and depth:
+        if self.copy_len and depth and not self.grafted:
             tree, read_slots, depth = self._graft(tree, read_slots, committed, depth)
         timer.start(PHASE_TARGET)
         out = tree.forward(self.tokens, committed - 1)
@@ -257,7 +274,7 @@ class SequoiaDecoder(Decoder):
         """`fresh` and `unread` for the next root read. A step that drafted read its root and the accepted
         nodes it expanded; the path's deepest node is unread when it sat on the last level drafted (a
         fixed tree) or was never expanded (an adaptive one, whose read nodes have an offset past the root's)."""
-        if depth == 0:   # no draft forward this step
+        if depth == 0 or (self.grafted and self.grafted.get("alone")):   # no draft forward this step
             self.fresh += len(new_ids)
             self.unread += len(new_ids)
             return
@@ -314,9 +331,7 @@ class SequoiaDecoder(Decoder):
         breadth first, its tokens, q and read offsets moved to the new numbering; or the tree as it was,
         when the copy is already in it, finds no place, or there is none. Returns (tree, read offsets, the
         depth the walk may go to)."""
-        room = min(self.max_new_tokens - len(self.generated) - 1, self.pair.max_context - committed)
-        self.index.extend(self.generated[len(self.index) - len(self.prompt_ids):])
-        found = self.index.copies(min(self.copy_len, room), 1) if room > 0 else []
+        room, found = self._copy(committed)
         if not found:
             return tree, read_slots, depth
         shape, n = tree.shape, tree.n
@@ -328,7 +343,7 @@ class SequoiaDecoder(Decoder):
                 break
             node = child
             chain.pop(0)
-        chain = chain[:room - shape.depths[node]]
+        chain = chain[:min(room - shape.depths[node], found[0].worth(self.copy_min_reach) - shape.depths[node])]
         # Sampled, a node's drafted children were drawn from its q: a copy joins only a node with none.
         if not chain or (not self.sampling.greedy and shape.children[node]):
             return tree, read_slots, depth
@@ -357,6 +372,34 @@ class SequoiaDecoder(Decoder):
         merged = self._adaptive_tree(parents)
         return (merged, torch.tensor([offsets[old] for old in order], dtype=torch.long, device=self.device),
                 max(depth, merged.shape.depth))
+
+    def _copy(self, committed: int) -> tuple[int, list]:
+        """(the levels a step may still emit, this step's copy as a list of at most one `Copy`)."""
+        room = min(self.max_new_tokens - len(self.generated) - 1, self.pair.max_context - committed)
+        self.index.extend(self.generated[len(self.index) - len(self.prompt_ids):])
+        return room, (self.index.copies(min(self.copy_len, room), 1) if room > 0 else [])
+
+    def _copy_alone(self, committed: int, depth: int) -> tuple[_Tree, torch.Tensor, int] | None:
+        """The copied chain as this step's whole tree, where the plan predicts it pays more than the drafted
+        tree (no draft forward); else None."""
+        from .sizing import copy_step_speedup   # sizing builds decoders: imported when first needed
+
+        room, found = self._copy(committed)
+        if not found:
+            return None
+        speedup, length = copy_step_speedup(self.copy_plan, found[0].reaches()[:room])
+        if not length or speedup <= float(self.copy_plan["choice"]["predicted_speedup"]):
+            return None
+        chain = list(found[0].tokens[:length])
+        dev = self.device
+        self.tokens[1:length + 1] = torch.tensor(chain, dtype=torch.long, device=dev)
+        self.child_q[1:length + 1] = 1.0
+        if self.draft_q is not None:   # node i's one child is the copy's token i + 1: q one-hot
+            self.draft_q[:length].zero_()
+            self.draft_q[torch.arange(length, device=dev), self.tokens.new_tensor(chain)] = 1.0
+        self.grafted = {"copied": set(range(1, length + 1)), "read": [False] * (length + 1), "alone": True}
+        tree = self._adaptive_tree([-1] + list(range(length)))
+        return tree, torch.arange(length + 1, device=dev), length
 
     @staticmethod
     def _grafted_order(shape: TreeShape, node: int, k: int) -> tuple[list[int], list[int]]:

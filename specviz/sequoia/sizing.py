@@ -163,6 +163,23 @@ def tree_cost_ms(parents: list[int], target_ms: dict, draft_ms: dict, pending: i
             + costs.per_node * shape.size)
 
 
+def copy_step_speedup(plan: dict, reaches: list[float]) -> tuple[float, int]:
+    """(the predicted speedup over `ar`, the length) of the best step that verifies only a copied chain, no draft
+    forward: a chain of L tokens reached with probabilities `reaches[:L]` brings 1 + their sum tokens for the
+    target's forward over 1 + L rows and the step's fixed costs (the plan's fitted `per_step`, `per_node`).
+    Against the plan's own tree (`choice["predicted_speedup"]`), from the same curve and costs."""
+    target = {int(k): float(v) for k, v in plan["target_ms"].items()}
+    costs = plan.get("step_costs") or {}
+    ar_ms = float(plan["ar_ms_per_token"])
+    best, length, tokens = 0.0, 0, 1.0
+    for k, reach in enumerate(reaches, 1):
+        tokens += reach
+        ms = (_interp(target, 1 + k) + float(costs.get("per_step", 0.0)) + float(costs.get("per_node", 0.0)) * (1 + k))
+        if tokens * ar_ms / ms > best:
+            best, length = tokens * ar_ms / ms, k
+    return best, length
+
+
 def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, draft_ms: dict,
                    ar_target_ms: list[float] | None = None) -> StepCosts:
     """StepCosts from measured steps: {"parents", "draft_ms", "rest_ms"} each (rest: wall minus draft),
