@@ -19,14 +19,14 @@ import pytest
 import torch
 
 from helpers import empty_profile_cache
-from specviz.engine import auto_notes, models, native, precision, quant
+from specviz.engine import auto_notes, models, precision, quant
 from specviz.engine.profiler import save_cached
 from specviz.trace import RaceTrace, RunTrace
 
 CPU = torch.device("cpu")
-KERNEL = native.KERNEL_WORDS
-needs_kernel = pytest.mark.skipif(native.q4_rows_available() is not None,
-                                  reason=f"SpecViz's q4 kernel is not used here: {native.q4_rows_available()}")
+KERNEL = quant.KERNEL_WORDS
+needs_kernel = pytest.mark.skipif(quant.own_kernel_problem() is not None,
+                                  reason=f"SpecViz's q4 kernel is not used here: {quant.own_kernel_problem()}")
 needs_q4 = pytest.mark.skipif(not quant.q4_kernel_available(), reason="no 4-bit kernel in this torch")
 
 
@@ -63,23 +63,23 @@ def measured(chosen: str, **ms) -> None:
 
 @needs_kernel
 def test_the_built_kernel_passes_its_self_test_and_a_wrong_product_fails_it():
-    assert native.self_test() is None
+    assert quant.self_test() is None
     # Controls: the rows in another order, the min term dropped, the outlier rounded with the rest.
-    flipped = native.self_test(lambda x, linear: linear.rows(x.flip(0)))
-    no_min = native.self_test(lambda x, linear: quant.Q4Rows(linear.codes, linear.d, torch.zeros_like(linear.m),
+    flipped = quant.self_test(lambda x, linear: linear.rows(x.flip(0)))
+    no_min = quant.self_test(lambda x, linear: quant.Q4Rows(linear.codes, linear.d, torch.zeros_like(linear.m),
                                                              linear.outliers, linear.outlier_weights).rows(x))
-    rounded = native.self_test(lambda x, linear: quant.Q4Rows(linear.codes, linear.d, linear.m).rows(x))
+    rounded = quant.self_test(lambda x, linear: quant.Q4Rows(linear.codes, linear.d, linear.m).rows(x))
     for failed in (flipped, no_min, rounded):
         assert failed is not None and failed.startswith("failed its self-test"), failed
-    assert native.self_test(lambda x, linear: linear.rows(x)[:, :-16]).startswith("failed its self-test: (")
-    raised = native.self_test(lambda x, linear: (_ for _ in ()).throw(RuntimeError("bad kernel\nmore")))
+    assert quant.self_test(lambda x, linear: linear.rows(x)[:, :-16]).startswith("failed its self-test: (")
+    raised = quant.self_test(lambda x, linear: (_ for _ in ()).throw(RuntimeError("bad kernel\nmore")))
     assert raised == "failed its self-test: bad kernel"
 
 
 @needs_kernel
 def test_a_kernel_that_fails_its_self_test_is_not_used(monkeypatch):
-    monkeypatch.setattr(native, "self_test", lambda: "failed its self-test: 3 rows off by 1")
-    assert native.q4_rows_available.__wrapped__() == "failed its self-test: 3 rows off by 1"
+    monkeypatch.setattr(quant, "self_test", lambda: "failed its self-test: 3 rows off by 1")
+    assert quant.own_kernel_problem.__wrapped__() == "failed its self-test: 3 rows off by 1"
 
 
 # -- auto is q4 from the first race where the kernel runs -------------------------------------------------------

@@ -176,8 +176,14 @@ def test_what_if_predicts_from_the_acceptance_vector_and_curve_and_marks_the_run
     # A curve that grows with n makes a big tree cost more than it gains.
     steep = {**flat, "target_ms": {1: 10.0, 8: 20.0, 64: 160.0}}
     assert whatif.sequoia_point(steep, 64, 6)["speedup"] < whatif.sequoia_point(steep, 4, 2)["speedup"]
-    la = whatif.lookahead_point(flat, 3, 3, 0)
+    la = whatif.lookahead_point({**flat, "copies": 0}, 3, 3, 0)   # no pool candidates and no copies: one token
     assert la["tokens_per_step"] == 1.0 and la["step_tokens"] == 6
+    from specviz.lookahead.sizing import COPY_ACCEPT, COPY_MATCH
+    # A race without copies on record: the sizing's prior for them (half a copy a step, 0.42 a token), a copy
+    # reaching k tokens with COPY_ACCEPT^k, independent of the pool's candidates.
+    copied = whatif.lookahead_point(flat, 3, 3, 0)
+    assert copied["tokens_per_step"] == pytest.approx(
+        1 + sum(1 - (1 - COPY_ACCEPT ** k) ** COPY_MATCH for k in (1, 2)))
     # A saved profile (the profiler's format) replaces the curve.
     path = tmp_path / "forward-gpu.json"
     path.write_text(json.dumps({"key": "A100", "ms": {"1": 8.0, "64": 8.5, "256": 11.0}}))

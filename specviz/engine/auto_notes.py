@@ -123,9 +123,9 @@ def change_words(before: dict | None, after: dict) -> dict[str, str]:
 def why_words(method: str, settings: dict, lookahead_result: dict | None = None) -> str:
     """Why a run's `auto` size is small, where it is (a one-level tree, no Lookahead candidates), else ""."""
     if method == "sequoia" and settings.get("tree") == "auto" and isinstance(settings.get("plan"), dict):
-        from ..sequoia.sizing import one_level_words
+        from .methods import sizing
 
-        return one_level_words(settings["plan"])
+        return sizing("sequoia", "one_level_words")(settings["plan"])
     if method == "lookahead" and settings.get("auto") and lookahead_result:
         choice = lookahead_result.get("choice") or {}
         if all(choice.get(k) == settings.get(k) for k in ("window", "ngram", "guesses")):   # the choice it ran
@@ -159,10 +159,10 @@ def annotate(trace, pair, graphs, last: LastRaces | None, key) -> None:
     lookahead = trace.runs.get("lookahead")
     result = None
     if lookahead is not None and (lookahead.settings or {}).get("auto"):
-        from ..lookahead.sizing import cached_choice
+        from .methods import sizing
         from .graphs import capture_wanted
 
-        result = cached_choice(pair, graphs=capture_wanted(graphs, pair.device))
+        result = sizing("lookahead", "cached_choice")(pair, graphs=capture_wanted(graphs, pair.device))
     for method in SIZED:
         run = trace.runs.get(method)
         if run is not None and run.settings:

@@ -533,11 +533,11 @@ def auto_precision(target: str | None, device: torch.device) -> tuple[str | None
 
 
 def own_q4_kernel() -> str | None:
-    """SpecViz's q4 kernel in the summary line's words (`native.KERNEL_WORDS`) where it is built, loaded and
+    """SpecViz's q4 kernel in the summary line's words (`quant.KERNEL_WORDS`) where it is built, loaded and
     self-tested here, else None (q4 then runs torch's int4 kernel, and `auto` measures before choosing it)."""
-    from . import native
+    from . import quant
 
-    return native.KERNEL_WORDS if native.q4_rows_available() is None else None
+    return quant.KERNEL_WORDS if quant.own_kernel_problem() is None else None
 
 
 def precisions_pending(target: str | None, device: torch.device) -> bool:

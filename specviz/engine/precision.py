@@ -15,7 +15,7 @@ knows the candidates and how to load a model at each). On a GPU `auto` stays the
 (`models.choose_dtype`): bf16 from Ampere on, fp16 below.
 
 Where q4 is a candidate and SpecViz's own 4-bit kernel is built here and passed its self-test
-(`native.q4_rows_available`), `auto` is q4 from the first race, before anything is measured: the first
+(`quant.own_kernel_problem`), `auto` is q4 from the first race, before anything is measured: the first
 race runs at the precision the next one will (a fresh cache's first race in bf16 showed 2.1x, the next,
 in q4, 1.1x). The measurement still runs, and its times are shown, but it confirms q4; it never flips it
 away while the kernel is there (`choice(kernel=...)`).
@@ -86,7 +86,7 @@ def kernel_words(kernel: str) -> str:
 def choice(target_name: str, names: list[str], kernel: str | None = None) -> tuple[str | None, str]:
     """(the precision `auto` loads, or None for the rule; the words the summary line shows).
 
-    `kernel`: SpecViz's 4-bit kernel is built and self-tested here, in these words (`native.KERNEL_WORDS`);
+    `kernel`: SpecViz's 4-bit kernel is built and self-tested here, in these words (`quant.KERNEL_WORDS`);
     with q4 among `names` it is q4 from the first race, and the measurement, once there, confirms it in its
     times without changing it (None: the rule until measured, then the fastest measured)."""
     if len(names) < 2:

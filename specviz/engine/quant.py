@@ -23,6 +23,7 @@ together, so `unpermute_rows` does the same to the int4 rows and stays exact.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -182,7 +183,7 @@ def int4_kernel_available() -> bool:
 
 def q4_kernel_available() -> bool:
     """Whether q4 runs here: SpecViz's own kernel (`native`), or else torch's int4 one."""
-    return native.q4_rows_available() is None or int4_kernel_available()
+    return own_kernel_problem() is None or int4_kernel_available()
 
 
 class Int4Linear(RowsProduct):
@@ -613,7 +614,7 @@ def attach_quantized(model, dtype: torch.dtype = torch.bfloat16) -> WeightOnlyLa
 def q4_kernel(shapes: list[tuple[int, int]]) -> str:
     """"vnni" where SpecViz's own q4 kernel is built here and reads every (out, in) matrix (`Q4Rows.fits`), else
     "" (torch's int4 kernel)."""
-    return "vnni" if native.q4_rows_available() is None and all(Q4Rows.fits(s) for s in shapes) else ""
+    return "vnni" if own_kernel_problem() is None and all(Q4Rows.fits(s) for s in shapes) else ""
 
 
 def layer_shapes(cfg) -> list[tuple[int, int]]:
@@ -662,3 +663,66 @@ def _convert(gguf_path: Path, n_layers: int, dtype: torch.dtype, kernel: str,
     if missing:
         raise ValueError(f"{gguf_path}: {len(missing)} linears are not Q4_1 (first: {missing[0]})")
     return WeightOnlyLayers.build(weights, n_layers, dtype, str(gguf_path), kernel, outliers)
+
+
+# What the summary line says of a kernel that is built, loaded and passed `self_test` (`engine.precision`).
+KERNEL_WORDS = "AVX-512 VNNI, self-tested"
+# The self-test's block: whole tiles of 16 output rows, whole blocks of 32 along a row; the row counts cover
+# the kernel's register tiles of 8, 4, 2 and 1 rows and what is left over. A few milliseconds, once a process.
+SELF_TEST_SHAPE = (48, 256)
+SELF_TEST_ROWS = (1, 3, 8, 13)
+SELF_TEST_OUTLIER = 7   # an input position kept out of the int8 rounding, as `calibrate_outliers` keeps some
+
+
+def q8_1_rounded(x: torch.Tensor) -> torch.Tensor:
+    """Rows as llama.cpp's quantize_row_q8_1 leaves them, back in fp64: per block of 32 along a row, one scale
+    max|x| / 127 and codes rounded to int8 (what the kernel multiplies the weights' codes by)."""
+    rows, cols = x.shape
+    blocks = x.double().view(rows, cols // 32, 32)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    inverse = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
+    return ((blocks * inverse).round() * amax / 127).view(rows, cols)
+
+
+def self_test(product=None) -> str | None:
+    """None when the kernel computes Q4_1 weights times int8-rounded rows on this machine; else what went wrong.
+
+    A random Q4_1 block (`quantize_q4_1`) with one outlier input is multiplied by a few random rows, and
+    compared with the plain fp64 product of its dequantised weights and the rows rounded as the kernel rounds
+    them (`q8_1_rounded`; the outlier exact): the same sums in another order, so within a thousandth of the
+    largest output (a wrong nibble order, a dropped min term, a skipped row are off by tens of percent). The
+    product of the unrounded rows is checked too, within what rounding to 8 bits can move it. `product(x,
+    linear)` stands in for the kernel's (`Q4Rows.rows`) in the tests' negative controls."""
+    out, cols = SELF_TEST_SHAPE
+    generator = torch.Generator().manual_seed(67)
+    weight = quantize_q4_1(torch.randn(out, cols, generator=generator) * 0.05)
+    outliers = torch.tensor([SELF_TEST_OUTLIER], dtype=torch.int32)
+    linear = Q4Rows.of(weight, outliers)
+    dense = weight.dequantize().double()
+    product = product or (lambda x, module: module.rows(x))
+    try:
+        for rows in SELF_TEST_ROWS:
+            x = torch.randn(rows, cols, generator=generator)
+            x[:, SELF_TEST_OUTLIER] *= 40   # a large dimension, as SmolLM2's
+            rest = x.clone()
+            rest[:, SELF_TEST_OUTLIER] = 0
+            want = q8_1_rounded(rest) @ dense.T + x[:, outliers.long()].double() @ dense[:, outliers.long()].T
+            got = product(x, linear).double()
+            if got.shape != want.shape:
+                return f"failed its self-test: {tuple(got.shape)} outputs for {tuple(want.shape)}"
+            error = (got - want).abs().max().item()
+            if not error <= 1e-3 * want.abs().max().item():
+                return f"failed its self-test: {rows} rows off by {error:.3g} (largest output {want.abs().max().item():.3g})"
+            exact = x.double() @ dense.T
+            if not (got - exact).abs().max().item() <= 0.02 * exact.abs().max().item():
+                return f"failed its self-test: {rows} rows far from the unrounded product"
+    except RuntimeError as exc:
+        return f"failed its self-test: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+    return None
+
+
+@functools.cache   # once a process: the kernel a process loaded does not change
+def own_kernel_problem() -> str | None:
+    """None where SpecViz's q4 kernel is built, loaded and passes its self-test here (what q4 then runs);
+    else why not, in a few words."""
+    return native.q4_rows_available() or self_test()

@@ -30,7 +30,7 @@ at any node, as one more child; sampled: only at a node with no drafted children
 has a one-hot q, so the walk's rule stays exact). The tree is renumbered breadth first and verified in
 the same one forward; a copy costs no draft forward, and on code or a rewrite it reaches past where the
 draft gives up. Where `auto` planned the tree, a step whose copy the plan's own curve and step costs predict
-to pay more than the drafted tree (`sizing.copy_step_speedup`, from the copy's measured hit rates) verifies
+to pay more than the drafted tree (`copy_cost.copy_step_speedup`, from the copy's measured hit rates) verifies
 the copied chain alone and skips the draft: on a CPU the draft's forward is a large share of a step, and a
 long match is right more often than a draft level. Both choices depend on the text and the plan only, so a
 seed still gives the same tokens. Only where nothing is captured (a captured step replays fixed shapes).
@@ -64,6 +64,7 @@ from ..trace import (
 )
 from ..prompt_lookup.match import NgramIndex
 from .adaptive import allocate_children, level_pays, padded_block, padded_levels, read_block
+from .copy_cost import copy_step_speedup
 from .tree import TreeShape, TreeTensors
 from .verify import STATUS_NAMES, WalkTables, greedy_walk, sampled_walk
 
@@ -382,8 +383,6 @@ class SequoiaDecoder(Decoder):
     def _copy_alone(self, committed: int, depth: int) -> tuple[_Tree, torch.Tensor, int] | None:
         """The copied chain as this step's whole tree, where the plan predicts it pays more than the drafted
         tree (no draft forward); else None."""
-        from .sizing import copy_step_speedup   # sizing builds decoders: imported when first needed
-
         room, found = self._copy(committed)
         if not found:
             return None

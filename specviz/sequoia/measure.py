@@ -100,7 +100,8 @@ def profile_acceptance_by_depth(pair, prompts: list[str], width: int, depths: in
         cfg = SamplingConfig(sampling.temperature, sampling.top_p, sampling.top_k, seed)
         ids = encode_prompt(pair.tokenizer, prompt)
         room = min(max_new_tokens, pair.max_context - len(ids))
-        decoder = SequoiaDecoder(pair, prompt, ids, cfg, room, tree_choice(pair, cfg, tree_parents=parents))
+        # No copies: the draft's own acceptance, level by level.
+        decoder = SequoiaDecoder(pair, prompt, ids, cfg, room, tree_choice(pair, cfg, tree_parents=parents), copies=0)
         while not decoder.done and done < steps:
             payload = decoder.step().payload
             if payload is None or payload.depth < depths:
@@ -182,7 +183,8 @@ def profile_acceptance(pair, prompts: list[str], width: int, sampling: SamplingC
         room = min(max_new_tokens, pair.max_context - len(ids))
         if room < 2:
             raise InvalidInput("a prompt fills the model's context; use shorter prompts")
-        decoder = SequoiaDecoder(pair, prompt, ids, cfg, room, tree_choice(pair, cfg, tree_parents=star_tree(width)))
+        decoder = SequoiaDecoder(pair, prompt, ids, cfg, room, tree_choice(pair, cfg, tree_parents=star_tree(width)),
+                                 copies=0)
         while not decoder.done and done < steps:
             record = decoder.step()
             payload = record.payload

@@ -163,23 +163,6 @@ def tree_cost_ms(parents: list[int], target_ms: dict, draft_ms: dict, pending: i
             + costs.per_node * shape.size)
 
 
-def copy_step_speedup(plan: dict, reaches: list[float]) -> tuple[float, int]:
-    """(the predicted speedup over `ar`, the length) of the best step that verifies only a copied chain, no draft
-    forward: a chain of L tokens reached with probabilities `reaches[:L]` brings 1 + their sum tokens for the
-    target's forward over 1 + L rows and the step's fixed costs (the plan's fitted `per_step`, `per_node`).
-    Against the plan's own tree (`choice["predicted_speedup"]`), from the same curve and costs."""
-    target = {int(k): float(v) for k, v in plan["target_ms"].items()}
-    costs = plan.get("step_costs") or {}
-    ar_ms = float(plan["ar_ms_per_token"])
-    best, length, tokens = 0.0, 0, 1.0
-    for k, reach in enumerate(reaches, 1):
-        tokens += reach
-        ms = (_interp(target, 1 + k) + float(costs.get("per_step", 0.0)) + float(costs.get("per_node", 0.0)) * (1 + k))
-        if tokens * ar_ms / ms > best:
-            best, length = tokens * ar_ms / ms, k
-    return best, length
-
-
 def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, draft_ms: dict,
                    ar_target_ms: list[float] | None = None) -> StepCosts:
     """StepCosts from measured steps: {"parents", "draft_ms", "rest_ms"} each (rest: wall minus draft),
@@ -405,7 +388,9 @@ def measure_step_times(pair, sampling: SamplingConfig, trees: list[list[int]], s
 
     def maker(parents):
         choice = tree_choice(pair, sampling, tree_parents=parents, graphs=graphs)
-        return lambda p: SequoiaDecoder(pair, p, ids[p], sampling, room[p], choice, graphs=decoder_graphs(graphs))
+        # No copies: what is fitted is the drafted tree's own cost (a copy changes the tree step by step).
+        return lambda p: SequoiaDecoder(pair, p, ids[p], sampling, room[p], choice, graphs=decoder_graphs(graphs),
+                                        copies=0)
 
     timed, share = with_contention(
         lambda: _timed_steps([maker(t) for t in trees] + [maker([-1])], steps, warmup), pair.device)
@@ -506,7 +491,8 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int =
     mode = decoder_graphs(graphs)
 
     def makers(seeded: SamplingConfig) -> dict:
-        return {k: (lambda p, c=c: SequoiaDecoder(pair, p, ids[p], seeded, tokens, c, graphs=mode))
+        # The trees raced as the draft grows them (copies would join either alike).
+        return {k: (lambda p, c=c: SequoiaDecoder(pair, p, ids[p], seeded, tokens, c, graphs=mode, copies=0))
                 for k, c in choices.items()}
 
     def run_prompt(prompt: str, seeded: SamplingConfig) -> dict:

@@ -19,9 +19,9 @@ and how many were verified each step. Pure functions of trace data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..trace import PHASE_DRAFT, PHASE_TARGET, LookaheadPayload, RunTrace, TreePayload
+from ..trace import ORIGIN_COPY, ORIGIN_POOL, PHASE_DRAFT, PHASE_TARGET, LookaheadPayload, RunTrace, TreePayload
 
 
 @dataclass(frozen=True)
@@ -92,10 +92,25 @@ def _tree_parents(payload: TreePayload) -> tuple[list[int], list[int], list[bool
     return parents, ranks, [n.status == "accepted" for n in nodes]
 
 
+def _drafted(payload: TreePayload) -> TreePayload:
+    """The step's tree without its copied nodes (prompt lookup): what the draft proposed, which the acceptance
+    model predicts. Copies hang below the drafted nodes, so what is left is still a tree."""
+    if not any(n.origin == ORIGIN_COPY for n in payload.nodes):
+        return payload
+    kept = [n for n in payload.nodes if n.origin != ORIGIN_COPY]
+    ids = {n.id for n in kept}
+    return replace(payload, nodes=kept, accepted_path=[i for i in payload.accepted_path if i in ids])
+
+
+def copied_accepted(payload: TreePayload) -> int:
+    """The copied tokens the step's walk accepted: the run's own measure, added to the draft's prediction."""
+    return sum(n.origin == ORIGIN_COPY and n.status == "accepted" for n in payload.nodes)
+
+
 def _trees(run: RunTrace | None):
     for rec in (run.steps[1:] if run is not None else []):
-        if isinstance(rec.payload, TreePayload) and len(rec.payload.nodes) > 1:
-            yield rec.payload
+        if isinstance(rec.payload, TreePayload) and len(_drafted(rec.payload).nodes) > 1:
+            yield _drafted(rec.payload)
 
 
 def tree_acceptance(run: RunTrace | None) -> dict | None:
@@ -190,7 +205,8 @@ def _confidence_value(payload: TreePayload, calibrated) -> float:
 
 
 def sequoia_tokens_per_step(run: RunTrace | None, acc: dict | None) -> float | None:
-    """Predicted accepted length over the run's own trees.
+    """Predicted accepted length over the run's own trees (their drafted nodes; the copied tokens a step accepted
+    are the run's own, added as measured).
 
     A fixed tree: from acceptance vectors `acc` (per level and rank, `tree_dp.tree_value`). An adaptive
     tree grows where the draft is confident, so a level's average acceptance undersells its deep
@@ -205,13 +221,16 @@ def sequoia_tokens_per_step(run: RunTrace | None, acc: dict | None) -> float | N
     values = []
     for rec in run.steps[1:]:
         p = rec.payload
+        copied = copied_accepted(p) if isinstance(p, TreePayload) else 0
+        p = _drafted(p) if isinstance(p, TreePayload) else p
         if not isinstance(p, TreePayload) or len(p.nodes) < 2:
-            values.append(1.0)   # a root-only step (the race's last token) writes one
+            values.append(1.0 + copied)   # a root-only step (the race's last token, or a copy alone)
         elif adaptive:
-            values.append(_confidence_value(p, calibrated))
+            values.append(_confidence_value(p, calibrated) + copied)
         else:
             parents, _, _ = _tree_parents(p)
-            values.append(tree_value(parents, acc["acceptance"], acc.get("by_depth"), acc.get("under_lower_ranks")))
+            values.append(tree_value(parents, acc["acceptance"], acc.get("by_depth"), acc.get("under_lower_ranks"))
+                          + copied)
     return _mean(values) if values else None
 
 
@@ -220,7 +239,8 @@ def draft_ms_per_level(run: RunTrace | None) -> float | None:
     ms = levels = 0.0
     for rec in (run.steps[1:] if run is not None else []):
         p = rec.payload
-        if isinstance(p, TreePayload) and len(p.nodes) > 1:
+        p = _drafted(p) if isinstance(p, TreePayload) else p
+        if isinstance(p, TreePayload) and len(p.nodes) > 1:   # the levels the draft read (copies read none)
             ms += rec.time_ms.get(PHASE_DRAFT, 0.0)
             levels += max(n.depth for n in p.nodes)
     return ms / levels if levels else None
@@ -239,36 +259,53 @@ def lookahead_rates(run: RunTrace | None) -> dict | None:
     if run is None:
         return None
     longest = 1
-    hits: dict[int, int] = {}
-    tries: dict[int, int] = {}
-    per_step = []
+    counts = {origin: ({}, {}) for origin in (ORIGIN_POOL, ORIGIN_COPY)}   # origin -> (hits, tries) by position
+    per_step, copies = [], []
     for rec in run.steps[1:]:
         p = rec.payload
         if not isinstance(p, LookaheadPayload):
             continue
         longest = max(longest, (p.ngram_size or 2) - 1)
         per_step.append(len(p.candidates))
+        copies.append(sum(c.origin == ORIGIN_COPY for c in p.candidates))
         for cand in p.candidates:
+            hits, tries = counts[cand.origin]
             for k in range(1, min(cand.match_length + 1, (p.ngram_size or 2) - 1) + 1):
                 tries[k] = tries.get(k, 0) + 1
                 hits[k] = hits.get(k, 0) + (k <= cand.match_length)
     if not per_step:
         return None
-    total = sum(tries.values())
-    rate = sum(hits.values()) / total if total else 0.0
-    rates = [hits[k] / tries[k] if tries.get(k) else rate for k in range(1, longest + 1)]
-    return {"rate": rate, "rates": rates, "candidates": per_step}
+
+    def rates_of(*origins) -> tuple[float, list[float]]:
+        hits = {k: sum(counts[o][0].get(k, 0) for o in origins) for k in range(1, longest + 1)}
+        tries = {k: sum(counts[o][1].get(k, 0) for o in origins) for k in range(1, longest + 1)}
+        total = sum(tries.values())
+        rate = sum(hits.values()) / total if total else 0.0
+        return rate, [hits[k] / tries[k] if tries.get(k) else rate for k in range(1, longest + 1)]
+
+    rate, rates = rates_of(ORIGIN_POOL, ORIGIN_COPY)
+    # Copies (prompt lookup) match at rates of their own: apart, so a step's mix of the two is predicted right.
+    pool_rate, pool_rates = rates_of(ORIGIN_POOL)
+    _, copy_rates = rates_of(ORIGIN_COPY)
+    return {"rate": rate, "rates": rates, "candidates": per_step, "pool_rate": pool_rate, "pool_rates": pool_rates,
+            "copy_rates": copy_rates, "copies": copies}
 
 
-def lookahead_expected(rate, ngram: int, candidates: float) -> float:
-    """1 + sum over k < N of P(some candidate matches k tokens), candidates independent; `rate` is one
-    per-token rate or one per position (a candidate matches k tokens with the product of the first k)."""
+def _per_position(rate, ngram: int) -> list[float]:
     rates = [float(rate)] * (ngram - 1) if isinstance(rate, (int, float)) else list(rate)
-    rates += [rates[-1] if rates else 0.0] * (ngram - 1 - len(rates))
-    expected, whole = 1.0, 1.0
+    return rates + [rates[-1] if rates else 0.0] * (ngram - 1 - len(rates))
+
+
+def lookahead_expected(rate, ngram: int, candidates: float, copy_rate=0.0, copies: float = 0) -> float:
+    """1 + sum over k < N of P(some candidate matches k tokens), candidates independent; `rate` is one
+    per-token rate or one per position (a candidate matches k tokens with the product of the first k);
+    `copies` copied candidates match at `copy_rate` likewise."""
+    rates, copy_rates = _per_position(rate, ngram), _per_position(copy_rate, ngram)
+    expected, whole, copy_whole = 1.0, 1.0, 1.0
     for k in range(1, ngram):
         whole *= rates[k - 1]
-        expected += 1.0 - (1.0 - whole) ** candidates
+        copy_whole *= copy_rates[k - 1]
+        expected += 1.0 - (1.0 - whole) ** candidates * (1.0 - copy_whole) ** copies
     return expected
 
 
@@ -278,7 +315,8 @@ def lookahead_tokens_per_step(run: RunTrace | None) -> float | None:
     if rates is None:
         return None
     ngram = int(run.settings.get("ngram") or 2) if isinstance(run.settings, dict) else 2
-    return _mean(lookahead_expected(rates["rates"], ngram, c) for c in rates["candidates"])
+    return _mean(lookahead_expected(rates["pool_rates"], ngram, n - c, rates["copy_rates"], c)
+                 for n, c in zip(rates["candidates"], rates["copies"]))
 
 
 # ----------------------------------------------------------------------------- the run's own prediction

@@ -152,8 +152,12 @@ def _run_costs(trace: RaceTrace | None) -> dict:
     rates = measured.lookahead_rates(la)
     if rates and rates["candidates"]:
         useful = min(int(la.settings.get("guesses") or 0), int(la.settings.get("window") or 0)) or 1
-        mean_candidates = sum(rates["candidates"]) / len(rates["candidates"])
-        costs.update(lookahead_rate=rates["rates"], pool_fill=min(mean_candidates / useful, 1.0))
+        steps = len(rates["candidates"])
+        mean_copies = sum(rates["copies"]) / steps
+        mean_pooled = sum(rates["candidates"]) / steps - mean_copies
+        # The pool's and the copies' rates apart (`measured.lookahead_rates`), and the copies a step verified.
+        costs.update(lookahead_rate=rates["pool_rates"], pool_fill=min(mean_pooled / useful, 1.0),
+                     copy_rate=rates["copy_rates"], copies=mean_copies)
     return costs
 
 
@@ -257,7 +261,7 @@ def sequoia_point(inp: dict, budget: int, depth: int, max_budget: int = 128, max
 
 
 def lookahead_point(inp: dict, window: int, ngram: int, guesses: int) -> dict | None:
-    from ..lookahead.sizing import ACCEPT_RATE, step_tokens
+    from ..lookahead.sizing import ACCEPT_RATE, COPY_ACCEPT, COPY_MATCH, COPY_ROWS, step_tokens
 
     target = inp.get("target_ms")
     if not target or len(target) < 2:
@@ -266,8 +270,11 @@ def lookahead_point(inp: dict, window: int, ngram: int, guesses: int) -> dict | 
     n = step_tokens(int(window), int(ngram), int(guesses))
     # The pool holds at most min(G, W) useful candidates for a key; a run says how full it kept them.
     candidates = min(int(guesses), int(window)) * (inp.get("pool_fill") or 1.0)
-    e = measured.lookahead_expected(rate, int(ngram), candidates)
-    target_ms, other_ms = interpolate(target, max(n, 1)), _other_ms(inp, "lookahead")
+    # Copies (prompt lookup): the run's own rate and count where it had them, else the sizing's prior.
+    copies = inp["copies"] if "copies" in inp else COPY_MATCH * COPY_ROWS
+    e = measured.lookahead_expected(rate, int(ngram), candidates, inp.get("copy_rate") or COPY_ACCEPT, copies)
+    n_rows = n + copies * (int(ngram) - 1)   # a copy's rows run in the steps that have one
+    target_ms, other_ms = interpolate(target, max(n_rows, 1)), _other_ms(inp, "lookahead")
     return {"window": window, "ngram": ngram, "guesses": guesses, "step_tokens": n, "tokens_per_step": e,
             "target_ms": target_ms, "draft_ms": 0.0, "other_ms": other_ms, "step_ms": target_ms + other_ms,
             "speedup": _speedup(inp, "lookahead", e, target_ms, 0.0, other_ms)}
