@@ -33,6 +33,7 @@ SOURCE_BONUS = "bonus"    # the target's own token after the accepted path (bonu
 SOURCE_NGRAM = "ngram"    # a Lookahead n-gram token the target accepted
 SOURCE_COPY = "copy"      # a token copied from the prompt or the text so far (prompt lookup) and accepted
 TOKEN_SOURCES = (SOURCE_AR, SOURCE_DRAFT, SOURCE_BONUS, SOURCE_NGRAM, SOURCE_COPY)
+ORIGIN_DRAFT = "draft"    # a Sequoia tree node the draft proposed
 ORIGIN_POOL = "pool"      # a Lookahead candidate from its n-gram pool
 ORIGIN_COPY = "copy"      # a candidate copied from the prompt or the text so far (`prompt_lookup.match`)
 NODE_STATUSES = ("root", "accepted", "rejected", "not_reached")
@@ -61,7 +62,7 @@ class TreeNode:
     # What the draft read when it proposed this node: "" for an independent draft; for a feature
     # draft, the target's hidden state (depth 1) or its own predicted one (deeper). Additive field.
     draft_input: str = ""
-    origin: str = "draft"  # "draft", or ORIGIN_COPY for a token copied from the text (its q is one-hot)
+    origin: str = ORIGIN_DRAFT  # or ORIGIN_COPY for a token copied from the text (its q is one-hot)
 
 
 @dataclass
@@ -403,7 +404,7 @@ _CHOICES = {
     ("TreeNode", "status"): (NODE_STATUSES, "node status"),
     ("StepRecord", "token_sources"): (TOKEN_SOURCES, "token source"),
     ("NgramCandidate", "origin"): ((ORIGIN_POOL, ORIGIN_COPY), "candidate origin"),
-    ("TreeNode", "origin"): (("draft", ORIGIN_COPY), "tree node origin"),
+    ("TreeNode", "origin"): ((ORIGIN_DRAFT, ORIGIN_COPY), "tree node origin"),
     ("StepRecord", "finish_reason"): (FINISH_REASONS, "finish reason"),
     ("RunTrace", "finish_reason"): (FINISH_REASONS, "finish reason"),
 }

@@ -18,7 +18,7 @@ import re
 import pytest
 import torch
 
-from helpers import empty_profile_cache
+from test_precision import cache, measured_rule  # noqa: F401 (fixtures: an empty cache; auto without the kernel)
 from specviz.engine import auto_notes, models, precision, quant
 from specviz.engine.profiler import save_cached
 from specviz.trace import RaceTrace, RunTrace
@@ -31,20 +31,9 @@ needs_q4 = pytest.mark.skipif(not quant.q4_kernel_available(), reason="no 4-bit 
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECVIZ_CACHE", str(empty_profile_cache(tmp_path / "cache")))
-    return tmp_path / "cache"
-
-
-@pytest.fixture
 def kernel(monkeypatch):
     """SpecViz's kernel as `auto` sees it where it is built and self-tested (the loading tests use the real one)."""
     monkeypatch.setattr(models, "own_q4_kernel", lambda: KERNEL)
-
-
-@pytest.fixture
-def no_kernel(monkeypatch):
-    monkeypatch.setattr(models, "own_q4_kernel", lambda: None)
 
 
 def names() -> list[str]:
@@ -110,7 +99,7 @@ def test_a_measurement_that_finds_q4_fastest_confirms_it(cache, kernel):
     assert chosen == "q4" and "the fastest measured here" in words and "q4 9.0 ms" in words
 
 
-def test_without_the_kernel_auto_is_the_rule_then_the_fastest_measured(cache, no_kernel):
+def test_without_the_kernel_auto_is_the_rule_then_the_fastest_measured(cache, measured_rule):
     chosen, words = models.auto_precision("default", CPU)
     assert chosen is None and words.startswith(precision.NOT_MEASURED)
     measured("bf16", bf16=12.5)

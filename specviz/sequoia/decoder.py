@@ -58,11 +58,13 @@ from ..trace import (
     SOURCE_COPY,
     SOURCE_DRAFT,
     ORIGIN_COPY,
+    ORIGIN_DRAFT,
     StepRecord,
     TreeNode,
     TreePayload,
 )
-from ..prompt_lookup.match import NgramIndex
+from ..errors import InvalidInput
+from ..prompt_lookup.match import Copy, NgramIndex
 from .adaptive import allocate_children, level_pays, padded_block, padded_levels, read_block
 from .copy_cost import copy_step_speedup
 from .tree import TreeShape, TreeTensors
@@ -153,7 +155,6 @@ class SequoiaDecoder(Decoder):
         `graphs`: 'auto' | 'on' | 'off' (`engine.graphs`): whether the step's shapes are captured.
         `copies`: the longest chain of copied tokens grafted onto a step's tree (0: none)."""
         if isinstance(copies, bool) or not isinstance(copies, int) or not 0 <= copies <= 16:
-            from ..errors import InvalidInput
             raise InvalidInput(f"copied tokens must be a whole number from 0 to 16, got {copies!r}")
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens, graphs=graphs)
         self.adaptive = tree_choice.parents is None
@@ -173,7 +174,6 @@ class SequoiaDecoder(Decoder):
         self.max_nodes = max_nodes
         # Copies change the tree's shape each step: only where shapes are not captured (nor padded).
         self.copy_len = 0 if (self.capture or self.padded) else copies
-        self.copy_min_reach = COPY_MIN_REACH
         plan = tree_choice.settings.get("plan")   # `auto`'s: its curve and step costs price a copy-only step
         self.copy_plan = plan if (self.copy_len and isinstance(plan, dict) and plan.get("target_ms")
                                   and plan.get("choice")) else None
@@ -224,7 +224,8 @@ class SequoiaDecoder(Decoder):
         self.tokens[:1] = self.history[committed - 1:committed]
         read_slots = None
         self.grafted = None
-        alone = self._copy_alone(committed, depth) if self.copy_plan and depth else None
+        room, copy = self._copy(committed) if self.copy_len and depth else (0, None)
+        alone = self._copy_alone(copy, room) if copy and self.copy_plan else None
         if alone is not None:
             tree, read_slots, depth = alone
         elif self.adaptive:
@@ -232,8 +233,8 @@ class SequoiaDecoder(Decoder):
         else:
             tree = self._fixed_tree(depth)
             self._draft_fixed(tree, committed, depth)
-        if self.copy_len and depth and not self.grafted:
-            tree, read_slots, depth = self._graft(tree, read_slots, committed, depth)
+        if copy and not self.grafted:
+            tree, read_slots, depth = self._graft(tree, read_slots, copy, room, depth)
         timer.start(PHASE_TARGET)
         out = tree.forward(self.tokens, committed - 1)
         logits, hidden = out if self.features else (out, None)
@@ -326,25 +327,22 @@ class SequoiaDecoder(Decoder):
 
     # -- copied tokens ----------------------------------------------------------------------------
 
-    def _graft(self, tree: _Tree, read_slots: torch.Tensor | None, committed: int,
+    def _graft(self, tree: _Tree, read_slots: torch.Tensor | None, copy: Copy, room: int,
                depth: int) -> tuple[_Tree, torch.Tensor | None, int]:
         """The drafted tree with the text's copied continuation grafted on (`COPY_TOKENS` at most), renumbered
         breadth first, its tokens, q and read offsets moved to the new numbering; or the tree as it was,
-        when the copy is already in it, finds no place, or there is none. Returns (tree, read offsets, the
-        depth the walk may go to)."""
-        room, found = self._copy(committed)
-        if not found:
-            return tree, read_slots, depth
+        when the copy is already in it or finds no place. Returns (tree, read offsets, the depth the walk may
+        go to)."""
         shape, n = tree.shape, tree.n
         tokens = self.tokens[:n].tolist()
-        node, chain = 0, list(found[0].tokens)
+        node, chain = 0, list(copy.tokens)
         while chain:   # follow the copy down the tree while the draft proposed it too
             child = next((c for c in shape.children[node] if tokens[c] == chain[0]), None)
             if child is None:
                 break
             node = child
             chain.pop(0)
-        chain = chain[:min(room - shape.depths[node], found[0].worth(self.copy_min_reach) - shape.depths[node])]
+        chain = chain[:min(room, copy.worth(COPY_MIN_REACH)) - shape.depths[node]]
         # Sampled, a node's drafted children were drawn from its q: a copy joins only a node with none.
         if not chain or (not self.sampling.greedy and shape.children[node]):
             return tree, read_slots, depth
@@ -374,22 +372,20 @@ class SequoiaDecoder(Decoder):
         return (merged, torch.tensor([offsets[old] for old in order], dtype=torch.long, device=self.device),
                 max(depth, merged.shape.depth))
 
-    def _copy(self, committed: int) -> tuple[int, list]:
-        """(the levels a step may still emit, this step's copy as a list of at most one `Copy`)."""
+    def _copy(self, committed: int) -> tuple[int, Copy | None]:
+        """(the levels a step may still emit, this step's copy or None), the text indexed up to now."""
         room = min(self.max_new_tokens - len(self.generated) - 1, self.pair.max_context - committed)
         self.index.extend(self.generated[len(self.index) - len(self.prompt_ids):])
-        return room, (self.index.copies(min(self.copy_len, room), 1) if room > 0 else [])
+        found = self.index.copies(min(self.copy_len, room), 1) if room > 0 else []
+        return room, (found[0] if found else None)
 
-    def _copy_alone(self, committed: int, depth: int) -> tuple[_Tree, torch.Tensor, int] | None:
+    def _copy_alone(self, copy: Copy, room: int) -> tuple[_Tree, torch.Tensor, int] | None:
         """The copied chain as this step's whole tree, where the plan predicts it pays more than the drafted
         tree (no draft forward); else None."""
-        room, found = self._copy(committed)
-        if not found:
-            return None
-        speedup, length = copy_step_speedup(self.copy_plan, found[0].reaches()[:room])
+        speedup, length = copy_step_speedup(self.copy_plan, copy.reaches()[:room])
         if not length or speedup <= float(self.copy_plan["choice"]["predicted_speedup"]):
             return None
-        chain = list(found[0].tokens[:length])
+        chain = list(copy.tokens[:length])
         dev = self.device
         self.tokens[1:length + 1] = torch.tensor(chain, dtype=torch.long, device=dev)
         self.child_q[1:length + 1] = 1.0
@@ -624,7 +620,7 @@ class SequoiaDecoder(Decoder):
                           text=self._text(tokens[i]), draft_prob=1.0 if i == 0 else round(draft_p[i], 6),
                           target_prob=1.0 if i == 0 else round(target_p[i], 6), status=status[i],
                           draft_input="" if i in copied else self.drafter.input_label(shape.depths[i]),
-                          **({"origin": ORIGIN_COPY} if i in copied else {}))
+                          origin=ORIGIN_COPY if i in copied else ORIGIN_DRAFT)
                  for i in range(shape.size)]
         bonus = got["bonus"]
         return TreePayload(nodes=nodes, accepted_path=list(got["accepted"]), bonus_token_id=bonus,
