@@ -996,3 +996,59 @@ def test_distill_answers_only_completes_the_answers_and_trains_nothing(tmp_path)
     assert 1 <= len(answers[-1]["answer_ids"]) <= 3 and answers[-1]["prompt_ids"] != [1]
     assert len(read_jsonl(work / "heldout.jsonl")) == len(heldout)
     assert not (out / "feature.safetensors").exists() and not (work / "feature_state.pt").exists()
+
+
+@torch.inference_mode()
+def test_beside_a_q4_target_the_draft_runs_on_the_kernel_and_tracks_the_trained_draft():
+    """Beside a q4 target on SpecViz's kernel the feature draft's fusion and layers are Q8_0 on the same kernel
+    (`quant.kernel_copy`: each layer one `q8_layer` op), not fbgemm: what it predicts stays within quantisation
+    error of the trained weights', and no clearly decided proposal flips. Control: the copy's products are
+    really the kernel's (a bf16 or fbgemm module here would pass the closeness checks too)."""
+    from specviz.engine import quant
+    from specviz.engine.native import q4_rows_available
+
+    if q4_rows_available() is not None:
+        pytest.skip(f"SpecViz's q4 kernel is not built here: {q4_rows_available()}")
+    pair = load_pair("default", "feature", dtype="q4")
+    draft = pair.draft
+    parts = draft.int8_parts()[0]
+    assert isinstance(parts.fc, quant.Q8Rows) and parts.fc.bias is not None
+    stack = FeatureDraftForward(draft, 8).layers
+    assert all(getattr(layer, "original_name", type(layer).__name__) == "Q4Layer" and layer.q8
+               for layer in stack.layers)
+    assert draft.decoding_kind.endswith("-q8head-q8layers")
+    ids = torch.tensor([pair.tokenizer.encode(
+        "The three primary colours are red, yellow and blue. When you mix red and yellow you get orange, and "
+        "when you mix blue and yellow you get green. Painters learn this early, because every other colour on "
+        "the palette can be made from these three, plus white and black for the lighter and darker shades.")])
+    feats = target_features(pair.target, ids, draft.taps)[0]
+    n = ids.shape[1] - 1
+    exact, fast = FeatureDraftForward(draft, n, int8=False), FeatureDraftForward(draft, n)
+    want, got = exact(ids[0, 1:], feats[:-1], 0), fast(ids[0, 1:], feats[:-1], 0)
+    cos = torch.nn.functional.cosine_similarity(got.float(), want.float(), dim=-1)
+    assert cos.median() > 0.99 and cos.min() > 0.98, (cos.median(), cos.min())
+    exact_logits, fast_logits = exact.logits(want).float(), fast.logits(got).float()
+    top2 = exact_logits.topk(2, -1).values
+    decided = (top2[..., 0] - top2[..., 1]) >= 1.0
+    assert int(decided.sum()) >= 15
+    assert bool((fast_logits.argmax(-1) == exact_logits.argmax(-1))[decided].all())
+
+
+def test_q8_0_quantiser_is_llama_cpps_and_the_kernel_multiplies_it():
+    """`quant.quantize_q8_0`: d = max |w| / 127 per block of 32, codes round(w / d); the kernel's product over
+    those codes equals the dequantised matrix's within the activations' int8 rounding."""
+    from specviz.engine import quant
+    from specviz.engine.native import q4_rows_available
+
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(48, 96, generator=gen)
+    q = quant.quantize_q8_0(w)
+    assert q.codes.dtype == torch.int8 and int(q.codes.abs().max()) == 127 and q.d.shape == (48, 3)
+    assert (q.dequantize() - w).abs().max() <= q.d.float().max() / 2 + 1e-3
+    if q4_rows_available() is not None:
+        return
+    x = torch.randn(3, 96, generator=gen)
+    bias = torch.randn(48, generator=gen)
+    got = quant.Q8Rows.of(q, bias=bias)(x)
+    want = x @ q.dequantize().T + bias
+    assert (got - want).abs().max() < 0.02 * want.abs().max()

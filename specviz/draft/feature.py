@@ -43,7 +43,7 @@ from ..engine.cpu_kernels import (Int8Linear, fbgemm_available, fbgemm_rows_laye
 from ..engine.drafts import DraftFormat
 from ..engine.lean import attention_kernels
 from ..engine.llama import decoder_layer, rms_norm, rotary_tables
-from ..engine.quant import Q8Rows, kernel_head
+from ..engine.quant import Q8Rows, kernel_copy, kernel_copy_fits, kernel_head
 from ..errors import ModelLoadError
 from .vocab import load_vocab
 
@@ -193,7 +193,9 @@ class FeatureDraft(torch.nn.Module):
             # are, not requantised from their bf16 copy.
             head = q8_head if q8_head is not None else Int8Linear(
                 self._target[0].lm_head.weight.to(self.fc.weight.dtype), pack=False)
-            cached = self.__dict__["_int8_cache"] = (versions, int8_copy(self), head, head.cut(self.vocab_ids))
+            # Beside a q4 target on SpecViz's kernel the draft's products run on it too (`quant.kernel_copy`).
+            parts = kernel_copy(self) if q8_head is not None and kernel_copy_fits(self) else int8_copy(self)
+            cached = self.__dict__["_int8_cache"] = (versions, parts, head, head.cut(self.vocab_ids))
         return cached[1], cached[2], cached[3]
 
     @property
@@ -208,6 +210,9 @@ class FeatureDraft(torch.nn.Module):
         if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype):
             kind = "feature-int8-fbgemm-fp32-ts" if fbgemm_available() else "feature-int8-stacked"
             kind += "-q8head" if kernel_head(self._target[0]) is not None else ""
+            # "-q8": the head, the fusion and the layers all Q8_0 on SpecViz's kernel (`quant.kernel_copy`).
+            if kind.endswith("-q8head") and kernel_copy_fits(self):
+                kind = "feature-q8head-q8layers"
         return kind if self.n_layers == 1 else f"{kind}-{self.n_layers}layers"
 
     @property

@@ -115,6 +115,22 @@ def q4_rows_available() -> str | None:
 
 
 
+def logit_summary(logits: torch.Tensor, k: int, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row of logits (n, V): the k largest of scale * logits (descending; index 0 the first maximum, the
+    greedy token), their indices, and logsumexp(scale * logits), fp32. One op over fp32 CPU rows where the
+    kernel is loaded (`torch.ops.specviz.logit_summary`: the logits read twice, not once per question);
+    torch's max, topk and logsumexp elsewhere, with the same answers up to the sums' rounding."""
+    if logits.dtype == torch.float32 and logits.device.type == "cpu" and q4_rows_available() is None:
+        return torch.ops.specviz.logit_summary(logits, k, scale)
+    scores = logits.float() if scale == 1.0 else logits.float() * scale
+    best = scores.max(dim=-1)
+    values, indices = best.values.unsqueeze(-1), best.indices.unsqueeze(-1)
+    if k > 1:   # topk's order among equal values is its own: the greedy token is the first maximum, as `max` picks it
+        top = scores.topk(k, dim=-1)
+        values, indices = top.values, torch.cat([indices, top.indices[..., 1:]], dim=-1)
+    return values, indices, scores.logsumexp(dim=-1)
+
+
 class RowAttention(torch.nn.Module):
     """Attention for fp32 rows through `torch.ops.specviz.attend_rows`: each row over its own allowed keys in slot
     order, so a token's bits do not depend on how many rows share its forward (csrc/q4_rows.cpp says why).

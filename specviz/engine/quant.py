@@ -23,6 +23,7 @@ together, so `unpermute_rows` does the same to the int4 rows and stays exact.
 
 from __future__ import annotations
 
+import copy
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ import torch
 
 from . import native
 from .cpu_kernels import biases_together, int8_per_channel
-from .llama import RowsLayer, RowsProduct
+from .llama import RowsLayer, RowsProduct, rows_stack
 
 GROUP = 32                 # weights per Q4_1 block, and the kernel's group size
 Q4_1_BLOCK_BYTES = 20      # fp16 d, fp16 m, 16 bytes of nibbles
@@ -129,6 +130,20 @@ def quantize_q4_1(weight: torch.Tensor) -> Q4Weight:
     inverse = torch.where(d > 0, 1 / d, torch.zeros_like(d))
     codes = ((blocks - low[..., None]) * inverse[..., None]).round().clamp(0, 15).to(torch.uint8)
     return Q4Weight(codes.reshape(out, cols), d.half(), low.half())
+
+
+def quantize_q8_0(weight: torch.Tensor) -> Q8Weight:
+    """A dense (out, in) matrix in Q8_0 as llama.cpp's quantiser makes it (`quantize_row_q8_0_ref`): per block
+    of 32 along a row, d = max |w| / 127 in fp16 and q = round(w / d) in -127..127. For a feature draft's
+    trained bf16 weights beside a q4 target on SpecViz's kernel (`kernel_copy`)."""
+    out, cols = weight.shape
+    if cols % GROUP:
+        raise ValueError(f"Q8_0 needs rows in blocks of {GROUP}; this matrix has {cols} columns")
+    blocks = weight.detach().float().reshape(out, cols // GROUP, GROUP)
+    d = blocks.abs().amax(-1) / 127
+    inverse = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    codes = (blocks * inverse[..., None]).round().clamp(-127, 127).to(torch.int8)
+    return Q8Weight(codes.reshape(out, cols), d.half())
 
 
 def unpermute_rows(weight: Q4Weight, n_head: int) -> Q4Weight:
@@ -360,30 +375,41 @@ class Q4Rows(torch.nn.Module):
 
 
 class Q4Layer(torch.nn.Module):
-    """A `llama.RowsLayer` whose products are `Q4Rows` and whose attention is `native.RowAttention`, run as one op
-    (`torch.ops.specviz.q4_layer`): the same kernels in the same order, so the same bits, without the ~20 small
-    torch ops between them (views, the rotation, the cache writes, the residual sums), each of which cost its
-    dispatch at a decoding row. Called as `RowsLayer` is, from the compiled `llama.RowsStack`."""
+    """A `llama.RowsLayer` whose products are all `Q4Rows` (the 4-bit target's) or all `Q8Rows` (a feature draft's
+    beside it, `kernel_copy`) and whose attention is `native.RowAttention`, run as one op
+    (`torch.ops.specviz.q4_layer`, `q8_layer`): the same kernels in the same order, so the same bits, without the
+    ~20 small torch ops between them (views, the rotation, the cache writes, the residual sums), each of which
+    cost its dispatch at a decoding row. Called as `RowsLayer` is, from the compiled `llama.RowsStack`."""
 
     def __init__(self, layer: RowsLayer):
         super().__init__()
         self.register_buffer("input_norm", layer.input_norm.float().contiguous(), persistent=False)
         self.register_buffer("post_norm", layer.post_norm.float().contiguous(), persistent=False)
         self.products = torch.nn.ModuleList([layer.qkv, layer.o, layer.gate_up, layer.down])   # kept alive
+        self.q8 = isinstance(layer.qkv, Q8Rows)
+        # Q8_0 has no m: its lists carry d there, which the kernel's 8-bit path never reads.
         self.qkv, self.o, self.gate_up, self.down = (
-            [p.codes, p.d, p.m, p.outliers, p.outlier_weights] for p in (layer.qkv, layer.o, layer.gate_up, layer.down))
+            [p.codes, p.d, p.d if self.q8 else p.m, p.outliers, p.outlier_weights]
+            for p in (layer.qkv, layer.o, layer.gate_up, layer.down))
         self.n_heads, self.n_kv = layer.n_heads, layer.n_kv
         self.eps, self.scale = layer.eps, layer.scale
 
     @staticmethod
     def fits(layer: RowsLayer) -> bool:
-        """Whether `layer` runs as one op: every product on SpecViz's q4 kernel, attention its `attend_rows`."""
+        """Whether `layer` runs as one op: every product on SpecViz's kernel in one format (no bias), attention
+        its `attend_rows`."""
         products = (layer.qkv, layer.o, layer.gate_up, layer.down)
-        return all(isinstance(p, Q4Rows) for p in products) and isinstance(layer.attention, native.RowAttention)
+        one_format = (all(isinstance(p, Q4Rows) for p in products)
+                      or all(isinstance(p, Q8Rows) and p.bias is None for p in products))
+        return one_format and isinstance(layer.attention, native.RowAttention)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
                 values: torch.Tensor, start: int, slots: Optional[torch.Tensor], end: int,
                 mask: Optional[torch.Tensor], causal: bool) -> torch.Tensor:
+        if self.q8:
+            return torch.ops.specviz.q8_layer(x, cos, sin, keys, values, start, slots, end, mask, causal,
+                                              self.input_norm, self.post_norm, self.eps, self.scale, self.n_heads,
+                                              self.n_kv, self.qkv, self.o, self.gate_up, self.down)
         return torch.ops.specviz.q4_layer(x, cos, sin, keys, values, start, slots, end, mask, causal, self.input_norm,
                                           self.post_norm, self.eps, self.scale, self.n_heads, self.n_kv, self.qkv,
                                           self.o, self.gate_up, self.down)
@@ -397,22 +423,24 @@ class Q8Rows(torch.nn.Module):
     the head's codes read as they are, half the bf16 head's bytes. Callable as the lean forward's head."""
 
     def __init__(self, codes: torch.Tensor, d: torch.Tensor, outliers: torch.Tensor | None = None,
-                 outlier_weights: torch.Tensor | None = None, out_features: int | None = None):
+                 outlier_weights: torch.Tensor | None = None, out_features: int | None = None,
+                 bias: torch.Tensor | None = None):
         super().__init__()
         self.register_buffer("codes", codes, persistent=False)   # (out / 16, in / 32, 512) uint8: q + 128
         self.register_buffer("d", d, persistent=False)           # (out / 16, in / 32, 16) fp16
         register_outliers(self, outliers, outlier_weights)
+        self.bias = None if bias is None else bias.detach().float()   # a draft's fusion has one (`kernel_copy`)
         # The rows that are real: a cut head's last tile is padded with zero rows (`cut`), which `forward` drops.
         self.out_features = d.shape[0] * Q4Rows.TILE if out_features is None else out_features
 
     @classmethod
-    def of(cls, weight: Q8Weight, outliers: torch.Tensor | None = None) -> "Q8Rows":
+    def of(cls, weight: Q8Weight, outliers: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> "Q8Rows":
         out, cols = weight.shape
         tile = Q4Rows.TILE
         unsigned = (weight.codes.to(torch.int16) + 128).to(torch.uint8)   # vpdpbusd's unsigned side
         codes = unsigned.view(out // tile, tile, cols // GROUP, 8, 4).permute(0, 2, 3, 1, 4)   # tile, block, group, i, k
         return cls(codes.reshape(out // tile, cols // GROUP, 512).contiguous(), Q4Rows.tables_of(weight.d),
-                   *outlier_tables(weight.dequantize(), outliers))
+                   *outlier_tables(weight.dequantize(), outliers), bias=bias)
 
     def cut(self, ids: torch.Tensor) -> "Q8Rows":
         """The head over rows `ids` only, in that order (a head over a vocabulary subset): their codes gathered
@@ -448,7 +476,8 @@ class Q8Rows(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Rows (n, in) -> fp32 logits (n, out) (the kernel reads fp32 rows)."""
         out = torch.ops.specviz.q8_rows(x.float(), self.codes, self.d, self.outliers, self.outlier_weights)
-        return out if out.shape[1] == self.out_features else out[:, :self.out_features]
+        out = out if out.shape[1] == self.out_features else out[:, :self.out_features]
+        return out if self.bias is None else out + self.bias
 
 
 class Int8Rows(RowsProduct):
@@ -584,6 +613,50 @@ def kernel_head(model) -> Q8Rows | None:
     shares the target's head cuts its vocabulary subset from (`Q8Rows.cut`)."""
     layers = WeightOnlyLayers.of(model)
     return layers.head if layers is not None else None
+
+
+def kernel_copy(draft: torch.nn.Module) -> torch.nn.Module:
+    """A feature draft beside a q4 target on SpecViz's kernel, with its products on the same kernel: the fusion
+    (`fc`, `fc_taps`) as `Q8Rows` and each decoder layer as one `q8_layer` op (its weights in Q8_0, each matrix
+    a quarter of the bf16 module's bytes plus a scale per 32). A shallow copy, the trained module left as it is;
+    its layers, compiled as one `RowsStack`, are kept on it where `cpu_kernels.fbgemm_rows_layers` finds them.
+
+    Why: over fbgemm a level's layer and fusion took ~0.9 ms at one row on a Zen 4 EPYC, about a fifth of the
+    target's whole forward, for 3.5 MB of weights; a draft only proposes, so its arithmetic is free to change."""
+
+    clone = copy.copy(draft)
+    clone.__dict__.pop("_int8_cache", None)
+    modules = dict(draft._modules)
+    for name in ("fc", "fc_taps"):
+        linear = modules.get(name)
+        if isinstance(linear, torch.nn.Linear):
+            modules[name] = Q8Rows.of(quantize_q8_0(linear.weight), bias=linear.bias)
+    clone.__dict__["_modules"] = modules
+
+    def q8(*linears: torch.nn.Linear) -> Q8Rows:
+        return Q8Rows.of(quantize_q8_0(torch.cat([linear.weight for linear in linears])))
+
+    layers = []
+    for layer in draft.decoder_layers():
+        products = (q8(layer.q_proj, layer.k_proj, layer.v_proj), q8(layer.o_proj),
+                    q8(layer.gate_proj, layer.up_proj), q8(layer.down_proj))
+        layers.append(Q4Layer(RowsLayer.of(layer, products, native.RowAttention())))
+    clone.__dict__["_specviz_rows_stack"] = rows_stack(layers)
+    return clone
+
+
+def kernel_copy_fits(draft: torch.nn.Module) -> bool:
+    """Whether `kernel_copy` reads this draft: plain linears without biases in its layers, in whole tiles and blocks."""
+    for layer in draft.decoder_layers():
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
+            linear = getattr(layer, name, None)
+            if not isinstance(linear, torch.nn.Linear) or linear.bias is not None:
+                return False
+        if not native.RowAttention.fits(layer.head_dim):
+            return False
+    shapes = [(layer.q_proj.out_features + 2 * layer.k_proj.out_features, layer.q_proj.in_features)
+              for layer in draft.decoder_layers()]
+    return all(Q4Rows.fits(shape) for shape in shapes) and Q4Rows.fits(tuple(draft.fc.weight.shape))
 
 
 def attach_int8(model) -> WeightOnlyLayers:

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__F16C__)
@@ -525,7 +526,8 @@ struct Q4Product {
 // torch ops between the products (views, the rotation, cache writes, residual sums) cost about what its
 // products do, each op its dispatch. cos, sin: (n, d) rotary tables (sin signed, `llama.rotary_tables`). The
 // new rows' K/V go to slots start.. (or `slots`); attention reads slots [0, end) (every slot with end -1).
-at::Tensor q4_layer(const at::Tensor& x_in, const at::Tensor& cos_in, const at::Tensor& sin_in, const at::Tensor& keys,
+template <int Bits>
+at::Tensor kernel_layer(const at::Tensor& x_in, const at::Tensor& cos_in, const at::Tensor& sin_in, const at::Tensor& keys,
                     const at::Tensor& values, int64_t start, const std::optional<at::Tensor>& slots, int64_t end,
                     const std::optional<at::Tensor>& mask_in, bool causal, const at::Tensor& input_norm,
                     const at::Tensor& post_norm, double eps, double scale, int64_t heads, int64_t kv,
@@ -555,7 +557,7 @@ at::Tensor q4_layer(const at::Tensor& x_in, const at::Tensor& cos_in, const at::
   }
 #ifdef SPECVIZ_Q4_VNNI
   // q|k|v of the normed rows, then q and k rotated in place, row by row and head by head.
-  at::Tensor qkv = rows_product<4>(x, qkv_p.codes, qkv_p.d, qkv_p.m, qkv_p.outliers, qkv_p.outlier_weights,
+  at::Tensor qkv = rows_product<Bits>(x, qkv_p.codes, qkv_p.d, qkv_p.m, qkv_p.outliers, qkv_p.outlier_weights,
                                    Prologue::kNorm, &input_norm, eps);
   const int64_t width = (heads + 2 * kv) * d;
   TORCH_CHECK(qkv.size(1) == width, "q4_layer: q|k|v has (heads + 2 kv heads) x d outputs");
@@ -582,14 +584,103 @@ at::Tensor q4_layer(const at::Tensor& x_in, const at::Tensor& cos_in, const at::
   attend_all(qp, width, attn.data_ptr<float>(), heads * d, d, keys, values,
              mask.defined() ? mask.data_ptr<float>() : nullptr, n, heads, kv, S, d, causal, static_cast<float>(scale));
   // The two residual sums around the products (plain fp32 sums, as torch's).
-  at::Tensor hidden = x + rows_product<4>(attn, o_p.codes, o_p.d, o_p.m, o_p.outliers, o_p.outlier_weights);
-  at::Tensor gate_up = rows_product<4>(hidden, gate_up_p.codes, gate_up_p.d, gate_up_p.m, gate_up_p.outliers,
+  at::Tensor hidden = x + rows_product<Bits>(attn, o_p.codes, o_p.d, o_p.m, o_p.outliers, o_p.outlier_weights);
+  at::Tensor gate_up = rows_product<Bits>(hidden, gate_up_p.codes, gate_up_p.d, gate_up_p.m, gate_up_p.outliers,
                                        gate_up_p.outlier_weights, Prologue::kNorm, &post_norm, eps);
-  hidden.add_(rows_product<4>(gate_up, down_p.codes, down_p.d, down_p.m, down_p.outliers, down_p.outlier_weights,
+  hidden.add_(rows_product<Bits>(gate_up, down_p.codes, down_p.d, down_p.m, down_p.outliers, down_p.outlier_weights,
                               Prologue::kGlu));
   return hidden;
 #else
-  TORCH_CHECK(false, "q4_layer: built without AVX-512 VNNI");
+  TORCH_CHECK(false, "q4_layer, q8_layer: built without AVX-512 VNNI");
+#endif
+}
+
+
+// The layer over Q4_1 products (the 4-bit target's) and over Q8_0 ones (a feature draft's layer next to it, whose
+// products list d where Q4_1's has m): one function, so the two can never compute a layer differently.
+at::Tensor q4_layer(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& keys,
+                    const at::Tensor& values, int64_t start, const std::optional<at::Tensor>& slots, int64_t end,
+                    const std::optional<at::Tensor>& mask, bool causal, const at::Tensor& input_norm,
+                    const at::Tensor& post_norm, double eps, double scale, int64_t heads, int64_t kv,
+                    const std::vector<at::Tensor>& qkv, const std::vector<at::Tensor>& o,
+                    const std::vector<at::Tensor>& gate_up, const std::vector<at::Tensor>& down) {
+  return kernel_layer<4>(x, cos, sin, keys, values, start, slots, end, mask, causal, input_norm, post_norm, eps, scale,
+                         heads, kv, qkv, o, gate_up, down);
+}
+
+at::Tensor q8_layer(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& keys,
+                    const at::Tensor& values, int64_t start, const std::optional<at::Tensor>& slots, int64_t end,
+                    const std::optional<at::Tensor>& mask, bool causal, const at::Tensor& input_norm,
+                    const at::Tensor& post_norm, double eps, double scale, int64_t heads, int64_t kv,
+                    const std::vector<at::Tensor>& qkv, const std::vector<at::Tensor>& o,
+                    const std::vector<at::Tensor>& gate_up, const std::vector<at::Tensor>& down) {
+  return kernel_layer<8>(x, cos, sin, keys, values, start, slots, end, mask, causal, input_norm, post_norm, eps, scale,
+                         heads, kv, qkv, o, gate_up, down);
+}
+
+// Per row of fp32 logits (n, V): the k largest of scale * logits in descending order (ties: the lower index first,
+// so index 0 is the first maximum, as `max(dim).indices` picks the greedy token), their indices, and
+// logsumexp(scale * logits). One pass finds the top k (a chunk of sixteen is looked at lane by lane only where
+// one beats the k-th best so far), one more sums the exponentials: a decoding step's greedy token, the
+// narration's top three and its probabilities from one op, where torch's max, topk and logsumexp each read
+// the 49k logits again (0.4-0.6 ms a step at one row).
+#ifdef SPECVIZ_Q4_VNNI
+void summarise_row(const float* x, int64_t V, int64_t k, float scale, float* values, int64_t* indices, float* lse) {
+  for (int64_t j = 0; j < k; ++j) { values[j] = -INFINITY; indices[j] = -1; }
+  const __m512 sv = _mm512_set1_ps(scale);
+  auto offer = [&](float v, int64_t i) {
+    if (!(v > values[k - 1])) return;   // NaN never enters
+    int64_t at = k - 1;
+    while (at > 0 && v > values[at - 1]) { values[at] = values[at - 1]; indices[at] = indices[at - 1]; --at; }
+    values[at] = v; indices[at] = i;
+  };
+  int64_t i = 0;
+  for (; i + 16 <= V; i += 16) {
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), sv);
+    __mmask16 over = _mm512_cmp_ps_mask(v, _mm512_set1_ps(values[k - 1]), _CMP_GT_OQ);
+    if (!over) continue;
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, v);
+    while (over) {
+      const int lane = __builtin_ctz(over);
+      offer(lanes[lane], i + lane);
+      over &= over - 1;
+    }
+  }
+  for (; i < V; ++i) offer(x[i] * scale, i);
+  for (int64_t j = 0; j < k; ++j) if (indices[j] < 0) indices[j] = j;   // a row of -inf or NaN: torch's first indices
+  const float top = values[0];
+  if (!std::isfinite(top)) { *lse = top; return; }
+  const __m512 best = _mm512_set1_ps(top);
+  __m512 sums = _mm512_setzero_ps();
+  for (i = 0; i + 16 <= V; i += 16)
+    sums = _mm512_add_ps(sums, exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), sv), best)));
+  float total = _mm512_reduce_add_ps(sums);
+  for (; i < V; ++i) total += std::exp(x[i] * scale - top);
+  *lse = top + std::log(total);
+}
+#endif
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> logit_summary(const at::Tensor& logits_in, int64_t k, double scale) {
+  TORCH_CHECK(logits_in.dim() == 2 && logits_in.scalar_type() == at::kFloat, "logit_summary: fp32 logits (n, V)");
+  const at::Tensor logits = logits_in.contiguous();
+  const int64_t n = logits.size(0), V = logits.size(1);
+  TORCH_CHECK(k >= 1 && k <= V && k <= 64, "logit_summary: 1 <= k <= min(V, 64)");
+  at::Tensor values = at::empty({n, k}, logits.options());
+  at::Tensor indices = at::empty({n, k}, logits.options().dtype(at::kLong));
+  at::Tensor lse = at::empty({n}, logits.options());
+#ifdef SPECVIZ_Q4_VNNI
+  const float* x = logits.data_ptr<float>();
+  float* vp = values.data_ptr<float>();
+  int64_t* ip = indices.data_ptr<int64_t>();
+  float* lp = lse.data_ptr<float>();
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      summarise_row(x + r * V, V, k, static_cast<float>(scale), vp + r * k, ip + r * k, lp + r);
+  });
+  return {values, indices, lse};
+#else
+  TORCH_CHECK(false, "logit_summary: built without AVX-512 VNNI");
 #endif
 }
 
@@ -616,5 +707,9 @@ TORCH_LIBRARY(specviz, lib) {
   lib.def("q4_layer(Tensor x, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, int start, Tensor? slots, "
           "int end, Tensor? mask, bool causal, Tensor input_norm, Tensor post_norm, float eps, float scale, "
           "int heads, int kv, Tensor[] qkv, Tensor[] o, Tensor[] gate_up, Tensor[] down) -> Tensor", &q4_layer);
+  lib.def("q8_layer(Tensor x, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, int start, Tensor? slots, "
+          "int end, Tensor? mask, bool causal, Tensor input_norm, Tensor post_norm, float eps, float scale, "
+          "int heads, int kv, Tensor[] qkv, Tensor[] o, Tensor[] gate_up, Tensor[] down) -> Tensor", &q8_layer);
+  lib.def("logit_summary(Tensor logits, int k, float scale) -> (Tensor, Tensor, Tensor)", &logit_summary);
   lib.def("q4_rows_built() -> bool", &q4_rows_built);
 }
