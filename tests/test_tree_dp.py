@@ -141,20 +141,6 @@ def test_tree_shape_helpers_and_mask():
     assert tt.draw_row[0].tolist() == [0, 0] and tt.draw_rank[0].tolist() == [0, 1]
     assert tt.draw_row[1].tolist() == [0, 0, 1] and tt.draw_rank[1].tolist() == [0, 1, 0]
     assert tt.level_width == [2, 2, 0]
-    # The rows the app's probabilities are normalised over: the nodes with children, and each node's
-    # parent's place among them (the root stands in for its own missing parent).
-    assert tt.inner_rows.tolist() == [0, 1, 2] and tt.parent_place.tolist() == [0, 0, 0, 1, 1, 2]
-
-
-def test_probabilities_at_parents_need_only_the_parents_rows():
-    from specviz.sequoia.decoder import _probs_at
-    tt = TreeTensors(TreeShape.from_parents([-1, 0, 0, 1, 1, 2, 3]), torch.device("cpu"))
-    logits = torch.randn(7, 50, generator=torch.Generator().manual_seed(0)) * 3
-    tokens = torch.randint(0, 50, (7,), generator=torch.Generator().manual_seed(1))
-    want = torch.softmax(logits, -1)[tt.parents, tokens]
-    torch.testing.assert_close(_probs_at(logits, tt.parents, tokens), want)
-    torch.testing.assert_close(_probs_at(logits, tt.parents, tokens, tt.inner_rows, tt.parent_place), want)
-    assert tt.inner_rows.tolist() == [0, 1, 2, 3]   # leaves 4, 5, 6 are never normalised
 
 
 def test_cli_tree_dp_json():

@@ -431,3 +431,31 @@ def test_first_argmax_picks_the_first_maximum_like_argmax(dtype):
     assert torch.equal(first_argmax(logits), logits.argmax(dim=-1))
     assert int(first_argmax(logits)[5]) == 7
     assert torch.equal(first_argmax(logits.view(8, 8, 300)), logits.view(8, 8, 300).argmax(dim=-1))
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("scale", [1.0, 1 / 0.7])
+def test_logit_summary_is_the_first_maximum_topk_and_logsumexp(native, scale, monkeypatch):
+    """The one op behind every CPU step's greedy token, the narration's top alternatives and their
+    probabilities (`native.logit_summary`): index 0 is the first maximum, as `first_argmax` picks it, even
+    among ties; the rest is torch's topk; the norm is logsumexp. Against torch on both paths (the kernel's,
+    where it is built, and torch's)."""
+    from specviz.draws import first_argmax
+    from specviz.engine import native as native_ops
+
+    if native and native_ops.q4_rows_available() is not None:
+        pytest.skip(native_ops.q4_rows_available())
+    if not native:
+        monkeypatch.setattr(native_ops, "q4_rows_available", lambda: "torch's path")
+    gen = torch.Generator().manual_seed(0)
+    ties = torch.randint(0, 4, (64, 300), generator=gen).float()   # many ties per row
+    ties[5, [7, 250]] = 9
+    wide = torch.randn(3, 49152, generator=gen) * 4
+    for logits, k in ((ties, 1), (ties, 3), (wide, 1), (wide, 8), (ties[:, :17], 5)):
+        values, indices, norms = native_ops.logit_summary(logits, k, scale)
+        scores = logits * scale
+        assert torch.equal(indices[:, 0], first_argmax(scores))
+        torch.testing.assert_close(values, scores.topk(k, dim=-1).values)
+        assert torch.equal(scores.gather(1, indices), values)   # each value is its index's
+        torch.testing.assert_close(norms, scores.logsumexp(dim=-1), rtol=0, atol=2e-5)
+    assert int(native_ops.logit_summary(ties, 2, scale)[1][5, 0]) == 7

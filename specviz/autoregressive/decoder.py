@@ -19,6 +19,7 @@ import torch
 
 from ..draws import NO_MASS
 from ..engine.decoder import Decoder, PhaseTimer
+from ..engine.native import logit_summary
 from ..engine.sampling import draw_token
 from ..engine.static import cache_capacity, checkout, release
 from ..trace import PHASE_TARGET, PHASE_VERIFY, SOURCE_AR, StepRecord
@@ -58,14 +59,15 @@ class AutoregressiveDecoder(Decoder):
         self.position += n_in
         timer.start(PHASE_VERIFY)
         row = logits.reshape(-1, logits.shape[-1])[-1:]
-        token, has_mass = draw_token(row, self.sampling, self.generator)
+        # The narration's top three with p at the sampling temperature (1 when greedy), before top-p; when
+        # greedy, the first of them is the token (one op reads the logits for both).
+        greedy = self.sampling.greedy
+        top, top_ids, norm = logit_summary(row, TOP_ALTERNATIVES, 1.0 if greedy else 1.0 / self.sampling.temperature)
+        token, has_mass = (top_ids[0, 0], None) if greedy else draw_token(row, self.sampling, self.generator)
         self.pending = token.view(1, 1)
-        # p at the sampling temperature (1 when greedy), before top-p
-        scores = row[0].float() if self.sampling.greedy else row[0].float() / self.sampling.temperature
-        top = torch.topk(scores, TOP_ALTERNATIVES)
-        probs = torch.exp(top.values - torch.logsumexp(scores, 0))
+        probs = torch.exp(top[0] - norm[0])
         checks = [has_mass.view(1).double()] if has_mass is not None else []
-        read = torch.cat([token.view(1).double(), top.indices.double(), probs.double(), *checks]).tolist()
+        read = torch.cat([token.view(1).double(), top_ids[0].double(), probs.double(), *checks]).tolist()
         if checks and not read[-1]:
             raise ValueError(NO_MASS)
         k = TOP_ALTERNATIVES

@@ -28,8 +28,8 @@ import random
 
 import torch
 
-from ..draws import first_argmax
 from ..engine.decoder import Decoder, PhaseTimer
+from ..engine.native import logit_summary
 from ..engine.sampling import next_token_on_device, probs_from_logits
 from ..engine.static import cache_capacity, checkout, release
 from ..errors import InvalidInput
@@ -179,7 +179,7 @@ class LookaheadDecoder(Decoder):
         candidates = staged[start:start + count * cand_len].view(count, cand_len)
         valid = self.candidate_numbers[:count] < staged[0]
         if self.sampling.greedy:
-            preds = first_argmax(logits)
+            preds = logit_summary(logits, 1)[1][:, 0]
             verdict = greedy_verdict(candidates, valid, preds[layout.t0_row], preds[rows:].view(count, cand_len))
             return torch.cat([preds[:layout.new_level_rows], verdict])
         first_probs = probs_from_logits(logits[layout.t0_row], self.sampling)
@@ -188,7 +188,7 @@ class LookaheadDecoder(Decoder):
         uniforms = torch.rand(cand_len, self.rows, generator=self.generator, device=self.device,
                               dtype=torch.float64)
         verdict = sampled_verdict(candidates, valid, first_probs, cand_probs, uniforms[:, :count], self.generator)
-        return torch.cat([first_argmax(logits[:layout.new_level_rows]), verdict])
+        return torch.cat([logit_summary(logits[:layout.new_level_rows], 1)[1][:, 0], verdict])
 
     def _conclude(self, timer: PhaseTimer, layout: LookaheadLayout, t0: int, ctx: int, candidates: list,
                   n_copied: int, window_in: list[list[int]], new_level: list[int], verdict, n_in: int) -> StepRecord:

@@ -45,8 +45,9 @@ from __future__ import annotations
 import torch
 
 from ..draft.drafter import TreeLevel, make_drafter
-from ..draws import exponential_like, first_argmax
+from ..draws import exponential_like
 from ..engine.decoder import Decoder, PhaseTimer
+from ..engine.native import logit_summary
 from ..engine.sampling import next_token_on_device, probs_from_logits
 from ..engine.static import cache_capacity, checkout, recently_used, release
 from ..trace import (
@@ -79,19 +80,6 @@ COPY_TOKENS = 6   # the longest copied chain grafted onto a step's tree
 # the likely tokens, and paired runs (12 bench prompts, q4, 2 threads) measured grafts at 0.2 at 0.97x of no
 # copies. So only a long match's first tokens are grafted; copy-alone steps (`_copy_alone`) are what paid.
 COPY_MIN_REACH = 0.5
-
-
-def _probs_at(logits: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
-              norm_rows: torch.Tensor | None = None, places: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(logits)[rows, cols] without materialising the softmax of every row.
-
-    With `norm_rows` only those rows are normalised, and `places` says where each of `rows` sits
-    among them (a tree's leaves are never a parent, so their logsumexp is not needed).
-    """
-    if norm_rows is None:
-        return (logits[rows, cols].float() - logits.float().logsumexp(dim=-1)[rows]).exp()
-    norms = logits.index_select(0, norm_rows).float().logsumexp(dim=-1)
-    return (logits[rows, cols].float() - norms[places]).exp()
 
 
 class _Tree:
@@ -432,8 +420,9 @@ class SequoiaDecoder(Decoder):
         rows, ranks = tt.draw_row[level], tt.draw_rank[level]
         child_start, child_end = shape.level_ranges[level + 1]
         if self.sampling.greedy:
-            picked = logits.topk(width, dim=-1).indices[rows, ranks]
-            self.child_q[child_start:child_end] = _probs_at(logits, rows, picked)
+            top, top_ids, norms = logit_summary(logits, width)
+            picked = top_ids[rows, ranks]
+            self.child_q[child_start:child_end] = (top[rows, ranks] - norms[rows]).exp()
         else:
             q = probs_from_logits(logits, self.sampling)
             self._keep_q(tree.level_nodes[level], q)
@@ -563,12 +552,12 @@ class SequoiaDecoder(Decoder):
         Scores use the draft's confidence at temperature 1, the scale on which it is calibrated
         (sharpened to T=0.6 it promised acceptance that sampled steps did not get).
         """
-        confidence = logits.float().softmax(dim=-1)
-        ranked = confidence.topk(width, dim=-1)
-        if self.sampling.greedy:
-            return confidence, ranked.indices, ranked.values.tolist()
+        top, top_ids, norms = logit_summary(logits, width)
+        ranked = (top - norms.unsqueeze(-1)).exp().tolist()
+        if self.sampling.greedy:   # the draws are the ranked children; q is not kept
+            return None, top_ids, ranked
         q = probs_from_logits(logits, self.sampling)
-        return q, self._without_replacement(q, width), ranked.values.tolist()
+        return q, self._without_replacement(q, width), ranked
 
     # -- verification ---------------------------------------------------------------------------
 
@@ -578,9 +567,10 @@ class SequoiaDecoder(Decoder):
         root_slot, n, tt = committed - 1, tree.n, tree.tensors
         tokens = self.tokens[:n]
         if self.sampling.greedy:
-            walk = greedy_walk(tree.tables, tokens, first_argmax(logits), depth)
-            # The model's own confidence (temperature 1), normalising only the rows that are a parent.
-            target_p = _probs_at(logits, tt.parents, tokens, tt.inner_rows, tt.parent_place)
+            _, best, norms = logit_summary(logits, 1)
+            walk = greedy_walk(tree.tables, tokens, best[:, 0], depth)
+            # The model's own confidence (temperature 1) in each node's token.
+            target_p = (logits[tt.parents, tokens].float() - norms[tt.parents]).exp()
         else:
             target_probs = probs_from_logits(logits, self.sampling)
             # Drawn at the whole tree's shape whatever runs, so a seed's draws do not depend on the cut.

@@ -91,8 +91,6 @@ class TreeTensors:
     """Device index tensors for one tree shape, built once and reused every step.
 
     - `parents` (n,): each node's parent (the root its own), the rows a node's p and q are read at;
-    - `inner_rows`, `parent_place`: the nodes with children, and each node's parent's place among them
-      (a greedy step normalises only those rows for the app's probabilities);
     - `level_width[d]`: the widest fan-out of level d (how many draws its forward needs);
     - `draw_row[d]`, `draw_rank[d]`: for the nodes of level d + 1, which row of level d's top-c draws
       (their parent's place within level d) and which column (rank - 1) holds their token.
@@ -100,13 +98,7 @@ class TreeTensors:
 
     def __init__(self, shape: TreeShape, device: torch.device):
         self.shape, self.device = shape, device
-        n = shape.size
         self.parents = torch.tensor([max(p, 0) for p in shape.parents], dtype=torch.long, device=device)
-        inner = [i for i in range(n) if shape.children[i]] or [0]
-        place = {node: k for k, node in enumerate(inner)}
-        self.inner_rows = torch.tensor(inner, dtype=torch.long, device=device)
-        self.parent_place = torch.tensor([place.get(max(p, 0), 0) for p in shape.parents], dtype=torch.long,
-                                         device=device)
         self.level_width = [max(len(c) for c in shape.children[s:e]) for s, e in shape.level_ranges]
         self.draw_row = [torch.tensor([shape.parents[i] - shape.level_ranges[d][0]
                                        for i in range(*shape.level_ranges[d + 1])], device=device)
