@@ -63,6 +63,14 @@ class TreeNode:
     # draft, the target's hidden state (depth 1) or its own predicted one (deeper). Additive field.
     draft_input: str = ""
     origin: str = ORIGIN_DRAFT  # or ORIGIN_COPY for a token copied from the text (its q is one-hot)
+    # The test as it happened, None where the node was not tested: the probability it was accepted with given
+    # the siblings rejected before it (min(1, P'/q') under the residual P' and renormalised q' its test saw;
+    # a first child's are P and q; greedy 1 or 0), and its U(0, 1) draw (accepted exactly when uniform <
+    # accept_prob; None under greedy, which draws nothing). Additive fields.
+    accept_prob: float | None = None
+    uniform: float | None = None
+    tested_p: float | None = None   # P'(token): the target's (residual) probability its test saw
+    tested_q: float | None = None   # q'(token): the draft's (renormalised) probability its test saw
 
 
 @dataclass
@@ -87,6 +95,12 @@ class NgramCandidate:
     texts: list[str]
     match_length: int
     origin: str = ORIGIN_POOL            # ORIGIN_POOL or ORIGIN_COPY
+    # Per position, each try as it happened (None where this candidate's token was not tried there: the walk
+    # had stopped, it had left the survivors, or an earlier candidate offered the same token): the
+    # probability the try was accepted with (P'(x) under P with the earlier tries' tokens removed; greedy 1
+    # or 0) and its U(0, 1) draw (None under greedy). Additive fields.
+    accept_probs: list[float | None] = field(default_factory=list)
+    uniforms: list[float | None] = field(default_factory=list)
 
 
 @dataclass
@@ -617,6 +631,14 @@ def _validate_tree(payload: TreePayload, where: str, vocab: int) -> None:
         raise InvalidInput(f"the trace's {where} has a tree node whose parent is missing")
     if any(i not in ids for i in payload.accepted_path):
         raise InvalidInput(f"the trace's {where} accepts a tree node that does not exist")
+    for node in payload.nodes:
+        _check_unit([node.accept_prob, node.uniform, node.tested_p, node.tested_q], where, "a tree node's test")
+
+
+def _check_unit(values: list, where: str, what: str) -> None:
+    """Probabilities and draws lie in [0, 1] (None: not tested)."""
+    if any(v is not None and not 0.0 <= v <= 1.0 for v in values):
+        raise InvalidInput(f"the trace's {where} has {what} outside [0, 1]")
 
 
 def _validate_lookahead(payload: LookaheadPayload, where: str, vocab: int) -> None:
@@ -631,6 +653,9 @@ def _validate_lookahead(payload: LookaheadPayload, where: str, vocab: int) -> No
         if not 0 <= cand.match_length <= len(cand.tokens):
             raise InvalidInput(f"the trace's {where} has an n-gram candidate that matched {cand.match_length} of its "
                                f"{len(cand.tokens)} tokens")
+        if len(cand.accept_probs) > len(cand.tokens) or len(cand.uniforms) > len(cand.tokens):
+            raise InvalidInput(f"the trace's {where} has an n-gram candidate with more tries than tokens")
+        _check_unit(cand.accept_probs + cand.uniforms, where, "an n-gram candidate's try")
     chosen = payload.accepted_candidate
     if chosen is not None and not 0 <= chosen < len(payload.candidates):
         raise InvalidInput(f"the trace's {where} accepts n-gram candidate {chosen}, but it has "

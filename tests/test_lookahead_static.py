@@ -81,7 +81,7 @@ def test_padding_candidates_change_no_draw():
         for count in (guesses, n_real):
             gen = torch.Generator().manual_seed(seed)
             uniforms = torch.rand(cand_len, guesses, generator=gen, dtype=torch.float64)[:, :count]
-            packed = verify.sampled_verdict(cands[:count], torch.arange(count) < n_real, first,
+            packed, _ = verify.sampled_verdict(cands[:count], torch.arange(count) < n_real, first,
                                                    after[:count], uniforms, gen)
             verdicts.append(unpack(packed.tolist(), n_real, cand_len))
         assert verdicts[0] == verdicts[1]
@@ -92,7 +92,7 @@ def _sampled(cands, first_probs, after, generator, n_real=None):
     guesses, cand_len = cands.shape
     valid = torch.arange(guesses) < (guesses if n_real is None else n_real)
     uniforms = torch.rand(cand_len, guesses, generator=generator, dtype=torch.float64)
-    packed = verify.sampled_verdict(cands, valid, first_probs, after, uniforms, generator)
+    packed, _ = verify.sampled_verdict(cands, valid, first_probs, after, uniforms, generator)
     return unpack(packed.tolist(), int(valid.sum()), cand_len)
 
 
@@ -163,7 +163,18 @@ def ar_tokens(pair_fp32):
 
 
 def _payloads(trace):
-    return [dataclasses.replace(step.payload, step_ms=0.0) for step in trace.steps]
+    """Each step's payload without its time and with which tries were tried in place of their probabilities:
+    a forward padded to G rows computes the same rows' logits within fp32's rounding, not bit for bit
+    (`_tried_probs` compares those)."""
+    def tried(c):
+        return dataclasses.replace(c, accept_probs=[a is not None for a in c.accept_probs])
+    return [dataclasses.replace(step.payload, step_ms=0.0, candidates=[tried(c) for c in step.payload.candidates])
+            if step.payload else step.payload for step in trace.steps]
+
+
+def _tried_probs(trace) -> list[float]:
+    return [a for step in trace.steps if step.payload for c in step.payload.candidates for a in c.accept_probs
+            if a is not None]
 
 
 def _run(pair, prompt, padded: bool, **options):
@@ -243,6 +254,7 @@ def test_sampled_run_is_the_same_padded_or_not(pair_fp32):
                  guesses=3) for padded in (False, True)]
     assert runs[0].token_ids == runs[1].token_ids and len(runs[0].token_ids) == 16
     assert _payloads(runs[0]) == _payloads(runs[1])
+    assert _tried_probs(runs[0]) == pytest.approx(_tried_probs(runs[1]), abs=1e-4)
     assert [s.tokens_processed for s in runs[0].steps] != [s.tokens_processed for s in runs[1].steps]
 
 
@@ -296,3 +308,46 @@ def test_static_sampling_is_exact_end_to_end(one_thread):
         accepted += any(s == SOURCE_NGRAM for st in trace.steps for s in st.token_sources)
     assert chi_square_pvalue(samples, exact) > 1e-3
     assert accepted > 150, accepted
+
+
+def test_device_sampled_verdict_records_each_try_as_it_happened():
+    """Each try's recorded probability is P'(x): P with the tokens tried before it at that position removed and
+    renormalised (recomputed here from the full distributions along the emitted tokens), its draw is the
+    candidate's uniform there, the first try with draw < probability is the one accepted, and a token not
+    tried (repeated, left behind, past the accepted try or the walk's end) records nothing. Control: some
+    later tries' probabilities differ from their raw P(x)."""
+    rng = random.Random(9)
+    vocab, renormalised = 4, 0
+    for case in range(150):
+        guesses, cand_len = rng.randint(1, 4), rng.randint(1, 3)
+        cands = torch.tensor([[rng.randrange(vocab) for _ in range(cand_len)] for _ in range(guesses)])
+        gen = torch.Generator().manual_seed(case)
+        first = torch.softmax(torch.randn(vocab, generator=gen) * 2, -1)
+        after = torch.softmax(torch.randn(guesses, cand_len, vocab, generator=gen) * 2, -1)
+        uniforms = torch.rand(cand_len, guesses, generator=gen, dtype=torch.float64)
+        packed, tries = verify.sampled_verdict(cands, torch.ones(guesses, dtype=torch.bool), first, after,
+                                               uniforms, gen)
+        got = unpack(packed.tolist(), guesses, cand_len)
+        want = torch.full((2, cand_len, guesses), verify.NOT_TRIED, dtype=torch.float64)
+        survivors, probs = list(range(guesses)), first.double()
+        for j in range(cand_len):
+            current, offered, took = probs.clone(), set(), None
+            for k in survivors:
+                x = int(cands[k, j])
+                if x in offered:
+                    continue
+                offered.add(x)
+                chance = min(1.0, float(current[x] / current.sum()))
+                want[:, j, k] = torch.tensor([chance, float(uniforms[j, k])], dtype=torch.float64)
+                renormalised += len(offered) > 1 and abs(chance - float(probs[x])) > 1e-6
+                if float(uniforms[j, k]) < chance:
+                    took = x
+                    break
+                current[x] = 0.0
+            if took is None:
+                break
+            assert got.tokens[j] == took, case
+            survivors = [k for k in survivors if int(cands[k, j]) == took]
+            probs = after[survivors[0], j].double()
+        torch.testing.assert_close(tries, want, atol=1e-9, rtol=0, msg=lambda m: f"case {case}: {m}")
+    assert renormalised >= 10

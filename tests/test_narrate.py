@@ -79,7 +79,41 @@ def test_sequoia_caption_names_the_levels_the_accepted_path_and_the_rejection(te
         assert "residual" not in text
     else:
         assert "min(1, P/q) = 0.400" in text
-        assert "residual distribution normalise(max(P − q, 0))" in text
+        assert "residual left after its tested child at ·cat was rejected" in text
+        assert "normalise(max(P − q, 0))" in text
+
+
+def siblings_tree() -> TreePayload:
+    """root "The" -> " cat" (rejected first), " dog" (rejected after it, so against the residual), bonus " ran"."""
+    nodes = [TreeNode(0, -1, 0, 10, "The", 1.0, 1.0, "root"),
+             TreeNode(1, 0, 1, 11, " cat", 0.6, 0.3, "rejected", accept_prob=0.5, uniform=0.8,
+                      tested_p=0.3, tested_q=0.6),
+             TreeNode(2, 0, 1, 12, " dog", 0.3, 0.4, "rejected", accept_prob=0.25, uniform=0.7,
+                      tested_p=0.1, tested_q=0.4)]
+    return TreePayload(nodes=nodes, accepted_path=[], bonus_token_id=15, bonus_text=" ran", budget=3, depth=1,
+                       draft_ms=1.0, verify_ms=1.0)
+
+
+def test_a_later_siblings_caption_and_hover_use_the_residual_it_was_tested_against():
+    """The second sibling was tested with min(1, P'/q') = 0.25 under the residual, not min(1, P/q) = 1 of its
+    own P = 0.4 and q = 0.3: the caption, the table and both hovers say the recorded numbers."""
+    from specviz.ui import figures, svg
+
+    trace = race(0.8)
+    trace.runs["sequoia"].steps[1].payload = siblings_tree()
+    text = plain(narrate.caption_html(trace, 3))
+    assert "Rejected: ·cat after The" in text and "min(1, P/q) = 0.500, and its draw u = 0.800 was not below it" in text
+    assert ("Then ·dog (q = 0.300, P = 0.400): it was tested after 1 rejected sibling, against the residual "
+            "P′ = normalise(max(P − q, 0)) they left and the renormalised q′: P′ = 0.100, q′ = 0.400, so "
+            "min(1, P′/q′) = 0.250, and its draw u = 0.700 was not below it") in text
+    assert "min(1, P/q) = 1.000" not in text
+    assert "residual left after all 2 of its tested children at The were rejected" in text
+    table = narrate.tests_table(siblings_tree(), greedy=False)
+    assert plain(table).count("residual P′, q′") == 1 and "width:25.0%" in table and "left:70.0%" in table
+    plotly_hovers = " ".join(str(t.hovertext) + str(t.text) for t in figures.tree_figure(siblings_tree()).data)
+    for hover in (htmllib.unescape(svg.tree_svg(siblings_tree())), htmllib.unescape(plotly_hovers)):
+        assert "against the residual: P' = 0.100, q' = 0.400, min(1, P'/q') = 0.250" in hover
+        assert "draw u = 0.700 ≥ 0.250, so rejected" in hover
 
 
 def test_sequoia_caption_says_when_the_draft_read_the_targets_hidden_states():
@@ -107,7 +141,7 @@ def test_lookahead_caption_names_candidates_match_lengths_window_and_pool(temper
     assert "level 0: ·a, ·b" in text and "level 1: ·c, ·d, ·e" in text
     assert "·ran → ·c #26" in text and "it now holds 9" in text
     assert "3 tokens (·on, ·the, ·mat)" in text
-    assert ("accepted with probability P(x)" in text) == (temperature > 0)
+    assert ("is accepted with probability P′(x), the target probability P renormalised" in text) == (temperature > 0)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
@@ -276,7 +310,7 @@ def test_recorded_captions_say_what_each_step_did(recorded):
     for name, trace in recorded.items():
         _check_captions(name, trace, seen)
     # Both traces together show every kind of step (one run may end early at EOS).
-    assert {"ar", "sequoia", "lookahead", "rejection", "residual"} <= seen, seen
+    assert {"ar", "sequoia", "lookahead", "rejection", "residual", "lookahead tries"} <= seen, seen
 
 
 def _check_captions(name, trace, seen):
@@ -304,11 +338,24 @@ def _check_captions(name, trace, seen):
                 if name == "sampled" and ended_walk:
                     assert "residual" in text
                     seen.add("residual")
+                if name == "sampled":   # the caption's numbers are the ones the walk recorded
+                    assert bad.accept_prob is not None and f"draw u = {probability(bad.uniform)}" in text
+                    assert f"= {probability(bad.accept_prob)}, and its draw" in text
+                    if bad.tested_p is not None and narrate.rejected_before(rec_.payload).get(bad.id, 0):
+                        assert f"P′ = {probability(bad.tested_p)}, q′ = {probability(bad.tested_q)}" in text
+                        seen.add("later sibling")
                 seen.add("rejection")
+            if name == "sampled":
+                for node in path:
+                    assert f"probability {probability(node.accept_prob)}, draw {probability(node.uniform)}" in text
             seen.add("sequoia")
         elif method == "lookahead" and isinstance(rec_.payload, LookaheadPayload) and not rec_.payload.warmup:
             for cand in rec_.payload.candidates[:narrate.MAX_LIST]:
                 assert f"matched {cand.match_length}" in text
+            if name == "sampled" and rec_.payload.candidates:
+                first = rec_.payload.candidates[0]   # the first candidate's first token is always tried
+                assert f"P′ {probability(first.accept_probs[0])}, draw {probability(first.uniforms[0])}" in text
+                seen.add("lookahead tries")
             seen.add("lookahead")
 
 

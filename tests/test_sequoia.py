@@ -1,6 +1,7 @@
 """The Sequoia decoder: greedy equals autoregressive, edge cases hold (sampling: test_sampling_exact.py)."""
 
 import copy
+import json
 
 import pytest
 from helpers import cache_forward_curves, tiny_pair
@@ -296,3 +297,31 @@ def test_copied_tokens_join_the_tree_and_the_text_stays_autoregressive(shallow_p
     assert plain.token_ids == ar and plain.settings["copies"] == 0
     assert not any(SOURCE_COPY in s.token_sources for s in plain.steps)
     assert trace.target_forwards < plain.target_forwards   # the copies reached past the weak draft
+
+
+def test_the_trace_records_each_tested_node_as_the_walk_tested_it(shallow_pair):
+    """Sampled: every tested node records its probability, draw and the P', q' its test saw (a first child's
+    are its recorded P and q: no sibling was rejected before it), accepted exactly when its draw fell below
+    its probability, and a JSON round trip keeps them; untested nodes record none. Greedy: 1 or 0, no draw."""
+    cfg = SamplingConfig(1.0, 1.0, seed=3)
+    run = make_decoder("sequoia", shallow_pair, PROMPTS[0], sampling=cfg, max_new_tokens=24, copies=0,
+                       **TREES["dp8"]).run()
+    nodes = [n for step in run.steps if step.payload for n in step.payload.nodes]
+    tested = [n for n in nodes if n.accept_prob is not None]
+    assert len(tested) >= 10 and any(n.status == "rejected" for n in tested)
+    for n in nodes:
+        assert (n.accept_prob is not None) == (n.status in ("accepted", "rejected"))
+    for n in tested:
+        assert (n.uniform < n.accept_prob) == (n.status == "accepted")
+        assert n.accept_prob == pytest.approx(min(1.0, n.tested_p / n.tested_q), abs=1e-6)   # fp32 ratio
+    by_step = [{n.id: n for n in step.payload.nodes} for step in run.steps if step.payload]
+    first_children = [n for tree in by_step for n in tree.values() if n.accept_prob is not None
+                      and min(k for k, m in tree.items() if m.parent == n.parent) == n.id]
+    assert first_children and all(n.tested_p == pytest.approx(n.target_prob, abs=1e-5)
+                                  and n.tested_q == pytest.approx(n.draft_prob, abs=1e-5) for n in first_children)
+    again = RunTrace.from_dict(json.loads(run.to_json()))
+    assert [n.uniform for s in again.steps if s.payload for n in s.payload.nodes] == [n.uniform for n in nodes]
+    greedy = make_decoder("sequoia", shallow_pair, PROMPTS[0], max_new_tokens=16, copies=0, **TREES["dp8"]).run()
+    marks = {n.accept_prob for s in greedy.steps if s.payload for n in s.payload.nodes}
+    assert marks <= {None, 0.0, 1.0} and 1.0 in marks
+    assert all(n.uniform is None for s in greedy.steps if s.payload for n in s.payload.nodes)

@@ -459,3 +459,74 @@ def test_logit_summary_is_the_first_maximum_topk_and_logsumexp(native, scale, mo
         assert torch.equal(scores.gather(1, indices), values)   # each value is its index's
         torch.testing.assert_close(norms, scores.logsumexp(dim=-1), rtol=0, atol=2e-5)
     assert int(native_ops.logit_summary(ties, 2, scale)[1][5, 0]) == 7
+
+
+def recomputed_tests(shape: TreeShape, tokens, p, q, uniforms, accepted: list[int], limit: int):
+    """Each node's test as the rule defines it, recomputed on the host from the full distributions along the
+    path the walk took: (accept_prob, uniform) per node, None where it was not tested."""
+    tests: list = [None] * shape.size
+    cur = 0
+    for level in range(min(limit, shape.depth)):
+        p_cur, q_cur = p[cur].clone(), q[cur].clone()
+        nxt = accepted[level] if level < len(accepted) else None
+        for rank, kid in enumerate(shape.children[cur]):
+            q_tok = float(q_cur[tokens[kid]])
+            if q_tok <= 0:
+                continue   # never really drawn: not tested
+            tests[kid] = (min(1.0, float(p_cur[tokens[kid]]) / q_tok), float(uniforms[level, rank]),
+                          float(p_cur[tokens[kid]]), q_tok)
+            if kid == nxt:
+                break
+            r = (p_cur - q_cur).clamp_min(0)
+            p_cur = r / r.sum() if float(r.sum()) > 1e-9 else p_cur
+            q_cur[tokens[kid]] = 0.0
+            q_cur = q_cur / q_cur.sum() if float(q_cur.sum()) > 0 else q_cur
+        if nxt is None:
+            break
+        cur = nxt
+    return tests
+
+
+@pytest.mark.parametrize("prune", [False, True], ids=["as-captured", "pruned-on-cpu"])
+def test_the_walk_records_each_test_as_it_happened(prune):
+    """Every tested node's recorded accept_prob is min(1, P'/q') under the residual P' and renormalised q' its
+    test saw (recomputed here from the full distributions), its uniform is its draw, a node was accepted
+    exactly when uniform < accept_prob, and an untested node records neither. Control: a later sibling's
+    recorded probability is not min(1, P/q) of the node's original P and q (the narration's old error)."""
+    rng = random.Random(5)
+    gen = torch.Generator().manual_seed(5)
+    vocab, later_siblings_differ = 5, 0
+    for case in range(200):
+        shape = TreeShape.from_parents(random_tree(rng, rng.randint(2, 12)))
+        limit = rng.randint(1, shape.depth)
+        tokens = distinct_children_tokens(rng, shape, vocab)
+        p = torch.softmax(torch.randn(shape.size, vocab, generator=gen, dtype=torch.float64) * 2, -1)
+        q = torch.softmax(torch.randn(shape.size, vocab, generator=gen, dtype=torch.float64) * 2, -1)
+        width = max(1, max(len(c) for c in shape.children))
+        uniforms = torch.rand(max(shape.depth, 1), width, generator=gen, dtype=torch.float64)
+        walk = sampled_walk(WalkTables(shape, "cpu"), torch.tensor(tokens), p, q, uniforms, limit, None, prune=prune)
+        accepted = walk.path.tolist()[1:int(walk.accepted) + 1]
+        want = recomputed_tests(shape, tokens, p, q, uniforms, accepted, limit)
+        status = [STATUS_NAMES[c] for c in walk.status.tolist()]
+        for node, expected in enumerate(want):
+            got_p, got_u = float(walk.tests[0, node]), float(walk.tests[1, node])
+            if expected is None:
+                assert walk.tests[:, node].tolist() == [verify.NOT_TESTED] * 4, (case, node)
+                assert status[node] not in (ACCEPTED, REJECTED), (case, node)
+                continue
+            assert got_p == pytest.approx(expected[0], abs=1e-12) and got_u == expected[1], (case, node)
+            assert walk.tests[2:, node].tolist() == pytest.approx(expected[2:], abs=1e-12), (case, node)
+            assert (got_u < got_p) == (status[node] == ACCEPTED), (case, node)
+            parent = shape.parents[node]
+            if shape.children[parent].index(node) > 0:
+                naive = min(1.0, float(p[parent, tokens[node]] / q[parent, tokens[node]]))
+                later_siblings_differ += abs(naive - got_p) > 1e-6
+    assert later_siblings_differ >= 20
+
+
+def test_the_greedy_walk_records_passed_and_failed_tests_without_draws():
+    shape = TreeShape.from_parents([-1, 0, 0, 1, 1, 2])
+    tokens, picks = [0, 3, 4, 1, 2, 0], [3, 2, 0, 0, 0, 0]   # root wants 3 (node 1), node 1 wants 2 (node 4)
+    walk = greedy_walk(WalkTables(shape, "cpu"), torch.tensor(tokens), torch.tensor(picks), shape.depth)
+    assert walk.tests[0].tolist() == [-1.0, 1.0, 0.0, 0.0, 1.0, -1.0]
+    assert walk.tests[1:].flatten().tolist() == [-1.0] * 18

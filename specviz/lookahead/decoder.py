@@ -47,7 +47,7 @@ from ..trace import (
     NgramCandidate,
     StepRecord,
 )
-from .verify import greedy_verdict, sampled_verdict, unpack
+from .verify import NOT_TRIED, greedy_tries, greedy_verdict, sampled_verdict, unpack, verdict_width
 from .pool import NgramPool
 from .sizing import COPY_ROWS, resolve_settings
 from .window import LookaheadLayout, build_layout
@@ -155,10 +155,23 @@ class LookaheadDecoder(Decoder):
         logits = shape(staged[1:1 + shape.n], ctx)
         timer.start(PHASE_VERIFY)
         values = self._verdict_on_device(layout, count, logits, staged).tolist()
-        new_level = values[:layout.new_level_rows]
-        verdict = unpack(values[layout.new_level_rows:], len(candidates), self.N - 1)
+        packed = layout.new_level_rows + verdict_width(count, self.N - 1)
+        ints = [int(v) for v in values[:packed]]   # sampled steps read their tries' floats with them
+        new_level = ints[:layout.new_level_rows]
+        verdict = unpack(ints[layout.new_level_rows:], len(candidates), self.N - 1)
+        tries = self._tries(values[packed:], verdict, count, len(candidates))
         return self._conclude(timer, layout, t0, ctx, candidates, n_copied, window_in, new_level, verdict,
-                              shape.n)
+                              shape.n, tries)
+
+    def _tries(self, values: list[float], verdict, count: int, n_real: int) -> list[tuple[list, list]]:
+        """Per real candidate, (accept_probs, uniforms) by position, None where its token was not tried."""
+        cand_len = self.N - 1
+        if not values:   # greedy: passed or failed, from the match lengths; no draws
+            return [(tested, [None] * cand_len) for tested in greedy_tries(verdict.match_lengths, cand_len)]
+        half = cand_len * count
+        as_kept = lambda v: None if v == NOT_TRIED else v   # noqa: E731
+        return [([as_kept(values[j * count + k]) for j in range(cand_len)],
+                 [as_kept(values[half + j * count + k]) for j in range(cand_len)]) for k in range(n_real)]
 
     def _candidates(self, t0: int) -> tuple[list[tuple[int, ...]], int]:
         """This step's candidates (the copies, then the pool's n-grams they do not repeat) and how many
@@ -187,11 +200,15 @@ class LookaheadDecoder(Decoder):
         # Drawn at (N-1, rows) whatever the shape's candidate count, so a seed gives the same tokens padded or not.
         uniforms = torch.rand(cand_len, self.rows, generator=self.generator, device=self.device,
                               dtype=torch.float64)
-        verdict = sampled_verdict(candidates, valid, first_probs, cand_probs, uniforms[:, :count], self.generator)
-        return torch.cat([logit_summary(logits[:layout.new_level_rows], 1)[1][:, 0], verdict])
+        verdict, tries = sampled_verdict(candidates, valid, first_probs, cand_probs, uniforms[:, :count],
+                                         self.generator)
+        # Token ids are exact in float64: the tries' floats come back in the step's one read.
+        return torch.cat([logit_summary(logits[:layout.new_level_rows], 1)[1][:, 0].double(), verdict.double(),
+                          tries.flatten()])
 
     def _conclude(self, timer: PhaseTimer, layout: LookaheadLayout, t0: int, ctx: int, candidates: list,
-                  n_copied: int, window_in: list[list[int]], new_level: list[int], verdict, n_in: int) -> StepRecord:
+                  n_copied: int, window_in: list[list[int]], new_level: list[int], verdict, n_in: int,
+                  tries: list[tuple[list, list]]) -> StepRecord:
         """Commit the verdict, move the window on and record the step."""
         n_acc = verdict.n_accepted
         copied = verdict.best is not None and verdict.best < n_copied
@@ -209,8 +226,8 @@ class LookaheadDecoder(Decoder):
             window=window_in, window_text=[[self._text(t) for t in level] for level in window_in],
             harvested=harvested, pool_size=len(self.pool), key_token_id=t0,
             candidates=[NgramCandidate(list(c), [self._text(t) for t in c], m,
-                                       ORIGIN_COPY if k < n_copied else ORIGIN_POOL)
-                        for k, (c, m) in enumerate(zip(candidates, verdict.match_lengths))],
+                                       ORIGIN_COPY if k < n_copied else ORIGIN_POOL, *tried)
+                        for k, (c, m, tried) in enumerate(zip(candidates, verdict.match_lengths, tries))],
             accepted_candidate=verdict.best, pool_entry=self.pool.snapshot(t0), step_ms=0.0,
             warmup=not layout.steady, window_size=self.W, ngram_size=self.N, guesses=self.G, copies=self.copies)
         times = timer.stop()

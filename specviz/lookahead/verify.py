@@ -21,6 +21,7 @@ import torch
 from ..draws import first_argmax, race_sample
 
 NO_CANDIDATE = -1   # `best` when nothing was accepted, and the tokens past the emitted ones
+NOT_TRIED = -1.0    # a try's probability and draw where the candidate's token was not tried
 
 
 @dataclass
@@ -100,8 +101,9 @@ def _pick_row(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def sampled_verdict(candidates: torch.Tensor, valid: torch.Tensor, first_probs: torch.Tensor,
-                    cand_probs: torch.Tensor, uniforms: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """The sampled verdict, exact in distribution.
+                    cand_probs: torch.Tensor, uniforms: torch.Tensor, generator: torch.Generator
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampled verdict, exact in distribution, and its tries as they happened.
 
     candidates (G, L) long, valid (G,) bool, first_probs (V,) = P after t0, cand_probs (G, L, V) = P after
     candidate k's token j, uniforms (L, G) float64 on [0, 1): the pre-drawn acceptance draw of each try.
@@ -110,20 +112,26 @@ def sampled_verdict(candidates: torch.Tensor, valid: torch.Tensor, first_probs: 
     is what the renormalised residual gives; the first accepted try wins. When every try fails,
     the token is drawn from P with the tried tokens zeroed and the walk stops; after a full match the
     bonus token is drawn from P after the last one. The one draw at the end is `race_sample`'s.
+
+    Returns (the packed verdict, tries (2, L, G) float64): each candidate's try at each position, its
+    acceptance probability P(x_i) / (1 - P(x_1) - ... - P(x_{i-1})) capped at 1, then its draw; NOT_TRIED
+    where the token was not tried (repeated, no longer a survivor, past an accepted try or the walk's end).
     """
     guesses, cand_len = candidates.shape
     device = first_probs.device
     if guesses == 0:   # a size, not data: no candidates, the target's own token
         zero = torch.zeros((), dtype=torch.long, device=device)
         last = race_sample(first_probs.view(1, -1), generator)[0]
-        return pack(_emitted(zero.new_zeros(cand_len), zero, last), zero, zero + NO_CANDIDATE, zero.new_zeros(0))
+        return (pack(_emitted(zero.new_zeros(cand_len), zero, last), zero, zero + NO_CANDIDATE, zero.new_zeros(0)),
+                torch.empty(2, cand_len, 0, dtype=torch.float64, device=device))
     earlier = torch.ones(guesses, guesses, dtype=torch.bool, device=device).tril(-1)   # [k, k']: k' before k
     flat = cand_probs.reshape(guesses * cand_len, -1)
     survivors = valid.clone()
     alive = torch.ones((), dtype=torch.bool, device=device)
     n_accepted = torch.zeros((), dtype=torch.long, device=device)
     probs, final = first_probs, first_probs
-    accepted = []
+    accepted, reached, tried_probs = [], [], []
+    order = torch.arange(guesses, device=device)
     for j in range(cand_len):
         offered = candidates[:, j]
         # A token an earlier survivor already offered was tried (and rejected) there: its P is now 0.
@@ -133,7 +141,11 @@ def sampled_verdict(candidates: torch.Tensor, valid: torch.Tensor, first_probs: 
         tried_before = p_offered.cumsum(0) - p_offered
         accept = tries & (uniforms[j] * (probs.double().sum() - tried_before) < p_offered)
         took = alive & accept.any()
-        token = _pick(offered, _first_true(accept))
+        first = _first_true(accept)
+        token = _pick(offered, first)
+        # Tries past the first accepted one were never reached, as the pool-order reading has it.
+        reached.append(tries & (~took | (order <= first)))
+        tried_probs.append(p_offered / (probs.double().sum() - tried_before).clamp_min(1e-300))
         # Every try failed: the token comes from P without the tried tokens, and the walk stops here.
         tried = torch.zeros_like(probs).index_add_(0, offered, tries.to(probs.dtype))
         final = torch.where(alive & ~took, torch.where(tried > 0, 0.0, probs), final)
@@ -147,4 +159,13 @@ def sampled_verdict(candidates: torch.Tensor, valid: torch.Tensor, first_probs: 
     last = race_sample(final.view(1, -1), generator)[0]
     tokens = _emitted(torch.stack(accepted), n_accepted, last)
     best = torch.where(n_accepted > 0, _first_true(survivors), NO_CANDIDATE)
-    return pack(tokens, n_accepted, best, _prefix_lengths(candidates, tokens, n_accepted))
+    was_tried = torch.stack(reached)
+    tries = torch.stack([torch.where(was_tried, torch.stack(tried_probs).clamp(max=1.0), NOT_TRIED),
+                         torch.where(was_tried, uniforms.double(), NOT_TRIED)])
+    return pack(tokens, n_accepted, best, _prefix_lengths(candidates, tokens, n_accepted)), tries
+
+
+def greedy_tries(match_lengths: list[int], cand_len: int) -> list[list[float | None]]:
+    """Each candidate's tests under greedy verification, from its match length: a token equal to the
+    target's choice passed (1), the first that differed failed (0), none after it was tested."""
+    return [[1.0 if j < m else 0.0 if j == m else None for j in range(cand_len)] for m in match_lengths]

@@ -69,7 +69,7 @@ from ..prompt_lookup.match import Copy, NgramIndex
 from .adaptive import allocate_children, level_pays, padded_block, padded_levels, read_block
 from .copy_cost import copy_step_speedup
 from .tree import TreeShape, TreeTensors
-from .verify import STATUS_NAMES, WalkTables, greedy_walk, sampled_walk
+from .verify import NOT_TESTED, STATUS_NAMES, TEST_ROWS, WalkTables, greedy_walk, sampled_walk
 
 ADAPTIVE_TREES_KEPT = 256   # prepared adaptive trees (a few shapes recur)
 TREES_KEPT = 2 * ADAPTIVE_TREES_KEPT   # prepared trees a session keeps for its next races (fixed and adaptive)
@@ -588,7 +588,7 @@ class SequoiaDecoder(Decoder):
         self.history.index_copy_(0, steps + committed, torch.where(steps < walk.accepted, after, walk.bonus))
         read = torch.cat([walk.accepted.view(1).double(), walk.bonus.view(1).double(), walk.path.double(),
                           tokens.double(), target_p.double(), self.child_q[:n].double(),
-                          walk.status.double()]).tolist()
+                          walk.status.double(), walk.tests[:, :n].flatten()]).tolist()
         return self._unpack(read, walk.path.numel(), n)
 
     @staticmethod
@@ -598,7 +598,8 @@ class SequoiaDecoder(Decoder):
         at = 2 + path_len
         return {"accepted": path[1:1 + accepted], "bonus": bonus, "tokens": [int(x) for x in read[at:at + n]],
                 "target_p": read[at + n:at + 2 * n], "draft_p": read[at + 2 * n:at + 3 * n],
-                "status": [STATUS_NAMES[int(x)] for x in read[at + 3 * n:at + 4 * n]]}
+                "status": [STATUS_NAMES[int(x)] for x in read[at + 3 * n:at + 4 * n]],
+                **{name: _tested(read[at + (4 + r) * n:at + (5 + r) * n]) for r, name in enumerate(TEST_ROWS)}}
 
     # -- the trace ---------------------------------------------------------------------------------
 
@@ -609,6 +610,7 @@ class SequoiaDecoder(Decoder):
         nodes = [TreeNode(id=i, parent=shape.parents[i], depth=shape.depths[i], token_id=tokens[i],
                           text=self._text(tokens[i]), draft_prob=1.0 if i == 0 else round(draft_p[i], 6),
                           target_prob=1.0 if i == 0 else round(target_p[i], 6), status=status[i],
+                          **{name: got[name][i] for name in TEST_ROWS},
                           draft_input="" if i in copied else self.drafter.input_label(shape.depths[i]),
                           origin=ORIGIN_COPY if i in copied else ORIGIN_DRAFT)
                  for i in range(shape.size)]
@@ -622,3 +624,8 @@ class SequoiaDecoder(Decoder):
         self.trees.clear()
         release(self.session)
         self.session = None
+
+
+def _tested(values: list[float]) -> list[float | None]:
+    """One row of a walk's `tests` as the trace keeps it: None where the node was not tested."""
+    return [None if v == NOT_TESTED else v for v in values]

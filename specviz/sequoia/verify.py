@@ -25,7 +25,12 @@ What a walk returns (`DeviceWalk`), all on the device:
   fixed-length index both caches are compacted through;
 - `accepted` (0-d): how many of `path[1:]` are real;
 - `bonus` (0-d): the bonus token;
-- `status` (n,): each node's status code (`STATUS_NAMES`).
+- `status` (n,): each node's status code (`STATUS_NAMES`);
+- `tests` (4, n): each node's test as it happened, rows `TEST_ROWS`: accept_prob, the probability it
+  was accepted with given the siblings rejected before it, min(1, P'(x) / q'(x)) under the residual P'
+  and renormalised q' its test saw (a first child's are the node's own P and q); uniform, its U(0, 1)
+  draw (accepted exactly when uniform < accept_prob); and P'(x), q'(x). NOT_TESTED where a node was
+  not tested; a greedy walk's accept_prob is 1 or 0 and it draws nothing.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ RESIDUAL_EPS = 1e-9
 ROOT, ACCEPTED, REJECTED, NOT_REACHED = "root", "accepted", "rejected", "not_reached"
 STATUS_NAMES = (ROOT, ACCEPTED, REJECTED, NOT_REACHED)   # a status code is its index here
 ROOT_CODE, ACCEPTED_CODE, REJECTED_CODE, NOT_REACHED_CODE = range(4)
+NOT_TESTED = -1.0   # a `tests` value of a node no test reached
+TEST_ROWS = ("accept_prob", "uniform", "tested_p", "tested_q")
 
 
 @dataclass
@@ -50,6 +57,7 @@ class DeviceWalk:
     accepted: torch.Tensor
     bonus: torch.Tensor
     status: torch.Tensor
+    tests: torch.Tensor
 
 
 class WalkTables:
@@ -91,15 +99,18 @@ def _stacked(tables: WalkTables, path: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _finish(tables: WalkTables, path_t: torch.Tensor, accepted: torch.Tensor, bonus: torch.Tensor,
-            rejected: torch.Tensor) -> DeviceWalk:
-    """The walk's outcome, with every node's status."""
+            rejected: torch.Tensor, tests: torch.Tensor | None = None) -> DeviceWalk:
+    """The walk's outcome, with every node's status (and, greedy, accept_prob 1 or 0 from it, no draw)."""
     real = tables.levels[None, :] < accepted   # which of path[1:] are real
     on_path = ((tables.node_ids[:, None] == path_t[None, 1:]) & real).any(dim=1)
     codes = tables.codes
     status = torch.where(on_path, codes[ACCEPTED_CODE], torch.where(rejected, codes[REJECTED_CODE],
                                                                      codes[NOT_REACHED_CODE]))
     status = torch.where(tables.node_ids == 0, codes[ROOT_CODE], status)
-    return DeviceWalk(path_t, accepted, bonus, status)
+    if tests is None:
+        tests = torch.full((len(TEST_ROWS), tables.n), NOT_TESTED, dtype=torch.float64, device=path_t.device)
+        tests[0] = torch.where(on_path, 1.0, torch.where(rejected, 0.0, NOT_TESTED))
+    return DeviceWalk(path_t, accepted, bonus, status, tests)
 
 
 def greedy_walk(tables: WalkTables, tokens: torch.Tensor, picks: torch.Tensor, limit: int) -> DeviceWalk:
@@ -146,6 +157,10 @@ def sampled_walk(tables: WalkTables, tokens: torch.Tensor, target_probs: torch.T
     """
     cur, alive, accepted = tables.zero, tables.true, tables.zero
     rejected = torch.zeros(tables.n, dtype=torch.bool, device=tokens.device)
+    # Each test's node (n, a slot past the nodes, when nothing was tested), probability and draw: scattered
+    # into per-node tables once, after the loop.
+    tested_at, tested_values = [], []
+    beyond = torch.full((), tables.n, dtype=torch.long, device=tokens.device)
     p = target_probs[0]
     path = [cur]
     last_q_row = draft_q.shape[0] - 1
@@ -161,7 +176,10 @@ def sampled_walk(tables: WalkTables, tokens: torch.Tensor, target_probs: torch.T
             tok = tokens.index_select(0, kid.view(1))
             q_tok, p_tok = q.index_select(0, tok)[0], p.index_select(0, tok)[0]
             tested = alive & ~moved & has[rank] & (q_tok > 0)
-            hit = tested & (uniforms[level, rank] * q_tok < p_tok)
+            u = uniforms[level, rank]
+            hit = tested & (u * q_tok < p_tok)
+            tested_at.append(torch.where(tested, kid, beyond))
+            tested_values.append((p_tok, q_tok, u))
             miss = tested & ~hit
             nxt = torch.where(hit, kid, nxt)
             moved = moved | hit
@@ -177,4 +195,15 @@ def sampled_walk(tables: WalkTables, tokens: torch.Tensor, target_probs: torch.T
         alive = alive & moved
         path.append(cur)
     p = torch.where(alive, _row(target_probs, cur), p)
-    return _finish(tables, _stacked(tables, path), accepted, race_sample(p, generator), rejected)
+    return _finish(tables, _stacked(tables, path), accepted, race_sample(p, generator), rejected,
+                   _per_node(tables, tested_at, tested_values))
+
+
+def _per_node(tables: WalkTables, at: list[torch.Tensor], values: list[tuple]) -> torch.Tensor:
+    """(4, n) `tests` from the walk's tests in order, (P', q', u) each (node n for a test that did not happen):
+    a few ops once per step, not per test."""
+    tests = torch.full((tables.n + 1, len(TEST_ROWS)), NOT_TESTED, dtype=torch.float64, device=tables.node_ids.device)
+    if at:
+        p, q, u = (torch.stack(column).double() for column in zip(*values))
+        tests.index_copy_(0, torch.stack(at), torch.stack([(p / q.clamp_min(1e-300)).clamp(max=1.0), u, p, q], 1))
+    return tests[:-1].T

@@ -69,6 +69,37 @@ def draft_saw(node, parent, sep: str) -> str:
     return f"{sep}draft saw: {token} + {node.draft_input}"
 
 
+def rejected_before(payload: TreePayload) -> dict[int, int]:
+    """Node id -> how many of its earlier siblings were tested and rejected: a node after one or more was
+    tested against the residual they left, not against its own P and q."""
+    count: dict[int, int] = {}
+    seen: dict[int, int] = {}
+    for n in sorted(payload.nodes, key=lambda n: n.id):   # breadth-first ids: drawing order among siblings
+        if n.parent < 0:
+            continue
+        count[n.id] = seen.get(n.parent, 0)
+        seen[n.parent] = count[n.id] + (n.status == "rejected")
+    return count
+
+
+def tested_as(node, after: int, sep: str) -> str:
+    """How `node` was tested, from what the walk recorded (`TreeNode.accept_prob`, `uniform`, `tested_p`,
+    `tested_q`), `after` its rejected earlier siblings; "" where it was not tested or the trace predates
+    the record."""
+    a = getattr(node, "accept_prob", None)
+    if a is None:
+        return ""
+    if node.uniform is None:   # greedy: no draw
+        return f"{sep}greedy test: {'the' if a >= 1 else 'not the'} target's top choice, so {node.status}"
+    if after and node.tested_p is not None:
+        rule = (f"after {after} rejected sibling{'s' if after != 1 else ''}, against the residual: "
+                f"P' = {node.tested_p:.3f}, q' = {node.tested_q:.3f}, min(1, P'/q') = {a:.3f}")
+    else:
+        rule = f"min(1, P/q) = {a:.3f}"
+    verdict = "<" if node.uniform < a else "≥"
+    return f"{sep}tested: {rule}{sep}draw u = {node.uniform:.3f} {verdict} {a:.3f}, so {node.status}"
+
+
 def tree_positions(payload: TreePayload) -> dict[int, tuple[float, float]]:
     """Node id -> (x, y): depth left to right, siblings top to bottom (networkx BFS layers)."""
     return parent_positions([(node.id, node.parent) for node in payload.nodes])
@@ -132,10 +163,12 @@ def tree_figure(payload: TreePayload | None, step: int | None = None, height: in
     colors = [NODE_COLORS.get(n.status, NODE_COLORS["not_reached"]) for n in nodes]
     sizes = [30 if n.id in on_path or n.parent < 0 else 22 for n in nodes]
     # Built as plain text with newlines, escaped whole, then the newlines made <br>: no upload's text is markup.
+    after = rejected_before(payload)
     hover = [
         f"<b>{_esc(_show(n.text))}</b> " + _esc(
             f"(id {n.token_id})\nstatus: {n.status}\ndepth {n.depth}\ndraft q = {n.draft_prob:.3f}\n"
-            f"target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), chr(10))}").replace("\n", "<br>")
+            f"target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), chr(10))}"
+            f"{tested_as(n, after.get(n.id, 0), chr(10))}").replace("\n", "<br>")
         for n in nodes]
     fig.add_trace(go.Scatter(
         x=[pos[n.id][0] for n in nodes], y=[pos[n.id][1] for n in nodes], mode="markers+text",

@@ -16,7 +16,7 @@ the live run had:
 from __future__ import annotations
 
 from ..trace import BUDGET_FROM_FREE_ROWS, ORIGIN_COPY, LookaheadPayload, RaceTrace, RunTrace, StepRecord, TreePayload
-from .figures import METHOD_COLORS, METHOD_LABELS, _show
+from .figures import METHOD_COLORS, METHOD_LABELS, _show, rejected_before
 from .html import esc
 
 MAX_LIST = 6   # at most this many tokens / candidates listed in one sentence
@@ -183,11 +183,13 @@ def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0,
                    "grafted where the draft stopped proposing it; a copy costs no draft forward, and its q is 1.")
     walk = sequoia_walk(p)
     path = walk["path"]
+    after = rejected_before(p)
     out.append(f"One target forward checked all {len(p.nodes)} at once (tree attention).")
     if path:
-        acc = [f"{tok(n.text)} (q {_p(n.draft_prob)}, P {_p(n.target_prob)})" for n in path]
+        acc = [f"{tok(n.text)} (q {_p(n.draft_prob)}, P {_p(n.target_prob)}{_drawn(n)})" for n in path]
         rule = ("each was the target's own top choice" if greedy else
-                "each accepted with probability min(1, P/q)")
+                "each accepted because its draw u fell below min(1, P/q), or, tested after a rejected sibling, "
+                "below min(1, P′/q′) against the residual that sibling left")
         out.append(f"<b>Accepted</b> {len(path)}: {_list(acc)} — {rule}.")
     else:
         out.append("<b>Accepted</b>: none of the first level's tokens.")
@@ -199,25 +201,84 @@ def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0,
             why = (f"the target's top choice there was a different token{top}, so greedy verification (accept "
                    "only the target's argmax) turned it down")
         else:
-            ratio = node.target_prob / node.draft_prob if node.draft_prob > 0 else 0.0
-            why = (f"it is accepted only with probability min(1, P/q) = {_p(min(1.0, ratio))}, and the coin "
-                   f"said no")
+            why = _rejection(node, after.get(node.id, 0))
         out.append(f"<b>Rejected</b>: {tok(node.text)} after {tok(at.text)}, with draft probability "
                    f"q = {_p(node.draft_prob)} and target probability P = {_p(node.target_prob)}: {why}.")
+        # Its later siblings, each tested against the residual the ones before it left.
+        later = [c for c in walk["rejected_at_last"] if c is not node] if at is walk["last"] else []
+        for c in later[:MAX_LIST]:
+            why = ("not the target's top choice either" if greedy else _rejection(c, after.get(c.id, 0)))
+            out.append(f"Then {tok(c.text)} (q = {_p(c.draft_prob)}, P = {_p(c.target_prob)}): {why}.")
     if p.bonus_token_id is not None:
         last = walk["last"]
         if greedy:
             where = "the target's own top choice after the accepted path"
         elif walk["rejected_at_last"]:
-            where = ("drawn from the <b>residual</b> distribution normalise(max(P − q, 0)) at "
-                     f"{tok(last.text)} — what the target wants beyond what the draft already offered — which keeps "
-                     "the output distributed exactly as the target's own sampling")
+            k = len(walk["rejected_at_last"])
+            where = (f"drawn from the <b>residual</b> left after {'its' if k == 1 else f'all {k} of its'} tested "
+                     f"child{'ren' if k != 1 else ''} at {tok(last.text)} {'was' if k == 1 else 'were'} rejected "
+                     "(each rejection replaced P by normalise(max(P − q, 0)) and took the token out of q) — what the "
+                     "target wants beyond what the draft offered — which keeps the output distributed exactly as "
+                     "the target's own sampling")
         else:
             where = (f"drawn from the target's own distribution P at {tok(last.text)}"
                      + (" (a leaf of the tree: nothing left to test)" if walk["leaf"] else ""))
         out.append(f"<b>Bonus</b> token {tok(p.bonus_text)}: {where}.")
     out.append(f"This step wrote {_emitted(rec)} from one target forward.")
-    return " ".join(out) + _finish(rec)
+    return " ".join(out) + tests_table(p, greedy) + _finish(rec)
+
+
+def _drawn(node) -> str:
+    """', accepted with probability a (draw u)' where the trace records the node's test."""
+    if node.accept_prob is None or node.uniform is None:
+        return ""
+    return f"; probability {_p(node.accept_prob)}, draw {_p(node.uniform)}"
+
+
+def _rejection(node, after: int) -> str:
+    """Why a sampled node was rejected, with the numbers its test used (`TreeNode.accept_prob`...)."""
+    if after == 0:
+        a = node.accept_prob if node.accept_prob is not None else (
+            min(1.0, node.target_prob / node.draft_prob) if node.draft_prob > 0 else 0.0)
+        drew = f"its draw u = {_p(node.uniform)} was not below it" if node.uniform is not None else "the coin said no"
+        return f"it is accepted only with probability min(1, P/q) = {_p(a)}, and {drew}"
+    siblings = f"{after} rejected sibling{'s' if after != 1 else ''}"
+    if node.accept_prob is None or node.tested_p is None:
+        return (f"it was tested after {siblings}, against the residual they left, not against this P and q (this "
+                "trace predates the record of each test's numbers)")
+    return (f"it was tested after {siblings}, against the residual P′ = normalise(max(P − q, 0)) they left and the "
+            f"renormalised q′: P′ = {_p(node.tested_p)}, q′ = {_p(node.tested_q)}, so min(1, P′/q′) = "
+            f"{_p(node.accept_prob)}, and its draw u = {_p(node.uniform)} was not below it")
+
+
+def tests_table(p: TreePayload, greedy: bool) -> str:
+    """The step's tests sibling by sibling, in walk order: P and q at the parent, the P′ and q′ the test saw
+    (the residual after earlier siblings' rejections), the acceptance probability as a bar with the draw
+    marked on it, and the verdict. Sampled steps whose trace records the tests only."""
+    tested = sorted((n for n in p.nodes if n.accept_prob is not None and n.uniform is not None),
+                    key=lambda n: (n.depth, n.id))
+    if greedy or not tested:
+        return ""
+    after = rejected_before(p)
+    by_id = {n.id: n for n in p.nodes}
+    rows = []
+    for n in tested:
+        parent = by_id.get(n.parent)
+        against = "P, q" if after.get(n.id, 0) == 0 else "residual P′, q′"
+        mark = "✓" if n.status == "accepted" else "✗"
+        bar = (f'<span class="sv-testbar" title="accepted when u &lt; {_p(n.accept_prob)}">'
+               f'<span class="sv-testfill" style="width:{100 * n.accept_prob:.1f}%"></span>'
+               f'<span class="sv-testdraw" style="left:{100 * n.uniform:.1f}%"></span></span>')
+        rows.append(f"<tr><td>{tok(parent.text if parent else '')} → {tok(n.text)}</td><td>{_p(n.target_prob)}</td>"
+                    f"<td>{_p(n.draft_prob)}</td><td>{against}</td><td>{_p(n.tested_p or 0.0)}</td>"
+                    f"<td>{_p(n.tested_q or 0.0)}</td><td>{bar} {_p(n.accept_prob)}</td><td>{_p(n.uniform)}</td>"
+                    f"<td>{mark} {esc(n.status)}</td></tr>")
+    return ('<details class="sv-tests"><summary>The tests, sibling by sibling</summary><table>'
+            "<tr><th>token</th><th>P</th><th>q</th><th>tested against</th><th>P′</th><th>q′</th>"
+            "<th>min(1, P′/q′)</th><th>draw u</th><th>verdict</th></tr>" + "".join(rows) + "</table>"
+            "<p>A first child is tested against the node's own P and q; after a sibling is rejected, P becomes the "
+            "residual normalise(max(P − q, 0)) and that sibling's token leaves q, which is renormalised. The bar is "
+            "the acceptance probability, the mark the draw: accepted when the mark falls inside the bar.</p></details>")
 
 
 # ----------------------------------------------------------------------------- Lookahead
@@ -254,7 +315,9 @@ def narrate_lookahead(rec: StepRecord, greedy: bool, texts: dict[int, str], key:
             out.append(f"The pool offered {len(p.candidates)} n-gram candidate{'s' if len(p.candidates) != 1 else ''}"
                        f"{copied} after {keyname}: {_list(parts, len(p.candidates) - MAX_LIST)} (matched = leading "
                        f"tokens equal to what the target "
-                       f"{'predicts' if greedy else 'accepted: each guessed token x is accepted with probability P(x)'}).")
+                       f"{'predicts' if greedy else 'accepted: at each position the candidates offer their tokens in pool order, and each new one, x, is accepted with probability P′(x), the target probability P renormalised without the tokens rejected before it there (a guess is one-hot, q = 1, so min(1, P′/q) is P′)'}).")
+            if not greedy:
+                out.append(_lookahead_tries(p))
             if p.accepted_candidate is not None and p.candidates[p.accepted_candidate].match_length > 0:
                 best = p.candidates[p.accepted_candidate]
                 out.append(f"<b>Accepted</b> candidate {esc(p.accepted_candidate)}: its first {esc(best.match_length)} "
@@ -269,6 +332,20 @@ def narrate_lookahead(rec: StepRecord, greedy: bool, texts: dict[int, str], key:
                    f"into the pool, e.g. {'; '.join(shown)}; it now holds {esc(p.pool_size)}.")
     out.append(f"This step wrote {_emitted(rec)} from one target forward.")
     return " ".join(out) + _finish(rec)
+
+
+def _lookahead_tries(p: LookaheadPayload) -> str:
+    """The step's tries in the order they happened, with the probability and draw each was recorded with."""
+    tries = []
+    for j in range(max((len(c.tokens) for c in p.candidates), default=0)):
+        for k, c in enumerate(p.candidates):
+            if j < len(c.accept_probs) and c.accept_probs[j] is not None and c.uniforms[j] is not None:
+                verdict = "accepted" if c.uniforms[j] < c.accept_probs[j] else "rejected"
+                tries.append(f"position {j + 1}, {tok(c.texts[j])} (candidate {k}): P′ {_p(c.accept_probs[j])}, "
+                             f"draw {_p(c.uniforms[j])}, {verdict}")
+    if not tries:
+        return ""
+    return f"The tries: {_list(tries[:MAX_LIST], len(tries) - MAX_LIST)}."
 
 
 # ----------------------------------------------------------------------------- one global step
@@ -345,6 +422,12 @@ CAPTION_CSS = """
 code.sv-ctok { background: #f3f4f6; border: 1px solid #e5e7eb; border-radius: 4px; padding: 0 4px;
   font-family: ui-monospace, monospace; white-space: pre; }
 .sv-caption b { color: #111827; }
+.sv-tests table { border-collapse: collapse; font-size: 14px; margin: 4px 0; }
+.sv-tests td, .sv-tests th { padding: 1px 6px; border-bottom: 1px solid #e5e7eb; text-align: left; }
+.sv-testbar { position: relative; display: inline-block; width: 80px; height: 10px; background: #fee2e2;
+  vertical-align: middle; }
+.sv-testfill { position: absolute; left: 0; top: 0; bottom: 0; background: #86efac; }
+.sv-testdraw { position: absolute; top: -3px; bottom: -3px; width: 2px; background: #111827; }
 """
 __all__ = ["caption_html", "narrate_step", "narrate_ar", "narrate_sequoia", "narrate_lookahead", "token_texts",
-           "sequoia_walk"]
+           "sequoia_walk", "tests_table"]

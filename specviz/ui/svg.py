@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..trace import ORIGIN_COPY, PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, LookaheadPayload, RunTrace, TreePayload
 from .figures import (BONUS_COLOR, COPY_COLOR, METHOD_COLORS, METHOD_LABELS, NODE_COLORS, PHASE_COLORS, PHASE_LABELS, _show,
-                      draft_saw, tree_positions, window_grid)
+                      draft_saw, rejected_before, tested_as, tree_positions, window_grid)
 from .html import esc
 
 LIVE_LATENCY_STEPS = 48   # while a race streams, the latency strip shows the latest steps only
@@ -132,7 +132,7 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         return 24 + 150 * x, height / 2 - y * (height / 2 - 20)
 
     on_path = set(payload.accepted_path)
-    by_id = {n.id: n for n in payload.nodes}
+    by_id, after = {n.id: n for n in payload.nodes}, rejected_before(payload)
     edges, marks, drawn = [], [], []
     label_end: dict[float, float] = {}   # a column's x -> where its longest label ends
     label_box: dict[int, tuple] = {}     # node id -> its label's box
@@ -153,7 +153,8 @@ def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
         copied = n.origin == ORIGIN_COPY
         tip = (f"{_show(n.text)} (id {n.token_id}) — {n.status}, depth {n.depth}\n" + (
                f"copied from the text so far (prompt lookup): q = 1, target P = {n.target_prob:.3f}" if copied else
-               f"draft q = {n.draft_prob:.3f}, target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), chr(10))}"))
+               f"draft q = {n.draft_prob:.3f}, target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), chr(10))}")
+               + tested_as(n, after.get(n.id, 0), "\n"))
         ring = f'stroke="{COPY_COLOR}" stroke-width="4"' if copied else 'stroke="#fff" stroke-width="1.5"'
         marks.append(f'<g class="sv-node sv-{esc(n.status)}{" sv-copy" if copied else ""}" font-size="{LABEL_PX}">'
                      f'<title>{esc(tip)}</title><circle cx="{x:.0f}" cy="{y:.0f}" r="{radius}" '
