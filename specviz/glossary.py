@@ -25,6 +25,9 @@ class Term:
     symbol: str = ""     # the letter a formula or a slider uses for it (n, d, W, N, G)
     field: str = ""      # its name in JSON (the HTTP API, `bench --json`, traces)
     aliases: tuple[str, ...] = ()   # older JSON names for it, kept so saved runs and scripts still read
+    # What the field calls the same idea (papers, other tools): listed on the glossary page for a reader who
+    # meets them elsewhere, never a spelling a label, column or field of ours may use.
+    elsewhere: tuple[str, ...] = ()
 
 
 TERMS: tuple[Term, ...] = (
@@ -45,32 +48,41 @@ TERMS: tuple[Term, ...] = (
          field="target_forwards"),
     Term("tokens per forward", "tokens ÷ target forwards, the prompt's forward included. Autoregressive's is "
          "1.00; a speculative method's is what its speculation buys per forward of the big model.",
-         field="tokens_per_forward"),
+         field="tokens_per_forward", elsewhere=("compression ratio (the Lookahead paper)",)),
     Term("accepted length", "Tokens committed per step after the prompt's forward, counting the target's own "
          "token (the bonus or corrected one): 1 + the speculated tokens the target accepted. Autoregressive's "
          "is 1, never less. It reads a little above tokens per forward, which also counts the prompt's "
          "forward and its single token. The what-if panel predicts it from the acceptance rates.",
-         field="accepted_length"),
-    Term("acceptance rate", "Per speculated token: the share of the tokens a draft or an n-gram proposed that "
-         "the target accepted, between 0 and 1. The target's own token is not a speculated token, so it is not "
-         "counted (unlike accepted length). Sequoia measures it per rank of the draft's guess: the acceptance "
-         "vector."),
-    Term("acceptance vector", "Sequoia's acceptance rates by rank: entry k is how often the target accepts the "
-         "draft's k-th choice once the better ones were rejected. Sequoia's tree shape is the best one for it.",
-         field="acceptance"),
+         field="accepted_length", elsewhere=("τ, mean accepted tokens (EAGLE, Medusa, Spec-Bench)",
+                                             "acceptance length")),
+    Term("acceptance rate", "Per speculated token: the chance that the target accepts a speculated token it "
+         "tests (a draft's guess, a copied or an n-gram token), measured as the share of the tested ones it "
+         "accepted, between 0 and 1. Tokens no test reached (under a rejected one) are not counted, nor is the "
+         "target's own token (unlike accepted length). For a chain of γ guesses each accepted with rate α, the "
+         "expected accepted length is (1 - α^(γ+1)) / (1 - α).", symbol="α",
+         elsewhere=("α (Leviathan et al.)", "acceptance probability")),
+    Term("acceptance vector", "Sequoia's acceptance rates by rank, as the chance of each outcome at a node the "
+         "walk reached: entry k is the share of such nodes where the draft's k-th choice was the child accepted "
+         "(counts ÷ nodes, so the entries sum to at most 1; the rest is every child rejected). Entry 1 is the "
+         "acceptance rate of the draft's first choice; entry k > 1 is smaller than the rate of a k-th choice "
+         "once it is tested, because it also counts the chance that the better ones were rejected first. "
+         "Sequoia's tree shape is the best one for it; measured by depth too, acceptance once a depth is "
+         "reached can rise with depth even as the chance of reaching it falls.", field="acceptance",
+         elsewhere=("p (Sequoia)",)),
     Term("speculated share", "The share of a method's tokens that came from speculation (Sequoia's draft tree, "
          "Lookahead's window or pool) rather than from the target's own prediction.", field="speculated_share"),
     Term("tree budget", "The nodes of Sequoia's tree, its root included (the root is the last token already "
          "committed): a budget of n has the target verify n tokens in one forward and the draft propose n - 1.",
-         symbol="n", field="tree_budget"),
+         symbol="n", field="tree_budget", elsewhere=("tree size (Sequoia)", "total tokens (EAGLE-2)")),
     Term("tree depth", "The most levels of drafted tokens under the root of Sequoia's tree; a tree of depth d "
-         "costs d draft forwards per step and can write at most d + 1 tokens.", symbol="d", field="tree_depth"),
+         "costs d draft forwards per step and can write at most d + 1 tokens.", symbol="d", field="tree_depth",
+         elsewhere=("γ, draft length, for a chain (Leviathan et al.)", "num_assistant_tokens (transformers)")),
     Term("window", "Lookahead's W: how many future positions its Jacobi window guesses at once.", symbol="W",
-         field="window"),
+         field="window", elsewhere=("window size W (the Lookahead paper)",)),
     Term("n-gram", "Lookahead's N: the length of the n-grams it harvests and verifies (its window keeps N - 1 "
          "levels of guesses).", symbol="N", field="ngram"),
     Term("guesses", "Lookahead's G: how many n-grams from its pool it verifies in each step.", symbol="G",
-         field="guesses"),
+         field="guesses", elsewhere=("G, verification candidates (the Lookahead paper)",)),
     Term("forward size", "Tokens the target processes in one forward of a step: 1 for autoregressive, the tree "
          "budget for Sequoia, the window's and the guesses' tokens for Lookahead.", field="forward_size"),
     Term("t(n)", "The target's forward time over n tokens at once, in ms, measured on this machine (the hardware "
@@ -78,6 +90,12 @@ TERMS: tuple[Term, ...] = (
          "a CPU, which is why bigger trees and windows pay there."),
     Term("step time", "The wall time of one step, in ms: the draft's forwards, the target's forward and the work "
          "between them (verification, caches, the trace).", field="step_ms"),
+    Term("draft-cost ratio", "c: the time a speculative step spends on one level of guessing (a draft forward "
+         "and its draws; for Lookahead, nothing but its share of the forward) ÷ t(1), the target's one-token "
+         "forward. With acceptance rate α, γ guesses in a chain and a verification that costs what t(1) does, "
+         "the expected speedup is (1 - α^(γ+1)) / ((1 - α)(γc + 1)) (Leviathan et al.): a small c is what lets "
+         "speculation pay, and on a CPU, where t(n) grows with n, the verification's own growth counts too.",
+         symbol="c", elsewhere=("c, cost coefficient (Leviathan et al.)",)),
     Term("ms per token", "Step time ÷ accepted length: the milliseconds one written token costs (the sizes "
          "`auto` weighs are ranked by it, lowest first).", field="ms_per_token"),
     Term("predicted speedup", "The speedup the what-if panel and `auto` sizes expect: accepted length × t(1) ÷ "
@@ -109,6 +127,49 @@ TERMS: tuple[Term, ...] = (
          "measured once per CPU, thread count and torch version. The summary line says which ran and why; until "
          "it is measured, and on a GPU, the rule: bf16 where the hardware has bf16 kernels, else fp32 (fp16 on a "
          "GPU older than Ampere).", field="precision_choice"),
+)
+# The ideas a learner meets on the page and in the guide: no measurement or size, so no label spells them.
+CONCEPTS: tuple[Term, ...] = (
+    Term("target", "The model whose output is wanted (here SmolLM2-135M): every token written is one it would "
+         "write, and it checks every guess.", elsewhere=("verifier", "main model")),
+    Term("draft", "A smaller, faster model that guesses the target's next tokens (Sequoia's: a small "
+         "independent model, or an EAGLE-style head that reads the target's hidden state).",
+         elsewhere=("drafter", "assistant model (transformers)", "speculator", "SSM")),
+    Term("speculative decoding", "Guessing several tokens cheaply, then having the target check them all in one "
+         "forward; the guesses it accepts are tokens written for the price of one forward.",
+         elsewhere=("speculative sampling", "assisted generation (transformers)")),
+    Term("lossless", "A speculative method whose output is exactly the target's: greedy, the same text token for "
+         "token; sampled, the same distribution (not the same text). Both of SpecViz's are, and its tests prove "
+         "it.", elsewhere=("exact",)),
+    Term("prefill", "The first forward, over the whole prompt at once: it fills the KV cache and writes one "
+         "token. Every method's first step."),
+    Term("KV cache", "The keys and values of every token so far, kept per layer so a forward over new tokens "
+         "attends to the old ones without recomputing them; a rejected guess's entries are dropped."),
+    Term("tree attention", "One forward over a whole tree of guesses: each node attends to the prompt, the text "
+         "so far and its own ancestors only (a mask), so every branch is checked as if it were alone.",
+         elsewhere=("token tree verification (SpecInfer)",)),
+    Term("bonus token", "The target's own token at the end of a step: after the last accepted guess, or in "
+         "place of the first rejected one. A step always writes at least this one, so speculation never writes "
+         "fewer tokens per forward than autoregressive decoding.", elsewhere=("correction token",)),
+    Term("residual", "After a guess x is rejected at temperature > 0, the distribution the target still owes: "
+         "normalise(max(P - q, 0)), P the target's and q the draft's. The next sibling is tested against it "
+         "(min(1, P'/q') with q renormalised without x), and the bonus token is drawn from what is left after "
+         "the last rejection; this is what keeps sampling exact.", elsewhere=("adjusted distribution",)),
+    Term("Jacobi iteration", "Lookahead's way to guess without a draft: it feeds the target its own guesses for "
+         "several future positions at once and replaces each with the target's prediction, over and over; the "
+         "trajectories it leaves are harvested as n-grams.", elsewhere=("Jacobi decoding",)),
+    Term("n-gram pool", "Lookahead's store of n-grams harvested from its Jacobi window (and here copied from the "
+         "text), keyed by their first token; each step verifies the ones that follow the last written token.",
+         elsewhere=("n-gram cache",)),
+    Term("prompt lookup", "Guesses copied from the prompt and the text so far: where the text's last tokens "
+         "occurred before, what followed them there. They cost no draft forward.",
+         elsewhere=("prompt_lookup_num_tokens (transformers)", "lookup decoding (llama.cpp)")),
+    Term("memory-bound", "A forward whose time is set by the bytes it reads (the weights, once per forward) over "
+         "the memory's bandwidth: adding tokens to it costs almost nothing. One token's forward is memory-bound "
+         "on a GPU, and on a CPU's 4-bit kernel nearly so."),
+    Term("compute-bound", "A forward whose time is set by its arithmetic over the processor's peak: each added "
+         "token costs its share. A CPU reaches this after a few tokens, a GPU only after dozens, which is why "
+         "speculation's extra guesses cost more on a CPU."),
 )
 BY_NAME = {t.name: t for t in TERMS}
 # Column and label words that name what ran or how it ran, not a measurement or a size: a table may use them freely.
@@ -208,12 +269,20 @@ def markdown() -> str:
         field = f"`{t.field}`" if t.field else ""
         if t.aliases:
             field += " (older: " + ", ".join(f"`{a}`" for a in t.aliases) + ")"
-        lines.append(f"| {t.name} | {t.symbol} | {field} | {t.definition} |")
+        lines.append(f"| {t.name} | {t.symbol} | {field} | {t.definition}{_elsewhere(t)} |")
+    lines += ["", "## The words a learner meets", "",
+              "The ideas behind the numbers, for a reader new to speculative decoding.", "",
+              "| word | what it is |", "|---|---|"]
+    lines += [f"| {t.name} | {t.definition}{_elsewhere(t)} |" for t in CONCEPTS]
     lines += ["", "Older JSON names, kept so saved runs and scripts still read: `new_tokens` (`bench --json`, the "
               "CLI's trace summary) is **tokens**; `speedup_vs_ar` and `same_as_ar` (`bench --json`) are **speedup** "
               "and **identical to ar**. New fields use the glossary's words; these may be renamed in a release "
               "that says so.", ""]
     return "\n".join(lines)
+
+
+def _elsewhere(t: Term) -> str:
+    return f" *Elsewhere called:* {'; '.join(t.elsewhere)}." if t.elsewhere else ""
 
 
 def main(argv: list[str] | None = None) -> int:

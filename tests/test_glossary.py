@@ -127,10 +127,20 @@ def test_docs_glossary_is_written_from_the_package():
         assert f"| {t.name} |" in glossary.markdown()
 
 
+def _without_the_fields_words(rel: str, text: str) -> str:
+    """The glossary page names the field's words for each term (`Term.elsewhere`) so a reader can map them; there
+    they are allowed, and only there."""
+    if rel != "docs/glossary.md":
+        return text
+    for t in glossary.TERMS + glossary.CONCEPTS:
+        text = text.replace(glossary._elsewhere(t).lower(), "")
+    return text
+
+
 def test_no_page_table_or_doc_says_a_retired_word():
     found = []
     for rel in CURRENT_TEXTS + CURRENT_CODE:
-        text = (ROOT / rel).read_text().lower()
+        text = _without_the_fields_words(rel, (ROOT / rel).read_text().lower())
         found += [(rel, word, RETIRED[word]) for word in RETIRED if word in text]
     assert not found, found
 
@@ -141,3 +151,42 @@ def test_the_retired_word_check_can_fail(tmp_path):
     page.write_text("The summary shows accepted speculation and tok/fwd.")
     text = page.read_text().lower()
     assert [w for w in RETIRED if w in text] == ["tok/fwd", "accepted speculation"]
+
+
+def test_the_fields_words_are_aliases_on_the_glossary_page_and_never_a_label():
+    """A learner who read EAGLE, Leviathan or the Lookahead paper finds their words, each mapped to one of ours
+    (τ, α, γ, compression ratio); a label that used one is still caught."""
+    page = glossary.markdown()
+    for word, ours in (("τ, mean accepted tokens", "accepted length"), ("α (Leviathan et al.)", "acceptance rate"),
+                       ("γ, draft length", "tree depth"), ("compression ratio", "tokens per forward"),
+                       ("c, cost coefficient", "draft-cost ratio")):
+        row = next(line for line in page.splitlines() if line.startswith(f"| {ours} |"))
+        assert word in row, (word, ours)
+        assert glossary.find(word) is None and glossary.undefined([word]) == [word]
+
+
+def test_a_learners_core_words_are_defined():
+    names = {t.name for t in glossary.CONCEPTS}
+    assert {"draft", "target", "bonus token", "residual", "tree attention", "prefill", "KV cache",
+            "Jacobi iteration", "n-gram pool", "lossless", "memory-bound", "compute-bound"} <= names
+    assert not names & {t.name for t in glossary.TERMS}
+    assert all(t.definition.endswith(".") and f"| {t.name} | {t.definition}" in glossary.markdown()
+               for t in glossary.CONCEPTS)
+
+
+def test_acceptance_rate_has_one_definition_and_the_vector_is_its_marginal_by_rank():
+    """One meaning: the share of tested speculated tokens accepted. The shipped vector is counts over nodes (its
+    entries sum to at most 1), which its definition says, not a rate conditional on the better ones' rejection."""
+    import json
+
+    rate = glossary.BY_NAME["acceptance rate"].definition
+    vector = glossary.BY_NAME["acceptance vector"].definition
+    assert "tested" in rate and "proposed" not in rate
+    assert "counts ÷ nodes" in vector and "once the better ones were rejected" not in vector
+    shipped = sorted((ROOT / "assets" / "acceptance").glob("*.json"))
+    assert shipped
+    for path in shipped:
+        data = json.loads(path.read_text())
+        assert sum(data["acceptance"]) <= 1.0 + 1e-6, path.name
+        if "counts" in data:   # the definition's counts ÷ nodes
+            assert data["acceptance"] == pytest.approx([c / data["steps"] for c in data["counts"]], abs=1e-5)
