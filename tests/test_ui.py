@@ -360,3 +360,17 @@ def test_tree_svg_puts_the_bonus_star_clear_of_a_root_only_steps_label():
     assert float(sx) >= float(lx) + svg.text_width(label)   # the star starts where the label ends
     boxes = [svg._text_box(float(x), float(y), t, svg.STAR_PX if t == "★" else svg.LABEL_PX) for x, y, t in texts]
     assert not any(svg._overlaps(a, b, gap=0) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def test_each_column_says_what_ran():
+    """The Sequoia column names its draft and its tree, Lookahead's its sizes, from the settings the run recorded."""
+    from specviz.ui import html
+
+    assert html.what_ran({"tree": "adaptive", "max_nodes": 24, "draft_kind": "feature"}) == (
+        "EAGLE-style feature draft · adaptive tree, up to 24 nodes")
+    assert html.what_ran({"tree": "auto", "tree_budget": 8, "tree_depth": 2}) == "independent draft · DP tree, 8 nodes, depth 2"
+    assert html.what_ran({"window": 4, "ngram": 3, "guesses": 4}) == "W 4, N 3, G 4"
+    assert html.what_ran({}) == ""
+    trace = race_trace()
+    trace.runs["sequoia"].settings.update(tree="adaptive", max_nodes=16, draft_kind="feature")
+    assert "EAGLE-style feature draft · adaptive tree, up to 16 nodes" in html.stats_html("sequoia", trace.runs["sequoia"])

@@ -146,11 +146,31 @@ def stats_html(method: str, run: RunTrace | None, upto: int | None = None, runni
         f'<div style="text-align:center;padding:0 6px"><div style="font-size:22px;font-weight:700">{v}</div>'
         f'<div class="sv-stat-label" style="font-size:12px;color:#6b7280">{term_html(k)}</div></div>'
         for k, v in cells)
+    ran = what_ran(run.settings if run is not None and isinstance(run.settings, dict) else {})
+    ran_line = f'<div class="sv-ran" style="font-size:13px;color:#374151">{esc(ran)}</div>' if ran else ""
     return (f'<div class="sv-stats" style="border-top:6px solid {color};padding:6px 4px">'
             f'<div style="display:flex;justify-content:space-between;align-items:baseline">'
             f'<span style="font-size:22px;font-weight:700;color:{color}">{esc(label)}</span>'
-            f'<span style="font-size:14px;color:#6b7280">{esc(state)}</span></div>'
+            f'<span style="font-size:14px;color:#6b7280">{esc(state)}</span></div>{ran_line}'
             f'<div style="display:flex;justify-content:space-between;margin-top:4px">{stat_cells}</div></div>')
+
+
+def what_ran(settings: dict) -> str:
+    """The column's one line on what ran, from the settings its run recorded: a tree method's draft and tree
+    (the EAGLE-style draft with the adaptive tree, or the independent draft with the DP tree), a window
+    method's sizes; "" for a method that records neither."""
+    if settings.get("tree"):
+        draft = "EAGLE-style feature draft" if settings.get("draft_kind") == "feature" else "independent draft"
+        if settings["tree"] == "adaptive":
+            tree = f"adaptive tree, up to {settings.get('max_nodes') or settings.get('tree_budget')} nodes"
+        elif settings.get("tree_budget"):
+            tree = f"DP tree, {settings['tree_budget']} nodes, depth {settings.get('tree_depth')}"
+        else:
+            tree = "the tree given"
+        return f"{draft} · {tree}"
+    if settings.get("window"):
+        return f"W {settings['window']}, N {settings.get('ngram')}, G {settings.get('guesses')}"
+    return ""
 
 
 def most_used_ngrams(run: RunTrace | None, upto: int | None = None, top: int = 5) -> list[tuple[str, int, int]]:
