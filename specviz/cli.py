@@ -62,6 +62,31 @@ def cmd_fetch_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_floors(args: argparse.Namespace) -> int:
+    """t(n) of the target as the decoders run it, beside this machine's two floors (`engine.floors`)."""
+    import json
+
+    import torch
+
+    from .engine import floors
+    from .engine.profiler import forward_curve
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    pair = load_pair_for(args, ["ar"])
+    if pair.device.type != "cpu":
+        from .errors import InvalidInput
+
+        raise InvalidInput("floors measures a CPU's read bandwidth and int8 peak; this pair runs on "
+                           f"{pair.device.type}")
+    rates = floors.measured_rates(refresh=args.refresh)
+    curve = forward_curve(pair.target, pair.key + ":target", sizes=list(floors.FLOOR_SIZES),
+                          context_len=args.context, refresh=args.refresh)
+    record = floors.floors_record(curve, floors.forward_work(pair.target), rates, args.context)
+    print(json.dumps(record, indent=1) if args.json else floors.table_markdown(record))
+    return 0
+
+
 def cmd_app(args: argparse.Namespace) -> int:
     """Serve the app from the package alone (app.py is not in the wheel): `specviz.serve` puts it
     together for `app.py` and for this command alike."""
@@ -117,6 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_generate)
 
     benchmark_cli.register(sub)
+    p = sub.add_parser("floors", help="the target's t(n) beside this CPU's bandwidth and int8 floors",
+                       description="Measure this CPU's read bandwidth and int8 peak (cached), and print the "
+                                   "target's forward time t(n) at 1, 2, 4, 8 and 16 rows beside the two floors "
+                                   "no forward can beat: bytes read over the bandwidth, MACs over the peak.")
+    p.add_argument("--context", type=int, default=200, help="context tokens before the n new ones (default 200)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own)")
+    p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
+    p.add_argument("--json", action="store_true", help="print the table as JSON")
+    add_model_args(p)
+    p.set_defaults(func=cmd_floors)
     p = sub.add_parser("fetch-model", help="download and convert the offline default model now")
     p.set_defaults(func=cmd_fetch_model)
     add_app_parser(sub)

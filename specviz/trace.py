@@ -311,6 +311,9 @@ class RaceTrace:
     machine: str = ""
     # Why this precision ran, where `auto` chose it on a CPU (`engine.precision`); "" otherwise.
     precision_choice: str = ""
+    # On a CPU whose rates were measured: {"rates": `floors.Rates`, "work": `floors.ForwardWork`} as plain data,
+    # what the hardware panel draws t(n)'s two floors from (`engine.floors`); {} otherwise.
+    floors: dict[str, Any] = field(default_factory=dict)
 
     @property
     def greedy(self) -> bool:
@@ -347,6 +350,8 @@ class RaceTrace:
             data["machine"] = self.machine
         if self.precision_choice:
             data["precision_choice"] = self.precision_choice
+        if self.floors:
+            data["floors"] = self.floors
         return data
 
     def to_json(self, **kwargs) -> str:

@@ -195,9 +195,10 @@ def forward_kind(model) -> str:
 
 # What is measured on this machine and so belongs to the machine it was measured on (`engine.machine`):
 # forward curves, Sequoia's step costs and plans, Lookahead's auto table, the hf peers' tuning, `auto`'s
-# precision. Acceptance rates are the models' business, not the machine's, and stay shared.
+# precision, the memory's and the int8 units' rates (`floors`). Acceptance rates are the models' business,
+# not the machine's, and stay shared.
 MACHINE_KINDS = frozenset({"forward", "sequoia-step-costs", "sequoia-plan", "lookahead-auto", "hf-tuning",
-                           "precision"})
+                           "precision", "floors"})
 
 
 def _machine(kind: str, key: str) -> dict | None:

@@ -105,6 +105,7 @@ class Race:
             self.trace.dtype = pair.precision if hasattr(pair, "precision") else dtype_name(pair.dtype)
             self.trace.precision_choice = getattr(pair, "precision_choice", "")
             self.trace.machine = machine_words(pair.device)
+            self.trace.floors = floors_of(pair)
 
     @property
     def live(self) -> list[str]:
@@ -338,6 +339,18 @@ def measure_key(request) -> tuple:
             request.sampling().mode, tuple(options))
 
 
+def floors_of(pair) -> dict:
+    """What the hardware panel draws t(n)'s floors from (`engine.floors`): this CPU's rates where they were
+    measured (nothing is measured here) and the target's work; {} on a GPU, or before the rates are known."""
+    from . import floors
+
+    target = getattr(pair, "target", None)
+    if target is None or getattr(pair.device, "type", "") != "cpu":
+        return {}
+    rates = floors.cached_rates()
+    return {} if rates is None else floors.as_record(rates, floors.forward_work(target))
+
+
 def measure_sizes(pairs, request) -> list[str]:
     """Measure and cache every `auto` size the request asks for that is not cached yet (the app's worker
     runs this in the background, paused while a race runs); returns the methods it measured for."""
@@ -347,6 +360,10 @@ def measure_sizes(pairs, request) -> list[str]:
 
         ensure_precisions_measured(target, choose_device(pairs.device))
     pair = pairs.get(target, draft, request.dtype or "auto")
+    if pair.device.type == "cpu":   # the bandwidth and int8 peak t(n) is drawn against (a second, once per CPU)
+        from .floors import measured_rates
+
+        measured_rates()
     graphs = getattr(request, "graphs", "auto") or "auto"
     pending, options = pending_sizes(pair, request, graphs), request.method_options()
     for method in pending:

@@ -221,7 +221,48 @@ def target_curve(plans: dict | None) -> dict:
     return {}
 
 
+FLOOR_CONTEXT = 200   # the context the curves are measured after (`profiler.forward_curve`)
+
+
+def curve_floors(trace, curve: dict) -> dict:
+    """n -> (bandwidth floor, arithmetic floor) ms at each size of `curve`, from the rates and work the trace
+    recorded (`RaceTrace.floors`); {} where it recorded none or they do not read."""
+    from ..engine import floors
+
+    parsed = floors.from_record(getattr(trace, "floors", None) or {})
+    if parsed is None or not curve:
+        return {}
+    rates, work = parsed
+    return {int(n): floors.floors_ms(work, rates, int(n), FLOOR_CONTEXT) for n in curve}
+
+
+def floors_html(trace, curve: dict) -> str:
+    """t(n) beside the floors at 1, 2, 4, 8 and 16 rows, with what was measured, in words."""
+    from ..engine import floors
+
+    parsed = floors.from_record(getattr(trace, "floors", None) or {})
+    if parsed is None or not curve:
+        return ""
+    rates, work = parsed
+    rows = floors.floor_rows({int(n): ms for n, ms in curve.items()}, work, rates, FLOOR_CONTEXT)
+    if not rows:
+        return ""
+    peak = f"an int8 peak of {rates.int8_gmacs:.0f} GMAC/s" if rates.int8_gmacs else "no int8 peak measured"
+    words = (f"One forward reads {work.weight_bytes / 1e6:.0f} MB ({esc(work.weights)}) and does "
+             f"{work.macs_per_token / 1e6:.0f} M multiply-accumulates per token; this machine read "
+             f"{rates.bandwidth_gbs:.0f} GB/s and measured {peak} at {rates.threads} thread"
+             f"{'s' if rates.threads != 1 else ''}.")
+    table = html.table_html([{"n": r["n"], "t(n) ms": r["t_ms"], "t(n) / t(1)": r["t_over_t1"],
+                              "bandwidth floor ms": r["bandwidth_floor_ms"],
+                              "arithmetic floor ms": r["arithmetic_floor_ms"], "bound": r["bound"],
+                              "t(n) / higher floor": r["over_floor"]} for r in rows],
+                            "t(n) against the two floors")
+    return f'<div style="font-size:15px;margin:6px 0">{words}</div>' + table
+
+
 def panel(trace, pairs=None):
     """(t_target(n) chart as SVG, panel HTML) for the trace's pair; nothing is measured here."""
     plans = plans_for(trace)
-    return svg.forward_curve_svg(target_curve(plans)), panel_html(plans)
+    curve = target_curve(plans)
+    return (svg.forward_curve_svg(curve, floors=curve_floors(trace, curve)),
+            floors_html(trace, curve) + panel_html(plans))

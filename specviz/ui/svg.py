@@ -339,10 +339,25 @@ def cumulative_svg(runs: dict[str, RunTrace], upto: dict[str, int] | None = None
     return _box(title, legend + _line_chart(series, "seconds of the method's own compute", "tokens", step=True))
 
 
-def forward_curve_svg(curve: dict, title: str = "Measured target forward time t(n)") -> str:
-    """The measured cost of one target forward over n new tokens (log n)."""
+BANDWIDTH_COLOR, ARITHMETIC_COLOR = "#9ca3af", "#d97706"
+
+
+def forward_curve_svg(curve: dict, title: str = "Measured target forward time t(n)",
+                      floors: dict | None = None) -> str:
+    """The measured cost of one target forward over n new tokens (log n); with `floors` (n -> (bandwidth ms,
+    arithmetic ms or None), `engine.floors.floors_ms`) the two floors no forward can beat, beside it."""
     if not curve:
         return _empty(title, "no forward-time profile measured yet for this model pair (run once with 'auto' sizes)")
     points = sorted((float(n), float(ms)) for n, ms in curve.items())
-    return _box(title, _line_chart([("t(n)", "#1e3a8a", points)], "new tokens in one forward (n)", "ms",
-                                   log_x=True))
+    series = [("t(n)", "#1e3a8a", points)]
+    note = ""
+    if floors:
+        ns = sorted(float(n) for n in floors)
+        series.append(("bandwidth floor: bytes read ÷ read bandwidth", BANDWIDTH_COLOR,
+                       [(n, floors[n][0]) for n in ns]))
+        if all(floors[n][1] is not None for n in ns):
+            series.append(("arithmetic floor: MACs ÷ int8 peak", ARITHMETIC_COLOR, [(n, floors[n][1]) for n in ns]))
+        note = ("No forward can beat the higher of its two floors: where the bandwidth floor is higher, more rows "
+                "are nearly free (memory-bound); past the crossing each row costs its share (compute-bound).")
+    legend = _legend([(label, color) for label, color, _ in series]) if floors else ""
+    return _box(title, _line_chart(series, "new tokens in one forward (n)", "ms", log_x=True) + legend, note)

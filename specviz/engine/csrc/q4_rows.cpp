@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <tuple>
@@ -684,6 +685,36 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> logit_summary(const at::Tensor& l
 #endif
 }
 
+// The CPU's int8 multiply-accumulate peak, MACs per second: on each of torch's threads, twelve independent chains
+// of vpdpbusd over registers (no memory traffic; 64 u8 x s8 products each), long enough to keep the units busy
+// past their latency. The arithmetic floor under which no int8 product of rows can run (`engine.floors`).
+double int8_peak(int64_t iters) {
+#ifdef SPECVIZ_Q4_VNNI
+  constexpr int kChains = 12;
+  const int64_t threads = at::get_num_threads();
+  std::vector<int32_t> sink(threads * 16, 0);
+  volatile int8_t seed = 1;   // operands the compiler cannot fold
+  const __m512i a = _mm512_set1_epi8(static_cast<char>(seed)), w = _mm512_set1_epi8(static_cast<char>(seed + 1));
+  const auto start = std::chrono::steady_clock::now();
+  at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      __m512i acc[kChains];
+      for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_epi32(c);
+      for (int64_t i = 0; i < iters; ++i)
+        for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbusd_epi32(acc[c], a, w);
+      __m512i total = acc[0];
+      for (int c = 1; c < kChains; ++c) total = _mm512_add_epi32(total, acc[c]);
+      _mm512_storeu_si512(sink.data() + 16 * t, total);
+    }
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  TORCH_CHECK(sink[0] != 0x7fffffff, "int8_peak: unreachable");   // keeps the sums alive
+  return static_cast<double>(threads) * iters * kChains * 64 / seconds;
+#else
+  TORCH_CHECK(false, "int8_peak: built without AVX-512 VNNI");
+#endif
+}
+
 bool q4_rows_built() {
 #ifdef SPECVIZ_Q4_VNNI
   return true;
@@ -711,5 +742,6 @@ TORCH_LIBRARY(specviz, lib) {
           "int end, Tensor? mask, bool causal, Tensor input_norm, Tensor post_norm, float eps, float scale, "
           "int heads, int kv, Tensor[] qkv, Tensor[] o, Tensor[] gate_up, Tensor[] down) -> Tensor", &q8_layer);
   lib.def("logit_summary(Tensor logits, int k, float scale) -> (Tensor, Tensor, Tensor)", &logit_summary);
+  lib.def("int8_peak(int iters) -> float", &int8_peak);
   lib.def("q4_rows_built() -> bool", &q4_rows_built);
 }
