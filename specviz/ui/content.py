@@ -128,6 +128,7 @@ body.sv-presenter .sv-text { min-height: 0 !important; height: 14vh; max-height:
 body.sv-presenter #sv-stepper { min-height: 0; }
 body.sv-presenter #sv-stepper button { max-height: 40px; }
 body.sv-presenter #sv-tree svg { max-height: calc(100vh - 520px) !important; min-height: 190px; }
+body.sv-presenter .sv-ran { font-size: 18px !important; }
 /* The tree's labels in drawing units (svg.PRESENTER_LABEL_PX, whose width the tree leaves room for): 22 of them are
    18 px on screen when a 240-unit-high tree is drawn 200 px high. */
 body.sv-presenter #sv-tree svg text { font-size: 22px; }

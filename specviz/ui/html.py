@@ -147,11 +147,15 @@ def stats_html(method: str, run: RunTrace | None, upto: int | None = None, runni
         f'<div class="sv-stat-label" style="font-size:12px;color:#6b7280">{term_html(k)}</div></div>'
         for k, v in cells)
     ran = what_ran(run.settings if run is not None and isinstance(run.settings, dict) else {})
-    ran_line = f'<div class="sv-ran" style="font-size:13px;color:#374151">{esc(ran)}</div>' if ran else ""
+    # What ran, between the name and the state on the header's one line (cut short, whole on hover): a line of its
+    # own would push the presenter view's tree below a 1280 x 720 screen.
+    ran_span = (f'<span class="sv-ran" style="flex:1;min-width:0;margin:0 8px;font-size:13px;color:#374151;'
+                f'white-space:nowrap;overflow:hidden;text-overflow:ellipsis" title="{esc(ran)}">{esc(ran)}</span>'
+                if ran else "")
     return (f'<div class="sv-stats" style="border-top:6px solid {color};padding:6px 4px">'
             f'<div style="display:flex;justify-content:space-between;align-items:baseline">'
-            f'<span style="font-size:22px;font-weight:700;color:{color}">{esc(label)}</span>'
-            f'<span style="font-size:14px;color:#6b7280">{esc(state)}</span></div>{ran_line}'
+            f'<span style="font-size:22px;font-weight:700;color:{color}">{esc(label)}</span>{ran_span}'
+            f'<span style="font-size:14px;color:#6b7280;white-space:nowrap">{esc(state)}</span></div>'
             f'<div style="display:flex;justify-content:space-between;margin-top:4px">{stat_cells}</div></div>')
 
 
