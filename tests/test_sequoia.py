@@ -150,18 +150,18 @@ def test_trace_round_trips_and_settings(shallow_pair):
 
 
 def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
-    # `--tree auto` on the offline default as users run it (bf16, its feature draft): forward curves,
-    # then a few real steps of three trees and of autoregressive, fitted into the costs the plan adds;
-    # a second plan reuses the cache.
+    # `--tree auto` on the offline default as users run it (its feature draft, at the precision `auto` picks):
+    # forward curves, then a few real steps of three trees and of autoregressive, fitted into the costs the plan
+    # adds; a second plan reuses the cache.
     from specviz.engine import profiler
     from specviz.engine.models import load_pair
+    from specviz.engine.quant import own_kernel_problem
     from specviz.sequoia import sizing
 
-    from specviz.engine.machine import all_cpu_flags
-
-    # bf16 where this CPU has bf16 kernels, as users' `auto` runs it; on an AVX2-only CPU bf16 is emulated
-    # (3x slower than fp32 there, and this test took 20 minutes of CI), and users' `auto` does not run it either.
-    dtype = "bf16" if all_cpu_flags() & {"avx512_bf16", "amx_bf16"} else "fp32"
+    # q4 where SpecViz's kernel is built and self-tested, as users' `auto` runs it from the first race (its
+    # curves cost a fifth of bf16's: this test took 380 s of CI in bf16); fp32 elsewhere (on an AVX2-only CPU
+    # bf16 is emulated, 3x slower than fp32, and users' `auto` does not run it either).
+    dtype = "q4" if own_kernel_problem() is None else "fp32"
     pair = load_pair("default", None, device="cpu", dtype=dtype)   # None: the offline default's own draft
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     # Whether the cores were busy is not under test here (a CI machine may share them): treat them as quiet.
@@ -201,8 +201,8 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
 @pytest.mark.parametrize("adaptive_over_tree", [1.2, 0.9])
 def test_auto_runs_the_tree_that_won_its_race(shallow_pair, ar_tokens, tmp_path, monkeypatch, adaptive_over_tree):
     """`auto` runs the adaptive tree where it raced faster than the DP tree, else the DP tree; either is exact.
-    The race's outcome is set here (which tree wins is this machine's business); the race itself runs in
-    `test_auto_fits_its_step_costs_from_real_steps_once`."""
+    The race's outcome and the step costs are set here (which tree wins is this machine's business); the race
+    and the costs' measurement run in `test_auto_fits_its_step_costs_from_real_steps_once`."""
     from specviz.engine import profiler
     from specviz.sequoia import sizing
 
@@ -210,6 +210,9 @@ def test_auto_runs_the_tree_that_won_its_race(shallow_pair, ar_tokens, tmp_path,
     monkeypatch.setattr(profiler, "runqueue_wait_seconds", lambda: None)
     cache_forward_curves(shallow_pair)
     raced = []
+    # The step costs too are the machine's (measured in the test above): fixed here, they cost no real steps.
+    fixed_costs = sizing.StepCosts(per_level=0.5, per_step=1.0, per_node=0.05, ar_per_step=0.3)
+    monkeypatch.setattr(sizing, "step_costs_for", lambda *args, **kwargs: (fixed_costs, True))
     monkeypatch.setattr(sizing, "race_trees", lambda pair, sampling, parents, graphs=False: raced.append(parents) or {
         "prompts": 4, "tokens": {"tree": 256, "adaptive": 256}, "tree_tokens_per_s": 50.0,
         "adaptive_tokens_per_s": 50.0 * adaptive_over_tree, "adaptive_over_tree": adaptive_over_tree,
