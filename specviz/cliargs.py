@@ -124,10 +124,6 @@ def spec_options(args: argparse.Namespace, spec: MethodSpec) -> dict:
     return {**options, **spec.sizes}
 
 
-def needs_draft(methods: list[str]) -> bool:
-    return command_needs_draft(parse_specs(methods))
-
-
 def command_draft(args: argparse.Namespace, specs: list[MethodSpec]) -> str | None:
     """The draft a command loads with its target: `--draft` when a spec drafts without naming its own
     draft; the one draft the specs name when they all name the same; else none (the target alone)."""

@@ -42,8 +42,8 @@ PRESETS = {
 }
 CUSTOM = "Custom model ids…"
 
-# q4: the offline default's own 4-bit (Q4_1) weights on a CPU's int4 kernel; int8: a Llama-family model's
-# linears in weight-only int8 on a CPU (`engine.quant`).
+# q4: the offline default's own 4-bit (Q4_1) weights on a CPU (SpecViz's kernel, else torch's int4);
+# int8: a Llama-family model's linears in weight-only int8 on a CPU (`engine.quant`).
 Dtype = Literal["auto", "fp32", "bf16", "fp16", "q4", "int8"]
 # CUDA graphs (`engine.graphs.GRAPH_MODES`, spelled here so this module stays free of torch): 'auto' = on
 # for a CUDA device (on ZeroGPU: when capture pays for the race, `hosting.zerogpu_graphs`), 'on', 'off'.

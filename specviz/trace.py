@@ -18,7 +18,6 @@ import math
 import types
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from . import safejson

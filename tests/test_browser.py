@@ -47,8 +47,8 @@ def _launch(max_new_tokens: int, prompt: str = "Write a Python function that rev
 
     # Small explicit sizes: 'auto' would first profile the CPU for minutes.
     demo = build_demo(defaults={"prompt": prompt,
-                                "max_new_tokens": max_new_tokens, "tree_mode": "manual", "tree_budget": 12,
-                                "tree_depth": 4, "look_mode": "manual", "dtype": "fp32"})
+                                "max_new_tokens": max_new_tokens, "tree": "manual", "tree_budget": 12,
+                                "tree_depth": 4, "lookahead": "manual", "dtype": "fp32"})
     port = _free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                 **launch_kwargs())

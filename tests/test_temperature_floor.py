@@ -13,7 +13,7 @@ from helpers import tiny_pair
 
 from specviz.draws import first_argmax
 from specviz.engine.methods import make_decoder
-from specviz.engine.sampling import (MIN_TEMPERATURE, SamplingConfig, draw_token, next_token,
+from specviz.engine.sampling import (MIN_TEMPERATURE, SamplingConfig, draw_token,
                                      next_token_on_device)
 from specviz.request import RaceRequest
 
@@ -33,7 +33,6 @@ def test_each_sampler_draws_the_argmax_at_a_tiny_temperature():
     logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)) * 5
     argmax = first_argmax(logits)
     generator = torch.Generator().manual_seed(0)
-    assert torch.equal(next_token(logits, SamplingConfig(TINY), generator), argmax)            # eager
     assert torch.equal(next_token_on_device(logits, SamplingConfig(TINY), generator), argmax)  # graphed
     token, check = draw_token(logits, SamplingConfig(TINY), generator)                          # AR's step
     assert torch.equal(token, argmax) and check is None

@@ -30,9 +30,7 @@ layers + norm, bf16) and
 
 from __future__ import annotations
 
-import copy
 import json
-import warnings
 from pathlib import Path
 
 import torch
@@ -51,7 +49,6 @@ FEATURE_META = "feature.json"
 FEATURE_WEIGHTS = "feature.safetensors"
 KIND = "specviz-feature-draft"
 
-_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def _project_qkv(layer, h: torch.Tensor):

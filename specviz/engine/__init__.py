@@ -2,6 +2,7 @@
 
 Nothing here imports a method's folder or a draft by name (the registries in
 `methods.py` and `drafts.py` name them as strings) and nothing imports the UI.
-The Llama layer's arithmetic is `llama.py`, once; the CPU kernels the forwards
-multiply with (oneDNN prepacking, int8 linears) are `cpu_kernels.py`.
+The Llama layer's arithmetic is `llama.py` (the C++ `q4_layer` of `csrc/q4_rows.cpp` its fast path on an
+AVX-512 VNNI CPU); the CPU kernels the forwards multiply with are `cpu_kernels.py` (oneDNN prepacking, torch's
+and fbgemm's int8) and `quant.py` (the 4-bit and Q8_0 products on SpecViz's kernel, torch's int4).
 """

@@ -1,4 +1,5 @@
-"""KV-cache bookkeeping shared by the speculative decoders.
+"""transformers' own KV cache (`DynamicCache`), for the forward of a model the lean forward does not run
+(`lean.ModelForward`): the lean forward keeps its own static cache.
 
 After a tree or lookahead forward the cache holds K/V for every speculated
 token; only the accepted ones may stay, moved to the slots right after the

@@ -22,7 +22,6 @@ METHODS = {
     "sequoia": "specviz.sequoia.decoder:SequoiaDecoder",
     "lookahead": "specviz.lookahead.decoder:LookaheadDecoder",
 }
-METHOD_LABELS = {"ar": "Autoregressive", "sequoia": "Sequoia", "lookahead": "Lookahead"}
 # method name -> "module:function" that resolves a decoder's options before it is built (a Sequoia
 # tree's size is measured, and raced, by building other decoders: never inside the decoder).
 METHOD_OPTIONS = {

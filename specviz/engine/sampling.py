@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..draws import first_argmax, race_sample, sample, sample_unchecked
+from ..draws import first_argmax, race_sample, sample_unchecked
 from ..errors import InvalidInput
 
 # Below this a temperature is greedy. logits / 1e-39 overflow float32 to inf and the softmax turns them to
@@ -124,19 +124,11 @@ def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
     return gen
 
 
-def next_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
-    """Greedy argmax or one sample, from logits (..., V)."""
-    if cfg.greedy:
-        return first_argmax(logits)
-    assert generator is not None, "sampling needs a generator"
-    return sample(probs_from_logits(logits, cfg), generator)
-
-
 def next_token_on_device(logits: torch.Tensor, cfg: SamplingConfig,
                          generator: torch.Generator | None) -> torch.Tensor:
-    """`next_token` with no host sync, for the static (graph) steps: greedy argmax, or `race_sample`,
-    which is exact too but takes the random stream differently from `sample` (and skips its mass check,
-    which would read the device)."""
+    """The next token from logits (..., V) with no host sync, for the static (graph) steps: greedy argmax, or
+    `race_sample`, which is exact too but takes the random stream differently from `sample` (and skips its
+    mass check, which would read the device)."""
     if cfg.greedy:
         return first_argmax(logits)
     return race_sample(probs_from_logits(logits, cfg), generator)

@@ -63,12 +63,6 @@ from .racing import (  # noqa: F401
 from .places import PlacesPolicy, guard_queue
 from .wiring import wire
 
-# The page's initial values (and so the HTTP API's defaults) under the names `build_demo(defaults=...)`
-# takes: the request's own names, or the page's older ones for the two sizing modes.
-DEFAULTS = {name: value for name, value in RaceRequest().to_dict().items()}
-LEGACY_NAMES = {"tree_mode": "tree", "look_mode": "lookahead"}
-
-
 def hosting_limits():
     """The deployment's limits (env vars, see specviz.hosting): custom ids, caps, queue size."""
     from ..hosting import HostingLimits
@@ -85,8 +79,9 @@ def method_options(tree_mode, budget, depth, look_mode, window, ngram, guesses, 
 
 
 def initial_request(defaults: dict | None, limits, presets: list[str]) -> RaceRequest:
-    """The page's initial values: the request's defaults, then `defaults`, on a pair this server offers."""
-    given = {LEGACY_NAMES.get(k, k): v for k, v in (defaults or {}).items()}
+    """The page's initial values: the request's defaults, then `defaults` (by `RaceRequest`'s names), on a pair
+    this server offers."""
+    given = dict(defaults or {})
     if "methods" in given:
         given["methods"] = tuple(given["methods"])
     init = replace(RaceRequest(), **given)
