@@ -190,8 +190,7 @@ class FeatureDraft(torch.nn.Module):
             # are, not requantised from their bf16 copy.
             head = q8_head if q8_head is not None else Int8Linear(
                 self._target[0].lm_head.weight.to(self.fc.weight.dtype), pack=False)
-            # Beside a q4 target on SpecViz's kernel the draft's products run on it too (`quant.kernel_copy`).
-            parts = kernel_copy(self) if q8_head is not None and kernel_copy_fits(self) else int8_copy(self)
+            parts = kernel_copy(self) if self._on_the_kernel(q8_head) else int8_copy(self)
             cached = self.__dict__["_int8_cache"] = (versions, parts, head, head.cut(self.vocab_ids))
         return cached[1], cached[2], cached[3]
 
@@ -206,11 +205,16 @@ class FeatureDraft(torch.nn.Module):
         kind = "feature"
         if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype):
             kind = "feature-int8-fbgemm-fp32-ts" if fbgemm_available() else "feature-int8-stacked"
-            kind += "-q8head" if kernel_head(self._target[0]) is not None else ""
-            # "-q8": the head, the fusion and the layers all Q8_0 on SpecViz's kernel (`quant.kernel_copy`).
-            if kind.endswith("-q8head") and kernel_copy_fits(self):
-                kind = "feature-q8head-q8layers"
+            q8_head = kernel_head(self._target[0])
+            kind += "-q8head" if q8_head is not None else ""
+            # The head, the fusion and the layers all Q8_0 on SpecViz's kernel (`quant.kernel_copy`).
+            kind = "feature-q8head-q8layers" if self._on_the_kernel(q8_head) else kind
         return kind if self.n_layers == 1 else f"{kind}-{self.n_layers}layers"
+
+    def _on_the_kernel(self, q8_head) -> bool:
+        """Whether the draft's own products run on SpecViz's kernel: beside a q4 target whose head is on it
+        (`q8_head`, `quant.kernel_head`), where `quant.kernel_copy` reads the draft."""
+        return q8_head is not None and kernel_copy_fits(self)
 
     @property
     def embed_weight(self) -> torch.Tensor:

@@ -328,7 +328,6 @@ def fbgemm_rows_layers(int8_draft) -> RowsStack | None:
     names = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
     if not all(getattr(layer._modules.get(name), "packed", None) is not None for layer in layers for name in names):
         return None
-    if stack is None:
-        stack = int8_draft.__dict__["_specviz_rows_stack"] = rows_stack(
-            [RowsLayer.of(layer, tuple(Fbgemm(layer._modules[name]) for name in names)) for layer in layers])
+    stack = int8_draft.__dict__["_specviz_rows_stack"] = rows_stack(
+        [RowsLayer.of(layer, tuple(Fbgemm(layer._modules[name]) for name in names)) for layer in layers])
     return stack

@@ -86,9 +86,8 @@ def measured_rates(refresh: bool = False) -> Rates:
     cached = None if refresh else cached_rates()
     if cached is not None:
         return cached
-    rates = Rates(round(read_bandwidth_gbs(), 2), int8_peak_gmacs(), threads)
-    if rates.int8_gmacs is not None:
-        rates = Rates(rates.bandwidth_gbs, round(rates.int8_gmacs, 1), threads)
+    peak = int8_peak_gmacs()
+    rates = Rates(round(read_bandwidth_gbs(), 2), None if peak is None else round(peak, 1), threads)
     save_cached("floors", "cpu-rates", asdict(rates))
     return rates
 

@@ -656,9 +656,15 @@ def kernel_copy_fits(draft: torch.nn.Module) -> bool:
                 return False
         if not native.RowAttention.fits(layer.head_dim):
             return False
-    shapes = [(layer.q_proj.out_features + 2 * layer.k_proj.out_features, layer.q_proj.in_features)
-              for layer in draft.decoder_layers()]
-    return all(Q4Rows.fits(shape) for shape in shapes) and Q4Rows.fits(tuple(draft.fc.weight.shape))
+    # Every product as `kernel_copy` stacks it (q|k|v, o, gate|up, down), and the fusion.
+    shapes = [tuple(linear.weight.shape) for linear in (draft.fc, getattr(draft, "fc_taps", None))
+              if isinstance(linear, torch.nn.Linear)]
+    for layer in draft.decoder_layers():
+        shapes += [(layer.q_proj.out_features + layer.k_proj.out_features + layer.v_proj.out_features,
+                    layer.q_proj.in_features), tuple(layer.o_proj.weight.shape),
+                   (layer.gate_proj.out_features + layer.up_proj.out_features, layer.gate_proj.in_features),
+                   tuple(layer.down_proj.weight.shape)]
+    return all(Q4Rows.fits(shape) for shape in shapes)
 
 
 def attach_int8(model) -> WeightOnlyLayers:

@@ -224,13 +224,20 @@ def target_curve(plans: dict | None) -> dict:
 FLOOR_CONTEXT = 200   # the context the curves are measured after (`profiler.forward_curve`)
 
 
-def curve_floors(trace, curve: dict) -> dict:
-    """n -> (bandwidth floor, arithmetic floor) ms at each size of `curve`, from the rates and work the trace
-    recorded (`RaceTrace.floors`); {} where it recorded none or they do not read."""
+def _recorded_floors(trace, curve: dict):
+    """(rates, work) the trace recorded (`RaceTrace.floors`), or None where it has none, they do not read, or
+    there is no curve to set them beside."""
     from ..engine import floors
 
-    parsed = floors.from_record(getattr(trace, "floors", None) or {})
-    if parsed is None or not curve:
+    return floors.from_record(getattr(trace, "floors", None) or {}) if curve else None
+
+
+def curve_floors(trace, curve: dict) -> dict:
+    """n -> (bandwidth floor, arithmetic floor) ms at each size of `curve`; {} without recorded floors."""
+    from ..engine import floors
+
+    parsed = _recorded_floors(trace, curve)
+    if parsed is None:
         return {}
     rates, work = parsed
     return {int(n): floors.floors_ms(work, rates, int(n), FLOOR_CONTEXT) for n in curve}
@@ -240,8 +247,8 @@ def floors_html(trace, curve: dict) -> str:
     """t(n) beside the floors at 1, 2, 4, 8 and 16 rows, with what was measured, in words."""
     from ..engine import floors
 
-    parsed = floors.from_record(getattr(trace, "floors", None) or {})
-    if parsed is None or not curve:
+    parsed = _recorded_floors(trace, curve)
+    if parsed is None:
         return ""
     rates, work = parsed
     rows = floors.floor_rows({int(n): ms for n, ms in curve.items()}, work, rates, FLOOR_CONTEXT)

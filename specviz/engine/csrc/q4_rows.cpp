@@ -597,28 +597,6 @@ at::Tensor kernel_layer(const at::Tensor& x_in, const at::Tensor& cos_in, const 
 }
 
 
-// The layer over Q4_1 products (the 4-bit target's) and over Q8_0 ones (a feature draft's layer next to it, whose
-// products list d where Q4_1's has m): one function, so the two can never compute a layer differently.
-at::Tensor q4_layer(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& keys,
-                    const at::Tensor& values, int64_t start, const std::optional<at::Tensor>& slots, int64_t end,
-                    const std::optional<at::Tensor>& mask, bool causal, const at::Tensor& input_norm,
-                    const at::Tensor& post_norm, double eps, double scale, int64_t heads, int64_t kv,
-                    const std::vector<at::Tensor>& qkv, const std::vector<at::Tensor>& o,
-                    const std::vector<at::Tensor>& gate_up, const std::vector<at::Tensor>& down) {
-  return kernel_layer<4>(x, cos, sin, keys, values, start, slots, end, mask, causal, input_norm, post_norm, eps, scale,
-                         heads, kv, qkv, o, gate_up, down);
-}
-
-at::Tensor q8_layer(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& keys,
-                    const at::Tensor& values, int64_t start, const std::optional<at::Tensor>& slots, int64_t end,
-                    const std::optional<at::Tensor>& mask, bool causal, const at::Tensor& input_norm,
-                    const at::Tensor& post_norm, double eps, double scale, int64_t heads, int64_t kv,
-                    const std::vector<at::Tensor>& qkv, const std::vector<at::Tensor>& o,
-                    const std::vector<at::Tensor>& gate_up, const std::vector<at::Tensor>& down) {
-  return kernel_layer<8>(x, cos, sin, keys, values, start, slots, end, mask, causal, input_norm, post_norm, eps, scale,
-                         heads, kv, qkv, o, gate_up, down);
-}
-
 // Per row of fp32 logits (n, V): the k largest of scale * logits in descending order (ties: the lower index first,
 // so index 0 is the first maximum, as `max(dim).indices` picks the greedy token), their indices, and
 // logsumexp(scale * logits). One pass finds the top k (a chunk of sixteen is looked at lane by lane only where
@@ -737,10 +715,12 @@ TORCH_LIBRARY(specviz, lib) {
           &attend_rows);
   lib.def("q4_layer(Tensor x, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, int start, Tensor? slots, "
           "int end, Tensor? mask, bool causal, Tensor input_norm, Tensor post_norm, float eps, float scale, "
-          "int heads, int kv, Tensor[] qkv, Tensor[] o, Tensor[] gate_up, Tensor[] down) -> Tensor", &q4_layer);
+          "int heads, int kv, Tensor[] qkv, Tensor[] o, Tensor[] gate_up, Tensor[] down) -> Tensor", &kernel_layer<4>);
+  // The layer over Q8_0 products (a feature draft's beside the 4-bit target, whose lists carry d where Q4_1's
+  // carry m): the same function, so the two can never compute a layer differently.
   lib.def("q8_layer(Tensor x, Tensor cos, Tensor sin, Tensor(a!) keys, Tensor(b!) values, int start, Tensor? slots, "
           "int end, Tensor? mask, bool causal, Tensor input_norm, Tensor post_norm, float eps, float scale, "
-          "int heads, int kv, Tensor[] qkv, Tensor[] o, Tensor[] gate_up, Tensor[] down) -> Tensor", &q8_layer);
+          "int heads, int kv, Tensor[] qkv, Tensor[] o, Tensor[] gate_up, Tensor[] down) -> Tensor", &kernel_layer<8>);
   lib.def("logit_summary(Tensor logits, int k, float scale) -> (Tensor, Tensor, Tensor)", &logit_summary);
   lib.def("int8_peak(int iters) -> float", &int8_peak);
   lib.def("q4_rows_built() -> bool", &q4_rows_built);
