@@ -637,6 +637,11 @@ def _validate_tree(payload: TreePayload, where: str, vocab: int) -> None:
         raise InvalidInput(f"the trace's {where} accepts a tree node that does not exist")
     for node in payload.nodes:
         _check_unit([node.accept_prob, node.uniform, node.tested_p, node.tested_q], where, "a tree node's test")
+        # The views read a draw and P', q' only beside the probability they explain, and P' only with q'.
+        if (node.accept_prob is None and (node.uniform, node.tested_p, node.tested_q) != (None, None, None)) \
+                or (node.tested_p is None) != (node.tested_q is None):
+            raise InvalidInput(f"the trace's {where} has a tree node whose test is incomplete (a draw or P', q' "
+                               "without its probability, or P' without q')")
 
 
 def _check_unit(values: list, where: str, what: str) -> None:
@@ -657,8 +662,10 @@ def _validate_lookahead(payload: LookaheadPayload, where: str, vocab: int) -> No
         if not 0 <= cand.match_length <= len(cand.tokens):
             raise InvalidInput(f"the trace's {where} has an n-gram candidate that matched {cand.match_length} of its "
                                f"{len(cand.tokens)} tokens")
-        if len(cand.accept_probs) > len(cand.tokens) or len(cand.uniforms) > len(cand.tokens):
-            raise InvalidInput(f"the trace's {where} has an n-gram candidate with more tries than tokens")
+        if len(cand.accept_probs) > len(cand.tokens) or len(cand.uniforms) != len(cand.accept_probs) or any(
+                a is None and u is not None for a, u in zip(cand.accept_probs, cand.uniforms)):
+            raise InvalidInput(f"the trace's {where} has an n-gram candidate whose tries do not match (more tries "
+                               "than tokens, or a draw without its probability)")
         _check_unit(cand.accept_probs + cand.uniforms, where, "an n-gram candidate's try")
     chosen = payload.accepted_candidate
     if chosen is not None and not 0 <= chosen < len(payload.candidates):

@@ -170,6 +170,13 @@ FIELD_CASES = {
     "cancelled a number": (lambda d: d.update(cancelled=1), "'cancelled' should be bool"),
     "order entry a bool": (lambda d: d["order"][0].__setitem__(1, False), "step order"),
     "unknown method": (lambda d: d["runs"].update(medusa=d["runs"]["ar"]), "unknown method 'medusa'"),
+    "node test probability above 1": (_node("accept_prob", 1.5), "a tree node's test outside \\[0, 1\\]"),
+    "node draw without its probability": (_node("uniform", 0.5), "tree node whose test is incomplete"),
+    "node P' without q'": (lambda d: _seq(d)["payload"]["nodes"][1].update(accept_prob=0.5, tested_p=0.2),
+                           "tree node whose test is incomplete"),
+    "candidate draws without probabilities": (
+        lambda d: _look(d)["payload"]["candidates"][0].update(accept_probs=[0.5], uniforms=[]),
+        "n-gram candidate whose tries do not match"),
 }
 
 
