@@ -191,11 +191,15 @@ def test_presenter_view_holds_the_race_and_the_tree_in_large_type(app_url):
     """The presenter view, as a projector's browser opens it (`?presenter=1`) and as the page's box turns it on
     and off: at 1280x720 and 1920x1080, after a race, the three columns, the stepper, the tree and the start of
     the step caption are on screen without scrolling, no visible text is under 18 px (the normal page, measured
-    the same way, has smaller text: the check can fail), and the arrow keys step the race."""
+    the same way, has smaller text: the check can fail), and the arrow keys step the race; with a preset's
+    question and a measurement's progress box shown, the same still fits at 1280x720."""
     import json
     import re
 
     from playwright.sync_api import sync_playwright
+
+    from specviz.ui import html
+    from specviz.ui.content import WORKSHOP
 
     ARTIFACTS.mkdir(exist_ok=True)
     smallest: dict[str, dict] = {}
@@ -261,6 +265,34 @@ def test_presenter_view_holds_the_race_and_the_tree_in_large_type(app_url):
                 overlaps = _overlapping(page.evaluate(TREE_BOXES_JS))
                 assert not overlaps, (width, overlaps)
                 page.screenshot(path=str(ARTIFACTS / f"presenter-{width}.png"))
+            # A preset picked before the session (out of presenter view, where its menu is) shows its question in
+            # presenter view too; and a measurement that runs meanwhile, its box as the worker's progress fills it,
+            # leaves the columns, the tree and the caption on the one 1280 x 720 screen.
+            page.set_viewport_size({"width": 1280, "height": 720})
+            box.uncheck()
+            page.wait_for_function("!document.body.classList.contains('sv-presenter')", timeout=10_000)
+            name = next(n for n in WORKSHOP if "Code" in n)
+            page.locator("#sv-workshop input").click()
+            page.get_by_role("option", name=name).click()
+            page.wait_for_function("(document.querySelector('#sv-question') || {innerText: ''}).innerText"
+                                   ".includes('Question')", timeout=30_000)
+            assert not page.locator("#sv-question-presenter").is_visible()   # the page shows it once, by the prompt
+            box.check()
+            page.wait_for_function("document.body.classList.contains('sv-presenter')", timeout=10_000)
+            measuring = html.measuring_html({"what": "the target's forward at 1-128 rows", "done": 3, "total": 8,
+                                             "left_s": 40, "part": 2})
+            page.locator("#sv-measuring").evaluate("(e, h) => { (e.querySelector('.prose') || e).innerHTML = h; }",
+                                                   measuring)
+            assert page.locator("#sv-measuring .sv-measuring").is_visible()
+            page.locator("#sv-run-row").evaluate("e => e.scrollIntoView({block: 'start'})")
+            page.wait_for_timeout(500)
+            assert "which tokens does the draft get accepted" in page.locator("#sv-question-presenter").inner_text()
+            assert "Races in q4" in page.locator("#sv-question-presenter").inner_text()
+            for selector in [f"#sv-stats-{m}" for m in ("ar", "sequoia", "lookahead")] + [
+                    "#sv-question-presenter", "#sv-stepper", "#sv-tree"]:
+                assert _in_view_now(page, selector), (selector, page.locator(selector).bounding_box())
+            assert _in_view_now(page, "#sv-caption", top_only=True), page.locator("#sv-caption").bounding_box()
+            page.screenshot(path=str(ARTIFACTS / "presenter-1280-measuring.png"))
         finally:
             browser.close()
     (ARTIFACTS / "presenter-text-sizes.json").write_text(json.dumps(smallest, indent=1))

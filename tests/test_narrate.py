@@ -391,6 +391,8 @@ def test_workshop_presets_set_valid_controls_and_ask_one_question():
     for name, preset in WORKSHOP.items():
         assert preset["prompt"].strip() and preset["question"].rstrip().endswith("?"), name
         assert preset["tree"] in modes | {"adaptive"} and preset["lookahead"] in modes
+        # Pinned: what a preset races does not depend on what `auto` measured that day.
+        assert preset["dtype"] in ("fp32", "bf16", "q4") and "auto" not in (preset["tree"], preset["lookahead"]), name
         method_options(preset["tree"], preset.get("tree_budget", 16), preset.get("tree_depth", 4), preset["lookahead"],
                        4, 3, 4, True)   # raises on sizes the app would refuse
     temps = {p["temperature"] for p in WORKSHOP.values()}

@@ -35,7 +35,7 @@ def _slug(name: str) -> str:
 def _request(name: str, limits) -> RaceRequest:
     """The race the page starts after a learner picks `name` (the preset's settings, the page's others)."""
     settings = preset_settings(name, DEFAULT_PRESET, allowed_presets(limits))
-    settings.pop("question")
+    settings.pop("question"), settings.pop("runs")
     return RaceRequest(**settings).validated(limits)
 
 
@@ -188,6 +188,24 @@ def test_too_big_a_tree_writes_more_per_forward_but_what_if_peaks_below_it(runs)
             assert peaks[name] < 96 and curve[peaks[name]] > curve[96], (peaks[name], curve[peaks[name]], curve[96])
     assert peaks["flat"] > peaks["steep"], peaks
     assert "where would it peak on a GPU" in WORKSHOP[_named("too big")]["question"]
+
+
+def test_the_slow_and_the_fast_target_race_one_tree_and_the_fast_one_pays_more_for_its_draft(runs):
+    """The bf16 and q4 presets race the same prompt and tree: tokens per forward nearly equal, the draft-cost
+    ratio c larger over the faster target (what the pair's questions ask the room to read)."""
+    from specviz.ui import hardware
+
+    slow, fast = runs[_named("slow target")], runs[_named("fast target")]
+    assert (slow.dtype, fast.dtype) == ("bf16", "q4")
+    assert slow.prompt == fast.prompt and slow.options["sequoia"] == fast.options["sequoia"]
+    paid = {}
+    for name, trace in (("slow", slow), ("fast", fast)):
+        paid[name] = measured.why_it_pays(trace)
+        assert paid[name] is not None, name
+        page = hardware.pays_html(trace)
+        assert f"c = {paid[name]['c']:.3f}" in page and "Leviathan" in page, name
+    assert fast.runs["sequoia"].tokens_per_forward == pytest.approx(slow.runs["sequoia"].tokens_per_forward, rel=0.15)
+    assert paid["fast"]["c"] > paid["slow"]["c"], paid
 
 
 def test_what_if_predicts_each_run_from_its_own_costs_and_shows_the_parts(runs):

@@ -366,6 +366,13 @@ def check_same_tokenizer(target_tok, draft_tok, target_name: str, draft_name: st
             "that shares the target's tokenizer")
 
 
+def q4_runs_here(device: str | None = None) -> bool:
+    """Whether `q4` races on this machine's device: a CPU where a 4-bit kernel runs."""
+    from .quant import q4_kernel_available
+
+    return choose_device(device).type == "cpu" and q4_kernel_available()
+
+
 def check_q4(target: str | None, device: torch.device) -> None:
     """`q4` runs a GGUF's own Q4_1 blocks on a CPU (SpecViz's kernel, else torch's int4 one): only the offline
     default ships one."""

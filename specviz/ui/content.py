@@ -47,23 +47,30 @@ SIZING_NOTE = (
     "shows by how much on this machine. **adaptive** grows each step's tree from the draft's own confidence "
     "(EAGLE-2's dynamic tree): deep where the draft is sure, short where it hesitates, so the shape changes "
     "from step to step; still exact.")
-# Workshop presets: prompt + sizes + temperature (+ precision) together, with one guiding question each.
-# A preset that asks whether the texts are identical races in fp32, where greedy speculation is exact token
-# for token (in bf16, the CPU's 'auto', a batched forward may round a near-tie the other way, and the page
-# then says where the texts part); the sampled preset it is compared with does too, so their trees differ by
-# temperature alone. The others keep the page's 'auto' precision: on a CPU, fp32's multi-token forwards and
-# full-precision draft cost about three times bf16's, which would hide what their questions ask about speed.
+# Workshop presets: prompt, sizes, temperature and precision together, with one guiding question each.
+# Every preset names its precision and its sizes (the page states them beside the question), so that what the
+# room sees does not depend on what `auto` measured that day: `docs/workshop-figures.md`, which the guide
+# quotes, is generated from these settings by `scripts/workshop_presets.py`. A preset that asks whether the
+# texts are identical races in fp32, where greedy speculation is exact token for token (in bf16 or q4 a batched
+# forward may round a near-tie the other way, and the page then says where the texts part); the sampled preset
+# it is compared with does too, so their trees differ by temperature alone. The others race in q4, the CPU's
+# default where SpecViz's 4-bit kernel runs (on a machine without it, a GPU Space, they race in `auto`'s
+# precision, and the page says so: `preset_settings`). The adaptive tree's node limit is the one size left to
+# the machine: it is that preset's lesson.
+SLOW_FAST_PROMPT = EXAMPLES["math"]   # the suite where the q4 race wins most (bench: Sequoia 1.44x `ar`)
+SLOW_FAST_TREE = dict(tree="manual", tree_budget=6, tree_depth=4, lookahead="manual", window=2, ngram=3, guesses=2)
 WORKSHOP = {
-    "Repetitive text: where Lookahead's pool wins": dict(
+    "Repetitive text: where Lookahead's guesses come true": dict(
         # The offline default sings this chorus over and over for 64 tokens and more (a list to "repeat three
         # times" it wrote once and ended, 16 tokens: nothing left for the pool to win).
         prompt=REPEATING_PROMPT,
-        temperature=0.0, max_new_tokens=64, tree="illustrative", lookahead="illustrative",
+        temperature=0.0, max_new_tokens=64, dtype="q4", tree="illustrative", lookahead="illustrative",
         question="After the chorus's first line, how many tokens does one Lookahead step write? Step to such "
-                 "a step: did those tokens come from the window or from the pool, and who put them there?"),
+                 "a step: did those tokens come from the window, from the pool or from a copy of the text, and who "
+                 "put them there?"),
     "Code: what does a small draft get right?": dict(
         prompt="Write a Python function that checks whether a string is a palindrome.",
-        temperature=0.0, max_new_tokens=64, tree="illustrative", lookahead="illustrative",
+        temperature=0.0, max_new_tokens=64, dtype="q4", tree="illustrative", lookahead="illustrative",
         question="Step through Sequoia: which tokens does the draft get accepted — keywords, punctuation and "
                  "indentation, or names? Why would that be?"),
     "Open chat, greedy (T = 0)": dict(
@@ -71,7 +78,7 @@ WORKSHOP = {
         tree="illustrative", lookahead="illustrative",
         question="Note Sequoia's tokens per forward and check the three texts are identical (this preset runs "
                  "in fp32, where greedy speculation is exact token for token; on a CPU fp32 is slower than the "
-                 "default bf16, so read tokens per forward rather than speed). Will the T = 1.0 preset keep "
+                 "default q4, so read tokens per forward rather than speed). Will the T = 1.0 preset keep "
                  "them identical — and will its tree accept as much?"),
     "Open chat, sampled (T = 1.0)": dict(
         prompt="What are three tips for giving a good talk?", temperature=1.0, max_new_tokens=48, dtype="fp32",
@@ -81,21 +88,31 @@ WORKSHOP = {
     "A draft that reads the target's hidden states": dict(
         model=FEATURE_PRESET,
         prompt="Write a Python function that checks whether a string is a palindrome.",
-        temperature=0.0, max_new_tokens=48, tree="illustrative", lookahead="auto",
+        temperature=0.0, max_new_tokens=48, dtype="q4", tree="illustrative", lookahead="illustrative",
         question="Hover a level-1 node, then a level-3 node: what did the draft read for each? Does its "
                  "acceptance fall with depth as it feeds on its own predictions? Then pick *Model pair → "
                  "+ independent draft* (a 4-layer model of its own) and race again: which draft writes more "
                  "tokens per forward, and which is faster?"),
     "A tree that follows the draft's confidence": dict(
         prompt="Write a Python function that checks whether a string is a palindrome.", temperature=0.0,
-        max_new_tokens=64, tree="adaptive", lookahead="auto",
+        max_new_tokens=64, dtype="q4", tree="adaptive", lookahead="illustrative",
         question="Step through Sequoia: where does the adaptive tree grow deep, and where does it stay short and "
                  "wide? Read the q of its first level in each case: what does the draft's confidence predict?"),
     "A tree too big for this hardware": dict(
         prompt="Tell a short story about a robot who learns to paint.", temperature=0.0, max_new_tokens=48,
-        tree="manual", tree_budget=96, tree_depth=8, lookahead="auto",
+        dtype="q4", tree="manual", tree_budget=96, tree_depth=8, lookahead="illustrative",
         question="Tokens per forward go up with a huge tree — do tokens per second? Open *What if*: where does "
                  "the predicted speedup peak on this machine, and where would it peak on a GPU?"),
+    "A slow target: the same race in bf16": dict(
+        prompt=SLOW_FAST_PROMPT, temperature=0.0, max_new_tokens=64, dtype="bf16", **SLOW_FAST_TREE,
+        question="Note Sequoia's tokens per forward and its speedup, and in the hardware panel the draft-cost ratio "
+                 "c (a draft level's time over one target forward). Then race the next preset, the same tree over "
+                 "the fast 4-bit target: which of the two numbers changes, and why?"),
+    "A fast target: the same race in q4": dict(
+        prompt=SLOW_FAST_PROMPT, temperature=0.0, max_new_tokens=64, dtype="q4", **SLOW_FAST_TREE,
+        question="The same prompt and tree as the bf16 preset, over a target whose forward is several times faster. "
+                 "Tokens per forward are nearly the same — is the speedup? Read α, γ and c in the hardware panel: "
+                 "what does (1 − α^(γ+1)) / ((1 − α)(γc + 1)) predict, and what did the race do?"),
 }
 
 # The presenter view (the page's "Presenter view" box, or `?presenter=1`): the body gets the class `sv-presenter`.
@@ -136,6 +153,15 @@ body.sv-presenter #sv-tree svg .sv-bonus text:first-child { font-size: 26px; }
 body.sv-presenter #sv-caption { max-height: calc(100vh - 450px); overflow-y: auto; contain-intrinsic-size: none; }
 body.sv-presenter #sv-caption .sv-caption { line-height: 1.35; }
 body.sv-presenter #sv-summary { order: 20; }
+/* The preset's question shows in presenter view only (the page shows it under the prompt), in two lines at most;
+   the measurement of this machine, while it runs, floats in a corner instead of pushing the tree off the screen. */
+#sv-question-presenter { display: none !important; }
+body.sv-presenter #sv-question-presenter:not(.hidden) { display: block !important; max-height: 12vh; overflow-y: auto;
+  background: #eff6ff; border-left: 4px solid #2563eb; padding: 2px 10px !important; }
+body.sv-presenter #sv-question-presenter p { margin: 0 !important; }
+body.sv-presenter #sv-measuring:has(.sv-measuring) { position: fixed; right: 8px; bottom: 8px; z-index: 50;
+  width: min(34vw, 460px); max-height: 28vh; overflow-y: auto; background: #fff; border: 1px solid #d1d5db;
+  border-radius: 6px; box-shadow: 0 2px 8px rgba(0,0,0,.15); padding: 4px 8px; }
 """
 CSS = """
 .sv-col { min-width: 0; }

@@ -152,6 +152,8 @@ def _race_columns(page: Page) -> None:
         page.presenter = gr.Checkbox(False, label="Presenter view", elem_id="sv-presenter", scale=1, min_width=150,
                                      container=False, interactive=True)
     page.status = gr.Markdown("", elem_id="sv-status")
+    # The preset's question again, for the presenter view, which hides the setup it sits in above.
+    page.presenter_question = gr.Markdown("", elem_id="sv-question-presenter", visible=False)
     # The decoding worker's measurement of this machine for 'auto' sizes, polled once a second while it runs.
     page.measuring = gr.HTML("", elem_id="sv-measuring")
     page.measure_timer = gr.Timer(1.0, active=False)
@@ -211,6 +213,6 @@ def _replay_whatif_hardware(page: Page, init: RaceRequest) -> None:
                                        "`~/.cache/specviz/profiles`.", elem_id="sv-whatif-src")
         page.whatif_html = gr.HTML(whatif.panel_html(None, 16, 4, 4, 3, 4), elem_id="sv-whatif")
         page.profile = gr.State(None)
-    with gr.Accordion("Hardware: why 'auto' chose these sizes", open=False):
+    with gr.Accordion("Hardware: why speculation pays here or not, and why 'auto' chose these sizes", open=False):
         page.hw_html = gr.HTML(hardware.panel_html(None))
         page.hw_plot = gr.HTML(svg.forward_curve_svg({}), elem_id="sv-hw-curve")

@@ -63,6 +63,15 @@ class PageHandlers:
         self.trace_files = TraceFiles()
         self.presets = presets
         self.demo: gr.Blocks | None = None   # set once the Blocks exist (sessions' state lives there)
+        self._q4_here: bool | None = None
+
+    def q4_here(self) -> bool:
+        """Whether q4 races here (a CPU with a 4-bit kernel): asked once, when a preset is first picked."""
+        if self._q4_here is None:
+            from ..engine.models import q4_runs_here
+
+            self._q4_here = q4_runs_here()
+        return self._q4_here
 
     # -- the views -------------------------------------------------------------------------------
 
@@ -273,12 +282,14 @@ class PageHandlers:
         """A workshop preset's prompt, sizes, temperature and precision (and pair), with its question; by
         component."""
         page = self.page
-        settings = preset_settings(name, current_pair, self.presets)
+        settings = preset_settings(name, current_pair, self.presets, self.q4_here())
         if settings is None:
-            return {page.question: gr.Markdown("", visible=False)}
-        question = settings.pop("question")
+            return {page.question: gr.Markdown("", visible=False), page.presenter_question: gr.Markdown("", visible=False)}
+        question, runs = settings.pop("question"), settings.pop("runs")
         values = {getattr(page, key): value for key, value in settings.items()}
-        values[page.question] = gr.Markdown(f"**Question.** {question}", visible=True)
+        words = f"**Question.** {question}\n\n*Races in {runs}.*"
+        values[page.question] = gr.Markdown(words, visible=True)
+        values[page.presenter_question] = gr.Markdown(words, visible=True)
         return values
 
 
@@ -287,12 +298,14 @@ PRESET_SETTINGS = ("model", "prompt", "temperature", "max_new_tokens", "dtype", 
                    "lookahead", "window", "ngram", "guesses")
 
 
-def preset_settings(name, current_pair, presets) -> dict | None:
-    """A workshop preset's race settings by `RaceRequest` name, and its `question`; None for no preset.
+def preset_settings(name, current_pair, presets, q4_here: bool = True) -> dict | None:
+    """A workshop preset's race settings by `RaceRequest` name, its `question`, and `runs`: the precision and
+    sizes it races in, in words; None for no preset.
 
     A preset may pick the model pair too, when this server offers it (`presets`); otherwise the pair
     stays, unless it is a draft another preset picked: then the default pair comes back. Its precision
-    is the preset's ('auto' unless it names one: a preset that asks about identical texts names fp32).
+    is the preset's; a q4 preset on a machine where q4 does not run (`q4_here` False: a GPU, or a CPU
+    without a 4-bit kernel) races in `auto`'s precision, and `runs` says so.
     """
     preset = WORKSHOP.get(name)
     if preset is None:
@@ -302,10 +315,28 @@ def preset_settings(name, current_pair, presets) -> dict | None:
         model = DEFAULT_PRESET
     sizes = {**ILLUSTRATIVE_TREE, **ILLUSTRATIVE_LOOKAHEAD}
     sizes.update({k: preset[k] for k in sizes if k in preset})
+    dtype = preset["dtype"]
+    if dtype == "q4" and not q4_here:
+        dtype = "auto"
     settings = {"prompt": preset["prompt"], "temperature": preset["temperature"],
-                "max_new_tokens": preset["max_new_tokens"], "dtype": preset.get("dtype", "auto"),
-                "tree": preset.get("tree", "illustrative"), "lookahead": preset.get("lookahead", "illustrative"),
+                "max_new_tokens": preset["max_new_tokens"], "dtype": dtype,
+                "tree": preset["tree"], "lookahead": preset["lookahead"],
                 **sizes, "question": preset["question"]}
     if model in presets:
         settings["model"] = model
+    settings["runs"] = preset_terms(preset, dtype)
     return settings
+
+
+def preset_terms(preset: dict, dtype: str) -> str:
+    """What a preset races, in words: "q4 · tree of 20 nodes over 5 levels · W = 5, N = 4, G = 4 · 64 tokens,
+    greedy"."""
+    precision = dtype if dtype == preset["dtype"] else (
+        f"{dtype} ({preset['dtype']} does not run on this machine)")
+    tree = {"adaptive": "an adaptive tree (its node limit: this machine's free rows)"}.get(
+        preset["tree"], "tree of {tree_budget} nodes over {tree_depth} levels".format(
+            **{**ILLUSTRATIVE_TREE, **{k: preset[k] for k in ILLUSTRATIVE_TREE if k in preset}}))
+    window = "W = {window}, N = {ngram}, G = {guesses}".format(
+        **{**ILLUSTRATIVE_LOOKAHEAD, **{k: preset[k] for k in ILLUSTRATIVE_LOOKAHEAD if k in preset}})
+    temperature = "greedy" if preset["temperature"] == 0 else f"T = {preset['temperature']:g}"
+    return f"{precision} · Sequoia: {tree} · Lookahead: {window} · {preset['max_new_tokens']} tokens, {temperature}"

@@ -90,7 +90,7 @@ def _wire_presenter(page: Page, handlers: PageHandlers) -> None:
 
 
 def _wire_workshop(page: Page, handlers: PageHandlers) -> None:
-    set_by_preset = [getattr(page, name) for name in PRESET_SETTINGS] + [page.question]
+    set_by_preset = [getattr(page, name) for name in PRESET_SETTINGS] + [page.question, page.presenter_question]
     private = dict(api_visibility="private", queue=False)
     page.workshop.change(handlers.apply_workshop, [page.workshop, page.model], set_by_preset, **private)
     for button, text in zip(page.example_buttons, EXAMPLES.values()):
