@@ -378,8 +378,10 @@ def cumulative_figure(runs: dict[str, RunTrace], upto: dict[str, int] | None = N
     return fig
 
 
-def forward_curve_figure(curve: dict, title: str = "Measured target forward time t(n)", height: int = 320):
-    """The measured cost of one target forward over n new tokens."""
+def forward_curve_figure(curve: dict, title: str = "Measured target forward time t(n)", height: int = 320,
+                         floors: dict | None = None):
+    """The measured cost of one target forward over n new tokens; with `floors` (n -> (bandwidth floor ms,
+    arithmetic floor ms), `hardware.curve_floors`), the two floors this CPU's rates set beside it."""
     if not curve:
         return empty_figure(title, "no forward-time profile measured yet for this model pair "
                                    "(run once with 'auto' sizes)", height)
@@ -387,6 +389,13 @@ def forward_curve_figure(curve: dict, title: str = "Measured target forward time
     ms = [float(curve[n] if n in curve else curve[str(n)]) for n in ns]
     fig = go.Figure(go.Scatter(x=ns, y=ms, mode="lines+markers", line=dict(color="#1e3a8a", width=3),
                                hovertemplate="n=%{x}: %{y:.1f} ms<extra></extra>", name="t(n)"))
+    at = [n for n in ns if n in (floors or {})]
+    for index, (name, colour) in enumerate((("bytes read / bandwidth", "#059669"),
+                                            ("int8 MACs / int8 peak", "#d97706"))):
+        if at:
+            fig.add_trace(go.Scatter(x=at, y=[floors[n][index] for n in at], mode="lines", name=name,
+                                     line=dict(color=colour, width=2, dash="dash"),
+                                     hovertemplate="n=%{x}: %{y:.1f} ms<extra>" + name + "</extra>"))
     fig = _base_layout(fig, title, height)
     fig.update_xaxes(type="log", title="new tokens in one forward (n)", gridcolor="#eee", tickvals=ns)
     fig.update_yaxes(title="ms", gridcolor="#eee", rangemode="tozero")

@@ -267,9 +267,38 @@ def floors_html(trace, curve: dict) -> str:
     return f'<div style="font-size:15px;margin:6px 0">{words}</div>' + table
 
 
+def pays_html(trace) -> str:
+    """Why Sequoia's race paid, or not, on this machine: Leviathan's speedup from the race's alpha, gamma and c,
+    the same tokens priced at what this machine's step costs, and the race's own (`measured.why_it_pays`)."""
+    from .measured import why_it_pays
+
+    got = why_it_pays(trace)
+    if got is None:
+        return ""
+    measured = got["measured_speedup"]
+    rows = [
+        {"": "Leviathan's formula (a chain; the verifying forward costs t(1), nothing else)",
+         "accepted length": f"{got['chain_tokens']:.2f}", "step / t(1)": f"{got['gamma'] * got['c'] + 1:.2f}",
+         "speedup": f"{got['leviathan_speedup']:.2f}x"},
+        {"": f"the same tokens at this machine's step (t(n) = {got['verify_over_t1']:.2f} t(1), other work "
+             f"{got['other_over_t1']:.2f} t(1))",
+         "accepted length": f"{got['chain_tokens']:.2f}",
+         "step / t(1)": f"{got['gamma'] * got['c'] + got['verify_over_t1'] + got['other_over_t1']:.2f}",
+         "speedup": f"{got['priced_speedup']:.2f}x"},
+        {"": "the race (its tree, its steps)", "accepted length": f"{got['tokens_per_step']:.2f}", "step / t(1)": "",
+         "speedup": f"{measured:.2f}x" if measured else "—"}]
+    words = (f"Sequoia's race in Leviathan's terms: α = {got['alpha']:.2f} (of the levels a step tested, the share "
+             f"where a drafted token was accepted: a chain's acceptance rate), γ = {got['gamma']:.1f} drafted levels "
+             f"a step, draft-cost ratio c = {got['c']:.3f} (one draft level over autoregressive's step). Speedup = "
+             "(1 − α^(γ+1)) / ((1 − α)(γc + 1)) if verifying γ tokens cost one forward; on a CPU it costs t(n), "
+             "which the second row prices in. The faster the target, the larger c and the less the same tree gains.")
+    return (f'<div class="sv-pays" style="font-size:15px;margin:6px 0">{esc(words)}</div>'
+            + html.table_html(rows, "Why it pays, or not, on this machine"))
+
+
 def panel(trace, pairs=None):
     """(t_target(n) chart as SVG, panel HTML) for the trace's pair; nothing is measured here."""
     plans = plans_for(trace)
     curve = target_curve(plans)
     return (svg.forward_curve_svg(curve, floors=curve_floors(trace, curve)),
-            floors_html(trace, curve) + panel_html(plans))
+            pays_html(trace) + floors_html(trace, curve) + panel_html(plans))

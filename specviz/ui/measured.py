@@ -344,3 +344,55 @@ def run_prediction(trace, method: str) -> dict | None:
     ar_speed = ar.tokens_per_second
     return {"predicted": predicted, "measured": measured, "predicted_speedup": speedup(predicted, ar_parts),
             "measured_speedup": run.tokens_per_second / ar_speed if ar_speed > 0 else None}
+
+
+# ----------------------------------------------------------------------------- why it pays, or not
+
+
+def level_acceptance(run: RunTrace | None) -> float | None:
+    """Leviathan's alpha for the run's trees: of the levels a step tested (each accepted level, and the one where
+    every child was rejected), the share where a drafted token was accepted. For a chain it is the acceptance
+    rate; for a tree, the chance that a reached level yields a token, whichever sibling it was."""
+    tested = accepted = 0
+    for tree in _trees(run):
+        path = [i for i in tree.accepted_path]
+        last = path[-1] if path else next(n.id for n in tree.nodes if n.parent < 0)
+        stopped = any(n.parent == last for n in tree.nodes)   # its children were tested and all rejected
+        accepted += len(path)
+        tested += len(path) + stopped
+    return accepted / tested if tested else None
+
+
+def leviathan_speedup(alpha: float, gamma: float, c: float) -> float:
+    """Leviathan et al.'s expected speedup of a chain of `gamma` drafted tokens, each accepted with probability
+    `alpha`, a draft forward costing `c` target forwards, and the verifying forward costing one."""
+    return expected_chain_tokens(alpha, gamma) / (gamma * c + 1)
+
+
+def expected_chain_tokens(alpha: float, gamma: float) -> float:
+    """(1 - alpha^(gamma + 1)) / (1 - alpha): the tokens a chain's step writes, its bonus token counted."""
+    return gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def why_it_pays(trace) -> dict | None:
+    """Sequoia's race in Leviathan's terms: alpha (`level_acceptance`), gamma (the tree's mean depth), c (a draft
+    level's time over autoregressive's step) and the speedup their formula predicts; then the same tokens priced
+    with what this machine's step really costs (the tree's forward t(n) over t(1), the step's other work), and
+    the race's own accepted length and speedup. None without a Sequoia run that drafted, and `ar`."""
+    if trace is None:
+        return None
+    run, ar = trace.runs.get("sequoia"), trace.runs.get("ar")
+    parts, ar_parts, level_ms = measured_parts(run), measured_parts(ar), draft_ms_per_level(run)
+    alpha = level_acceptance(run)
+    depths = [max(n.depth for n in tree.nodes) for tree in _trees(run)]
+    if parts is None or ar_parts is None or level_ms is None or alpha is None or not depths or ar_parts.step_ms <= 0:
+        return None
+    t1 = ar_parts.step_ms
+    gamma, c = _mean(depths), level_ms / t1
+    chain = expected_chain_tokens(alpha, gamma)
+    priced = chain * t1 / (gamma * level_ms + parts.target_ms + parts.other_ms)
+    measured = run.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second > 0 else None
+    return {"alpha": alpha, "gamma": gamma, "c": c, "draft_level_ms": level_ms, "ar_step_ms": t1, "chain_tokens": chain,
+            "leviathan_speedup": leviathan_speedup(alpha, gamma, c),
+            "verify_over_t1": parts.target_ms / t1, "other_over_t1": parts.other_ms / t1,
+            "priced_speedup": priced, "tokens_per_step": parts.tokens_per_step, "measured_speedup": measured}
