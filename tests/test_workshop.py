@@ -8,6 +8,8 @@ measurement, not a constant.
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -47,3 +49,84 @@ def test_the_guide_and_the_handout_cover_every_preset_in_the_page_order():
     assert places == sorted(places)
     for number in range(1, len(WORKSHOP) + 1):
         assert f"\n{number}. " in handout
+
+
+# -- the figures the guide and the handout quote ------------------------------------------------------------
+
+FIGURES = ROOT / "docs" / "workshop-figures.md"
+MARK = re.compile(r"(-?\d+(?:\.\d+)?)(?:\*\*)?<!--fig ([\w.]+)-->")
+DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\d.])")
+
+
+def _generated() -> dict:
+    text = FIGURES.read_text(encoding="utf-8")
+    start = text.index("```json") + len("```json")
+    return json.loads(text[start:text.index("```", start)])
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else None
+    if items is None:
+        return {prefix: tree}
+    out = {}
+    for key, value in items:
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _figure_problems(text: str, figures: dict) -> list[str]:
+    """Every marked figure that is not the generated one (at the decimals quoted), and every mark whose key
+    the generated file lacks."""
+    problems = []
+    for match in MARK.finditer(text):
+        quoted, key = match.group(1), match.group(2)
+        if key not in figures:
+            problems.append(f"{key}: not a generated figure")
+            continue
+        value = figures[key]
+        places = len(quoted.split(".")[1]) if "." in quoted else 0
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or round(float(value), places) != float(quoted):
+            problems.append(f"{key}: quoted {quoted}, generated {value}")
+    return problems
+
+
+def _unmarked(text: str) -> list[str]:
+    """Decimal numbers in the guide's "On this CPU" lines that carry no mark."""
+    out = []
+    for line in re.findall(r"- \*\*On this CPU\*\*.*?(?=\n- \*\*|\n#|\Z)", text, flags=re.S):
+        bare = MARK.sub("", line)
+        out += [f"{number} in: {line[:60]}" for number in DECIMAL.findall(bare)]
+    return out
+
+
+def test_every_figure_the_guide_and_handout_quote_is_the_generated_one():
+    generated = _generated()
+    figures = {f"{number}.{key}": value for number, preset in generated["presets"].items()
+               for key, value in _flat(preset["figures"]).items()}
+    guide, handout = GUIDE.read_text(encoding="utf-8"), HANDOUT.read_text(encoding="utf-8")
+    assert len(MARK.findall(guide)) >= 3 * len(WORKSHOP) and MARK.findall(handout)
+    assert _figure_problems(guide, figures) == [] and _figure_problems(handout, figures) == []
+    assert _unmarked(guide) == []
+    # The control: a quote one digit off, a mark naming no figure and an unmarked figure are each found.
+    key, value = next((k, v) for k, v in figures.items() if k.endswith("sequoia.tokens_per_forward"))
+    assert _figure_problems(f"{value + 0.01:.2f}<!--fig {key}-->", figures)
+    assert _figure_problems("1.00<!--fig 99.sequoia.nothing-->", figures)
+    assert _unmarked("- **On this CPU** (q4). Sequoia 2.53 tokens per forward.\n")
+
+
+def test_the_generated_figures_are_of_the_presets_the_page_offers_today():
+    """Change a preset's prompt, precision or sizes and the guide's figures are stale: regenerate them."""
+    from specviz.request import DEFAULT_PRESET, PRESETS
+    from specviz.ui.handlers import preset_settings
+
+    generated = _generated()
+    assert list(generated["presets"]) == [str(n) for n in range(1, len(WORKSHOP) + 1)]
+    for number, name in enumerate(WORKSHOP, start=1):
+        recorded = generated["presets"][str(number)]
+        today = preset_settings(name, DEFAULT_PRESET, list(PRESETS), q4_here=True)
+        today.pop("question"), today.pop("runs")
+        assert recorded["name"] == name and recorded["settings"] == today, name
+        assert recorded["figures"]["precision"] == WORKSHOP[name]["dtype"], name
+    header = generated["generated"]
+    assert header["command"].startswith("python scripts/workshop_presets.py --write")
+    assert header["date"] and header["machine"]
