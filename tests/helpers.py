@@ -199,8 +199,15 @@ def sample_sequences(method: str, pair: ModelPair, prompt_ids: list[int], sampli
     samples = []
     for seed in range(n):
         cfg = SamplingConfig(sampling.temperature, sampling.top_p, sampling.top_k, seed=seed)
-        trace = make_decoder(method, pair, "", prompt_ids=prompt_ids, max_new_tokens=n_tokens + 2, sampling=cfg,
-                             **options).run()
+        decoder = make_decoder(method, pair, "", prompt_ids=prompt_ids, max_new_tokens=n_tokens + 2, sampling=cfg,
+                               **options)
+        # Stopped once the tokens under test are out: a later step cannot change them (the length limit
+        # stays n_tokens + 2, so every step drafts as in a full run), and it saves a quarter of the minutes.
+        while not decoder.done and len(decoder.generated) < n_tokens:
+            decoder.step()
+        if not decoder.done:
+            decoder.close()
+        trace = decoder.trace
         samples.append(tuple(trace.token_ids[:n_tokens]))
         if on_trace is not None:
             on_trace(trace)
