@@ -155,8 +155,11 @@ body.sv-presenter #sv-caption .sv-caption { line-height: 1.35; }
 body.sv-presenter #sv-summary { order: 20; }
 /* The preset's question shows in presenter view only (the page shows it under the prompt), in two lines at most;
    the measurement of this machine, while it runs, floats in a corner instead of pushing the tree off the screen. */
-#sv-question-presenter { display: none !important; }
-body.sv-presenter #sv-question-presenter:not(.hidden) { display: block !important; max-height: 12vh; overflow-y: auto;
+/* (Gradio copies each rule under `.gradio-container .contain`, which would outrank a presenter rule that shows it
+   again: so the rule hides it only where the body is not in presenter view, which no copy can match.) */
+body:not(.sv-presenter) #sv-question-presenter { display: none !important; }
+body.sv-presenter:has(#sv-question-presenter:not(.hidden) p) .sv-text { height: 9vh; max-height: 9vh !important; }
+body.sv-presenter #sv-question-presenter { max-height: calc(2.7em + 6px); overflow-y: auto;
   background: #eff6ff; border-left: 4px solid #2563eb; padding: 2px 10px !important; }
 body.sv-presenter #sv-question-presenter p { margin: 0 !important; }
 body.sv-presenter #sv-measuring:has(.sv-measuring) { position: fixed; right: 8px; bottom: 8px; z-index: 50;
