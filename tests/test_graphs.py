@@ -190,3 +190,21 @@ def test_bench_reports_the_hosts_share_of_a_replayed_step():
     eager = record(0.1, 0.0, replays=0)
     eager.graphs["capturing"] = False
     assert graphs_summary([eager])["host_ms_per_step"] is None
+
+
+@torch.inference_mode()
+def test_a_kept_session_drafts_through_the_forward_of_the_draft_it_is_given():
+    """A session outlives its race, and names a draft's forward by the draft's id: a later draft given the
+    same name (a freed model's id, or before this fix a freed weight's address, which made a full-suite run
+    draft through another model's forward) gets a forward over its own weights, not the kept one."""
+    first, second = tiny_model(6, 1, layers=1), tiny_model(6, 2, layers=1)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    session = GraphSession(torch.device("cpu"), False, 32)
+    kept = session.forward("draft:reused", first)
+    assert session.forward("draft:reused", first) is kept   # the same draft: its forward is reused
+    given = session.forward("draft:reused", second)
+    logits = given.prefill(ids).reshape(-1)   # the last position's
+    own = second(ids).logits[0, -1]
+    assert torch.allclose(logits, own, atol=1e-5)
+    # The control: the two drafts differ, so drafting through the kept forward would have shown.
+    assert not torch.allclose(first(ids).logits[0, -1], own, atol=1e-3)

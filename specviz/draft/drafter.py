@@ -135,16 +135,11 @@ def whole_head_wanted(device: torch.device) -> bool:
     return torch.device(device).type != "cpu"
 
 
-def _own_weight(model) -> torch.Tensor:
-    """A weight no other draft shares (a pruned draft shares its target's embeddings, not its layers)."""
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    return layers[0].self_attn.q_proj.weight if layers else next(model.parameters())
-
-
-def session_role(kind: str, weight: torch.Tensor) -> str:
+def session_role(kind: str, draft) -> str:
     """A draft's role in a `GraphSession`: one per draft model (the session is kept on the target, and a
-    later race may bring another draft; the session keeps the weights alive, so the address is unique)."""
-    return f"{kind}:{weight.data_ptr()}"
+    later race may bring another draft). The id names the model while it lives; a later model given the
+    same id gets a forward of its own (`GraphSession.kept` checks the model itself)."""
+    return f"{kind}:{id(draft)}"
 
 
 def with_prompt_tokens(ids: torch.Tensor, prompt_ids: list[int], device) -> torch.Tensor:
@@ -195,7 +190,7 @@ class ModelDrafter:
         head = getattr(draft, "lm_head", None)
         # Off a CPU the whole head, captured or not (`whole_head_wanted`): its columns are the tokens.
         self.full_head = whole_head_wanted(self.device)
-        role = session_role("draft", _own_weight(draft))
+        role = session_role("draft", draft)
         self.forward = session.forward(role, draft, full_vocabulary_head(draft) if self.full_head else None,
                                        lean=lean)
         inner = self.forward.lean

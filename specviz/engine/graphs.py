@@ -127,6 +127,15 @@ class GraphRunner:
         self._seen = set()
         return self.stats
 
+    def forget(self, role: str) -> None:
+        """Drop the graphs of a forward's shapes (keys `(role, name)`): the forward they replay is gone."""
+        def of_role(key) -> bool:
+            return isinstance(key, tuple) and bool(key) and key[0] == role
+
+        self._graphs = OrderedDict((k, v) for k, v in self._graphs.items() if not of_role(k))
+        self._eager = {k for k in self._eager if not of_role(k)}
+        self._seen = {k for k in self._seen if not of_role(k)}
+
     def run(self, key, fn: Callable[[], object], eager: Callable[[], object] | None = None,
             capturable: bool = True):
         """fn's outputs: replayed from key's graph, captured now if new, or computed eagerly by `eager`

@@ -24,6 +24,7 @@ one or a new one, and `checkout`'s test-and-take is one step under a lock.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 
 import torch
@@ -235,6 +236,7 @@ class GraphSession:
         self.runner = GraphRunner(device, capture)
         self.capacity = capacity
         self.forwards: dict[str, StaticForward] = {}
+        self._made_over: dict = {}   # key -> a weak reference to the model its forward was made over (`kept`)
         # A method's prepared state over these forwards, by its own keys (Sequoia's trees: index tensors, walk
         # tables, the shapes they run), reused by the session's next races.
         self.prepared: OrderedDict = OrderedDict()
@@ -244,10 +246,23 @@ class GraphSession:
         """The static forward of `role`: over `LeanLlama` where it is exact for `model` (and `lean`), else
         over transformers' own forward (never captured)."""
         use_lean = lean and lean_llama_supported(model)
-        found = self.forwards.get((role, use_lean))
-        if found is None:
+
+        def make():
             inner = LeanLlama(model, self.capacity, vocab_ids) if use_lean else ModelForward(model, self.capacity)
-            found = self.forwards[(role, use_lean)] = StaticForward(inner, self.runner, role)
+            return StaticForward(inner, self.runner, role)
+
+        return self.kept((role, use_lean), role, model, make)
+
+    def kept(self, key, role: str, model, make):
+        """The forward of `role` kept under `key` if it was made over this very `model`, else `make()`'s, kept
+        instead (and the graphs of the one it replaces dropped). A role names a draft by its id, which a later
+        draft may be given once the first is gone: it must not draft through the other's forward or graphs."""
+        found = self.forwards.get(key)
+        if found is None or self._made_over.get(key, lambda: None)() is not model:
+            if found is not None:
+                self.runner.forget(role)
+            found = self.forwards[key] = make()
+            self._made_over[key] = weakref.ref(model)
         return found
 
 
