@@ -211,6 +211,12 @@ def read_figures(path: Path) -> dict:
     return json.loads(text[start:text.index("```", start)])
 
 
+def keyed_figures(data: dict) -> dict:
+    """Every generated figure by the key a quote's mark names: {"3.sequoia.tokens_per_forward": 2.53, ...}."""
+    return {f"{number}.{key}": value for number, preset in data["presets"].items()
+            for key, value in flat_figures(preset["figures"]).items()}
+
+
 MARK = re.compile(r"(-?\d+(?:\.\d+)?)((?:\*\*)?<!--fig ([\w.]+)-->)")
 
 
@@ -256,9 +262,7 @@ def main(argv=None) -> int:
                         help="the generated file --requote reads (default docs/workshop-figures.md)")
     args = parser.parse_args(argv)
     if args.requote:
-        data = read_figures(args.figures)
-        figures = {f"{number}.{key}": value for number, preset in data["presets"].items()
-                   for key, value in flat_figures(preset["figures"]).items()}
+        figures = keyed_figures(read_figures(args.figures))
         for path in args.requote:
             text, missing = requote(path.read_text(encoding="utf-8"), figures)
             path.write_text(text, encoding="utf-8")

@@ -8,7 +8,6 @@ measurement, not a constant.
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import sys
 from pathlib import Path
@@ -54,24 +53,24 @@ def test_the_guide_and_the_handout_cover_every_preset_in_the_page_order():
 # -- the figures the guide and the handout quote ------------------------------------------------------------
 
 FIGURES = ROOT / "docs" / "workshop-figures.md"
-MARK = re.compile(r"(-?\d+(?:\.\d+)?)(?:\*\*)?<!--fig ([\w.]+)-->")
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\d.])")
 
 
+def _presets_script():
+    """scripts/workshop_presets.py, which writes the figures and reads them back (`read_figures`, `MARK`)."""
+    spec = importlib.util.spec_from_file_location("workshop_presets", ROOT / "scripts" / "workshop_presets.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("workshop_presets", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+PRESETS_SCRIPT = _presets_script()
+MARK = PRESETS_SCRIPT.MARK   # groups: the quoted number, the mark, its key
+
+
 def _generated() -> dict:
-    text = FIGURES.read_text(encoding="utf-8")
-    start = text.index("```json") + len("```json")
-    return json.loads(text[start:text.index("```", start)])
-
-
-def _flat(tree, prefix: str = "") -> dict:
-    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else None
-    if items is None:
-        return {prefix: tree}
-    out = {}
-    for key, value in items:
-        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
+    return PRESETS_SCRIPT.read_figures(FIGURES)
 
 
 def _figure_problems(text: str, figures: dict) -> list[str]:
@@ -79,7 +78,7 @@ def _figure_problems(text: str, figures: dict) -> list[str]:
     the generated file lacks."""
     problems = []
     for match in MARK.finditer(text):
-        quoted, key = match.group(1), match.group(2)
+        quoted, key = match.group(1), match.group(3)
         if key not in figures:
             problems.append(f"{key}: not a generated figure")
             continue
@@ -101,8 +100,7 @@ def _unmarked(text: str) -> list[str]:
 
 def test_every_figure_the_guide_and_handout_quote_is_the_generated_one():
     generated = _generated()
-    figures = {f"{number}.{key}": value for number, preset in generated["presets"].items()
-               for key, value in _flat(preset["figures"]).items()}
+    figures = PRESETS_SCRIPT.keyed_figures(generated)
     guide, handout = GUIDE.read_text(encoding="utf-8"), HANDOUT.read_text(encoding="utf-8")
     assert len(MARK.findall(guide)) >= 3 * len(WORKSHOP) and MARK.findall(handout)
     assert _figure_problems(guide, figures) == [] and _figure_problems(handout, figures) == []
