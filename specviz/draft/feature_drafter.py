@@ -47,8 +47,7 @@ class FeatureDrafter:
         # would be the same (its weights in int8 or not).
         int8 = feature.int8_decoding_supported(pair.device, draft.fc.weight.dtype)
         role = session_role(f"feature-draft-{'int8' if int8 else 'dense'}", draft)
-        found = session.kept(role, role, draft,
-                             lambda: FeatureStaticForward(draft, session.capacity, session.runner, role))
+        found = session.kept(role, draft, lambda: FeatureStaticForward(draft, session.capacity, session.runner, role))
         self.forward = found
         inner = found.eager_forward   # on a CPU: the eager forward (int8, a head over a widening subset)
         self.head = None

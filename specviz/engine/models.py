@@ -367,10 +367,9 @@ def check_same_tokenizer(target_tok, draft_tok, target_name: str, draft_name: st
 
 
 def q4_runs_here(device: str | None = None) -> bool:
-    """Whether `q4` races on this machine's device: a CPU where a 4-bit kernel runs."""
-    from .quant import q4_kernel_available
-
-    return choose_device(device).type == "cpu" and q4_kernel_available()
+    """Whether the offline default's `q4` races on this machine's device (`auto_candidates`' rule: a CPU where
+    a 4-bit kernel runs)."""
+    return "q4" in auto_candidates(None, choose_device(device))
 
 
 def check_q4(target: str | None, device: torch.device) -> None:

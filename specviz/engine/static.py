@@ -235,8 +235,8 @@ class GraphSession:
     def __init__(self, device: torch.device, capture: bool, capacity: int):
         self.runner = GraphRunner(device, capture)
         self.capacity = capacity
-        self.forwards: dict[str, StaticForward] = {}
-        self._made_over: dict = {}   # key -> a weak reference to the model its forward was made over (`kept`)
+        # key -> (a weak reference to the model the forward was made over, the forward): see `kept`.
+        self.forwards: dict = {}
         # A method's prepared state over these forwards, by its own keys (Sequoia's trees: index tensors, walk
         # tables, the shapes they run), reused by the session's next races.
         self.prepared: OrderedDict = OrderedDict()
@@ -251,18 +251,18 @@ class GraphSession:
             inner = LeanLlama(model, self.capacity, vocab_ids) if use_lean else ModelForward(model, self.capacity)
             return StaticForward(inner, self.runner, role)
 
-        return self.kept((role, use_lean), role, model, make)
+        return self.kept((role, use_lean), model, make)
 
-    def kept(self, key, role: str, model, make):
-        """The forward of `role` kept under `key` if it was made over this very `model`, else `make()`'s, kept
-        instead (and the graphs of the one it replaces dropped). A role names a draft by its id, which a later
-        draft may be given once the first is gone: it must not draft through the other's forward or graphs."""
-        found = self.forwards.get(key)
-        if found is None or self._made_over.get(key, lambda: None)() is not model:
+    def kept(self, key, model, make):
+        """The forward kept under `key` if it was made over this very `model`, else `make()`'s, kept instead
+        (and the graphs of the one it replaces dropped). A role names a draft by its id, which a later draft
+        may be given once the first is gone: it must not draft through the other's forward or graphs."""
+        made_over, found = self.forwards.get(key, (None, None))
+        if found is None or made_over() is not model:
             if found is not None:
-                self.runner.forget(role)
-            found = self.forwards[key] = make()
-            self._made_over[key] = weakref.ref(model)
+                self.runner.forget(found.role)
+            found = make()
+            self.forwards[key] = (weakref.ref(model), found)
         return found
 
 

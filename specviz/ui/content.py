@@ -53,9 +53,9 @@ SIZING_NOTE = (
 # quotes, is generated from these settings by `scripts/workshop_presets.py`. A preset that asks whether the
 # texts are identical races in fp32, where greedy speculation is exact token for token (in bf16 or q4 a batched
 # forward may round a near-tie the other way, and the page then says where the texts part); the sampled preset
-# it is compared with does too, so their trees differ by temperature alone. The others race in q4, the CPU's
-# default where SpecViz's 4-bit kernel runs (on a machine without it, a GPU Space, they race in `auto`'s
-# precision, and the page says so: `preset_settings`). The adaptive tree's node limit is the one size left to
+# it is compared with does too, so their trees differ by temperature alone. The others race in q4, wherever a
+# 4-bit kernel runs (SpecViz's, else torch's int4 one); where none does, a GPU Space, they race in `auto`'s
+# precision, and the page says so (`preset_settings`). The adaptive tree's node limit is the one size left to
 # the machine: it is that preset's lesson.
 SLOW_FAST_PROMPT = EXAMPLES["math"]   # the suite where the q4 race wins most (bench: Sequoia 1.44x `ar`)
 SLOW_FAST_TREE = dict(tree="manual", tree_budget=6, tree_depth=4, lookahead="manual", window=2, ngram=3, guesses=2)
@@ -154,9 +154,9 @@ body.sv-presenter #sv-caption { max-height: calc(100vh - 450px); overflow-y: aut
 body.sv-presenter #sv-caption .sv-caption { line-height: 1.35; }
 body.sv-presenter #sv-summary { order: 20; }
 /* The preset's question shows in presenter view only (the page shows it under the prompt), in two lines at most;
-   the measurement of this machine, while it runs, floats in a corner instead of pushing the tree off the screen. */
-/* (Gradio copies each rule under `.gradio-container .contain`, which would outrank a presenter rule that shows it
-   again: so the rule hides it only where the body is not in presenter view, which no copy can match.) */
+   the measurement of this machine, while it runs, floats in a corner instead of pushing the tree off the screen.
+   Gradio copies each rule under `.gradio-container .contain`, which would outrank a presenter rule that shows the
+   question again: so the rule hides it only where the body is not in presenter view, which no copy can match. */
 body:not(.sv-presenter) #sv-question-presenter { display: none !important; }
 body.sv-presenter:has(#sv-question-presenter:not(.hidden) p) .sv-text { height: 9vh; max-height: 9vh !important; }
 body.sv-presenter #sv-question-presenter { max-height: calc(2.7em + 6px); overflow-y: auto;

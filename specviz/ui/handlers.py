@@ -284,7 +284,7 @@ class PageHandlers:
         page = self.page
         settings = preset_settings(name, current_pair, self.presets, self.q4_here())
         if settings is None:
-            return {page.question: gr.Markdown("", visible=False), page.presenter_question: gr.Markdown("", visible=False)}
+            return {box: gr.Markdown("", visible=False) for box in (page.question, page.presenter_question)}
         question, runs = settings.pop("question"), settings.pop("runs")
         values = {getattr(page, key): value for key, value in settings.items()}
         words = f"**Question.** {question}\n\n*Races in {runs}.*"
@@ -324,19 +324,17 @@ def preset_settings(name, current_pair, presets, q4_here: bool = True) -> dict |
                 **sizes, "question": preset["question"]}
     if model in presets:
         settings["model"] = model
-    settings["runs"] = preset_terms(preset, dtype)
+    settings["runs"] = preset_terms(preset, dtype, sizes)
     return settings
 
 
-def preset_terms(preset: dict, dtype: str) -> str:
-    """What a preset races, in words: "q4 · tree of 20 nodes over 5 levels · W = 5, N = 4, G = 4 · 64 tokens,
-    greedy"."""
+def preset_terms(preset: dict, dtype: str, sizes: dict) -> str:
+    """What a preset races (at the `dtype` and `sizes` `preset_settings` gives it), in words: "q4 · tree of 20
+    nodes over 5 levels · W = 5, N = 4, G = 4 · 64 tokens, greedy"."""
     precision = dtype if dtype == preset["dtype"] else (
         f"{dtype} ({preset['dtype']} does not run on this machine)")
     tree = {"adaptive": "an adaptive tree (its node limit: this machine's free rows)"}.get(
-        preset["tree"], "tree of {tree_budget} nodes over {tree_depth} levels".format(
-            **{**ILLUSTRATIVE_TREE, **{k: preset[k] for k in ILLUSTRATIVE_TREE if k in preset}}))
-    window = "W = {window}, N = {ngram}, G = {guesses}".format(
-        **{**ILLUSTRATIVE_LOOKAHEAD, **{k: preset[k] for k in ILLUSTRATIVE_LOOKAHEAD if k in preset}})
+        preset["tree"], "tree of {tree_budget} nodes over {tree_depth} levels".format(**sizes))
+    window = "W = {window}, N = {ngram}, G = {guesses}".format(**sizes)
     temperature = "greedy" if preset["temperature"] == 0 else f"T = {preset['temperature']:g}"
     return f"{precision} · Sequoia: {tree} · Lookahead: {window} · {preset['max_new_tokens']} tokens, {temperature}"

@@ -278,15 +278,15 @@ def pays_html(trace) -> str:
     measured = got["measured_speedup"]
     rows = [
         {"": "Leviathan's formula (a chain; the verifying forward costs t(1), nothing else)",
-         "accepted length": f"{got['chain_tokens']:.2f}", "step / t(1)": f"{got['gamma'] * got['c'] + 1:.2f}",
+         "accepted length": f"{got['chain_tokens']:.2f}", "step / t(1)": f"{got['leviathan_step_over_t1']:.2f}",
          "speedup": f"{got['leviathan_speedup']:.2f}x"},
         {"": f"the same tokens at this machine's step (t(n) = {got['verify_over_t1']:.2f} t(1), other work "
              f"{got['other_over_t1']:.2f} t(1))",
          "accepted length": f"{got['chain_tokens']:.2f}",
-         "step / t(1)": f"{got['gamma'] * got['c'] + got['verify_over_t1'] + got['other_over_t1']:.2f}",
+         "step / t(1)": f"{got['priced_step_over_t1']:.2f}",
          "speedup": f"{got['priced_speedup']:.2f}x"},
-        {"": "the race (its tree, its steps)", "accepted length": f"{got['tokens_per_step']:.2f}", "step / t(1)": "",
-         "speedup": f"{measured:.2f}x" if measured else "—"}]
+        {"": "the race (its tree, its steps)", "accepted length": f"{got['tokens_per_step']:.2f}",
+         "step / t(1)": "", "speedup": f"{measured:.2f}x" if measured else "—"}]
     words = (f"Sequoia's race in Leviathan's terms: α = {got['alpha']:.2f} (of the levels a step tested, the share "
              f"where a drafted token was accepted: a chain's acceptance rate), γ = {got['gamma']:.1f} drafted levels "
              f"a step, draft-cost ratio c = {got['c']:.3f} (one draft level over autoregressive's step). Speedup = "

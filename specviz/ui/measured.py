@@ -355,7 +355,7 @@ def level_acceptance(run: RunTrace | None) -> float | None:
     rate; for a tree, the chance that a reached level yields a token, whichever sibling it was."""
     tested = accepted = 0
     for tree in _trees(run):
-        path = [i for i in tree.accepted_path]
+        path = tree.accepted_path
         last = path[-1] if path else next(n.id for n in tree.nodes if n.parent < 0)
         stopped = any(n.parent == last for n in tree.nodes)   # its children were tested and all rejected
         accepted += len(path)
@@ -390,9 +390,11 @@ def why_it_pays(trace) -> dict | None:
     t1 = ar_parts.step_ms
     gamma, c = _mean(depths), level_ms / t1
     chain = expected_chain_tokens(alpha, gamma)
-    priced = chain * t1 / (gamma * level_ms + parts.target_ms + parts.other_ms)
+    verify, other = parts.target_ms / t1, parts.other_ms / t1
+    priced_step = gamma * c + verify + other   # the step in t(1)s, as this machine ran it
     measured = run.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second > 0 else None
     return {"alpha": alpha, "gamma": gamma, "c": c, "draft_level_ms": level_ms, "ar_step_ms": t1, "chain_tokens": chain,
-            "leviathan_speedup": leviathan_speedup(alpha, gamma, c),
-            "verify_over_t1": parts.target_ms / t1, "other_over_t1": parts.other_ms / t1,
-            "priced_speedup": priced, "tokens_per_step": parts.tokens_per_step, "measured_speedup": measured}
+            "leviathan_speedup": leviathan_speedup(alpha, gamma, c), "leviathan_step_over_t1": gamma * c + 1,
+            "verify_over_t1": verify, "other_over_t1": other, "priced_step_over_t1": priced_step,
+            "priced_speedup": chain / priced_step, "tokens_per_step": parts.tokens_per_step,
+            "measured_speedup": measured}
