@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from .errors import InvalidInput
+from .methods import args_module, method_ids
 from .methodspec import MethodSpec, command_needs_draft, parse_specs
 
 
@@ -50,24 +51,12 @@ def graphs_from_args(args: argparse.Namespace) -> str:
 
 
 def add_method_args(p: argparse.ArgumentParser) -> None:
+    """--graphs, and each method's own size flags (`Method.args`)."""
     add_graphs_arg(p)
-    g = p.add_argument_group("sequoia")
-    g.add_argument("--tree", choices=["auto", "adaptive"], default=None,
-                   help="auto: the DP's tree from measured acceptance and forward times (the default); "
-                        "adaptive: grow each step's tree from the draft's confidence "
-                        "(--tree-budget / --tree-depth cap it)")
-    g.add_argument("--tree-threshold", type=float, default=None,
-                   help="adaptive: smallest path score (product of ranked draft probabilities) worth a node")
-    g.add_argument("--tree-budget", type=int, default=None, help="tree nodes including the root (N)")
-    g.add_argument("--tree-depth", type=int, default=None, help="speculated levels (D)")
-    g = p.add_argument_group("lookahead")
-    g.add_argument("--lookahead", choices=["auto"], default=None,
-                   help="choose W, N, G from the measured forward cost (the default)")
-    g.add_argument("--window", type=int, default=None, help="W: Jacobi window width")
-    g.add_argument("--ngram", type=int, default=None, help="N: n-gram size")
-    g.add_argument("--guesses", type=int, default=None, help="G: candidates verified per step")
-    g.add_argument("--pool-from-prompt", action=argparse.BooleanOptionalAction, default=True,
-                   help="seed the n-gram pool with the prompt's n-grams")
+    for method in method_ids():
+        module = args_module(method)
+        if module is not None:
+            module.add_args(p)
 
 
 def check_ranges(args: argparse.Namespace, *names: str) -> None:
@@ -80,29 +69,12 @@ def check_ranges(args: argparse.Namespace, *names: str) -> None:
 
 
 def method_options(args: argparse.Namespace, method: str) -> dict:
-    """The decoder keyword arguments a method takes, from the command line."""
-    check_ranges(args, *{"sequoia": ("tree_budget", "tree_depth"),
-                         "lookahead": ("window", "ngram", "guesses")}.get(method, ()))
-    if method == "sequoia":
-        if args.tree == "adaptive":
-            return {"tree": "adaptive", "tree_budget": args.tree_budget, "tree_depth": args.tree_depth,
-                    "tree_threshold": args.tree_threshold}
-        if args.tree_threshold is not None:
-            raise InvalidInput("--tree-threshold belongs to --tree adaptive")
-        if args.tree == "auto" and (args.tree_budget is not None or args.tree_depth is not None):
-            raise InvalidInput("--tree auto cannot be combined with --tree-budget/--tree-depth")
-        if (args.tree_budget is None) != (args.tree_depth is None):
-            raise InvalidInput("give both --tree-budget and --tree-depth, or neither (auto)")
-        return {"tree_budget": args.tree_budget, "tree_depth": args.tree_depth}
-    if method == "lookahead":
-        sizes = (args.window, args.ngram, args.guesses)
-        if args.lookahead == "auto" and any(v is not None for v in sizes):
-            raise InvalidInput("--lookahead auto cannot be combined with --window/--ngram/--guesses")
-        if any(v is None for v in sizes) and any(v is not None for v in sizes):
-            raise InvalidInput("give all of --window, --ngram and --guesses, or none (auto)")
-        return {"window": args.window, "ngram": args.ngram, "guesses": args.guesses,
-                "pool_from_prompt": args.pool_from_prompt}
-    return {}
+    """The decoder keyword arguments a method takes, from the command line (its `Method.args` module)."""
+    module = args_module(method)
+    if module is None:
+        return {}
+    check_ranges(args, *module.RANGED)
+    return module.from_args(args)
 
 
 def sampling_from_args(args: argparse.Namespace):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from .errors import InvalidInput
+from .methods import registered
 
 # Model ids a hosted app may load when SPECVIZ_ALLOWED_MODELS is not set: the presets.
 PRESET_MODEL_IDS = (
@@ -45,11 +46,10 @@ ZEROGPU_SIZING_S = 20
 # One target forward of the offline default on a GPU, eager (launch-bound): 14.5 ms on an H200
 # (platform notes, 2026-11-27). Used until this Space has measured its own t(1).
 GPU_FORWARD_MS = 15.0
-# A step's cost in target forwards, and the tokens it makes, as measured on the H200 (Sequoia's
-# 256-node step 35 ms for 4.3 tokens; Lookahead 79 tokens/s): conservative (fewer tokens a step)
-# so that a race rarely meets its own clock.
-STEP_FORWARDS = {"ar": 1.0, "sequoia": 2.5, "lookahead": 1.3}
-TOKENS_PER_STEP = {"ar": 1.0, "sequoia": 2.0, "lookahead": 1.0}
+# A step's cost in target forwards, and the tokens it makes, each method's (`Method.step_forwards`,
+# `tokens_per_step`: measured on the H200, conservative so that a race rarely meets its own clock).
+STEP_FORWARDS = {m.id: m.step_forwards for m in registered().values()}
+TOKENS_PER_STEP = {m.id: m.tokens_per_step for m in registered().values()}
 ZEROGPU_MARGIN = 1.5
 ZEROGPU_MIN_S = 10
 
@@ -92,10 +92,8 @@ GPU_REPLAY_MS = 4.2
 # Capturing one shape runs it eagerly GraphRunner.WARMUP_CALLS (2) times on a side stream and once more
 # while recording: about three eager forwards of that shape.
 CAPTURE_FORWARDS_PER_SHAPE = 3
-# Shapes a method captures in one race: AR its one-token step; Sequoia the target's whole tree, the draft's
-# root (a re-read of the last committed tokens) and each drafted level but the last, depth + 1 in all (8: a tree
-# 7 deep); Lookahead one window layout per warm-up fill, N - 1 (2: N = 3). Estimates: sizes are chosen later.
-GRAPH_SHAPES = {"ar": 1, "sequoia": 8, "lookahead": 2}
+# Shapes a method captures in one race (`Method.graph_shapes`). Estimates: sizes are chosen later.
+GRAPH_SHAPES = {m.id: m.graph_shapes for m in registered().values()}
 
 
 def on_zerogpu(env: Mapping[str, str] | None = None) -> bool:

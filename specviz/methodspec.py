@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import InvalidInput
+from .methods import args_module, method_ids
 
 # transformers' own decoders, raced as peers in `bench` (see benchmark/runner.py).
 HF_METHODS = ("hf-generate", "hf-static", "hf-assisted", "hf-prompt-lookup")
@@ -31,9 +32,7 @@ DRAFT_NAMES = ("feature", "independent", "self")
 
 
 def decoding_methods() -> tuple[str, ...]:
-    from .engine.methods import METHODS
-
-    return tuple(METHODS)
+    return method_ids()
 
 
 def all_methods() -> tuple[str, ...]:
@@ -94,22 +93,13 @@ def parse_spec(text: str) -> MethodSpec:
 
 
 def _parse_sizes(method: str, sizes: str, spec: str) -> dict:
-    if method == "sequoia" and sizes.partition("=")[0] == "adaptive":   # sequoia@adaptive, sequoia@adaptive=0.03
-        threshold = sizes.partition("=")[2]
-        try:
-            return {"tree": "adaptive"} | ({"tree_threshold": float(threshold)} if threshold else {})
-        except ValueError:
-            raise InvalidInput(f"cannot read the threshold in '{spec}': use sequoia@adaptive=0.05") from None
-    try:
-        numbers = [int(x) for x in sizes.split("x")]
-    except ValueError:
-        numbers = []
-    if method == "sequoia" and len(numbers) == 2:
-        return {"tree_budget": numbers[0], "tree_depth": numbers[1]}
-    if method == "lookahead" and len(numbers) == 3:
-        return {"window": numbers[0], "ngram": numbers[1], "guesses": numbers[2]}
-    raise InvalidInput(f"cannot read sizes in '{spec}': use sequoia@BUDGETxDEPTH, sequoia@adaptive[=T] "
-                       "or lookahead@WxNxG")
+    """A spec's `@...` as the method's decoder options (its `Method.args` module reads them)."""
+    module = args_module(method)
+    parsed = module.parse_sizes(sizes, spec) if module is not None else None
+    if parsed is None:
+        syntax = [args_module(m).SPEC_SYNTAX for m in decoding_methods() if args_module(m) is not None]
+        raise InvalidInput(f"cannot read sizes in '{spec}': use {' or '.join(syntax)}")
+    return parsed
 
 
 def parse_specs(text: str | list[str]) -> list[MethodSpec]:

@@ -17,11 +17,12 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal, get_args
 
 from .errors import InvalidInput
+from .methods import labels
 
 # -- what the settings may name -------------------------------------------------------------------
 
 # The names the page shows for each method; the API takes either these or the engine's ids.
-METHOD_NAMES = {"ar": "Autoregressive", "sequoia": "Sequoia", "lookahead": "Lookahead"}
+METHOD_NAMES = labels()
 METHOD_IDS = {name: mid for mid, name in METHOD_NAMES.items()}
 
 DEFAULT_PRESET = "SmolLM2-135M-Instruct (offline default)"

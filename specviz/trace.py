@@ -22,6 +22,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from . import safejson
 from .errors import InvalidInput
+from .methods import method_ids
 
 TRACE_SCHEMA_VERSION = 1
 
@@ -277,7 +278,7 @@ MAX_TRACE_BYTES = 20 * 1024 * 1024   # an uploaded trace larger than this is ref
 MAX_TRACE_STEPS = 20_000             # per method
 MAX_NODES_PER_STEP = 4096
 MAX_WINDOW_SIZE = 4096               # W, N, G: a view draws a row of W cells, so a size is a size, not a bomb
-RACE_METHODS = ("ar", "sequoia", "lookahead")
+RACE_METHODS = method_ids()
 
 
 def _check_size(size: int, max_bytes: int) -> None:

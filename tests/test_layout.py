@@ -107,8 +107,35 @@ def test_a_method_room_does_not_import_another(graph):
 def test_each_method_room_holds_its_decoder_sizing_and_commands():
     for room in ("sequoia", "lookahead"):
         files = {p.name for p in (PACKAGE / room).glob("*.py")}
-        assert {"decoder.py", "sizing.py", "cli.py", "verify.py"} <= files, (room, files)
-    assert (PACKAGE / "autoregressive" / "decoder.py").exists()
+        assert {"decoder.py", "sizing.py", "cli.py", "verify.py", "method.py", "options.py"} <= files, (room, files)
+    assert (PACKAGE / "autoregressive" / "decoder.py").exists() and (PACKAGE / "autoregressive" / "method.py").exists()
+
+
+def test_every_method_is_one_record_in_its_own_room_and_every_list_reads_the_records():
+    from specviz import hosting, methods, request, trace
+    from specviz.engine import auto_notes
+    from specviz.engine.methods import decoder_class, sizing
+    from specviz.methodspec import decoding_methods
+
+    records = methods.registered()
+    # One record per room, each kept in its room's method.py and naming the room's own decoder and sizing.
+    assert [f"specviz.{room.rsplit('.', 1)[1]}.method" for room in METHOD_ROOMS] == list(methods.REGISTERED)
+    for room, record in zip(METHOD_ROOMS, records.values()):
+        assert record.decoder.startswith(room + ".") and (record.sizing is None or record.sizing.startswith(room + "."))
+        assert decoder_class(record.id).__module__ == record.decoder.partition(":")[0]
+        assert (sizing(record.id, "first_sizes") is None) == (record.sizing is None)
+        assert record.args is None or record.args.startswith(room + ".")
+    ids = tuple(records)
+    assert decoding_methods() == trace.RACE_METHODS == ids
+    assert tuple(request.METHOD_NAMES) == ids and list(request.METHOD_NAMES.values()) == [r.label for r in records.values()]
+    assert tuple(hosting.STEP_FORWARDS) == tuple(hosting.GRAPH_SHAPES) == ids
+    assert auto_notes.SIZED == tuple(m for m in ids if records[m].sizing)
+    # The UI's labels, colours and columns too (imported in a child: gradio stays out of this process).
+    code = ("from specviz.ui import figures, views; from specviz import methods; "
+            "assert figures.METHOD_LABELS == methods.labels() and figures.METHOD_COLORS == methods.colours(); "
+            "assert views.COLUMNS == methods.method_ids(); print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stdout + out.stderr
 
 
 def test_importing_the_engine_and_cli_loads_no_ui_library():

@@ -1,1 +1,1 @@
-"""Plain autoregressive decoding: the baseline every speedup is measured against (`decoder.py`)."""
+"""Plain autoregressive decoding: the baseline every speedup is measured against (`decoder.py`; its record in `method.py`)."""

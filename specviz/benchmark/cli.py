@@ -20,6 +20,7 @@ from ..cliargs import (
 )
 from ..engine.prompts import limit_per_suite, read_prompts, read_suites
 from ..errors import InvalidInput
+from ..methods import args_module, method_ids
 from ..methodspec import LLAMA_METHODS
 from . import runner
 from .report import columns_line
@@ -54,8 +55,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     sampling = sampling_from_args(args)
     graphs = graphs_from_args(args)
-    options = {m: method_options(args, m) for m in ("sequoia", "lookahead")
-               if any(runner.parse_method(x)[0] == m for x in methods)}
+    options = {m: method_options(args, m) for m in method_ids()
+               if args_module(m) is not None and any(runner.parse_method(x)[0] == m for x in methods)}
     pair = load_pair_for(args, methods)
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     if pair.precision_choice:   # `--dtype auto`: which precision runs, and why

@@ -44,15 +44,16 @@ from typing import Callable
 import torch
 
 from ..engine.lean import attention_kernels
-from ..engine.methods import METHODS, decoder_class, make_decoder
+from ..engine.methods import decoder_class, make_decoder
 from ..engine.models import ModelPair
 from ..engine.profiler import load_cached, save_cached
 from ..engine.sampling import SamplingConfig
 from ..engine.text import encode_prompt
 from ..errors import InvalidInput
+from ..methods import method_ids
 from ..methodspec import HF_METHODS, LLAMA_METHODS, MethodSpec, parse_spec
 
-ALL_METHODS = tuple(METHODS) + HF_METHODS + LLAMA_METHODS
+ALL_METHODS = method_ids() + HF_METHODS + LLAMA_METHODS
 
 # Sizes `--sweep` adds: Sequoia (tree budget, depth) and Lookahead (W, N, G).
 SWEEP_SEQUOIA = ((8, 4), (16, 5), (32, 6), (64, 8))

@@ -18,9 +18,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from ..methods import sized
 from .precision import waits_for_measurement
 
-SIZED = ("sequoia", "lookahead")
+SIZED = sized()
 WHY = "auto_why"          # the run's settings key for why its `auto` size is small
 CHANGED = "auto_changed"  # and for what `auto` changed since the last race with these settings
 KEPT_STATES = 64          # the last races remembered (one per `measure_key`), the least recent dropped first

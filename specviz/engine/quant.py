@@ -459,7 +459,8 @@ class Q8Rows(torch.nn.Module):
         codes = codes.view(-1, blocks, 512)
 
         def rows_of(table: torch.Tensor) -> torch.Tensor:   # a (tiles, k, 16) table's rows `ids`, re-tiled
-            picked = table.transpose(1, 2).reshape(-1, table.shape[1]).index_select(0, ids)
+            # Picked from the tiles where they are: untiling the whole table first cost a widening ~5 ms.
+            picked = table[ids // tile, :, ids % tile]
             return Q4Rows.tables_of(torch.cat([picked, picked.new_zeros(pad, picked.shape[1])]))
 
         outliers = (self.outliers, rows_of(self.outlier_weights)) if self.outliers.numel() else (None, None)

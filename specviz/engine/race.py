@@ -322,10 +322,10 @@ def _sizing_call(method: str, what: str, pair, request, graphs: str, options: di
 
 def pending_sizes(pair, request, graphs: str) -> list[str]:
     """The request's methods whose `auto` size this machine has not measured yet (measures nothing)."""
-    from .methods import METHOD_SIZING
+    from ..methods import sized
 
     options = request.method_options()
-    return [m for m in request.methods if m in METHOD_SIZING
+    return [m for m in request.methods if m in sized()
             and _sizing_call(m, "auto_pending", pair, request, graphs, options)]
 
 
@@ -397,7 +397,7 @@ def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,
     `graphs_policy(pair, request)` (ZeroGPU's, `serve.ZeroGpu.graphs_decision`) may turn the request's
     graphs setting into a decision with a reason; without one the request's setting is used as it is.
     `first_sizes`: an `auto` size not measured on this machine yet starts with its method's first sizes
-    (`METHOD_SIZING`), said in the status and the run's settings, instead of measuring first (the app's
+    (`Method.sizing`), said in the status and the run's settings, instead of measuring first (the app's
     worker measures them after the race). Errors raise (the worker turns them into an ("error", ...) event).
     """
     import time

@@ -5,5 +5,7 @@
 - `verify.py`: greedy and exact sampling verification of pool candidates, on the device;
 - `sizing.py`: W, N, G chosen from the measured forward cost (`--lookahead auto`);
 - `decoder.py`: the decoder (one step = one target forward);
-- `cli.py`: `optimize-lookahead`.
+- `cli.py`: `optimize-lookahead`;
+- `method.py`: its record (`specviz.methods.Method`), what every list of methods reads; `options.py`: its
+  size flags, their decoder options and its spec syntax (`@...`).
 """

@@ -7,5 +7,7 @@
 - `sizing.py`: the tree size and depth chosen from measured forward times (`--tree auto`), resolved
   before a decoder is built (`tree_choice`);
 - `decoder.py`: the decoder (one step = one target forward), drafting through `specviz.draft.drafter`;
-- `cli.py`: `tree-dp`, `profile-acceptance`, `optimize-tree`.
+- `cli.py`: `tree-dp`, `profile-acceptance`, `optimize-tree`;
+- `method.py`: its record (`specviz.methods.Method`), what every list of methods reads; `options.py`: its
+  size flags, their decoder options and its spec syntax (`@...`).
 """

@@ -11,11 +11,12 @@ import networkx as nx
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..methods import colours, labels
 from ..trace import PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, LookaheadPayload, RunTrace, TreePayload
 from .escape import esc
 
-METHOD_LABELS = {"ar": "Autoregressive", "sequoia": "Sequoia", "lookahead": "Lookahead"}
-METHOD_COLORS = {"ar": "#6b7280", "sequoia": "#2563eb", "lookahead": "#d97706"}
+METHOD_LABELS = labels()
+METHOD_COLORS = colours()
 
 # Tree node colours by status (also used in the legend text).
 NODE_COLORS = {"root": "#374151", "accepted": "#2563eb", "rejected": "#dc2626", "not_reached": "#d1d5db"}

@@ -6,10 +6,11 @@ replay (upto = the slider), so the replay shows exactly what the live run showed
 
 from __future__ import annotations
 
+from ..methods import method_ids
 from ..trace import LookaheadPayload, RaceTrace, TreePayload
 from . import html, narrate, svg
 
-COLUMNS = ("ar", "sequoia", "lookahead")
+COLUMNS = method_ids()
 
 
 def latest_payload(run, upto: int, kind) -> tuple[object | None, int | None]:

@@ -1,0 +1,43 @@
+"""Lookahead's sizes on the command line: its flags, what they mean as decoder options, its spec syntax.
+
+Import-light (argparse only): every command builds its parser from the methods' records (`specviz.methods`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import InvalidInput
+
+RANGED = ("window", "ngram", "guesses")   # checked against the race's ranges (`request.RANGES`)
+SPEC_SYNTAX = "lookahead@WxNxG"
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("lookahead")
+    g.add_argument("--lookahead", choices=["auto"], default=None,
+                   help="choose W, N, G from the measured forward cost (the default)")
+    g.add_argument("--window", type=int, default=None, help="W: Jacobi window width")
+    g.add_argument("--ngram", type=int, default=None, help="N: n-gram size")
+    g.add_argument("--guesses", type=int, default=None, help="G: candidates verified per step")
+    g.add_argument("--pool-from-prompt", action=argparse.BooleanOptionalAction, default=True,
+                   help="seed the n-gram pool with the prompt's n-grams")
+
+
+def from_args(args: argparse.Namespace) -> dict:
+    sizes = (args.window, args.ngram, args.guesses)
+    if args.lookahead == "auto" and any(v is not None for v in sizes):
+        raise InvalidInput("--lookahead auto cannot be combined with --window/--ngram/--guesses")
+    if any(v is None for v in sizes) and any(v is not None for v in sizes):
+        raise InvalidInput("give all of --window, --ngram and --guesses, or none (auto)")
+    return {"window": args.window, "ngram": args.ngram, "guesses": args.guesses,
+            "pool_from_prompt": args.pool_from_prompt}
+
+
+def parse_sizes(sizes: str, spec: str) -> dict | None:
+    """`4x3x4` as decoder options; None where the text is not Lookahead's sizes."""
+    try:
+        numbers = [int(x) for x in sizes.split("x")]
+    except ValueError:
+        return None
+    return {"window": numbers[0], "ngram": numbers[1], "guesses": numbers[2]} if len(numbers) == 3 else None

@@ -1,0 +1,77 @@
+"""The methods SpecViz races, one `Method` record each, kept in the method's own folder (`<folder>/method.py`).
+
+Every list the package keeps of methods reads these records: the decoders the engine builds and what it
+resolves before building them (`engine.methods`), the request's choices and the page's names (`request`), the
+trace's runs (`trace`), the page's labels and colours (`ui.figures`), hosting's cost figures (`hosting`). A
+method is its folder plus one line in `REGISTERED`.
+
+Import-light on purpose (no torch): the records name their decoder and sizing by module path, imported on
+first use, so one method's import cost (or breakage) never touches the others.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+
+# The methods' records, in the order the page shows their columns. One line per method.
+REGISTERED = (
+    "specviz.autoregressive.method",
+    "specviz.sequoia.method",
+    "specviz.lookahead.method",
+)
+
+
+@dataclass(frozen=True)
+class Method:
+    id: str                   # the engine's name: CLI specs, the API, trace keys
+    label: str                # what the page calls it
+    colour: str               # its colour in every figure
+    decoder: str              # "module:class" of its `engine.decoder.Decoder`
+    # "module:function" resolving a decoder's options before it is built (a Sequoia tree's size is measured, and
+    # raced, by building other decoders: never inside the decoder); None: the options go as they are.
+    resolve: str | None = None
+    # The module of its sizes on the command line (import-light: argparse): `add_args(parser)`, `from_args(args)`
+    # (decoder options), `parse_sizes(text, spec)` (a spec's `@...`, or None), `RANGED`, `SPEC_SYNTAX`.
+    args: str | None = None
+    # The module of its hardware-aware sizing, for what the app asks before and between races:
+    # `auto_pending(pair, sampling, graphs, **options)` (would `auto` measure first?), `measure_auto(...)` and
+    # `first_sizes(...)`, `cached_choice`; None for a method that measures nothing.
+    sizing: str | None = None
+    # Hosting's estimates of a race's GPU time before anything is measured (`hosting`): a step's cost in target
+    # forwards and the tokens it makes (conservative: fewer tokens a step, so a race rarely meets its own clock),
+    # and the shapes it captures as CUDA graphs.
+    step_forwards: float = 1.0
+    tokens_per_step: float = 1.0
+    graph_shapes: int = 1
+
+
+@functools.cache
+def registered() -> dict[str, Method]:
+    """id -> record, in `REGISTERED` order (imported once: the records are constants)."""
+    records = [importlib.import_module(path).METHOD for path in REGISTERED]
+    return {m.id: m for m in records}
+
+
+def method_ids() -> tuple[str, ...]:
+    return tuple(registered())
+
+
+def labels() -> dict[str, str]:
+    return {m.id: m.label for m in registered().values()}
+
+
+def colours() -> dict[str, str]:
+    return {m.id: m.colour for m in registered().values()}
+
+
+def args_module(method: str):
+    """The method's command-line module (`Method.args`), or None for a method without sizes."""
+    record = registered().get(method)
+    return importlib.import_module(record.args) if record and record.args else None
+
+
+def sized() -> tuple[str, ...]:
+    """The methods whose sizes `auto` measures for this hardware."""
+    return tuple(m.id for m in registered().values() if m.sizing)
