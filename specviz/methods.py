@@ -35,6 +35,7 @@ class Method:
     # The module of its sizes on the command line (import-light: argparse): `add_args(parser)`, `from_args(args)`
     # (decoder options), `parse_sizes(text, spec)` (a spec's `@...`, or None), `RANGED`, `SPEC_SYNTAX`.
     args: str | None = None
+    drafts: bool = False      # speculates with a draft model, so the command's draft matters to it
     # The module of its hardware-aware sizing, for what the app asks before and between races:
     # `auto_pending(pair, sampling, graphs, **options)` (would `auto` measure first?), `measure_auto(...)` and
     # `first_sizes(...)`, `cached_choice`; None for a method that measures nothing.
@@ -70,6 +71,10 @@ def args_module(method: str):
     """The method's command-line module (`Method.args`), or None for a method without sizes."""
     record = registered().get(method)
     return importlib.import_module(record.args) if record and record.args else None
+
+
+def drafting() -> tuple[str, ...]:
+    return tuple(m.id for m in registered().values() if m.drafts)
 
 
 def sized() -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import InvalidInput
-from .methods import args_module, method_ids
+from .methods import args_module, drafting, method_ids
 
 # transformers' own decoders, raced as peers in `bench` (see benchmark/runner.py).
 HF_METHODS = ("hf-generate", "hf-static", "hf-assisted", "hf-prompt-lookup")
@@ -26,7 +26,7 @@ HF_METHODS = ("hf-generate", "hf-static", "hf-assisted", "hf-prompt-lookup")
 # an optional extra).
 LLAMA_METHODS = ("llama-cpp", "llama-cpp-lookup")
 # The methods that speculate with a draft model, so the command's draft matters to them.
-DRAFTING_METHODS = ("sequoia", "hf-assisted")
+DRAFTING_METHODS = drafting() + ("hf-assisted",)
 # The offline default's drafts by name; "self" is the target drafting for itself (any target).
 DRAFT_NAMES = ("feature", "independent", "self")
 

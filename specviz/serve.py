@@ -23,6 +23,7 @@ from .hosting import (
     zerogpu_graphs,
     zerogpu_race_seconds,
 )
+from .methods import sized
 
 
 def zerogpu_spaces(env: Mapping[str, str] | None = None):
@@ -62,7 +63,7 @@ class ZeroGpu:
         """Seconds for one race of a validated `specviz.request.RaceRequest`."""
         options = request.method_options()
         auto = any(all(v is None for k, v in options[m].items() if k not in ("tree", "pool_from_prompt"))
-                   for m in options if m in ("sequoia", "lookahead"))
+                   for m in options if m in sized())
         target, draft = request.models()
         pair = self.pairs.loaded(target, draft, request.dtype or "auto")
         forward_ms = self.measured_forward_ms(request)

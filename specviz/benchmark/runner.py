@@ -50,7 +50,7 @@ from ..engine.profiler import load_cached, save_cached
 from ..engine.sampling import SamplingConfig
 from ..engine.text import encode_prompt
 from ..errors import InvalidInput
-from ..methods import method_ids
+from ..methods import method_ids, sized
 from ..methodspec import HF_METHODS, LLAMA_METHODS, MethodSpec, parse_spec
 
 ALL_METHODS = method_ids() + HF_METHODS + LLAMA_METHODS
@@ -718,6 +718,6 @@ def run_info(pair: ModelPair, methods: list[str], sampling: SamplingConfig, max_
             "device": str(pair.device),
             "dtype": pair.precision, "precision_choice": getattr(pair, "precision_choice", ""),
             **machine_info(pair.device), "peer_settings": peers,
-            "options": {m: o for m, o in options.items() if m in ("sequoia", "lookahead")},
+            "options": {m: o for m, o in options.items() if m in sized()},
             "command": " ".join(["python -m specviz", *(argv or [])[1:]]) if argv else None,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}

@@ -8,5 +8,5 @@ from ..methods import Method
 METHOD = Method(id="sequoia", label="Sequoia", colour="#2563eb",
                 decoder="specviz.sequoia.decoder:SequoiaDecoder",
                 resolve="specviz.sequoia.sizing:decoder_options", sizing="specviz.sequoia.sizing",
-                args="specviz.sequoia.options",
+                args="specviz.sequoia.options", drafts=True,
                 step_forwards=2.5, tokens_per_step=2.0, graph_shapes=8)
