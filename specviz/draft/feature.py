@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from ..engine.cpu_kernels import (Int8Linear, fbgemm_available, fbgemm_rows_layers, int8_copy,
                                   int8_decoding_supported)
+from ..engine import native
 from ..engine.drafts import DraftFormat
 from ..engine.lean import attention_kernels
 from ..engine.llama import decoder_layer, rms_norm, rotary_tables
@@ -207,8 +208,10 @@ class FeatureDraft(torch.nn.Module):
             kind = "feature-int8-fbgemm-fp32-ts" if fbgemm_available() else "feature-int8-stacked"
             q8_head = kernel_head(self._target[0])
             kind += "-q8head" if q8_head is not None else ""
-            # The head, the fusion and the layers all Q8_0 on SpecViz's kernel (`quant.kernel_copy`).
-            kind = "feature-q8head-q8layers" if self._on_the_kernel(q8_head) else kind
+            # The head, the fusion and the layers all Q8_0 on SpecViz's kernel (`quant.kernel_copy`), named with the
+            # kernel's source as the target's forward is: a changed kernel's levels are measured afresh.
+            if self._on_the_kernel(q8_head):
+                kind = f"feature-q8head-q8layers-{native.source_digest()}"
         return kind if self.n_layers == 1 else f"{kind}-{self.n_layers}layers"
 
     def _on_the_kernel(self, q8_head) -> bool:
