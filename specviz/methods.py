@@ -77,6 +77,14 @@ def drafting() -> tuple[str, ...]:
     return tuple(m.id for m in registered().values() if m.drafts)
 
 
+def size_numbers(sizes: str) -> list[int]:
+    """A spec's `@AxBxC` sizes as whole numbers ([] where they are not), for the methods' `parse_sizes`."""
+    try:
+        return [int(x) for x in sizes.split("x")]
+    except ValueError:
+        return []
+
+
 def sized() -> tuple[str, ...]:
     """The methods whose sizes `auto` measures for this hardware."""
     return tuple(m.id for m in registered().values() if m.sizing)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InvalidInput
+from ..methods import size_numbers
 
 RANGED = ("window", "ngram", "guesses")   # checked against the race's ranges (`request.RANGES`)
 SPEC_SYNTAX = "lookahead@WxNxG"
@@ -36,8 +37,5 @@ def from_args(args: argparse.Namespace) -> dict:
 
 def parse_sizes(sizes: str, spec: str) -> dict | None:
     """`4x3x4` as decoder options; None where the text is not Lookahead's sizes."""
-    try:
-        numbers = [int(x) for x in sizes.split("x")]
-    except ValueError:
-        return None
+    numbers = size_numbers(sizes)
     return {"window": numbers[0], "ngram": numbers[1], "guesses": numbers[2]} if len(numbers) == 3 else None

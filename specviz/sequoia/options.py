@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InvalidInput
+from ..methods import size_numbers
 
 RANGED = ("tree_budget", "tree_depth")   # checked against the race's ranges (`request.RANGES`)
 SPEC_SYNTAX = "sequoia@BUDGETxDEPTH, sequoia@adaptive[=T]"
@@ -46,12 +47,5 @@ def parse_sizes(sizes: str, spec: str) -> dict | None:
             return {"tree": "adaptive"} | ({"tree_threshold": float(threshold)} if threshold else {})
         except ValueError:
             raise InvalidInput(f"cannot read the threshold in '{spec}': use sequoia@adaptive=0.05") from None
-    numbers = _numbers(sizes)
+    numbers = size_numbers(sizes)
     return {"tree_budget": numbers[0], "tree_depth": numbers[1]} if len(numbers) == 2 else None
-
-
-def _numbers(sizes: str) -> list[int]:
-    try:
-        return [int(x) for x in sizes.split("x")]
-    except ValueError:
-        return []
