@@ -24,7 +24,7 @@ from .cliargs import (
     spec_options,
 )
 from .errors import SpecVizError
-from .methodspec import parse_spec
+from .methodspec import parse_spec, spec_help
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -131,9 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("generate", help="run one prompt through one method")
-    p.add_argument("--method", default="ar",
-                   help="a method spec: ar | sequoia[+feature|+independent|+self][@BUDGETxDEPTH|@adaptive[=T]] "
-                        "| lookahead[@WxNxG]")
+    p.add_argument("--method", default="ar", help=spec_help())
     p.add_argument("--prompt", required=True)
     p.add_argument("--json", action="store_true", help="print the whole run as one JSON object")
     add_model_args(p)

@@ -20,6 +20,7 @@ REGISTERED = (
     "specviz.autoregressive.method",
     "specviz.sequoia.method",
     "specviz.lookahead.method",
+    "specviz.prompt_lookup.method",
 )
 
 
@@ -46,6 +47,9 @@ class Method:
     step_forwards: float = 1.0
     tokens_per_step: float = 1.0
     graph_shapes: int = 1
+    # Whether a race that names no methods runs it (the page's first race, the API's default): the three the
+    # page is about; another method is raced when asked for, and its column shows only then.
+    raced_by_default: bool = True
 
 
 @functools.cache
@@ -71,6 +75,10 @@ def args_module(method: str):
     """The method's command-line module (`Method.args`), or None for a method without sizes."""
     record = registered().get(method)
     return importlib.import_module(record.args) if record and record.args else None
+
+
+def raced_by_default() -> tuple[str, ...]:
+    return tuple(m.id for m in registered().values() if m.raced_by_default)
 
 
 def drafting() -> tuple[str, ...]:

@@ -88,7 +88,7 @@ def parse_spec(text: str) -> MethodSpec:
             raise InvalidInput("hf-assisted needs a draft transformers can run: use hf-assisted+independent "
                                "or hf-assisted+self")
     if at and not sizes:
-        raise InvalidInput(f"'{spec}' ends in '@': give sizes (sequoia@BUDGETxDEPTH, lookahead@WxNxG)")
+        raise InvalidInput(f"'{spec}' ends in '@': give sizes ({', '.join(size_syntax())})")
     return MethodSpec(spec, method, draft or None, _parse_sizes(method, sizes, spec) if sizes else {})
 
 
@@ -97,9 +97,21 @@ def _parse_sizes(method: str, sizes: str, spec: str) -> dict:
     module = args_module(method)
     parsed = module.parse_sizes(sizes, spec) if module is not None else None
     if parsed is None:
-        syntax = [args_module(m).SPEC_SYNTAX for m in decoding_methods() if args_module(m) is not None]
-        raise InvalidInput(f"cannot read sizes in '{spec}': use {' or '.join(syntax)}")
+        raise InvalidInput(f"cannot read sizes in '{spec}': use {' or '.join(size_syntax())}")
     return parsed
+
+
+def size_syntax() -> list[str]:
+    """Each sized method's spec syntax (`Method.args`' `SPEC_SYNTAX`)."""
+    return [args_module(m).SPEC_SYNTAX for m in decoding_methods() if args_module(m) is not None]
+
+
+def spec_help() -> str:
+    """What `--method` takes, from the records: every method, its sizes, and the drafting ones' drafts."""
+    drafts = "[+feature|+independent|+self]"
+    forms = [m if args_module(m) is None else args_module(m).SPEC_SYNTAX.replace(m + "@", m + drafts * (
+        m in DRAFTING_METHODS) + "@", 1) for m in decoding_methods()]
+    return "a method spec: " + " | ".join(forms)
 
 
 def parse_specs(text: str | list[str]) -> list[MethodSpec]:

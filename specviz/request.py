@@ -17,13 +17,14 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal, get_args
 
 from .errors import InvalidInput
-from .methods import labels
+from .methods import labels, raced_by_default
 
 # -- what the settings may name -------------------------------------------------------------------
 
 # The names the page shows for each method; the API takes either these or the engine's ids.
 METHOD_NAMES = labels()
 METHOD_IDS = {name: mid for mid, name in METHOD_NAMES.items()}
+DEFAULT_METHODS = tuple(METHOD_NAMES[m] for m in raced_by_default())   # a race that names none runs these
 
 DEFAULT_PRESET = "SmolLM2-135M-Instruct (offline default)"
 # The same target with each shipped draft by name, so a workshop can race one against the other
@@ -138,7 +139,7 @@ class RaceRequest:
     """
 
     prompt: str = "Write a Python function that checks whether a string is a palindrome."
-    methods: tuple[str, ...] = ("Autoregressive", "Sequoia", "Lookahead")   # page names or engine ids
+    methods: tuple[str, ...] = DEFAULT_METHODS   # page names or engine ids
     model: str = DEFAULT_PRESET                 # a preset's label, or CUSTOM with the two ids below
     custom_target: str = ""
     custom_draft: str = ""                      # "" = the target's default draft; "self" = the target

@@ -228,7 +228,9 @@ def test_the_race_events_compare_with_the_last_race_of_the_same_request(pair_fp3
     from specviz.request import RaceRequest
 
     sizes = iter(["W=2, N=2, G=1", "W=3, N=2, G=2"])
-    monkeypatch.setitem(auto_notes.SIZE_OF, "lookahead", lambda settings: next(sizes))
+    from specviz.lookahead import sizing as lookahead_sizing
+
+    monkeypatch.setattr(lookahead_sizing, "auto_size_words", lambda settings: next(sizes))
 
     class Pairs:
         def __init__(self):

@@ -89,6 +89,9 @@ FAMILIES = {
     "sequoia-copied-alone": Family("sequoia", "independent", {"tree_parents": [-1, 0, 0, 0, 3, 4], "copies": 3},
                                    prompt=(1, 2, 3, 0, 3, 0, 3), mutants=("copy-accepted-outright-alone",),
                                    draft_seed=5),
+    # Prompt lookup: the copied chain verified alone, by Lookahead's one-hot rule (every copy verified: a flat curve).
+    "prompt-lookup": Family("prompt-lookup", "self", {"tokens": 3, "curve": {1: 1.0, 64: 1.0}, "curve_source": "prior"},
+                            prompt=(1, 2, 3, 0, 3, 0, 3), mutants=("lookahead-device-fallback-raw-p",)),
 }
 # A wrong temperature is run once, through the autoregressive sampler: every family's target distribution is
 # that same tiny target's (after one of two prompts), and the power test below
@@ -145,7 +148,8 @@ class StepRecorder:
             self.tree_depths.append(payload.depth)
             # Every step's tree: an adaptive tree's shape follows the tokens drawn (in the first step's one
             # context it varies with the seed at T=1, not at T=0.6, where the draft is surer).
-            self.shapes.update(tuple(n.parent for n in step.payload.nodes) for step in trace.steps[1:])
+            self.shapes.update(tuple(n.parent for n in step.payload.nodes) for step in trace.steps[1:]
+                               if step.payload is not None)   # prompt lookup's step without a match has none
         self.ngram_runs += any(s == SOURCE_NGRAM for st in trace.steps for s in st.token_sources)
         self.copy_runs += any(s == SOURCE_COPY for st in trace.steps for s in st.token_sources)
 
@@ -159,7 +163,7 @@ def test_sampling_is_exact(one_thread, tmp_path, monkeypatch, family, setting):
     samples = sample_sequences(fam.method, pair, list(fam.prompt), sampling, N_SAMPLES, N_TOKENS, on_trace=steps,
                                **fam.options)
     assert chi_square_pvalue(samples, exact) > ALPHA
-    if fam.options.get("copies"):   # copied tokens were grafted or verified, and accepted
+    if fam.options.get("copies") or fam.method == "prompt-lookup":   # copied tokens were verified, and accepted
         assert steps.copy_runs > N_SAMPLES // 20, steps.copy_runs
     if family.startswith("sequoia-copied"):   # the copy reached past the drafted tree's first level
         assert max(steps.first_depths) >= 2, steps.first_depths

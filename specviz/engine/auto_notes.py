@@ -49,25 +49,12 @@ def lookahead_words(result: dict) -> str:
                     f"{float(choice['predicted_speedup']):.2f}x without pool candidates")
 
 
-def sequoia_size(settings: dict) -> str | None:
-    """The tree `auto` ran (also a first size), in words; None where the tree was asked for."""
-    if not (settings.get("tree") == "auto" or settings.get("tree_sizing") == "auto" or settings.get("sizing") == "first"):
-        return None
-    if settings.get("tree") == "adaptive":
-        return f"the adaptive tree of up to {settings.get('tree_budget')} nodes"
-    depth = settings.get("tree_depth")
-    return f"{settings.get('tree_budget')} nodes x {depth} level{'s' * (depth != 1)}"
+def _sizing(method: str, what: str):
+    """A sized method's `auto_size_words(settings)` (the size `auto` ran, in words; None where it was asked for)
+    or `AUTO_WHAT` (what that size is called), from its sizing module (`Method.sizing`)."""
+    from .methods import sizing
 
-
-def lookahead_size(settings: dict) -> str | None:
-    """The W, N, G `auto` ran (also first sizes), in words; None where they were asked for."""
-    if not (settings.get("auto") or settings.get("sizing") == "first"):
-        return None
-    return f"W={settings.get('window')}, N={settings.get('ngram')}, G={settings.get('guesses')}"
-
-
-SIZE_OF = {"sequoia": sequoia_size, "lookahead": lookahead_size}
-WHAT = {"sequoia": "Sequoia's tree", "lookahead": "Lookahead's W, N, G"}
+    return sizing(method, what)
 
 
 def auto_state(trace) -> dict:
@@ -80,7 +67,7 @@ def auto_state(trace) -> dict:
     for method in SIZED:
         run = trace.runs.get(method)
         settings = (run.settings or {}) if run is not None else {}
-        size = SIZE_OF[method](settings)
+        size = _sizing(method, "auto_size_words")(settings)
         if size is not None:
             state[method] = {"size": size, "first": settings.get("sizing") == "first"}
     return state
@@ -116,7 +103,7 @@ def change_words(before: dict | None, after: dict) -> dict[str, str]:
             why = "this machine's measurement for auto is running again, so this race started on first sizes"
         else:
             why = "this machine's forward times were measured again in between"
-        out[method] = f"auto changed {WHAT[method]} from {old['size']} to {new['size']} since the last race with " \
+        out[method] = f"auto changed {_sizing(method, 'AUTO_WHAT')} from {old['size']} to {new['size']} since the last race with " \
                       f"these settings: {why}"
     return out
 

@@ -233,3 +233,13 @@ def first_sizes(pair, sampling=None, graphs="auto", **options) -> tuple[dict, st
     sizes = {k: choice[k] for k in ("window", "ngram", "guesses")}
     return ({**options, **sizes}, f"Lookahead W={sizes['window']}, N={sizes['ngram']}, G={sizes['guesses']} "
                                   f"from a one-round estimate of the forward times")
+
+
+AUTO_WHAT = "Lookahead's W, N, G"   # what `auto_size_words` names (`engine.auto_notes`)
+
+
+def auto_size_words(settings: dict) -> str | None:
+    """The W, N, G `auto` ran (also first sizes), in words; None where they were asked for."""
+    if not (settings.get("auto") or settings.get("sizing") == "first"):
+        return None
+    return f"W={settings.get('window')}, N={settings.get('ngram')}, G={settings.get('guesses')}"

@@ -59,6 +59,44 @@ class Copy:
         return count
 
 
+class CopyRates:
+    """How often this run's copies were right, by match length, starting from the measured rates.
+
+    Each rate is the measured one (`FIRST_RIGHT`, `NEXT_RIGHT`) as `PRIOR_WEIGHT` tries, plus the run's own
+    tries: a chat answer quotes its prompt far less than code does, and a rewrite more, so a run learns its
+    text's rates within a few dozen copies. Choosing what to verify from past outcomes keeps sampling exact
+    (the draft may depend on anything before the step's own draws)."""
+
+    PRIOR_WEIGHT = 8.0
+
+    def __init__(self):
+        self.first = {n: [0, 0] for n in FIRST_RIGHT}   # n -> [tries, right]
+        self.next = {n: [0, 0] for n in NEXT_RIGHT}
+
+    def _rate(self, counts: list[int], prior: float) -> float:
+        tries, right = counts
+        return (prior * self.PRIOR_WEIGHT + right) / (self.PRIOR_WEIGHT + tries)
+
+    def reaches(self, copy: Copy) -> list[float]:
+        """Each of the copy's tokens' probability of being reached (it and every one before it right)."""
+        n = min(copy.matched, max(FIRST_RIGHT))
+        reach, step, out = self._rate(self.first[n], FIRST_RIGHT[n]), self._rate(self.next[n], NEXT_RIGHT[n]), []
+        for _ in copy.tokens:
+            out.append(reach)
+            reach *= step
+        return out
+
+    def update(self, copy: Copy, verified: int, accepted: int) -> None:
+        """`verified` leading tokens of `copy` went to the target, which accepted `accepted` of them."""
+        if verified < 1:
+            return
+        n = min(copy.matched, max(FIRST_RIGHT))
+        self.first[n][0] += 1
+        self.first[n][1] += accepted >= 1
+        self.next[n][0] += min(accepted + 1, verified) - 1   # token j > 1 was tried when j - 1 was right
+        self.next[n][1] += max(accepted - 1, 0)
+
+
 class NgramIndex:
     """The text so far (prompt, then committed tokens) with every n-gram's end positions."""
 

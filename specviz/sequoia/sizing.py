@@ -831,3 +831,16 @@ def adaptive_costs(pair, max_nodes: int, graphs: bool = False) -> dict:
     sizes = range(max_nodes + 1)
     return {"target": [_interp(target, max(n, 1)) / unit for n in sizes],
             "draft": [_interp(draft, max(n, 1)) / unit for n in sizes], "from": source}
+
+
+AUTO_WHAT = "Sequoia's tree"   # what `auto_size_words` names (`engine.auto_notes`)
+
+
+def auto_size_words(settings: dict) -> str | None:
+    """The tree `auto` ran (also a first size), in words; None where the tree was asked for."""
+    if not (settings.get("tree") == "auto" or settings.get("tree_sizing") == "auto" or settings.get("sizing") == "first"):
+        return None
+    if settings.get("tree") == "adaptive":
+        return f"the adaptive tree of up to {settings.get('tree_budget')} nodes"
+    depth = settings.get("tree_depth")
+    return f"{settings.get('tree_budget')} nodes x {depth} level{'s' * (depth != 1)}"

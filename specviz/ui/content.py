@@ -168,6 +168,7 @@ body.sv-presenter #sv-measuring:has(.sv-measuring) { position: fixed; right: 8px
 """
 CSS = """
 .sv-col { min-width: 0; }
+.sv-col:has(.sv-unraced) { display: none !important; }
 .sv-title h1 { margin-bottom: 0; }
 #sv-run { font-size: 18px; }
 html, body { overflow-x: hidden; }

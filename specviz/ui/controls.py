@@ -12,10 +12,10 @@ import gradio as gr
 from ..request import CUSTOM, DTYPES, GRAPHS_MODES, METHOD_NAMES, RANGES, RaceRequest
 from . import hardware, html, narrate, svg, whatif
 from .content import EXAMPLES, SIZING_CHOICES, SIZING_NOTE, TREE_CHOICES, WORKSHOP
-from .views import COLUMNS
+from .views import COLUMNS, DEFAULT_COLUMNS
 
 # The race event's outputs, by name, in the order the page's event (and its HTTP endpoint) lists them.
-RACE_OUTPUTS = ("stats_ar", "stats_sequoia", "stats_lookahead", "text_ar", "text_sequoia", "text_lookahead",
+RACE_OUTPUTS = (*(f"stats_{m}" for m in COLUMNS), *(f"text_{m}" for m in COLUMNS),
                 "tree", "window", "pool", "pool_size", "latency", "cumulative", "summary", "trace", "slider",
                 "caption", "file", "hw_html", "hw_plot", "status")
 # The views one step shows: stepping through a race changes only these.
@@ -162,7 +162,7 @@ def _race_columns(page: Page) -> None:
     with gr.Row(equal_height=False, elem_id="sv-columns"):
         for m in COLUMNS:
             with gr.Column(elem_classes=["sv-col"]):
-                page.stats[m] = gr.HTML(html.stats_html(m, None), elem_id=f"sv-stats-{m}")
+                page.stats[m] = gr.HTML(html.stats_html(m, None, raced=m in DEFAULT_COLUMNS), elem_id=f"sv-stats-{m}")
                 page.texts[m] = gr.HTML(html.tokens_html(None), elem_id=f"sv-text-{m}")
     page.summary = gr.HTML("", elem_id="sv-summary")
 

@@ -22,7 +22,7 @@ from .content import LIVE_VIEW_INTERVAL_S, TEXT_INTERVAL_S, WORKSHOP
 from .controls import STEP_OUTPUTS, Page
 from .places import session_connected
 from .racing import RaceControl, Racer, TraceFiles, Visitors, contention_note, prune_session_config
-from .views import COLUMNS
+from .views import COLUMNS, DEFAULT_COLUMNS
 
 WHATIF_SIZES = ("tree_budget", "tree_depth", "window", "ngram", "guesses")
 
@@ -204,8 +204,8 @@ class PageHandlers:
         (a race that ran on first sizes starts it again)."""
         progress = self.racer.measurement()
         waiting = progress is not None and trace is None
-        stats = {m: (html.stats_html(m, None, waiting=waiting and m != "ar") if trace is None else gr.skip())
-                 for m in COLUMNS}
+        stats = {m: (html.stats_html(m, None, waiting=waiting and m in sized(), raced=m in DEFAULT_COLUMNS)
+                     if trace is None else gr.skip()) for m in COLUMNS}
         return [html.measuring_html(progress), *stats.values(), gr.Timer(active=progress is not None)]
 
     def stop(self, trace, request: gr.Request | None = None):

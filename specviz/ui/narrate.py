@@ -380,7 +380,31 @@ def narrate_step(trace: RaceTrace, method: str, step: int, texts: dict[int, str]
         if isinstance(rec.payload, LookaheadPayload):
             key = _key_before(run, step, rec.payload.key_token_id)
         return narrate_lookahead(rec, greedy, texts if texts is not None else token_texts(trace), key)
+    if isinstance(rec.payload, TreePayload):   # a copied chain (prompt lookup)
+        return narrate_copy_chain(rec, greedy)
     return f"{_emitted(rec)}."
+
+
+def narrate_copy_chain(rec: StepRecord, greedy: bool) -> str:
+    """A step that verified a chain copied from the text: no draft, one forward over the chain."""
+    p = rec.payload
+    copied = [n for n in p.nodes if n.parent >= 0]
+    accepted = [n for n in copied if n.status == "accepted"]
+    rejected = next((n for n in copied if n.status == "rejected"), None)
+    rule = ("each is kept while it equals the target's own choice" if greedy else
+            "each is kept with probability P (its q is one-hot), and the first one refused is redrawn from P "
+            "without it, so the text follows the target's distribution exactly")
+    out = [f"Where the text's last tokens occurred before, it went on with {_list([tok(n.text) for n in copied])}: "
+           f"copied as {len(copied)} guess{'es' if len(copied) != 1 else ''} and checked in one target forward of "
+           f"{rec.tokens_processed} rows ({rule})."]
+    if accepted:
+        out.append(f"The target accepted {len(accepted)}: {_list([tok(n.text) for n in accepted])}.")
+    if rejected is not None:
+        out.append(f"It refused {tok(rejected.text)} (its P = {_p(rejected.target_prob)}) and wrote "
+                   f"{tok(p.bonus_text)} instead.")
+    else:
+        out.append(f"Every copied token held, and the forward's last row added {tok(p.bonus_text)}.")
+    return " ".join(out) + _finish(rec)
 
 
 def racing_caption_html() -> str:

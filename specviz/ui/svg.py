@@ -114,11 +114,12 @@ def _bonus_place(start: tuple[float, float], column_end: float, drawn: list, bon
     return (sx, y0, sx + 20, y0 + 5)
 
 
-def tree_svg(payload: TreePayload | None, step: int | None = None) -> str:
+def tree_svg(payload: TreePayload | None, step: int | None = None, method: str = "sequoia") -> str:
     """The speculated tree of one Sequoia step: nodes coloured by outcome, the accepted path thick,
     the bonus token a star; hovering a node shows its token, q and P. No mark or label overlaps another:
     each label's box is known, and the star goes where it touches none."""
-    title = "Sequoia token tree" + (f" — step {step}" if step is not None else "")
+    label = METHOD_LABELS.get(method, method)
+    title = f"{label} token {'tree' if method == 'sequoia' else 'chain'}" + (f" — step {step}" if step is not None else "")
     if payload is None or not payload.nodes:
         return _empty(title, "the tree appears here when Sequoia runs")
     pos = tree_positions(payload)

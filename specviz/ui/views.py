@@ -6,11 +6,12 @@ replay (upto = the slider), so the replay shows exactly what the live run showed
 
 from __future__ import annotations
 
-from ..methods import method_ids
+from ..methods import method_ids, raced_by_default
 from ..trace import LookaheadPayload, RaceTrace, TreePayload
 from . import html, narrate, svg
 
 COLUMNS = method_ids()
+DEFAULT_COLUMNS = raced_by_default()   # shown before any race; a race shows the methods it runs
 
 
 def latest_payload(run, upto: int, kind) -> tuple[object | None, int | None]:
@@ -42,7 +43,8 @@ def text_views(trace: RaceTrace | None, upto: int | None = None, running: bool =
     for m in COLUMNS:
         run = trace.runs.get(m) if trace else None
         n = counts.get(m)
-        out[f"stats_{m}"] = html.stats_html(m, run, n, running)
+        raced = m in trace.methods if trace else m in DEFAULT_COLUMNS
+        out[f"stats_{m}"] = html.stats_html(m, run, n, running, raced=raced)
         out[f"text_{m}"] = html.tokens_html(run, n)
     return out
 
@@ -55,13 +57,19 @@ def plot_views(trace: RaceTrace | None, upto: int | None = None, live: bool = Fa
     total = len(trace.order) if trace else 0
     upto = total if upto is None else upto
     counts = trace.steps_done(upto) if trace else {}
-    sequoia = trace.runs.get("sequoia") if trace else None
     lookahead = trace.runs.get("lookahead") if trace else None
-    tree, tree_step = latest_payload(sequoia, counts.get("sequoia", 0), TreePayload)
+    # The tree panel draws the first raced method's tree (Sequoia's; a copied chain where only prompt lookup
+    # speculates by tree payloads).
+    tree, tree_step, tree_method = None, None, "sequoia"
+    for m in (trace.methods if trace else ()):
+        tree, tree_step = latest_payload(trace.runs.get(m), counts.get(m, 0), TreePayload)
+        if tree is not None:
+            tree_method = m
+            break
     look, look_step = latest_payload(lookahead, counts.get("lookahead", 0), LookaheadPayload)
     runs = trace.runs if trace else {}
     return {
-        "tree": svg.tree_svg(tree, tree_step),
+        "tree": svg.tree_svg(tree, tree_step, tree_method),
         "window": svg.window_html(look, look_step),
         "pool": html.pool_entry_html(look, key_text(lookahead, counts.get("lookahead", 0), look) if look else None,
                                      html.most_used_ngrams(lookahead, counts.get("lookahead", 0)) if look else None),

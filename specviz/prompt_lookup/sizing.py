@@ -1,0 +1,118 @@
+"""How many copied tokens a prompt lookup step verifies: priced by the target's measured forward curve.
+
+A step that verifies L copied tokens runs the target over L + 1 rows, t(L + 1), and brings 1 + the sum of
+the tokens' reach probabilities (`match.Copy.reaches`: each token right and every one before it). The
+step takes the L with the most expected tokens per millisecond (0: `ar`'s step), so the length follows the
+hardware: where rows are nearly free (a GPU; a CPU's q4 kernel up to ~8 rows) a good match verifies all of
+itself, and where each row costs, only its likely head.
+
+The curve is the one Lookahead's `auto` measures (the same cache key, so the app's worker measures it once
+for both); until it is measured a race starts on a prior (`PRIOR_CURVES`) and says so. Pure arithmetic
+below the line; the curve's reading and measuring above it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidInput
+
+# A copy step's own work besides the forward: the verdict's ops and its longer read (~0.3 ms on a 2-core Zen 4
+# at q4, where `ar`'s step is ~3 ms); so a one-token match right a quarter of the time does not pay there.
+VERIFY_MS = 0.3
+PRIOR_OVERHEAD = 0.1   # the same against a prior's t(1) = 1
+MAX_TOKENS = 10      # copied tokens a step verifies at most (transformers' prompt_lookup_num_tokens default)
+CURVE_SIZES = [1, 2, 4, 8, 16, 32, 64]   # Lookahead's: one measurement serves both
+# t(n) / t(1) before anything is measured: a CPU's q4 forward on SpecViz's kernel (Zen 4 EPYC, 2 threads,
+# `python -m specviz floors`), and a GPU's, where a few rows cost what one does.
+PRIOR_CURVES = {"cpu": {1: 1.0, 2: 1.03, 4: 1.07, 8: 1.22, 16: 2.1, 32: 4.0, 64: 7.8},
+                "cuda": {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.01, 16: 1.03, 32: 1.08, 64: 1.2}}
+
+
+def check_tokens(tokens) -> int:
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 16:
+        raise InvalidInput(f"prompt lookup's copied tokens must be a whole number from 1 to 16, got {tokens!r}")
+    return tokens
+
+
+def step_overhead(curve_source: str) -> float:
+    """A copy step's own work in the curve's units: ms for a measured curve, t(1) = 1 for a prior."""
+    return PRIOR_OVERHEAD if curve_source == "prior" else VERIFY_MS
+
+
+def best_length(curve: dict[int, float], reaches: list[float], overhead: float) -> int:
+    """The number of leading copied tokens (0..len(reaches)) with the most expected tokens per unit of time:
+    t(1 + L) from `curve`, plus `overhead` for a step that verifies any."""
+    xs = sorted(curve)
+    ys = [curve[x] for x in xs]
+    best, length, tokens = 1.0 / float(np.interp(1, xs, ys)), 0, 1.0
+    for k, reach in enumerate(reaches, 1):
+        tokens += reach
+        rate = tokens / (float(np.interp(k + 1, xs, ys)) + overhead)
+        if rate > best:
+            best, length = rate, k
+    return length
+
+
+# -- the curve: cached, measured, or the prior ------------------------------------------------------------
+
+def _curve_key(pair) -> str:
+    from ..engine.models import dtype_name
+    from ..engine.profiler import forward_kind
+
+    return f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}:target"
+
+
+def _cached_curve(pair, graphs: bool):
+    from ..engine.profiler import cached_forward_curve
+
+    return cached_forward_curve(pair.target, _curve_key(pair), sizes=CURVE_SIZES, graphs=graphs)
+
+
+def _prior(pair) -> dict[int, float]:
+    return PRIOR_CURVES["cuda" if pair.device.type == "cuda" else "cpu"]
+
+
+def decoder_options(pair, sampling=None, graphs="auto", tokens=None, curve=None, curve_source=None,
+                    **options) -> dict:
+    """The decoder's options with the target's curve: cached, else measured now (a second or two), unless given."""
+    from ..engine import graphs as graph_modes
+    from ..engine.profiler import forward_curve
+
+    if curve is not None:
+        return {**options, "tokens": tokens, "curve": curve, "curve_source": curve_source or "given"}
+    wanted = graph_modes.capture_wanted(graphs, pair.device)
+    measured = forward_curve(pair.target, _curve_key(pair), sizes=CURVE_SIZES, graphs=wanted)
+    return {**options, "tokens": tokens, "curve": measured, "curve_source": "measured"}
+
+
+def auto_pending(pair, sampling=None, graphs="auto", curve=None, **options) -> bool:
+    """Whether building this decoder would measure the target's curve first (nothing measured here)."""
+    from ..engine import graphs as graph_modes
+
+    return curve is None and _cached_curve(pair, graph_modes.capture_wanted(graphs, pair.device)) is None
+
+
+def measure_auto(pair, sampling=None, graphs="auto", **options) -> None:
+    """Measure and cache the curve (the app's worker does it between races)."""
+    decoder_options(pair, sampling, graphs, **options)
+
+
+def first_sizes(pair, sampling=None, graphs="auto", **options) -> tuple[dict, str]:
+    """Options to start a race at once while the curve is unmeasured: the prior, and what to tell the reader."""
+    return ({**options, "curve": _prior(pair), "curve_source": "prior"},
+            "Prompt lookup priced its copies on a prior curve of the forward times")
+
+
+def cached_choice(pair, graphs: bool = False) -> dict | None:
+    curve = _cached_curve(pair, graphs)
+    return None if curve is None else {"curve": {str(n): ms for n, ms in curve.items()}}
+
+
+AUTO_WHAT = "prompt lookup's forward curve"   # what `auto_size_words` names (`engine.auto_notes`)
+
+
+def auto_size_words(settings: dict) -> str | None:
+    """Which curve priced the run's copies, in words; None where one was given."""
+    source = settings.get("curve_source")
+    return {"prior": "a prior curve", "measured": "this machine's measured curve"}.get(source)
