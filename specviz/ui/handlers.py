@@ -14,6 +14,7 @@ import gradio as gr
 
 from ..engine.race import release_freed_memory
 from ..errors import SpecVizError
+from ..methods import sized
 from ..request import DEFAULT_PRESET, FEATURE_PRESET, ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE, INDEPENDENT_PRESET
 from ..request import RaceRequest
 from ..trace import RaceTrace
