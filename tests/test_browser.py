@@ -121,6 +121,35 @@ def test_page_runs_a_race_and_draws_the_tree(app_url):
     assert not errors, errors
 
 
+def test_a_method_races_when_chosen_and_only_then_has_a_column(app_url):
+    """Prompt lookup is registered but not in the default race: its column shows once a race runs it, with the
+    same text as autoregressive's (greedy, fp32) and its copied chain in the tree panel's place when stepped to."""
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+            page.goto(app_url, wait_until="load", timeout=60_000)
+            page.wait_for_selector("#sv-run", timeout=60_000)
+            assert page.locator("#sv-stats-ar").is_visible() and not page.locator("#sv-stats-prompt-lookup").is_visible()
+            page.get_by_label("Prompt lookup").check()
+            page.locator("#sv-run").click()
+            page.wait_for_selector("#sv-summary .sv-summary", timeout=280_000)
+            assert page.locator("#sv-stats-prompt-lookup").is_visible()
+            texts = {m: page.locator(f"#sv-text-{m}").inner_text() for m in ("ar", "prompt-lookup")}
+            assert texts["ar"].strip() and texts["prompt-lookup"] == texts["ar"], texts
+            assert "Prompt lookup" in page.locator("#sv-summary").inner_text()
+            boxes = [page.locator(f"#sv-stats-{m}").bounding_box() for m in ("ar", "sequoia", "lookahead",
+                                                                              "prompt-lookup")]
+            assert len({round(b["y"]) for b in boxes}) == 1, boxes   # four columns side by side
+        finally:
+            browser.close()
+    assert not errors, errors
+
+
 def _in_view(page, selector: str) -> dict:
     box = page.locator(selector).bounding_box()
     view = page.viewport_size
