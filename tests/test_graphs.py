@@ -170,6 +170,20 @@ def test_ar_step_has_no_graph_breaks(pair_fp32):
     decoder.run()
 
 
+def test_prompt_lookup_chain_has_no_graph_breaks(pair_fp32):
+    """Each copied length's chain shape, as a GPU would capture it."""
+    decoder = make_decoder("prompt-lookup", pair_fp32, "Repeat: one two three, one two three, one two",
+                           max_new_tokens=24, graphs="on", curve={1: 1.0, 64: 1.0}, curve_source="prior")
+    decoder.step()
+    decoder.step()
+    for length in (0, 2):
+        with torch.inference_mode():
+            explained = torch._dynamo.explain(decoder._chain(length).compute)()
+        assert explained.graph_break_count == 0, explained.break_reasons
+        assert explained.graph_count == 1
+    decoder.run()
+
+
 def test_bench_reports_the_hosts_share_of_a_replayed_step():
     """Wall less capture less the replays' GPU time, per forward: the split the 0.5 ms target is about."""
     from specviz.benchmark.report import markdown_table
