@@ -20,6 +20,7 @@ import torch
 
 from test_precision import cache, measured_rule  # noqa: F401 (fixtures: an empty cache; auto without the kernel)
 from specviz.engine import auto_notes, models, precision, quant
+from specviz.lookahead import sizing as lookahead_sizing
 from specviz.engine.profiler import save_cached
 from specviz.trace import RaceTrace, RunTrace
 
@@ -228,8 +229,6 @@ def test_the_race_events_compare_with_the_last_race_of_the_same_request(pair_fp3
     from specviz.request import RaceRequest
 
     sizes = iter(["W=2, N=2, G=1", "W=3, N=2, G=2"])
-    from specviz.lookahead import sizing as lookahead_sizing
-
     monkeypatch.setattr(lookahead_sizing, "auto_size_words", lambda settings: next(sizes))
 
     class Pairs:
@@ -314,7 +313,7 @@ def test_no_lookahead_candidates_are_explained_by_the_numbers_the_sizing_used():
     choice = result["choice"]
     assert choice["guesses"] == 0   # the sizing's own choice on this curve
     best = next(r for r in result["table"] if r["guesses"] > 0)
-    words = auto_notes.lookahead_words(result)
+    words = lookahead_sizing.lookahead_words(result)
     assert words.startswith(f"auto chose no Lookahead candidates from its n-gram pool (G=0, W={choice['window']}, "
                             f"N={choice['ngram']})")
     assert f"t(1) = 10.0 ms and t({choice['step_tokens']}) = {choice['forward_ms']:.1f} ms" in words
@@ -324,13 +323,14 @@ def test_no_lookahead_candidates_are_explained_by_the_numbers_the_sizing_used():
             f"{choice['predicted_speedup']:.2f}x without pool candidates") in words
     # Control: a flat curve's choice has candidates, and nothing is said.
     flat = lookahead_result({1: 10.0, 2: 10.0, 4: 10.1, 8: 10.2, 16: 10.5, 32: 11.0, 64: 12.0})
-    assert flat["choice"]["guesses"] > 0 and auto_notes.lookahead_words(flat) == ""
+    assert flat["choice"]["guesses"] > 0 and lookahead_sizing.lookahead_words(flat) == ""
 
 
-def test_the_lookahead_sentence_is_the_choice_the_run_ran():
+def test_the_lookahead_sentence_is_the_choice_the_run_ran(monkeypatch):
     result = lookahead_result({1: 10.0, 2: 10.1, 4: 20.0, 8: 40.0, 16: 80.0, 32: 160.0, 64: 320.0})
+    monkeypatch.setattr(lookahead_sizing, "cached_choice", lambda pair, graphs=False: result)
     ran = {k: result["choice"][k] for k in ("window", "ngram", "guesses")}
-    assert auto_notes.why_words("lookahead", {"auto": True, **ran}, result) == auto_notes.lookahead_words(result)
+    assert lookahead_sizing.why_small(None, False, {"auto": True, **ran}) == lookahead_sizing.lookahead_words(result)
     other = {**ran, "window": ran["window"] + 1}   # a cached choice the run did not run: nothing said
-    assert auto_notes.why_words("lookahead", {"auto": True, **other}, result) == ""
-    assert auto_notes.why_words("lookahead", {"auto": False, **ran}, result) == ""
+    assert lookahead_sizing.why_small(None, False, {"auto": True, **other}) == ""
+    assert lookahead_sizing.why_small(None, False, {"auto": False, **ran}) == ""

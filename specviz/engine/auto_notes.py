@@ -2,10 +2,9 @@
 
 Two kinds of sentence, both kept in the race's trace so a replay or a download says the same:
 
-- why a size is small: where `auto` runs a one-level Sequoia tree (`sequoia.sizing.one_level_words`) or no
-  Lookahead candidates (`lookahead_words`), what the measured t(n) and the draft's cost made it choose, from the
-  very numbers the sizing chose by (its plan, or `lookahead.sizing.choose`'s result); in the run's
-  settings["auto_why"];
+- why a size is small: where `auto` runs a one-level Sequoia tree or no Lookahead candidates, what the measured
+  t(n) and the draft's cost made it choose, from the very numbers the sizing chose by (each sized method's
+  `why_small`, in its sizing module); in the run's settings["auto_why"];
 - what changed since the last race: where a race's precision or `auto` sizes differ from those of the last race
   with the same settings (`race.measure_key`), which and why (`change_words`, from two `auto_state`s); the sizes'
   in the run's settings["auto_changed"], the precision's after its own words (`RaceTrace.precision_choice`).
@@ -27,31 +26,10 @@ CHANGED = "auto_changed"  # and for what `auto` changed since the last race with
 KEPT_STATES = 64          # the last races remembered (one per `measure_key`), the least recent dropped first
 
 
-def lookahead_words(result: dict) -> str:
-    """Why `auto` chose no Lookahead candidates from its pool (G = 0), from `lookahead.sizing.choose`'s result:
-    t(1) and t(n) of the chosen forward, and of the best setting with pool candidates, its expected tokens per
-    forward, and both predicted speedups. "" where the choice has pool candidates."""
-    choice = result.get("choice") or {}
-    if int(choice.get("guesses", 1) or 0) != 0 or not result.get("curve"):
-        return ""
-    curve = {int(k): float(v) for k, v in result["curve"].items()}
-    t1 = curve[min(curve)]
-    n = int(choice["step_tokens"])
-    words = (f"auto chose no Lookahead candidates from its n-gram pool (G=0, W={choice['window']}, "
-             f"N={choice['ngram']}): on this machine t(1) = {t1:.1f} ms and t({n}) = {float(choice['forward_ms']):.1f} ms")
-    best = next((r for r in result.get("table") or [] if int(r.get("guesses", 0)) > 0), None)
-    if best is None:
-        return words + f": predicted {float(choice['predicted_speedup']):.2f}x"
-    return words + (f", and the best setting with pool candidates, W={best['window']}, N={best['ngram']}, "
-                    f"G={best['guesses']}, forwards {best['step_tokens']} tokens at t({best['step_tokens']}) = "
-                    f"{float(best['forward_ms']):.1f} ms for {float(best['expected_tokens']):.2f} tokens expected "
-                    f"per forward: predicted {float(best['predicted_speedup']):.2f}x against "
-                    f"{float(choice['predicted_speedup']):.2f}x without pool candidates")
-
-
 def _sizing(method: str, what: str):
-    """A sized method's `auto_size_words(settings)` (the size `auto` ran, in words; None where it was asked for)
-    or `AUTO_WHAT` (what that size is called), from its sizing module (`Method.sizing`)."""
+    """A sized method's `auto_size_words(settings)` (the size `auto` ran, in words; None where it was asked for),
+    `AUTO_WHAT` (what that size is called) or `why_small(pair, graphs, settings)` (why it is small, or ""), from
+    its sizing module (`Method.sizing`)."""
     from .methods import sizing
 
     return sizing(method, what)
@@ -108,19 +86,6 @@ def change_words(before: dict | None, after: dict) -> dict[str, str]:
     return out
 
 
-def why_words(method: str, settings: dict, lookahead_result: dict | None = None) -> str:
-    """Why a run's `auto` size is small, where it is (a one-level tree, no Lookahead candidates), else ""."""
-    if method == "sequoia" and settings.get("tree") == "auto" and isinstance(settings.get("plan"), dict):
-        from .methods import sizing
-
-        return sizing("sequoia", "one_level_words")(settings["plan"])
-    if method == "lookahead" and settings.get("auto") and lookahead_result:
-        choice = lookahead_result.get("choice") or {}
-        if all(choice.get(k) == settings.get(k) for k in ("window", "ngram", "guesses")):   # the choice it ran
-            return lookahead_words(lookahead_result)
-    return ""
-
-
 class LastRaces:
     """What `auto` chose at the last race of each set of settings (`race.measure_key`), for `change_words`;
     bounded (`KEPT_STATES`)."""
@@ -141,20 +106,16 @@ class LastRaces:
 
 
 def annotate(trace, pair, graphs, last: LastRaces | None, key) -> None:
-    """Write the sentences into a race's trace as it starts: each sized run's `WHY` (Lookahead's from the choice
-    `lookahead.sizing` cached, which it ran), and, against the last race with the same `key`, what `auto`
-    changed (`CHANGED`; the precision's after its `precision_choice`). Measures nothing."""
-    lookahead = trace.runs.get("lookahead")
-    result = None
-    if lookahead is not None and (lookahead.settings or {}).get("auto"):
-        from .methods import sizing
-        from .graphs import capture_wanted
+    """Write the sentences into a race's trace as it starts: each sized run's `WHY` (its sizing's `why_small`:
+    why the size `auto` ran is small, from the numbers it chose by), and, against the last race with the same
+    `key`, what `auto` changed (`CHANGED`; the precision's after its `precision_choice`). Measures nothing."""
+    from .graphs import capture_wanted
 
-        result = sizing("lookahead", "cached_choice")(pair, graphs=capture_wanted(graphs, pair.device))
+    captured = capture_wanted(graphs, pair.device) if pair is not None else False   # None: a trace alone
     for method in SIZED:
         run = trace.runs.get(method)
         if run is not None and run.settings:
-            words = why_words(method, run.settings, result)
+            words = _sizing(method, "why_small")(pair, captured, run.settings)
             if words:
                 run.settings[WHY] = words
     if last is None:

@@ -243,3 +243,37 @@ def auto_size_words(settings: dict) -> str | None:
     if not (settings.get("auto") or settings.get("sizing") == "first"):
         return None
     return f"W={settings.get('window')}, N={settings.get('ngram')}, G={settings.get('guesses')}"
+
+
+def lookahead_words(result: dict) -> str:
+    """Why `auto` chose no Lookahead candidates from its pool (G = 0), from `lookahead.sizing.choose`'s result:
+    t(1) and t(n) of the chosen forward, and of the best setting with pool candidates, its expected tokens per
+    forward, and both predicted speedups. "" where the choice has pool candidates."""
+    choice = result.get("choice") or {}
+    if int(choice.get("guesses", 1) or 0) != 0 or not result.get("curve"):
+        return ""
+    curve = {int(k): float(v) for k, v in result["curve"].items()}
+    t1 = curve[min(curve)]
+    n = int(choice["step_tokens"])
+    words = (f"auto chose no Lookahead candidates from its n-gram pool (G=0, W={choice['window']}, "
+             f"N={choice['ngram']}): on this machine t(1) = {t1:.1f} ms and t({n}) = {float(choice['forward_ms']):.1f} ms")
+    best = next((r for r in result.get("table") or [] if int(r.get("guesses", 0)) > 0), None)
+    if best is None:
+        return words + f": predicted {float(choice['predicted_speedup']):.2f}x"
+    return words + (f", and the best setting with pool candidates, W={best['window']}, N={best['ngram']}, "
+                    f"G={best['guesses']}, forwards {best['step_tokens']} tokens at t({best['step_tokens']}) = "
+                    f"{float(best['forward_ms']):.1f} ms for {float(best['expected_tokens']):.2f} tokens expected "
+                    f"per forward: predicted {float(best['predicted_speedup']):.2f}x against "
+                    f"{float(choice['predicted_speedup']):.2f}x without pool candidates")
+
+
+def why_small(pair, graphs: bool, settings: dict) -> str:
+    """Why the W, N, G `auto` ran hold no pool candidates (`lookahead_words`), where the cached choice is the one
+    the run ran; "" otherwise (`engine.auto_notes`)."""
+    if not settings.get("auto"):
+        return ""
+    result = cached_choice(pair, graphs)
+    choice = (result or {}).get("choice") or {}
+    if result and all(choice.get(k) == settings.get(k) for k in ("window", "ngram", "guesses")):
+        return lookahead_words(result)
+    return ""

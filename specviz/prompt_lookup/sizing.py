@@ -116,3 +116,8 @@ def auto_size_words(settings: dict) -> str | None:
     """Which curve priced the run's copies, in words; None where one was given."""
     source = settings.get("curve_source")
     return {"prior": "a prior curve", "measured": "this machine's measured curve"}.get(source)
+
+
+def why_small(pair, graphs: bool, settings: dict) -> str:
+    """Nothing: each step's length is priced as it runs (the tree panel shows what each verified)."""
+    return ""

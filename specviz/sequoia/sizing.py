@@ -844,3 +844,10 @@ def auto_size_words(settings: dict) -> str | None:
         return f"the adaptive tree of up to {settings.get('tree_budget')} nodes"
     depth = settings.get("tree_depth")
     return f"{settings.get('tree_budget')} nodes x {depth} level{'s' * (depth != 1)}"
+
+
+def why_small(pair, graphs: bool, settings: dict) -> str:
+    """Why the tree `auto` ran has one level (`one_level_words`, from the run's own plan); "" otherwise."""
+    if settings.get("tree") == "auto" and isinstance(settings.get("plan"), dict):
+        return one_level_words(settings["plan"])
+    return ""
