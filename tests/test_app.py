@@ -17,6 +17,7 @@ import pytest
 # Required dependencies: a missing one fails collection loudly instead of skipping the app's tests.
 import gradio as gr  # noqa: E402,F401   module level: Gradio resolves handlers' `gr.Request` annotations here
 import gradio_client  # noqa: E402
+from specviz.methods import method_ids  # noqa: E402
 
 RUN_METHODS = ["ar", "sequoia", "lookahead"]
 PROMPT = "Write a Python function that reverses a string."
@@ -49,7 +50,7 @@ def visible_text(fragment: str) -> str:
 
 def _outputs(result):
     # Output order of the run event (the gr.State is not part of the API).
-    names = ["stats_ar", "stats_sequoia", "stats_lookahead", "text_ar", "text_sequoia", "text_lookahead", "tree",
+    names = [*(f"stats_{m}" for m in method_ids()), *(f"text_{m}" for m in method_ids()), "tree",
              "window", "pool", "pool_size", "latency", "cumulative", "summary", "slider", "caption", "file",
              "hw_html", "hw_plot", "status"]
     assert len(result) == len(names), result

@@ -25,6 +25,7 @@ import torch
 import gradio_client  # noqa: E402
 
 from specviz.autoregressive.decoder import AutoregressiveDecoder  # noqa: E402
+from specviz.methods import method_ids  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "Write a Python function that reverses a string."
@@ -245,7 +246,7 @@ def run_args(prompt=PROMPT, methods=("ar", "sequoia", "lookahead"), max_new=8, *
     return args
 
 
-NAMES = ["stats_ar", "stats_sequoia", "stats_lookahead", "text_ar", "text_sequoia", "text_lookahead", "tree",
+NAMES = [*(f"stats_{m}" for m in method_ids()), *(f"text_{m}" for m in method_ids()), "tree",
          "window", "pool", "pool_size", "latency", "cumulative", "summary", "slider", "caption", "file",
          "hw_html", "hw_plot", "status"]
 
