@@ -50,7 +50,7 @@ CONFIGS = {   # name: (method, temperature, decoder options)
 
 
 def worker(code_dir: str, threads: int, tokens: int, draft: str | None, interleave: bool = False,
-           dtype: str = "bf16") -> None:
+           dtype: str = "bf16", suites: str = "chat,code") -> None:
     """Serve runs on stdin (one JSON per line) with the specviz found in code_dir."""
     sys.path.insert(0, code_dir)
     import torch
@@ -65,10 +65,10 @@ def worker(code_dir: str, threads: int, tokens: int, draft: str | None, interlea
     if not specviz.__file__.startswith(code_dir):
         raise SystemExit(f"imported {specviz.__file__}, not the code in {code_dir}")
     pair = load_pair("default", draft, device="cpu", dtype=dtype)
-    prompts = [p["prompt"] for p in read_suites("chat,code")]
-    if interleave:   # chat, code, chat, code, ...: both kinds in the first N
-        chat, code = [p["prompt"] for p in read_suites("chat")], [p["prompt"] for p in read_suites("code")]
-        prompts = [p for pair_ in zip(chat, code) for p in pair_]
+    prompts = [p["prompt"] for p in read_suites(suites)]
+    if interleave:   # chat, code, chat, code, ...: every suite's kind in the first N
+        by_suite = [[p["prompt"] for p in read_suites(name)] for name in suites.split(",")]
+        prompts = [p for round_ in zip(*by_suite) for p in round_]
     print(json.dumps({"ready": specviz.__file__}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -117,7 +117,7 @@ def start(code_dir: Path, args, cache: Path) -> subprocess.Popen:
 
     cmd = [sys.executable, __file__, "--serve", str(code_dir), "--threads", str(args.threads),
            "--tokens", str(args.tokens), "--dtype", args.dtype] + (["--draft", args.draft] if args.draft else []) + (
-              ["--interleave"] if args.interleave else [])
+              ["--interleave"] if args.interleave else []) + ["--suites", args.suites]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True, cwd=ROOT, env={**os.environ, "SPECVIZ_CACHE": str(cache)})
     ready = proc.stdout.readline()
@@ -136,7 +136,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--old", default="HEAD", help="git revision to compare the working tree against")
     p.add_argument("--prompts", type=int, default=8, help="chat and code suite prompts, in order")
-    p.add_argument("--interleave", action="store_true", help="alternate chat and code prompts (both kinds in N)")
+    p.add_argument("--interleave", action="store_true", help="alternate the suites' prompts (every kind in N)")
+    p.add_argument("--suites", default="chat,code", help="the prompt suites, e.g. chat,code,math,rewrite")
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32", "q4"),
@@ -148,7 +149,7 @@ def main() -> int:
     p.add_argument("--serve", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
-        worker(args.serve, args.threads, args.tokens, args.draft, args.interleave, args.dtype)
+        worker(args.serve, args.threads, args.tokens, args.draft, args.interleave, args.dtype, args.suites)
         return 0
     configs = {name: CONFIGS[name] for name in args.configs.split(",")}
     with tempfile.TemporaryDirectory() as tmp:

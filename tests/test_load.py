@@ -17,6 +17,7 @@ import pytest
 
 # A required dependency: a missing one fails collection loudly instead of skipping.
 import gradio_client  # noqa: E402
+from specviz.methods import method_ids  # noqa: E402
 from gradio_client.utils import QueueError, Status  # noqa: E402
 
 CLIENTS = 8
@@ -83,8 +84,9 @@ def run_args():
 
 
 def column_texts(result) -> list[str]:
-    # Outputs 3..5 are the AR / Sequoia / Lookahead token columns.
-    return [htmllib.unescape(re.sub(r"<[^>]+>", "", frag)).replace("⏎", "\n") for frag in result[3:6]]
+    # After the columns' headers come their texts (`ui.controls.RACE_OUTPUTS`): AR's, Sequoia's, Lookahead's.
+    start = len(method_ids())
+    return [htmllib.unescape(re.sub(r"<[^>]+>", "", frag)).replace("⏎", "\n") for frag in result[start:start + 3]]
 
 
 def test_eight_concurrent_clients_complete_or_hear_queue_is_full(server_url, expected_text, expected_ids):

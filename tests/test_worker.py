@@ -22,6 +22,7 @@ import pytest
 # Required dependencies: a missing one fails collection loudly instead of skipping.
 import gradio as gr  # noqa: E402,F401
 import gradio_client  # noqa: E402
+from specviz.methods import method_ids  # noqa: E402
 
 from helpers import served  # noqa: E402
 
@@ -41,7 +42,8 @@ def texts(result) -> list[str]:
     import html
     import re
 
-    return [html.unescape(re.sub(r"<[^>]+>", "", frag)) for frag in result[3:6]]
+    start = len(method_ids())   # after the columns' headers, their texts: AR's, Sequoia's, Lookahead's
+    return [html.unescape(re.sub(r"<[^>]+>", "", frag)) for frag in result[start:start + 3]]
 
 
 def race_token_ids(result) -> dict[str, list[int]]:

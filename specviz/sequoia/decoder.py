@@ -65,7 +65,7 @@ from ..trace import (
     TreePayload,
 )
 from ..errors import InvalidInput
-from ..prompt_lookup.match import Copy, NgramIndex
+from ..prompt_lookup.match import Copy, CopyRates, NgramIndex
 from .adaptive import allocate_children, level_pays, padded_block, padded_levels, read_block
 from .copy_cost import copy_step_speedup
 from .tree import TreeShape, TreeTensors
@@ -167,6 +167,7 @@ class SequoiaDecoder(Decoder):
                                   and plan.get("choice")) else None
         self.trace.settings["copies"] = self.copy_len
         self.index = NgramIndex(self.prompt_ids) if self.copy_len else None
+        self.copy_rates = CopyRates()   # how often this run's copies verified alone were right (`_copy_alone`)
         self.grafted = None   # this step's copied chain, when one was grafted (`_graft`)
         span = max_nodes + self.copy_len   # slots after the root's that a step's forwards write
         if self.padded:
@@ -237,6 +238,8 @@ class SequoiaDecoder(Decoder):
         payload.draft_ms = round(times.get(PHASE_DRAFT, 0.0), 4)
         payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
         self.drafter.widen(new_ids)
+        if self.grafted and self.grafted.get("alone"):
+            self.copy_rates.update(copy, len(self.grafted["copied"]), len(got["accepted"]))
         self._count_fresh(new_ids, got["accepted"], depth, tree, read_slots)
         # tokens_processed: the rows the target's forward ran (a captured cut step runs the whole tree, a
         # padded adaptive one its padding too).
@@ -369,8 +372,9 @@ class SequoiaDecoder(Decoder):
 
     def _copy_alone(self, copy: Copy, room: int) -> tuple[_Tree, torch.Tensor, int] | None:
         """The copied chain as this step's whole tree, where the plan predicts it pays more than the drafted
-        tree (no draft forward); else None."""
-        speedup, length = copy_step_speedup(self.copy_plan, copy.reaches()[:room])
+        tree (no draft forward); else None. Its tokens are priced at this run's own rates, learned from the
+        copies it verified alone (`match.CopyRates`: a chat answer's copies are right far less often)."""
+        speedup, length = copy_step_speedup(self.copy_plan, self.copy_rates.reaches(copy)[:room])
         if not length or speedup <= float(self.copy_plan["choice"]["predicted_speedup"]):
             return None
         chain = list(copy.tokens[:length])
