@@ -315,6 +315,23 @@ def test_api_race_result_names_each_methods_text_speed_and_verdict(api_result):
     assert result["dtype"] == "fp32" and result["cancelled"] is False
 
 
+def test_api_races_a_method_outside_the_default_race_when_named():
+    """Prompt lookup is registered but not raced by default: named, it races, by its page name or its id."""
+    from specviz.ui import build_demo
+
+    with served(build_demo(defaults=SMALL)) as url:
+        client = gradio_client.Client(url, verbose=False)
+        result = client.predict("Repeat twice: one two three four.", methods=["Autoregressive", "Prompt lookup"],
+                                max_new_tokens=16, api_name="/race")
+        by_id = client.predict("Repeat twice: one two three four.", methods=["ar", "prompt-lookup"],
+                               max_new_tokens=16, api_name="/race")
+    methods = result["methods"]
+    assert list(methods) == ["ar", "prompt-lookup"] == list(by_id["methods"])
+    assert methods["prompt-lookup"]["token_ids"] == methods["ar"]["token_ids"]
+    assert methods["prompt-lookup"]["identical_to_ar"] is True and methods["prompt-lookup"]["error"] is None
+    assert methods["prompt-lookup"]["tokens_per_forward"] >= 1
+
+
 def test_api_race_trace_is_a_downloaded_file_that_replays(api_result):
     from specviz.trace import RaceTrace
 
