@@ -54,7 +54,8 @@ def build_page(init: RaceRequest, limits, presets: list[str]) -> Page:
     gr.Markdown("# SpecViz — three decoders race on one prompt\n"
                 "Autoregressive decoding makes one token per target forward. **Sequoia** drafts a tree of "
                 "guesses with a small model and verifies it in one forward; **Lookahead** guesses n-grams "
-                "by Jacobi iteration with the target itself. Same output (greedy: token for token in fp32; "
+                "by Jacobi iteration with the target itself; **Prompt lookup** (tick it for a fourth column) "
+                "copies the text's own past as its guesses. Same output (greedy: token for token in fp32; "
                 "sampled: the same distribution), different speed.", elem_classes=["sv-title"])
     _prompt_and_models(page, init, limits, presets)
     _sampling(page, init, limits)
@@ -161,7 +162,8 @@ def _race_columns(page: Page) -> None:
     page.stats, page.texts = {}, {}
     with gr.Row(equal_height=False, elem_id="sv-columns"):
         for m in COLUMNS:
-            with gr.Column(elem_classes=["sv-col"]):
+            # Four raced columns still side by side at a projector's 1280 (Gradio's 320 px minimum wraps the fourth).
+            with gr.Column(elem_classes=["sv-col"], min_width=240):
                 page.stats[m] = gr.HTML(html.stats_html(m, None, raced=m in DEFAULT_COLUMNS), elem_id=f"sv-stats-{m}")
                 page.texts[m] = gr.HTML(html.tokens_html(None), elem_id=f"sv-text-{m}")
     page.summary = gr.HTML("", elem_id="sv-summary")

@@ -160,8 +160,10 @@ def stats_html(method: str, run: RunTrace | None, upto: int | None = None, runni
                 if ran else "")
     return (f'<div class="sv-stats" style="border-top:6px solid {color};padding:6px 4px">'
             f'<div style="display:flex;justify-content:space-between;align-items:baseline">'
-            f'<span style="font-size:22px;font-weight:700;color:{color}">{esc(label)}</span>{ran_span}'
-            f'<span style="font-size:14px;color:#6b7280;white-space:nowrap">{esc(state)}</span></div>'
+            f'<span style="font-size:22px;font-weight:700;color:{color};white-space:nowrap">{esc(label)}</span>{ran_span}'
+            # Cut short rather than drawn over the name where four columns share a projector's 1280 px.
+            f'<span style="font-size:14px;color:#6b7280;white-space:nowrap;min-width:0;overflow:hidden;'
+            f'text-overflow:ellipsis;margin-left:6px" title="{esc(state)}">{esc(state)}</span></div>'
             f'<div style="display:flex;justify-content:space-between;margin-top:4px">{stat_cells}</div></div>')
 
 
