@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal, get_args
 
 from .errors import InvalidInput
-from .methods import labels, raced_by_default
+from .methods import args_module, labels, method_ids, raced_by_default
 
 # -- what the settings may name -------------------------------------------------------------------
 
@@ -187,16 +187,11 @@ class RaceRequest:
         # The decoders' floor (`MIN_TEMPERATURE`): the request records the greedy race it runs.
         numbers["temperature"] = floored_temperature(numbers["temperature"])
         seed = None if self.seed in (None, "") else RANGES["seed"].check(self.seed)
-        _choose("dtype", self.dtype or "auto", DTYPES)
-        _choose("graphs", self.graphs or "auto", GRAPHS_MODES)
-        _choose("tree", self.tree, TREE_MODES)
-        _choose("lookahead", self.lookahead, LOOKAHEAD_MODES)
-        sizes = {name: None for name in ("tree_budget", "tree_depth", "window", "ngram", "guesses")}
-        if self.tree == "manual":
-            sizes.update({name: RANGES[name].check(getattr(self, name)) for name in ("tree_budget", "tree_depth")})
-            check_tree(sizes["tree_budget"], sizes["tree_depth"])
-        if self.lookahead == "manual":
-            sizes.update({name: RANGES[name].check(getattr(self, name)) for name in ("window", "ngram", "guesses")})
+        check_choice("dtype", self.dtype or "auto", DTYPES)
+        check_choice("graphs", self.graphs or "auto", GRAPHS_MODES)
+        sizes = {}   # each method's settings, checked by its own options module (`request_sizes`)
+        for module in _request_modules(method_ids()):
+            sizes.update(module.request_sizes(self))
         request = replace(self, methods=tuple(methods), dtype=self.dtype or "auto", graphs=self.graphs or "auto",
                           seed=seed,
                           custom_target=(self.custom_target or "").strip(),
@@ -245,21 +240,11 @@ class RaceRequest:
             raise InvalidInput(str(exc)) from None
 
     def method_options(self) -> dict[str, dict]:
-        """Each raced method's decoder keyword arguments ('auto' sizes are None)."""
-        sequoia = {"tree_budget": None, "tree_depth": None}
-        if self.tree == "adaptive":   # its own limits (the target's free rows, 8 levels, threshold 0.05)
-            sequoia = {"tree": "adaptive", "tree_budget": None, "tree_depth": None}
-        elif self.tree == "illustrative":
-            sequoia = dict(ILLUSTRATIVE_TREE)
-        elif self.tree == "manual":
-            sequoia = {"tree_budget": self.tree_budget, "tree_depth": self.tree_depth}
-        lookahead = {"window": None, "ngram": None, "guesses": None, "pool_from_prompt": bool(self.pool_from_prompt)}
-        if self.lookahead == "illustrative":
-            lookahead.update(ILLUSTRATIVE_LOOKAHEAD)
-        elif self.lookahead == "manual":
-            lookahead.update(window=self.window, ngram=self.ngram, guesses=self.guesses)
-        options = {"sequoia": sequoia, "lookahead": lookahead}
-        return {m: options.get(m, {}) for m in self.methods}
+        """Each raced method's decoder keyword arguments ('auto' sizes are None), from its options module's
+        `request_options` (a method with no settings in the request takes none)."""
+        modules = {m: args_module(m) for m in self.methods}
+        return {m: module.request_options(self) if module is not None and hasattr(module, "request_options") else {}
+                for m, module in modules.items()}
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -273,6 +258,12 @@ class RaceRequest:
         if "methods" in known:
             known["methods"] = tuple(known["methods"])
         return cls(**known)
+
+
+def _request_modules(methods) -> list:
+    """The options modules (`Method.args`) of the methods that take settings in a race request."""
+    modules = [args_module(m) for m in methods]
+    return [module for module in modules if module is not None and hasattr(module, "request_sizes")]
 
 
 def _method_ids(methods) -> list[str]:
@@ -291,6 +282,6 @@ def _method_ids(methods) -> list[str]:
     return ids
 
 
-def _choose(name: str, value, choices) -> None:
+def check_choice(name: str, value, choices) -> None:
     if value not in choices:
         raise InvalidInput(f"unknown {name} {value!r}; choose from {', '.join(choices)}")

@@ -39,3 +39,28 @@ def parse_sizes(sizes: str, spec: str) -> dict | None:
     """`4x3x4` as decoder options; None where the text is not Lookahead's sizes."""
     numbers = size_numbers(sizes)
     return {"window": numbers[0], "ngram": numbers[1], "guesses": numbers[2]} if len(numbers) == 3 else None
+
+
+# -- its settings in a race request (`specviz.request.RaceRequest`: lookahead, window, ngram, guesses) ----------
+
+def request_sizes(request) -> dict:
+    """The request's window settings checked: the sizes a manual window uses, None where `auto` chooses them."""
+    from ..request import LOOKAHEAD_MODES, RANGES, check_choice
+
+    check_choice("lookahead", request.lookahead, LOOKAHEAD_MODES)
+    sizes = {"window": None, "ngram": None, "guesses": None}
+    if request.lookahead == "manual":
+        sizes = {name: RANGES[name].check(getattr(request, name)) for name in sizes}
+    return sizes
+
+
+def request_options(request) -> dict:
+    """A validated request's window as the decoder's options ('auto' sizes are None)."""
+    from ..request import ILLUSTRATIVE_LOOKAHEAD
+
+    options = {"window": None, "ngram": None, "guesses": None, "pool_from_prompt": bool(request.pool_from_prompt)}
+    if request.lookahead == "illustrative":
+        options.update(ILLUSTRATIVE_LOOKAHEAD)
+    elif request.lookahead == "manual":
+        options.update(window=request.window, ngram=request.ngram, guesses=request.guesses)
+    return options

@@ -49,3 +49,30 @@ def parse_sizes(sizes: str, spec: str) -> dict | None:
             raise InvalidInput(f"cannot read the threshold in '{spec}': use sequoia@adaptive=0.05") from None
     numbers = size_numbers(sizes)
     return {"tree_budget": numbers[0], "tree_depth": numbers[1]} if len(numbers) == 2 else None
+
+
+# -- its settings in a race request (`specviz.request.RaceRequest`: tree, tree_budget, tree_depth) --------------
+
+def request_sizes(request) -> dict:
+    """The request's tree settings checked: the sizes a manual tree uses, None where `auto` chooses them."""
+    from ..request import RANGES, TREE_MODES, check_choice, check_tree
+
+    check_choice("tree", request.tree, TREE_MODES)
+    sizes = {"tree_budget": None, "tree_depth": None}
+    if request.tree == "manual":
+        sizes = {name: RANGES[name].check(getattr(request, name)) for name in sizes}
+        check_tree(sizes["tree_budget"], sizes["tree_depth"])
+    return sizes
+
+
+def request_options(request) -> dict:
+    """A validated request's tree as the decoder's options ('auto' sizes are None)."""
+    from ..request import ILLUSTRATIVE_TREE
+
+    if request.tree == "adaptive":   # its own limits (the target's free rows, 8 levels, threshold 0.05)
+        return {"tree": "adaptive", "tree_budget": None, "tree_depth": None}
+    if request.tree == "illustrative":
+        return dict(ILLUSTRATIVE_TREE)
+    if request.tree == "manual":
+        return {"tree_budget": request.tree_budget, "tree_depth": request.tree_depth}
+    return {"tree_budget": None, "tree_depth": None}
