@@ -95,7 +95,7 @@ class PromptLookupDecoder(Decoder):
         self.rates.update(copy, length, verdict.n_accepted)
         new_ids = verdict.tokens
         sources = [SOURCE_COPY] * verdict.n_accepted + [SOURCE_BONUS]
-        payload = self._payload(ids.tolist(), verdict, tests, target_p, copy)
+        payload = self._payload(ids.tolist(), verdict, tests, target_p)
         times = timer.stop()
         payload.verify_ms = round(times.get(PHASE_TARGET, 0.0) + times.get(PHASE_VERIFY, 0.0), 4)
         record = self._emit(new_ids, sources, length + 1, times, payload)
@@ -153,7 +153,7 @@ class PromptLookupDecoder(Decoder):
 
     # -- the trace ---------------------------------------------------------------------------------
 
-    def _payload(self, ids: list[int], verdict, tests, target_p: list[float], copy) -> TreePayload:
+    def _payload(self, ids: list[int], verdict, tests, target_p: list[float]) -> TreePayload:
         """The step as a chain the tree view draws: the root (t0), then each copied token, accepted up to the
         verdict's count, the first rejected one after them, the rest never reached."""
         accepted = verdict.n_accepted
