@@ -38,8 +38,9 @@ class Method:
     args: str | None = None
     drafts: bool = False      # speculates with a draft model, so the command's draft matters to it
     # The module of its hardware-aware sizing, for what the app asks before and between races:
-    # `auto_pending(pair, sampling, graphs, **options)` (would `auto` measure first?), `measure_auto(...)` and
-    # `first_sizes(...)`, `cached_choice`; None for a method that measures nothing.
+    # `auto_pending(pair, sampling, graphs, **options)` (would `auto` measure first?), `measure_auto(...)`,
+    # `first_sizes(...)`, and for `auto`'s notes `auto_size_words`, `AUTO_WHAT`, `why_small`; None for a method
+    # that measures nothing.
     sizing: str | None = None
     # Hosting's estimates of a race's GPU time before anything is measured (`hosting`): a step's cost in target
     # forwards and the tokens it makes (conservative: fewer tokens a step, so a race rarely meets its own clock),

@@ -263,6 +263,15 @@ def choose_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -
     return _DTYPES[key]
 
 
+def target_key(pair) -> str:
+    """The key of what is measured of a pair's target alone: its name, device, dtype and the forward that runs
+    (`profiler.forward_kind`). Its t(n) curve is cached under this + ":target", the one curve Lookahead's `auto`
+    and prompt lookup's steps both read."""
+    from .profiler import forward_kind
+
+    return f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}"
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
 

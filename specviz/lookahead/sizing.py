@@ -144,11 +144,10 @@ def settings_table(curve: dict[int, float], accept_rate: float = ACCEPT_RATE) ->
 
 def _auto_key(pair, graphs: bool) -> tuple[str, str]:
     """(the choice's cache key, the target curve's key) for this target, device and dtype."""
-    from ..engine.models import dtype_name
-    from ..engine.profiler import forward_kind
+    from ..engine.models import target_key
 
     # The draft plays no part in Lookahead: key on the target, device and dtype only.
-    key = f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}"
+    key = target_key(pair)
     curve_key = f"{key}:target"   # the curve's own key says graphs or not (`profiler._curve_key`)
     return key + ("|graphs" if graphs else ""), curve_key
 

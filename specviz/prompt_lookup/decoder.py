@@ -58,7 +58,6 @@ class PromptLookupDecoder(Decoder):
         self.forward = self.session.forward("target", self.model)
         self.graph_stats = self.session.runner.stats
         self.chains: dict[int, object] = {}   # copied tokens L -> the target's shape over L + 1 rows
-        self.ids = torch.zeros(1 + self.max_tokens, dtype=torch.long, device=self.device)
 
     def _chain(self, length: int):
         """The target's forward over t0 and `length` copied tokens, causal, every row's logits."""
@@ -83,10 +82,7 @@ class PromptLookupDecoder(Decoder):
         chain = list(copy.tokens[:length]) if copy else []
         timer = PhaseTimer(self.device)
         timer.start(PHASE_TARGET)
-        ids = self.ids[:length + 1]
-        ids[:1] = self.index.text[-1]
-        if chain:
-            ids[1:] = torch.tensor(chain, dtype=torch.long)
+        ids = torch.tensor([self.index.text[-1], *chain], dtype=torch.long, device=self.device)
         logits = self._chain(length)(ids, committed - 1)[:length + 1, :self.vocab]
         timer.start(PHASE_VERIFY)
         if not chain:

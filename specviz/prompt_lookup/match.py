@@ -38,25 +38,30 @@ class Copy:
     matched: int
     source: int
 
+    @property
+    def rated(self) -> int:
+        """The match length its rates are kept by (`FIRST_RIGHT`, `NEXT_RIGHT`: longer matches count as the longest)."""
+        return min(self.matched, max(FIRST_RIGHT))
+
     def reaches(self) -> list[float]:
         """Each token's probability of being reached (it and every one before it right), by the measured rates."""
-        n = min(self.matched, max(FIRST_RIGHT))
-        out, reach = [], FIRST_RIGHT[n]
-        for _ in self.tokens:
-            out.append(reach)
-            reach *= NEXT_RIGHT[n]
-        return out
+        return chain_reaches(len(self.tokens), FIRST_RIGHT[self.rated], NEXT_RIGHT[self.rated])
 
     def worth(self, min_reach: float) -> int:
         """How many of the copy's tokens to verify: those reached (all before them right) with probability at
         least `min_reach`, by the measured rates (`FIRST_RIGHT`, `NEXT_RIGHT`); a row costs what it costs,
-        so a guess that is rarely reached does not pay for it."""
-        n = min(self.matched, max(FIRST_RIGHT))
-        reach, count = FIRST_RIGHT[n], 0
-        while count < len(self.tokens) and reach >= min_reach:
-            count += 1
-            reach *= NEXT_RIGHT[n]
-        return count
+        so a guess that is rarely reached does not pay for it. (Each rate is below 1: the reaches only fall.)"""
+        return sum(reach >= min_reach for reach in self.reaches())
+
+
+def chain_reaches(count: int, first: float, step: float) -> list[float]:
+    """The reach probabilities of a chain's `count` tokens: the first right with probability `first`, each next
+    one, given those before it, with probability `step`."""
+    out, reach = [], first
+    for _ in range(count):
+        out.append(reach)
+        reach *= step
+    return out
 
 
 class CopyRates:
@@ -79,18 +84,15 @@ class CopyRates:
 
     def reaches(self, copy: Copy) -> list[float]:
         """Each of the copy's tokens' probability of being reached (it and every one before it right)."""
-        n = min(copy.matched, max(FIRST_RIGHT))
-        reach, step, out = self._rate(self.first[n], FIRST_RIGHT[n]), self._rate(self.next[n], NEXT_RIGHT[n]), []
-        for _ in copy.tokens:
-            out.append(reach)
-            reach *= step
-        return out
+        n = copy.rated
+        return chain_reaches(len(copy.tokens), self._rate(self.first[n], FIRST_RIGHT[n]),
+                             self._rate(self.next[n], NEXT_RIGHT[n]))
 
     def update(self, copy: Copy, verified: int, accepted: int) -> None:
         """`verified` leading tokens of `copy` went to the target, which accepted `accepted` of them."""
         if verified < 1:
             return
-        n = min(copy.matched, max(FIRST_RIGHT))
+        n = copy.rated
         self.first[n][0] += 1
         self.first[n][1] += accepted >= 1
         self.next[n][0] += min(accepted + 1, verified) - 1   # token j > 1 was tried when j - 1 was right

@@ -57,10 +57,9 @@ def best_length(curve: dict[int, float], reaches: list[float], overhead: float) 
 # -- the curve: cached, measured, or the prior ------------------------------------------------------------
 
 def _curve_key(pair) -> str:
-    from ..engine.models import dtype_name
-    from ..engine.profiler import forward_kind
+    from ..engine.models import target_key
 
-    return f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}:target"
+    return target_key(pair) + ":target"   # Lookahead's curve (`lookahead.sizing._auto_key`)
 
 
 def _cached_curve(pair, graphs: bool):
@@ -103,10 +102,6 @@ def first_sizes(pair, sampling=None, graphs="auto", **options) -> tuple[dict, st
     return ({**options, "curve": _prior(pair), "curve_source": "prior"},
             "Prompt lookup priced its copies on a prior curve of the forward times")
 
-
-def cached_choice(pair, graphs: bool = False) -> dict | None:
-    curve = _cached_curve(pair, graphs)
-    return None if curve is None else {"curve": {str(n): ms for n, ms in curve.items()}}
 
 
 AUTO_WHAT = "prompt lookup's forward curve"   # what `auto_size_words` names (`engine.auto_notes`)

@@ -118,8 +118,7 @@ def tree_svg(payload: TreePayload | None, step: int | None = None, method: str =
     """The speculated tree of one Sequoia step: nodes coloured by outcome, the accepted path thick,
     the bonus token a star; hovering a node shows its token, q and P. No mark or label overlaps another:
     each label's box is known, and the star goes where it touches none."""
-    label = METHOD_LABELS.get(method, method)
-    title = f"{label} token {'tree' if method == 'sequoia' else 'chain'}" + (f" — step {step}" if step is not None else "")
+    title = f"{METHOD_LABELS.get(method, method)} token tree" + (f" — step {step}" if step is not None else "")
     if payload is None or not payload.nodes:
         return _empty(title, "the tree appears here when Sequoia runs")
     pos = tree_positions(payload)
