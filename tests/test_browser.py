@@ -134,7 +134,9 @@ def test_a_method_races_when_chosen_and_only_then_has_a_column(app_url):
             page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
             page.goto(app_url, wait_until="load", timeout=60_000)
             page.wait_for_selector("#sv-run", timeout=60_000)
-            assert page.locator("#sv-stats-ar").is_visible() and not page.locator("#sv-stats-prompt-lookup").is_visible()
+            # The columns render after the button under a loaded machine: wait for the default race's first one.
+            page.wait_for_selector("#sv-stats-ar", state="visible", timeout=60_000)
+            assert not page.locator("#sv-stats-prompt-lookup").is_visible()
             page.get_by_label("Prompt lookup").check()
             page.locator("#sv-run").click()
             page.wait_for_selector("#sv-summary .sv-summary", timeout=280_000)
