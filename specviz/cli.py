@@ -79,10 +79,11 @@ def cmd_floors(args: argparse.Namespace) -> int:
 
         raise InvalidInput("floors measures a CPU's read bandwidth and int8 peak; this pair runs on "
                            f"{pair.device.type}")
-    rates = floors.measured_rates(refresh=args.refresh)
+    work = floors.forward_work(pair.target)
+    rates = floors.measured_rates(floors.read_mib(work), refresh=args.refresh)
     curve = forward_curve(pair.target, pair.key + ":target", sizes=list(floors.FLOOR_SIZES),
                           context_len=args.context, refresh=args.refresh)
-    record = floors.floors_record(curve, floors.forward_work(pair.target), rates, args.context)
+    record = floors.floors_record(curve, work, rates, args.context)
     print(json.dumps(record, indent=1) if args.json else floors.table_markdown(record))
     return 0
 

@@ -59,15 +59,25 @@ def test_the_floors_are_bytes_over_bandwidth_and_macs_over_the_peak():
 
 def test_the_rates_are_measured_once_and_read_back(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
-    assert floors.cached_rates() is None
-    rates = floors.measured_rates()
-    assert 1.0 < rates.bandwidth_gbs < 2000 and rates.threads == torch.get_num_threads()
+    assert floors.cached_rates(64) is None
+    rates = floors.measured_rates(64)
+    assert 1.0 < rates.bandwidth_gbs < 2000 and rates.threads == torch.get_num_threads() and rates.read_mib == 64
     if q4_rows_available() is None:
         assert 5.0 < rates.int8_gmacs < 100_000   # a few cores' vpdpbusd, in GMAC/s
     else:
         assert rates.int8_gmacs is None
-    monkeypatch.setattr(floors, "read_bandwidth_gbs", lambda: pytest.fail("measured again"))
-    assert floors.measured_rates() == rates == floors.cached_rates()
+    monkeypatch.setattr(floors, "read_bandwidth_gbs", lambda mib: pytest.fail("measured again"))
+    assert floors.measured_rates(64) == rates == floors.cached_rates(64)
+    assert floors.cached_rates(128) is None   # another working set is another measurement
+
+
+def test_the_read_is_the_size_of_the_forwards_weights():
+    """A floor read over a fixed buffer past the cache sits above t(n) where the cache holds the weights."""
+    def work(nbytes):
+        return floors.ForwardWork(nbytes, 0, 1, 0, "q4")
+
+    assert floors.read_mib(work(99_712_912)) == 96 and floors.read_mib(work(96 << 20)) == 96
+    assert floors.read_mib(work((96 << 20) + 1)) == 112 and floors.read_mib(work(10 << 20)) == 64
 
 
 @pytest.mark.skipif(q4_rows_available() is not None, reason="SpecViz's kernel is not built here")
@@ -116,13 +126,18 @@ def test_the_hardware_panel_draws_t_n_beside_both_floors(tmp_path):
     assert again.floors == trace.floors
 
 
-def test_the_floors_command_prints_t_n_beside_the_floors(capsys):
+def test_the_floors_command_prints_t_n_beside_the_floors(capsys, tmp_path, monkeypatch):
+    """The rates and t(n) measured afresh, in the same minute: a rate cached while a neighbour streamed memory
+    would put the floor above a t(n) timed in a quiet moment."""
     from specviz.cli import main
 
-    assert main(["floors", "--dtype", "q4", "--json"]) == 0
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    assert main(["floors", "--dtype", "q4", "--json", "--refresh"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert [row["n"] for row in record["rows"]] == list(floors.FLOOR_SIZES)
-    assert all(row["t_ms"] > row["bandwidth_floor_ms"] > 0 for row in record["rows"])
+    # t(1) sits ~10% above the floor on a 2-core Zen 4, and a shared VM's neighbours move both readings: a
+    # floor more than 10% above a measured forward is a floor read over the wrong thing, not noise
+    assert all(row["t_ms"] > 0.9 * row["bandwidth_floor_ms"] > 0 for row in record["rows"])
 
 
 def test_a_race_on_a_cpu_records_the_floors_once_the_rates_are_measured(q4_target, tmp_path, monkeypatch):
@@ -135,7 +150,7 @@ def test_a_race_on_a_cpu_records_the_floors_once_the_rates_are_measured(q4_targe
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     pair = SimpleNamespace(target=q4_target, device=torch.device("cpu"))
     assert floors_of(pair) == {}
-    floors.measured_rates()
+    floors.measured_rates(floors.read_mib(floors.forward_work(q4_target)))
     recorded = floors_of(pair)
     assert floors.from_record(recorded)[1] == floors.forward_work(q4_target)
     assert floors_of(SimpleNamespace(target=q4_target, device=torch.device("meta"))) == {}

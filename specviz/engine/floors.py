@@ -11,8 +11,11 @@ rows); where the second is, it is compute-bound and each row costs its share (a 
 measured t(n) against the two says how much of a forward is the hardware and how much the code: what
 speculation can hope for here (`docs/benchmarks.md`, the hardware panel).
 
-The rates are measured once per CPU and thread count (cached as the `floors` profile: a 256 MiB read, and
-chains of `vpdpbusd` in registers on SpecViz's kernel, `int8_peak`); the work comes from the model.
+The rates are measured once per CPU, thread count and working set (cached as the `floors` profile: repeated
+reads of a buffer as large as the forward's weights, and chains of `vpdpbusd` in registers on SpecViz's kernel,
+`int8_peak`); the work comes from the model. The read is the forward's own size, not a fixed one past the cache:
+where a CPU's last-level cache holds most of the weights (an Intel part with a 105 MB L3 holds a 100 MB q4
+model), a forward re-reads them at the cache's rate, and a floor at the DRAM's rate would sit above t(n).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch
 
 from .native import q4_rows_available
 
-READ_BYTES = 256 << 20   # well past any CPU's last-level cache: what a forward's weights stream from
+MIN_READ_BYTES = 64 << 20   # below this a read times the L2 and the loop, not what a forward streams from
 FLOOR_SIZES = (1, 2, 4, 8, 16)
 
 
@@ -34,6 +37,7 @@ class Rates:
     bandwidth_gbs: float          # read bandwidth, GB/s (1e9 bytes)
     int8_gmacs: float | None      # int8 multiply-accumulates, 1e9 per second (None: no VNNI kernel here)
     threads: int
+    read_mib: int = 256           # the buffer the bandwidth was read over (older records: 256 MiB)
 
 
 @dataclass(frozen=True)
@@ -46,17 +50,26 @@ class ForwardWork:
     weights: str                  # what the weights are ("q4: Q4_1 layers, Q8_0 head"), for the table's title
 
 
-def read_bandwidth_gbs(repeats: int = 10) -> float:
-    """The best of `repeats` reductions over a 256 MiB buffer: the rate a forward's weights can stream at (a
-    max: nothing but a load and a compare per float; the best run, since a shared machine only slows one)."""
-    buffer = torch.ones(READ_BYTES // 4, dtype=torch.float32)
+def read_mib(work: ForwardWork) -> int:
+    """The buffer, in MiB, whose re-read rate bounds `work`'s forward: its weights, rounded up to 16 MiB so
+    that models of about one size share a measurement."""
+    return max(MIN_READ_BYTES, work.weight_bytes + (16 << 20) - 1) >> 24 << 4
+
+
+def read_bandwidth_gbs(mib: int = 256, repeats: int = 20) -> float:
+    """The best of `repeats` reductions over a buffer of `mib` MiB: the rate a forward's weights can stream at
+    (a max: nothing but a load and a compare per float; the best run, since a shared machine only slows one;
+    the runs spread over about a second, so that one busy moment of a neighbour's does not set them all)."""
+    nbytes = mib << 20
+    buffer = torch.ones(nbytes // 4, dtype=torch.float32)
     buffer.amax()   # faulted in, clocks up
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         buffer.amax()
         best = min(best, time.perf_counter() - start)
-    return READ_BYTES / best / 1e9
+        time.sleep(0.04)
+    return nbytes / best / 1e9
 
 
 def int8_peak_gmacs(repeats: int = 3, iters: int = 200_000) -> float | None:
@@ -68,27 +81,28 @@ def int8_peak_gmacs(repeats: int = 3, iters: int = 200_000) -> float | None:
     return max(float(torch.ops.specviz.int8_peak(iters)) for _ in range(repeats)) / 1e9
 
 
-def cached_rates() -> Rates | None:
-    """The rates measured on this machine at this thread count, or None (nothing is measured here)."""
+def cached_rates(mib: int) -> Rates | None:
+    """The rates measured on this machine at this thread count over `mib` MiB, or None (not measured here)."""
     from .profiler import load_cached
 
-    cached = load_cached("floors", "cpu-rates")
+    cached = load_cached("floors", f"cpu-rates-{mib}MiB")
     if not cached or cached.get("threads") != torch.get_num_threads():
         return None
-    return Rates(float(cached["bandwidth_gbs"]), cached.get("int8_gmacs"), int(cached["threads"]))
+    return Rates(float(cached["bandwidth_gbs"]), cached.get("int8_gmacs"), int(cached["threads"]), mib)
 
 
-def measured_rates(refresh: bool = False) -> Rates:
-    """This machine's rates, measured once per CPU and thread count (about a second) and cached."""
+def measured_rates(mib: int, refresh: bool = False) -> Rates:
+    """This machine's rates over `mib` MiB (`read_mib`), measured once per CPU, thread count and size (about a
+    second) and cached."""
     from .profiler import save_cached
 
     threads = torch.get_num_threads()
-    cached = None if refresh else cached_rates()
+    cached = None if refresh else cached_rates(mib)
     if cached is not None:
         return cached
     peak = int8_peak_gmacs()
-    rates = Rates(round(read_bandwidth_gbs(), 2), None if peak is None else round(peak, 1), threads)
-    save_cached("floors", "cpu-rates", asdict(rates))
+    rates = Rates(round(read_bandwidth_gbs(mib), 2), None if peak is None else round(peak, 1), threads, mib)
+    save_cached("floors", f"cpu-rates-{mib}MiB", asdict(rates))
     return rates
 
 
@@ -181,7 +195,8 @@ def table_markdown(record: dict) -> str:
     rates, work = record["rates"], record["work"]
     peak = f"{rates['int8_gmacs']:.0f} GMAC/s int8" if rates.get("int8_gmacs") else "no int8 peak measured"
     lines = [f"{work['weights']}: {work['weight_bytes'] / 1e6:.1f} MB read per forward, "
-             f"{work['macs_per_token'] / 1e6:.0f} M MACs per token; {rates['bandwidth_gbs']:.1f} GB/s read, {peak}, "
+             f"{work['macs_per_token'] / 1e6:.0f} M MACs per token; {rates['bandwidth_gbs']:.1f} GB/s read "
+             f"(over {rates.get('read_mib', 256)} MiB), {peak}, "
              f"{rates['threads']} thread{'s' if rates['threads'] != 1 else ''}, context {record['context']}", "",
              "| n | t(n) ms | t(n) / t(1) | bandwidth floor ms | arithmetic floor ms | bound | t(n) / higher floor |",
              "|---|---|---|---|---|---|---|"]

@@ -347,8 +347,9 @@ def floors_of(pair) -> dict:
     target = getattr(pair, "target", None)
     if target is None or getattr(pair.device, "type", "") != "cpu":
         return {}
-    rates = floors.cached_rates()
-    return {} if rates is None else floors.as_record(rates, floors.forward_work(target))
+    work = floors.forward_work(target)
+    rates = floors.cached_rates(floors.read_mib(work))
+    return {} if rates is None else floors.as_record(rates, work)
 
 
 def measure_sizes(pairs, request) -> list[str]:
@@ -361,9 +362,9 @@ def measure_sizes(pairs, request) -> list[str]:
         ensure_precisions_measured(target, choose_device(pairs.device))
     pair = pairs.get(target, draft, request.dtype or "auto")
     if pair.device.type == "cpu":   # the bandwidth and int8 peak t(n) is drawn against (a second, once per CPU)
-        from .floors import measured_rates
+        from .floors import forward_work, measured_rates, read_mib
 
-        measured_rates()
+        measured_rates(read_mib(forward_work(pair.target)))
     graphs = getattr(request, "graphs", "auto") or "auto"
     pending, options = pending_sizes(pair, request, graphs), request.method_options()
     for method in pending:
