@@ -51,6 +51,9 @@ class Method:
     # Whether a race that names no methods runs it (the page's first race, the API's default): the three the
     # page is about; another method is raced when asked for, and its column shows only then.
     raced_by_default: bool = True
+    # The one method the others are measured against (speedups, losslessness, `bench`'s same-as column, what a
+    # sizing prices a token at): exactly one record says so.
+    baseline: bool = False
 
 
 @functools.cache
@@ -58,6 +61,13 @@ def registered() -> dict[str, Method]:
     """id -> record, in `REGISTERED` order (imported once: the records are constants)."""
     records = [importlib.import_module(path).METHOD for path in REGISTERED]
     return {m.id: m for m in records}
+
+
+@functools.cache
+def baseline() -> str:
+    """The id of the baseline method (`Method.baseline`)."""
+    (only,) = [m.id for m in registered().values() if m.baseline]
+    return only
 
 
 def method_ids() -> tuple[str, ...]:

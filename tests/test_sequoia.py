@@ -181,8 +181,12 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     # The DP's own trees at fixed sizes, not this plan's limits: the costs belong to the machine.
     assert len(calls) == 1 and [len(t) for t in calls[0][2]] == [4, 12, 32]
     costs = plan["step_costs"]
-    assert set(costs) == {"per_level", "per_parent", "per_step", "per_node", "ar_per_step"}
+    assert set(costs) == {"per_level", "per_parent", "per_step", "per_node", "ar_per_step", "in_step"}
+    in_step = costs.pop("in_step")
     assert all(v >= 0 for v in costs.values())
+    # The target's forward as the steps ran it, at ar's one row and each calibration tree's size.
+    assert sorted(map(int, in_step)) == [1, 4, 12, 32] and all(0.5 <= r <= 3 for r in in_step.values())
+    costs["in_step"] = in_step
     choice = plan["choice"]
     assert choice["ms_per_step"] == pytest.approx(sizing.tree_cost_ms(
         choice["parents"], {int(k): v for k, v in plan["target_ms"].items()},
@@ -205,7 +209,9 @@ def test_auto_fits_its_step_costs_from_real_steps_once(tmp_path, monkeypatch):
     # run again, which is a third of this test's minutes and not what this part tests.)
     monkeypatch.setattr(sizing, "race_trees", lambda *args, **kwargs: race)
     again = sizing.plan_tree(pair, sampling, max_budget=24, max_depth=4)
-    assert len(calls) == 1 and again["step_costs"] == pytest.approx(costs, abs=1e-3)
+    again_costs = dict(again["step_costs"])
+    assert len(calls) == 1 and again_costs.pop("in_step") == pytest.approx(in_step, abs=1e-3)
+    assert again_costs == pytest.approx({k: v for k, v in costs.items() if k != "in_step"}, abs=1e-3)
 
 
 @pytest.mark.parametrize("adaptive_over_tree", [1.2, 0.9])

@@ -234,6 +234,10 @@ def test_step_costs_are_fitted_from_real_steps_through_noise():
                              ar_target_ms=[1.2 * CPU_TARGET[1]] * 5)
     assert drifted.per_step == pytest.approx(2.0, abs=0.2) and drifted.per_node == pytest.approx(0.1, abs=0.02)
     assert drifted.ar_per_step == pytest.approx(0.4)
+    # ... and the forwards the steps timed say what the plan prices the target at: 1.2x the curve here.
+    assert set(drifted.in_step) == {"1"} | {str(len(t)) for t in trees}
+    assert all(r == pytest.approx(1.2, abs=0.01) for r in drifted.in_step.values())
+    assert drifted.target_ratio(2) == pytest.approx(1.2, abs=0.01) and fitted.target_ratio(8) == 1.0
     untimed = [{k: v for k, v in s.items() if k != "target_ms"} for s in slower]
     assert fit_step_costs(untimed, [], CPU_TARGET, CPU_DRAFT).per_step > 5
     # A one-rank vector can only make chains: the calibration still has trees, of every depth.
@@ -255,6 +259,28 @@ def test_step_costs_move_the_choice_the_way_they_should():
     assert row["ms_per_step"] == pytest.approx(
         tree_cost_ms(row["parents"], CPU_TARGET, CPU_DRAFT, costs=StepCosts(per_level=8.0)), abs=1e-3)
     assert per_level["step_costs"]["per_level"] == 8.0 and json.dumps(per_level)
+
+
+def test_the_target_is_priced_as_the_steps_ran_it():
+    """A tree's forward right after the draft's runs slower than the curve's back-to-back one: priced so, the
+    plan's speedups fall and bigger trees lose their edge; `ar`'s forward keeps its own ratio."""
+    from specviz.sequoia.sizing import StepCosts, plan_from_curves, tree_cost_ms
+
+    evicted = StepCosts(in_step={"1": 1.0, "4": 1.3, "32": 1.3})
+    assert evicted.target_ratio(1) == 1.0 and evicted.target_ratio(2) == pytest.approx(1.15)
+    assert evicted.target_ratio(8) == evicted.target_ratio(512) == pytest.approx(1.3)
+    assert json.loads(json.dumps(evicted.to_dict()))["in_step"] == {"1": 1.0, "4": 1.3, "32": 1.3}
+    assert StepCosts(**evicted.to_dict()) == evicted   # what the cache reads back
+    bare = plan_from_curves(FEATURE_P, CPU_TARGET, CPU_DRAFT, 128, 12)
+    priced = plan_from_curves(FEATURE_P, CPU_TARGET, CPU_DRAFT, 128, 12, costs=evicted)
+    assert priced["ar_ms_per_token"] == bare["ar_ms_per_token"]
+    assert priced["choice"]["predicted_speedup"] < bare["choice"]["predicted_speedup"]
+    parents = priced["choice"]["parents"]
+    assert tree_cost_ms(parents, CPU_TARGET, CPU_DRAFT, costs=evicted) == pytest.approx(
+        tree_cost_ms(parents, CPU_TARGET, CPU_DRAFT) + 0.3 * np.interp(len(parents), list(CPU_TARGET),
+                                                                       list(CPU_TARGET.values())), rel=1e-6)
+    slow_ar = plan_from_curves(FEATURE_P, CPU_TARGET, CPU_DRAFT, 128, 12, costs=StepCosts(in_step={"1": 1.3}))
+    assert slow_ar["ar_ms_per_token"] == pytest.approx(1.3 * bare["ar_ms_per_token"])
 
 
 def test_profile_acceptance_and_lookup(tmp_path, monkeypatch):
@@ -311,11 +337,11 @@ def test_a_forward_curve_measured_on_busy_cores_is_used_but_not_cached(tmp_path,
     busy = profiler.forward_curve(model, "tiny-busy", sizes=[1, 2], context_len=8)
     assert set(busy) == {1, 2} and all(v > 0 for v in busy.values())
     assert "not cached" in capsys.readouterr().err
-    assert profiler.load_cached("forward", f"tiny-busy-{profiler.forward_kind(model)}-ctx8") is None
+    assert profiler.load_cached("forward", f"tiny-busy-{profiler.forward_kind(model)}-ctx8-down") is None
 
     monkeypatch.setattr(profiler, "runqueue_wait_seconds", lambda: 5.0)   # no waiting at all
     profiler.forward_curve(model, "tiny-busy", sizes=[1, 2], context_len=8)
-    cached = profiler.load_cached("forward", f"tiny-busy-{profiler.forward_kind(model)}-ctx8")
+    cached = profiler.load_cached("forward", f"tiny-busy-{profiler.forward_kind(model)}-ctx8-down")
     assert cached is not None and cached["waiting_share"] == 0.0
     real = profiler.runqueue_wait_seconds()   # Linux: a number of seconds; elsewhere None
     assert real is None or real >= 0

@@ -264,6 +264,16 @@ def test_hardware_panel_from_recorded_plan():
     assert ">step time (ms)</th>" in text and "ms_per_step" not in text
     assert text.count("<td style=\"padding:2px 10px\">2.81</td>") == 1
     assert "0.00 ms" not in text and "<b>0.04 ms</b> per node" in text
+    assert "Inside a step" not in text   # no in-step ratios recorded: nothing said about them
+    # The target's forward priced as the steps ran it: said where it differs from the curve, and an uploaded
+    # trace's malformed field is left out rather than raised.
+    costs = trace.runs["sequoia"].settings["plan"]["step_costs"]
+    costs["in_step"] = {"1": 1.15, "4": 1.31, "12": 1.02}
+    _, text = hardware.panel(trace)
+    assert "<b>1.31x</b> at 4 rows" in text and "<b>1.02x</b> at 12 rows" in text and "at 1 rows" not in text
+    for bad in ("1.3", ["4", 1.3], {"four": 1.3}, {"4": "x"}):
+        costs["in_step"] = bad
+        assert "Inside a step" not in hardware.panel(trace)[1]
     empty_fig, empty_text = hardware.panel(None)
     assert "No measured plan" in empty_text
 

@@ -3,4 +3,4 @@
 from ..methods import Method
 
 METHOD = Method(id="ar", label="Autoregressive", colour="#6b7280",
-                decoder="specviz.autoregressive.decoder:AutoregressiveDecoder")
+                decoder="specviz.autoregressive.decoder:AutoregressiveDecoder", baseline=True)

@@ -83,12 +83,15 @@ def measure_forward_times(model, sizes: list[int], context_len: int = 200, repea
     It times the forward the decoders run (`timing_forward`: the lean Llama forward where
     it is exact, else transformers', or a draft's own level), over every row's logits. The sizes
     are timed in rounds, one forward of each per round, so a machine that slows down for a
-    while slows every size alike instead of bending the curve (it once measured t(2) < t(1)).
+    while slows every size alike instead of bending the curve. Each round runs from the largest
+    size down: a small forward then follows one a little larger, as a decode's follows its
+    last step's, not the 256-row one whose 50 MB of logits emptied the cache (that order put t(1)
+    at 1.1-1.2x a decode's forward and t(2) below it, on a 2-core Zen 4 at q4).
     """
     if graphs_timing(model, graphs):
         return static_forward_times(model, sizes, context_len, repeats, warmup, label)
     measuring.phase(f"{label}, t(n) for n = {min(sizes)}..{max(sizes)}", (warmup + repeats) * len(sizes))
-    calls = forward_calls(model, sizes, context_len)
+    calls = forward_calls(model, sorted(sizes, reverse=True), context_len)
     return timed_in_rounds(calls, next(model.parameters()).device, repeats, warmup)
 
 
@@ -160,7 +163,7 @@ def static_forward_times(model, sizes: list[int], context_len: int = 200, repeat
     measuring.phase(f"{label} (static shapes), t(n) for n = {min(sizes)}..{max(sizes)}",
                     (max(1, warmup) + repeats) * len(sizes))
     for i in range(max(1, warmup) + repeats):
-        for n in sizes:
+        for n in sorted(sizes, reverse=True):   # largest first, as `measure_forward_times` says why
             _sync(device)
             start = time.perf_counter()
             shapes[n](None, context_len)
@@ -278,7 +281,8 @@ def _curve_key(model, key: str, context_len: int, graphs: bool = False) -> str:
     mode = ""
     if graphs_timing(model, graphs):
         mode = "-graphs" if next(model.parameters()).device.type == "cuda" else "-static"
-    return f"{key}-{forward_kind(model)}-ctx{context_len}{mode}"
+    # "-down": rounds from the largest size down (curves timed upwards put t(1) after 256 rows: stale).
+    return f"{key}-{forward_kind(model)}-ctx{context_len}{mode}-down"
 
 
 def cached_forward_curve(model, key: str, sizes: list[int] | None = None,

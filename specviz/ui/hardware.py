@@ -134,7 +134,23 @@ def _costs_html(costs: dict) -> str:
             terms.append(f'<b>{float(costs[key]):.2f} ms</b> {what}')
     return ('<div style="color:#374151;margin:2px 0 6px">Beyond its forwards, a step also costs '
             + ", ".join(terms[:-1]) + " and " + terms[-1]
-            + ': fitted from real steps on this machine, so deep or wide trees are not mistaken for free.</div>')
+            + ': fitted from real steps on this machine, so deep or wide trees are not mistaken for free.'
+            + _in_step_words(costs.get("in_step")) + '</div>')
+
+
+def _in_step_words(in_step) -> str:
+    """The tree's forward inside a step against the same forward alone (`StepCosts.in_step`), where it differs."""
+    try:
+        ratios = sorted((int(n), float(r)) for n, r in dict(in_step).items())
+    except (TypeError, ValueError):
+        return ""   # an uploaded trace's field is anything
+    trees = [(n, r) for n, r in ratios if n > 1 and 0 < r < 10]
+    if not trees or max(abs(r - 1) for _, r in trees) < 0.05:
+        return ""
+    shown = ", ".join(f"<b>{r:.2f}x</b> at {n} rows" for n, r in trees)
+    return (f" Inside a step the target's forward over the tree took {shown} its time alone (the draft has just "
+            "read its own weights between two target forwards, pushing some of the target's out of the cache): "
+            "the plan prices it so.")
 
 
 def _race_html(race: dict, chosen: str | None) -> str:
