@@ -282,7 +282,8 @@ def _curve_key(model, key: str, context_len: int, graphs: bool = False) -> str:
     if graphs_timing(model, graphs):
         mode = "-graphs" if next(model.parameters()).device.type == "cuda" else "-static"
     # "-down": rounds from the largest size down (curves timed upwards put t(1) after 256 rows: stale).
-    return f"{key}-{forward_kind(model)}-ctx{context_len}{mode}-down"
+    # The mode comes last so a graphed curve's key is always the eager one's plus its mode.
+    return f"{key}-{forward_kind(model)}-ctx{context_len}-down{mode}"
 
 
 def cached_forward_curve(model, key: str, sizes: list[int] | None = None,
