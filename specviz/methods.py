@@ -54,6 +54,10 @@ class Method:
     # The one method the others are measured against (speedups, losslessness, `bench`'s same-as column, what a
     # sizing prices a token at): exactly one record says so.
     baseline: bool = False
+    # The module of what the page says and draws of its runs, from a trace alone (pure, import-light: no torch):
+    # `narrate(trace, run, step, texts)` (the step-through caption, HTML), and where it predicts its own tokens per
+    # step from a run's measured rates, `tokens_per_step(run)`; None: the page's generic words.
+    views: str | None = None
 
 
 @functools.cache
@@ -80,6 +84,12 @@ def labels() -> dict[str, str]:
 
 def colours() -> dict[str, str]:
     return {m.id: m.colour for m in registered().values()}
+
+
+def method_views(method: str):
+    """The method's views module (`Method.views`), or None for a method without one (or not registered)."""
+    record = registered().get(method)
+    return importlib.import_module(record.views) if record and record.views else None
 
 
 def args_module(method: str):

@@ -316,8 +316,12 @@ class RaceTrace:
     floors: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def temperature(self) -> float:
+        return float(self.sampling.get("temperature", 0.0) or 0.0)
+
+    @property
     def greedy(self) -> bool:
-        return float(self.sampling.get("temperature", 0.0) or 0.0) == 0.0
+        return self.temperature == 0.0
 
     def steps_done(self, upto: int) -> dict[str, int]:
         """How many steps each method had taken after the first `upto` global steps."""

@@ -14,8 +14,10 @@ import re
 
 import pytest
 
+from specviz.sequoia import views as sequoia_views
 from specviz.trace import LookaheadPayload, NgramCandidate, RaceTrace, RunTrace, StepRecord, TreeNode, TreePayload
 from specviz.ui import narrate, whatif
+from specviz.ui.figures import rejected_before
 
 
 def plain(fragment: str) -> str:
@@ -108,7 +110,7 @@ def test_a_later_siblings_caption_and_hover_use_the_residual_it_was_tested_again
             "min(1, P′/q′) = 0.250, and its draw u = 0.700 was not below it") in text
     assert "min(1, P/q) = 1.000" not in text
     assert "residual left after all 2 of its tested children at The were rejected" in text
-    table = narrate.tests_table(siblings_tree(), greedy=False)
+    table = sequoia_views.tests_table(siblings_tree(), greedy=False)
     assert plain(table).count("residual P′, q′") == 1 and "width:25.0%" in table and "left:70.0%" in table
     plotly_hovers = " ".join(str(t.hovertext) + str(t.text) for t in figures.tree_figure(siblings_tree()).data)
     for hover in (htmllib.unescape(svg.tree_svg(siblings_tree())), htmllib.unescape(plotly_hovers)):
@@ -341,7 +343,7 @@ def _check_captions(name, trace, seen):
                 if name == "sampled":   # the caption's numbers are the ones the walk recorded
                     assert bad.accept_prob is not None and f"draw u = {probability(bad.uniform)}" in text
                     assert f"= {probability(bad.accept_prob)}, and its draw" in text
-                    if bad.tested_p is not None and narrate.rejected_before(rec_.payload).get(bad.id, 0):
+                    if bad.tested_p is not None and rejected_before(rec_.payload).get(bad.id, 0):
                         assert f"P′ = {probability(bad.tested_p)}, q′ = {probability(bad.tested_q)}" in text
                         seen.add("later sibling")
                 seen.add("rejection")

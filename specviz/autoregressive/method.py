@@ -3,4 +3,5 @@
 from ..methods import Method
 
 METHOD = Method(id="ar", label="Autoregressive", colour="#6b7280",
-                decoder="specviz.autoregressive.decoder:AutoregressiveDecoder", baseline=True)
+                decoder="specviz.autoregressive.decoder:AutoregressiveDecoder", baseline=True,
+                views="specviz.autoregressive.views")

@@ -8,4 +8,5 @@ METHOD = Method(id="prompt-lookup", label="Prompt lookup", colour="#0d9488",
                 decoder="specviz.prompt_lookup.decoder:PromptLookupDecoder",
                 resolve="specviz.prompt_lookup.sizing:decoder_options", sizing="specviz.prompt_lookup.sizing",
                 args="specviz.prompt_lookup.options",
-                step_forwards=1.05, tokens_per_step=1.0, graph_shapes=11, raced_by_default=False)
+                step_forwards=1.05, tokens_per_step=1.0, graph_shapes=11, raced_by_default=False,
+                views="specviz.prompt_lookup.views")

@@ -218,7 +218,7 @@ def acceptance_figure(acceptance: list[float], by_depth: list[list[float]] | Non
     if not acceptance:
         return empty_figure(title, "no acceptance vector measured for this pair", height)
     ranks = list(range(1, len(acceptance) + 1))
-    fig = go.Figure(go.Bar(x=ranks, y=list(acceptance), name="all levels", marker_color=METHOD_COLORS["sequoia"],
+    fig = go.Figure(go.Bar(x=ranks, y=list(acceptance), name="all levels", marker_color=NODE_COLORS["accepted"],
                            hovertemplate="child %{x}: p = %{y:.3f}<extra></extra>"))
     for level, row in enumerate(by_depth or [], start=1):
         fig.add_trace(go.Scatter(x=list(range(1, len(row) + 1)), y=list(row), mode="lines+markers",
@@ -318,9 +318,9 @@ def pool_size_figure(run: RunTrace | None, upto: int | None = None, height: int 
     if not points:
         return empty_figure(title, "pool size over time appears here", height)
     fig = go.Figure(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
-                               line=dict(color=METHOD_COLORS["lookahead"], width=3), name="pool size"))
+                               line=dict(color=METHOD_COLORS.get(run.method, "#111"), width=3), name="pool size"))
     fig = _base_layout(fig, title, height)
-    fig.update_xaxes(title="Lookahead step", gridcolor="#eee")
+    fig.update_xaxes(title=f"{METHOD_LABELS.get(run.method, run.method)} step", gridcolor="#eee")
     fig.update_yaxes(title="n-grams", gridcolor="#eee", rangemode="tozero")
     return fig
 

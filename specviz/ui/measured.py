@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..methods import baseline, drafting, method_views
 from ..trace import ORIGIN_COPY, ORIGIN_POOL, PHASE_DRAFT, PHASE_TARGET, LookaheadPayload, RunTrace, TreePayload
 
 
@@ -327,16 +328,12 @@ def run_prediction(trace, method: str) -> dict | None:
     method of a finished race with autoregressive in it; None when either is missing."""
     if trace is None:
         return None
-    run, ar = trace.runs.get(method), trace.runs.get("ar")
+    run, ar = trace.runs.get(method), trace.runs.get(baseline())
     measured, ar_parts = measured_parts(run), measured_parts(ar)
-    if measured is None or ar_parts is None:
+    views = method_views(method)
+    if measured is None or ar_parts is None or not hasattr(views, "tokens_per_step"):
         return None
-    if method == "sequoia":
-        tokens = sequoia_tokens_per_step(run, tree_acceptance(run))
-    elif method == "lookahead":
-        tokens = lookahead_tokens_per_step(run)
-    else:
-        return None
+    tokens = views.tokens_per_step(run)
     if not tokens:
         return None
     predicted = StepParts(tokens, measured.target_ms, measured.draft_ms, measured.other_ms, measured.prefill_ms,
@@ -374,6 +371,11 @@ def expected_chain_tokens(alpha: float, gamma: float) -> float:
     return gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
+def drafted_run(trace) -> RunTrace | None:
+    """The race's first run of a method that drafts (`Method.drafts`: Sequoia's), the one Leviathan's terms fit."""
+    return next((trace.runs[m] for m in trace.methods if m in drafting() and m in trace.runs), None)
+
+
 def why_it_pays(trace) -> dict | None:
     """Sequoia's race in Leviathan's terms: alpha (`level_acceptance`), gamma (the tree's mean depth), c (a draft
     level's time over autoregressive's step) and the speedup their formula predicts; then the same tokens priced
@@ -381,7 +383,7 @@ def why_it_pays(trace) -> dict | None:
     the race's own accepted length and speedup. None without a Sequoia run that drafted, and `ar`."""
     if trace is None:
         return None
-    run, ar = trace.runs.get("sequoia"), trace.runs.get("ar")
+    run, ar = drafted_run(trace), trace.runs.get(baseline())
     parts, ar_parts, level_ms = measured_parts(run), measured_parts(ar), draft_ms_per_level(run)
     alpha = level_acceptance(run)
     depths = [max(n.depth for n in tree.nodes) for tree in _trees(run)]

@@ -114,11 +114,12 @@ def _bonus_place(start: tuple[float, float], column_end: float, drawn: list, bon
     return (sx, y0, sx + 20, y0 + 5)
 
 
-def tree_svg(payload: TreePayload | None, step: int | None = None, method: str = "sequoia") -> str:
-    """The speculated tree of one Sequoia step: nodes coloured by outcome, the accepted path thick,
-    the bonus token a star; hovering a node shows its token, q and P. No mark or label overlaps another:
-    each label's box is known, and the star goes where it touches none."""
-    title = f"{METHOD_LABELS.get(method, method)} token tree" + (f" — step {step}" if step is not None else "")
+def tree_svg(payload: TreePayload | None, step: int | None = None, method: str | None = None) -> str:
+    """The speculated tree of one step of `method` (Sequoia's, or a copied chain's): nodes coloured by outcome,
+    the accepted path thick, the bonus token a star; hovering a node shows its token, q and P. No mark or label
+    overlaps another: each label's box is known, and the star goes where it touches none."""
+    title = (f"{METHOD_LABELS.get(method, method)} token tree" if method else "Speculated token tree") + (
+        f" — step {step}" if step is not None else "")
     if payload is None or not payload.nodes:
         return _empty(title, "the tree appears here when Sequoia runs")
     pos = tree_positions(payload)
@@ -274,8 +275,8 @@ def pool_size_svg(run: RunTrace | None, upto: int | None = None) -> str:
     points = [(float(s.step), float(s.payload.pool_size)) for s in steps if isinstance(s.payload, LookaheadPayload)]
     if not points:
         return _empty(title, "pool size over time appears here")
-    return _box(title, _line_chart([("pool size", METHOD_COLORS["lookahead"], points)], "Lookahead step",
-                                   "n-grams", height=200))
+    return _box(title, _line_chart([("pool size", METHOD_COLORS.get(run.method, "#111"), points)],
+                                   f"{METHOD_LABELS.get(run.method, run.method)} step", "n-grams", height=200))
 
 
 # ----------------------------------------------------------------------------- latency and the race

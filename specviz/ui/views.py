@@ -24,6 +24,15 @@ def latest_payload(run, upto: int, kind) -> tuple[object | None, int | None]:
     return None, None
 
 
+def first_payload(trace: RaceTrace | None, counts: dict[str, int], kind) -> tuple[object | None, int | None, str | None]:
+    """The newest payload of `kind` of the first raced method that has one so far, its step and the method."""
+    for m in (trace.methods if trace else ()):
+        payload, step = latest_payload(trace.runs.get(m), counts.get(m, 0), kind)
+        if payload is not None:
+            return payload, step, m
+    return None, None, None
+
+
 def key_text(run, upto: int, payload: LookaheadPayload) -> str:
     """The text of the key token a pool entry follows (the last committed token before that step)."""
     ids, texts = [], []
@@ -57,23 +66,19 @@ def plot_views(trace: RaceTrace | None, upto: int | None = None, live: bool = Fa
     total = len(trace.order) if trace else 0
     upto = total if upto is None else upto
     counts = trace.steps_done(upto) if trace else {}
-    lookahead = trace.runs.get("lookahead") if trace else None
-    # The tree panel draws the first raced method's tree (Sequoia's; a copied chain where only prompt lookup
-    # speculates by tree payloads).
-    tree, tree_step, tree_method = None, None, "sequoia"
-    for m in (trace.methods if trace else ()):
-        tree, tree_step = latest_payload(trace.runs.get(m), counts.get(m, 0), TreePayload)
-        if tree is not None:
-            tree_method = m
-            break
-    look, look_step = latest_payload(lookahead, counts.get("lookahead", 0), LookaheadPayload)
+    # Each panel draws the first raced method that records its kind of payload: the tree panel Sequoia's (a
+    # copied chain's where only prompt lookup speculates by trees), the window and pool panels Lookahead's.
+    tree, tree_step, tree_method = first_payload(trace, counts, TreePayload)
+    look, look_step, window_method = first_payload(trace, counts, LookaheadPayload)
+    window_run = trace.runs.get(window_method) if window_method else None
+    looked = counts.get(window_method, 0)
     runs = trace.runs if trace else {}
     return {
         "tree": svg.tree_svg(tree, tree_step, tree_method),
         "window": svg.window_html(look, look_step),
-        "pool": html.pool_entry_html(look, key_text(lookahead, counts.get("lookahead", 0), look) if look else None,
-                                     html.most_used_ngrams(lookahead, counts.get("lookahead", 0)) if look else None),
-        "pool_size": svg.pool_size_svg(lookahead, counts.get("lookahead", 0)),
+        "pool": html.pool_entry_html(look, key_text(window_run, looked, look) if look else None,
+                                     html.most_used_ngrams(window_run, looked) if look else None),
+        "pool_size": svg.pool_size_svg(window_run, looked),
         "latency": svg.latency_svg(runs, counts, live=live),
         "cumulative": svg.cumulative_svg(runs, counts),
     }
