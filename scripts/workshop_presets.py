@@ -40,6 +40,7 @@ from specviz.engine.models import q4_runs_here  # noqa: E402
 from specviz.engine.race import PairCache, run_race  # noqa: E402
 from specviz.errors import SpecVizError  # noqa: E402
 from specviz.request import DEFAULT_PRESET, PRESETS, RaceRequest  # noqa: E402
+from specviz.sequoia import whatif as sequoia_whatif  # noqa: E402
 from specviz.trace import ORIGIN_COPY, TreePayload  # noqa: E402
 from specviz.ui import hardware, html, measured, whatif  # noqa: E402
 from specviz.ui.api import method_result  # noqa: E402
@@ -125,7 +126,7 @@ def adaptive_shapes(run, steps: int = 10) -> list[dict]:
 def whatif_peak(trace, depth: int = 8) -> dict | None:
     """Where the what-if panel's predicted Sequoia speedup peaks over tree budgets on the run's own costs."""
     inp = whatif.inputs(trace)
-    curve = {n: p["speedup"] for n in range(2, 129, 2) if (p := whatif.sequoia_point(inp, n, depth)) is not None}
+    curve = {n: p["speedup"] for n in range(2, 129, 2) if (p := sequoia_whatif.point(inp, n, depth)) is not None}
     if not curve:
         return None
     best = max(curve, key=curve.get)

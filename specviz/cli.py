@@ -24,6 +24,7 @@ from .cliargs import (
     spec_options,
 )
 from .errors import SpecVizError
+from .methods import baseline
 from .methodspec import parse_spec, spec_help
 
 
@@ -73,7 +74,7 @@ def cmd_floors(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    pair = load_pair_for(args, ["ar"])
+    pair = load_pair_for(args, [baseline()])
     if pair.device.type != "cpu":
         from .errors import InvalidInput
 
@@ -132,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("generate", help="run one prompt through one method")
-    p.add_argument("--method", default="ar", help=spec_help())
+    p.add_argument("--method", default=baseline(), help=spec_help())
     p.add_argument("--prompt", required=True)
     p.add_argument("--json", action="store_true", help="print the whole run as one JSON object")
     add_model_args(p)

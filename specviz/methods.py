@@ -58,6 +58,11 @@ class Method:
     # `narrate(trace, run, step, texts)` (the step-through caption, HTML), and where it predicts its own tokens per
     # step from a run's measured rates, `tokens_per_step(run)`; None: the page's generic words.
     views: str | None = None
+    # The module of its column in the what-if panel (`ui.whatif`), for a method `auto` sizes: `PLAN` (the plan cache
+    # it reads: prefix, and "pair" or "target"), `SIZES` and `SWEEP_DEFAULTS` (its sliders), `SWEEP` (its main size,
+    # that size's words, the curve's title), `plan_curve(plan)`, `inputs(trace, plan, from_run, profile)`,
+    # `point(inp, ...)`, `line(inp, sizes)`, `column(inp, done, sizes)` and optionally `NOTE`; None: no column.
+    whatif: str | None = None
 
 
 @functools.cache
@@ -90,6 +95,17 @@ def method_views(method: str):
     """The method's views module (`Method.views`), or None for a method without one (or not registered)."""
     record = registered().get(method)
     return importlib.import_module(record.views) if record and record.views else None
+
+
+def method_whatif(method: str):
+    """The method's what-if module (`Method.whatif`), or None."""
+    record = registered().get(method)
+    return importlib.import_module(record.whatif) if record and record.whatif else None
+
+
+def whatifs() -> dict:
+    """method id -> its what-if module, for each method that has one (`Method.whatif`), in the page's order."""
+    return {m: module for m in registered() if (module := method_whatif(m)) is not None}
 
 
 def args_module(method: str):

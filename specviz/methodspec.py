@@ -42,7 +42,7 @@ def all_methods() -> tuple[str, ...]:
 @dataclass(frozen=True)
 class MethodSpec:
     text: str            # as written, e.g. "sequoia+feature@3x3"; a bench record's method name
-    method: str          # "sequoia"
+    method: str          # the method's id (its record's `Method.id`)
     draft: str | None    # "feature" / "independent" / "self", or None: the command's draft
     sizes: dict = field(default_factory=dict)   # decoder keyword arguments, e.g. {tree_budget: 3, tree_depth: 3}
 
@@ -72,7 +72,7 @@ _ALIASES = {"feature": ("eagle", "feature-draft"), "independent": ("distilled", 
 
 
 def parse_spec(text: str) -> MethodSpec:
-    """`sequoia+feature@3x3` -> MethodSpec("sequoia+feature@3x3", "sequoia", "feature", {3, 3})."""
+    """`sequoia+feature@3x3` -> MethodSpec(text, method=sequoia, draft=feature, sizes={tree_budget: 3, tree_depth: 3})."""
     spec = text.strip()
     head, at, sizes = spec.partition("@")
     method, plus, draft = head.partition("+")

@@ -197,7 +197,7 @@ def test_session_state_stays_bounded_across_streamed_runs():
 
 def test_illustrative_sizes_over_the_api(client):
     """`tree` / `lookahead` = "illustrative" (workshop mode): several tree levels and window levels."""
-    from specviz.ui.whatif import ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE
+    from specviz.request import ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE
 
     args = run_args(max_new=6)
     args.update(tree="illustrative", lookahead="illustrative")

@@ -83,12 +83,19 @@ def test_the_engine_never_imports_the_ui(graph):
     assert imports_from(graph, ENGINE, ("specviz.ui",) + UI_LIBRARIES) == []
 
 
+# What a method's room says and draws of its runs (`Method.views`, `Method.whatif`): the room's part of the UI.
+PAGE_PARTS = tuple(f"{room}.{part}" for room in METHOD_ROOMS for part in ("views", "whatif"))
+
+
 def test_only_the_ui_imports_the_ui(graph):
     # specviz.serve is the app's entry point (app.py and `specviz app` both serve through it), not the engine.
     from_outside = [(a, b) for a, b in graph.edges
-                    if a.startswith("specviz") and not _inside(a, ("specviz.ui", "specviz.serve"))
-                    and _inside(b, ("specviz.ui",))]
+                    if a.startswith("specviz") and not _inside(a, ("specviz.ui", "specviz.serve") + PAGE_PARTS)
+                    and _inside(b, ("specviz.ui",) + PAGE_PARTS)]
     assert from_outside == []
+    # The rooms' page parts do use the UI (the check above is not vacuous), and are reached by path from the
+    # records only, never imported by a decoder, a sizing or anything else of the engine's.
+    assert imports_from(graph, PAGE_PARTS, ("specviz.ui",))
 
 
 def test_the_engine_reaches_methods_only_through_the_registry(graph):

@@ -14,7 +14,10 @@ import re
 
 import pytest
 
+from specviz.lookahead import whatif as lookahead_whatif
+from specviz.request import ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE
 from specviz.sequoia import views as sequoia_views
+from specviz.sequoia import whatif as sequoia_whatif
 from specviz.trace import LookaheadPayload, NgramCandidate, RaceTrace, RunTrace, StepRecord, TreeNode, TreePayload
 from specviz.ui import narrate, whatif
 from specviz.ui.figures import rejected_before
@@ -171,7 +174,7 @@ def test_an_adaptive_trees_caption_and_what_if_say_its_shape_was_its_own():
     text = plain(narrate.caption_html(trace, 3))
     assert "This tree's shape is this step's own (adaptive)" in text and "stayed at least 0.05" in text
     # What if: the run is marked at its average tree (5 nodes), not at its cap of 24.
-    page = plain(whatif.panel_html(trace, 16, 4, 3, 3, 2, None))
+    page = plain(whatif.panel_html(trace, dict(tree_budget=16, tree_depth=4, window=3, ngram=3, guesses=2), None))
     assert "last run (adaptive, 5.0 nodes on average)" in page and "24 nodes" not in page
     assert "It held at most" not in text   # a budget given, or the default: not the machine's free rows
     trace.runs["sequoia"].settings.update(tree_budget=8, tree_budget_from="target's free rows")
@@ -187,9 +190,9 @@ def test_illustrative_sizes_map_onto_the_api_values():
     from specviz.ui.layout import method_options
 
     opts = method_options("illustrative", 0, 0, "illustrative", 0, 0, 0, True)
-    assert opts["sequoia"] == whatif.ILLUSTRATIVE_TREE
-    assert {k: opts["lookahead"][k] for k in ("window", "ngram", "guesses")} == whatif.ILLUSTRATIVE_LOOKAHEAD
-    assert whatif.ILLUSTRATIVE_TREE["tree_depth"] >= 3 and whatif.ILLUSTRATIVE_LOOKAHEAD["ngram"] >= 4
+    assert opts["sequoia"] == ILLUSTRATIVE_TREE
+    assert {k: opts["lookahead"][k] for k in ("window", "ngram", "guesses")} == ILLUSTRATIVE_LOOKAHEAD
+    assert ILLUSTRATIVE_TREE["tree_depth"] >= 3 and ILLUSTRATIVE_LOOKAHEAD["ngram"] >= 4
     auto = method_options("auto", 8, 3, "auto", 3, 3, 3, True)
     assert auto["sequoia"] == {"tree_budget": None, "tree_depth": None} and auto["lookahead"]["window"] is None
     # The tree radio alone also offers the adaptive tree (its own limits; the manual fields do not apply).
@@ -205,19 +208,19 @@ def test_what_if_predicts_from_the_acceptance_vector_and_curve_and_marks_the_run
     inp = whatif.inputs(trace)
     assert inp["acceptance"] == [0.6, 0.2]
     flat = {**inp, "target_ms": {1: 10.0, 64: 10.0}, "draft_ms": {}}
-    star = whatif.sequoia_point(flat, 3, 1)   # root + 2 children: 1 + 0.6 + 0.2 tokens, free forwards
+    star = sequoia_whatif.point(flat, 3, 1)   # root + 2 children: 1 + 0.6 + 0.2 tokens, free forwards
     assert star["tokens_per_step"] == pytest.approx(1.8) and star["speedup"] == pytest.approx(1.8)
-    chain = whatif.sequoia_point(flat, 3, 2)  # root -> a -> b: 1 + 0.6 + 0.36
+    chain = sequoia_whatif.point(flat, 3, 2)  # root -> a -> b: 1 + 0.6 + 0.36
     assert chain["tokens_per_step"] == pytest.approx(1.96)
     # A curve that grows with n makes a big tree cost more than it gains.
     steep = {**flat, "target_ms": {1: 10.0, 8: 20.0, 64: 160.0}}
-    assert whatif.sequoia_point(steep, 64, 6)["speedup"] < whatif.sequoia_point(steep, 4, 2)["speedup"]
-    la = whatif.lookahead_point({**flat, "copies": 0}, 3, 3, 0)   # no pool candidates and no copies: one token
+    assert sequoia_whatif.point(steep, 64, 6)["speedup"] < sequoia_whatif.point(steep, 4, 2)["speedup"]
+    la = lookahead_whatif.point({**flat, "copies": 0}, 3, 3, 0)   # no pool candidates and no copies: one token
     assert la["tokens_per_step"] == 1.0 and la["step_tokens"] == 6
     from specviz.lookahead.sizing import COPY_ACCEPT, COPY_MATCH
     # A race without copies on record: the sizing's prior for them (half a copy a step, 0.42 a token), a copy
     # reaching k tokens with COPY_ACCEPT^k, independent of the pool's candidates.
-    copied = whatif.lookahead_point(flat, 3, 3, 0)
+    copied = lookahead_whatif.point(flat, 3, 3, 0)
     assert copied["tokens_per_step"] == pytest.approx(
         1 + sum(1 - (1 - COPY_ACCEPT ** k) ** COPY_MATCH for k in (1, 2)))
     # A saved profile (the profiler's format) replaces the curve.
@@ -225,7 +228,7 @@ def test_what_if_predicts_from_the_acceptance_vector_and_curve_and_marks_the_run
     path.write_text(json.dumps({"key": "A100", "ms": {"1": 8.0, "64": 8.5, "256": 11.0}}))
     prof = whatif.load_profile(str(path))
     assert prof["target_ms"] == {1: 8.0, 64: 8.5, 256: 11.0}
-    page = whatif.panel_html(trace, 16, 4, 3, 3, 2, prof)
+    page = whatif.panel_html(trace, dict(tree_budget=16, tree_depth=4, window=3, ngram=3, guesses=2), prof)
     assert "uploaded profile (A100)" in page and "Sequoia" in page and "Lookahead" in page
     assert "last run" in page   # what the run reached is marked
 
@@ -245,7 +248,7 @@ def test_what_if_predicts_a_run_from_its_own_parts_and_shows_them_beside_the_mea
     assert (pred.target_ms, pred.draft_ms, pred.other_ms, pred.prefill_ms) == (10.0, 0.0, 0.0, 10.0)
     # As the summary measures it: 3 tokens in 10 + 10 ms against autoregressive's 2 in 10 + 10 ms.
     assert got["predicted_speedup"] == pytest.approx(1.5) and got["measured_speedup"] == pytest.approx(1.5)
-    page = whatif.panel_html(trace, 5, 2, 3, 3, 2, None)
+    page = whatif.panel_html(trace, dict(tree_budget=5, tree_depth=2, window=3, ngram=3, guesses=2), None)
     assert 'class="sv-parts-sequoia"' in page and 'class="sv-parts-lookahead"' in page
     text = plain(page)
     assert "part by part" in text and "prompt's forward" in text and "+0%" in text

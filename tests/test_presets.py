@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from specviz.request import DEFAULT_PRESET, RaceRequest, allowed_presets
+from specviz.sequoia import whatif as sequoia_whatif
 from specviz.ui import measured, whatif
 from specviz.ui.content import WORKSHOP
 from specviz.ui.handlers import preset_settings
@@ -169,7 +170,7 @@ def test_adaptive_tree_changes_its_shape_from_step_to_step(runs):
 def test_too_big_a_tree_writes_more_per_forward_but_what_if_peaks_below_it(runs):
     trace = runs[_named("too big")]
     big = trace.runs["sequoia"]
-    illustrative = whatif.sequoia_point(whatif.inputs(trace), 20, 5)
+    illustrative = sequoia_whatif.point(whatif.inputs(trace), 20, 5)
     assert big.tokens_per_forward > illustrative["tokens_per_step"] * 0.9   # more per forward than 20 nodes
     # Where the what-if peaks is a property of the machine's t(n): on issue 49's steep CPU curve below the
     # huge tree, on a flat one (a GPU, or a memory-bound CPU, whose rows up to 64 cost about one) further out.
@@ -182,7 +183,7 @@ def test_too_big_a_tree_writes_more_per_forward_but_what_if_peaks_below_it(runs)
     for name, target in (("steep", steep), ("flat", flat)):
         draft = {n: ms / 8 for n, ms in target.items() if n <= 64}
         inp = whatif.inputs(trace, {"name": name, "target_ms": target, "draft_ms": draft})
-        curve = {n: p["speedup"] for n in range(2, 129, 2) if (p := whatif.sequoia_point(inp, n, 8)) is not None}
+        curve = {n: p["speedup"] for n in range(2, 129, 2) if (p := sequoia_whatif.point(inp, n, 8)) is not None}
         peaks[name] = max(curve, key=curve.get)
         if name == "steep":
             assert peaks[name] < 96 and curve[peaks[name]] > curve[96], (peaks[name], curve[peaks[name]], curve[96])
@@ -210,7 +211,7 @@ def test_the_slow_and_the_fast_target_race_one_tree_and_the_fast_one_pays_more_f
 
 def test_what_if_predicts_each_run_from_its_own_costs_and_shows_the_parts(runs):
     for name, trace in runs.items():
-        page = whatif.panel_html(trace, 20, 5, 5, 4, 4)
+        page = whatif.panel_html(trace, dict(tree_budget=20, tree_depth=5, window=5, ngram=4, guesses=4))
         for method in ("sequoia", "lookahead"):
             got = measured.run_prediction(trace, method)
             assert got is not None, (name, method)

@@ -276,7 +276,8 @@ def rendered_views(race: RaceTrace) -> str:
     captions, summary, what-if and hardware panels."""
     from specviz.ui import hardware, html, views, whatif
 
-    parts = [html.summary_html(race), whatif.panel_html(race, 8, 3, 3, 3, 2), hardware.panel(race)[1]]
+    sizes = dict(tree_budget=8, tree_depth=3, window=3, ngram=3, guesses=2)
+    parts = [html.summary_html(race), whatif.panel_html(race, sizes), hardware.panel(race)[1]]
     for upto in range(len(race.order) + 1):
         parts += [*views.text_views(race, upto).values(), *views.plot_views(race, upto).values(),
                   views.step_caption(race, upto)]

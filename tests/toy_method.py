@@ -4,4 +4,10 @@ are (`specviz.methods`): the decoder is named by path (`toy_decoder.py`), import
 
 from specviz.methods import Method
 
-METHOD = Method(id="toy", label="Toy", colour="#7c3aed", decoder="toy_decoder:ToyDecoder", raced_by_default=False)
+METHOD = Method(id="toy", label="Toy", colour="#7c3aed", decoder="toy_decoder:ToyDecoder", raced_by_default=False,
+                views="toy_method")
+
+
+def narrate(trace, run, step, texts) -> str:
+    """Its step-through caption (`Method.views`): the page's caption for a toy step is this."""
+    return f"The toy wrote {len(run.steps[step].new_token_ids)} token(s) its own way."

@@ -50,14 +50,12 @@ from ..engine.profiler import load_cached, save_cached
 from ..engine.sampling import SamplingConfig
 from ..engine.text import encode_prompt
 from ..errors import InvalidInput
-from ..methods import method_ids, sized
+from ..methods import args_module, baseline, method_ids, sized
 from ..methodspec import HF_METHODS, LLAMA_METHODS, MethodSpec, parse_spec
 
 ALL_METHODS = method_ids() + HF_METHODS + LLAMA_METHODS
 
 # Sizes `--sweep` adds: Sequoia (tree budget, depth) and Lookahead (W, N, G).
-SWEEP_SEQUOIA = ((8, 4), (16, 5), (32, 6), (64, 8))
-SWEEP_LOOKAHEAD = ((3, 3, 3), (5, 4, 5), (7, 4, 7), (10, 5, 10))
 
 # The peers' knobs when no tuning has been run (`--tune` measures and caches better ones).
 # num_assistant_tokens: transformers' own default is 20 with a 0.4 confidence cut; a
@@ -161,7 +159,7 @@ def _load_named_draft(pair: ModelPair, draft: str) -> ModelPair:
 
 
 def parse_method(spec: str) -> tuple[str, dict]:
-    """`sequoia@32x6` -> ("sequoia", {tree_budget: 32, tree_depth: 6}); plain names -> ({})."""
+    """`sequoia@32x6` -> (its method id, {tree_budget: 32, tree_depth: 6}); a plain id -> (the id, {})."""
     parsed = parse_spec(spec)
     return parsed.method, parsed.sizes
 
@@ -179,12 +177,8 @@ def check_methods(methods: list[str]) -> list[str]:
 
 
 def sweep_methods(methods: list[str]) -> list[str]:
-    """The fixed-size variants `--sweep` adds for the methods asked for."""
-    extra = []
-    if "sequoia" in methods:
-        extra += [f"sequoia@{n}x{d}" for n, d in SWEEP_SEQUOIA]
-    if "lookahead" in methods:
-        extra += [f"lookahead@{w}x{n}x{g}" for w, n, g in SWEEP_LOOKAHEAD]
+    """The fixed-size variants `--sweep` adds for the methods asked for (each method's options' `SWEEP`)."""
+    extra = [f"{m}@{sizes}" for m in methods for sizes in getattr(args_module(m), "SWEEP", ())]
     return [m for m in extra if m not in methods]
 
 
@@ -433,11 +427,11 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
             for m, rec in by_method.items():
                 rec.settings = {**rec.settings, "warmup_capture_ms": warmups[m].capture_ms,
                                 "warmup_graphs": warmups[m].graphs}
-        if "ar" in by_method and sampling.greedy:
+        if baseline() in by_method and sampling.greedy:
             # Every repeat counts: an output that differs from ar's in one run of several is not the same.
             for m, rec in by_method.items():
-                rec.same_as_ar = all(r.token_ids == by_method["ar"].token_ids for r in runs[m])
-                rec.agreement_with_ar = min(leading_agreement(r.token_ids, by_method["ar"].token_ids)
+                rec.same_as_ar = all(r.token_ids == by_method[baseline()].token_ids for r in runs[m])
+                rec.agreement_with_ar = min(leading_agreement(r.token_ids, by_method[baseline()].token_ids)
                                             for r in runs[m])
         for method in methods:
             records.append(by_method[method])
@@ -460,11 +454,11 @@ def leading_agreement(tokens: list[int], ar_tokens: list[int]) -> int:
 def format_agreement(records: list[BenchRecord], methods: list[str]) -> str:
     """Per prompt, each method's leading tokens equal to ar's out of ar's tokens ('' when none was compared,
     or when every method wrote ar's output)."""
-    compared = [r for r in records if r.agreement_with_ar is not None and r.method != "ar"]
+    compared = [r for r in records if r.agreement_with_ar is not None and r.method != baseline()]
     if not compared or all(r.same_as_ar for r in compared):
         return ""
-    others = [m for m in methods if m != "ar"]
-    ar_len = {r.prompt_id: len(r.token_ids) for r in records if r.method == "ar"}
+    others = [m for m in methods if m != baseline()]
+    ar_len = {r.prompt_id: len(r.token_ids) for r in records if r.method == baseline()}
     cell = {(r.prompt_id, r.method): r.agreement_with_ar for r in compared}
     width = max(len(m) for m in others) + 1
     lines = ["agreement with ar (leading tokens equal to ar's / ar's tokens), per prompt:",
@@ -562,7 +556,7 @@ def summarise(records: list[BenchRecord], methods: list[str]) -> list[dict]:
     suites = sorted({r.suite for r in records}) + ["all"]
     for suite in suites:
         chosen = [r for r in records if suite == "all" or r.suite == suite]
-        ar_tps = {r.prompt_id: r.tokens_per_second for r in chosen if r.method == "ar"}
+        ar_tps = {r.prompt_id: r.tokens_per_second for r in chosen if r.method == baseline()}
         for method in methods:
             recs = [r for r in chosen if r.method == method]
             if not recs:
@@ -626,10 +620,11 @@ def _host_share(recs: list[BenchRecord]) -> float | None:
 
 
 def _tree_summary(recs: list[BenchRecord]) -> dict:
-    """Which Sequoia tree ran (`auto` may run its DP tree or the adaptive one) and its mean depth per step."""
-    if parse_method(recs[0].method)[0] != "sequoia":
-        return {}
+    """Which tree ran (Sequoia's `auto` may run its DP tree or the adaptive one) and its mean depth per step; {}
+    for a method that sizes no tree."""
     settings = recs[0].settings or {}
+    if "tree_budget" not in settings:
+        return {}
     chosen = " (auto)" if settings.get("tree") == "auto" or settings.get("tree_sizing") == "auto" else ""
     label = (f"adaptive<={settings.get('tree_budget')}" if settings.get("tree") == "adaptive"
              else f"{settings.get('tree_budget')}x{settings.get('tree_depth')}") + chosen

@@ -8,4 +8,4 @@ METHOD = Method(id="lookahead", label="Lookahead", colour="#d97706",
                 decoder="specviz.lookahead.decoder:LookaheadDecoder", sizing="specviz.lookahead.sizing",
                 args="specviz.lookahead.options",
                 step_forwards=1.3, tokens_per_step=1.0, graph_shapes=2,
-                views="specviz.lookahead.views")
+                views="specviz.lookahead.views", whatif="specviz.lookahead.whatif")

@@ -12,6 +12,7 @@ from ..methods import size_numbers
 
 RANGED = ("window", "ngram", "guesses")   # checked against the race's ranges (`request.RANGES`)
 SPEC_SYNTAX = "lookahead@WxNxG"
+SWEEP = ("3x3x3", "5x4x5", "7x4x7", "10x5x10")   # the fixed sizes `bench --sweep` adds (tokens/s against size)
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

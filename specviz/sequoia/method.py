@@ -10,4 +10,4 @@ METHOD = Method(id="sequoia", label="Sequoia", colour="#2563eb",
                 resolve="specviz.sequoia.sizing:decoder_options", sizing="specviz.sequoia.sizing",
                 args="specviz.sequoia.options", drafts=True,
                 step_forwards=2.5, tokens_per_step=2.0, graph_shapes=8,
-                views="specviz.sequoia.views")
+                views="specviz.sequoia.views", whatif="specviz.sequoia.whatif")

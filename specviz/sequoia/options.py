@@ -12,6 +12,7 @@ from ..methods import size_numbers
 
 RANGED = ("tree_budget", "tree_depth")   # checked against the race's ranges (`request.RANGES`)
 SPEC_SYNTAX = "sequoia@BUDGETxDEPTH, sequoia@adaptive[=T]"
+SWEEP = ("8x4", "16x5", "32x6", "64x8")   # the fixed sizes `bench --sweep` adds (tokens/s against size)
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

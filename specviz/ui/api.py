@@ -19,6 +19,7 @@ import gradio as gr
 from gradio.data_classes import FileData
 
 from ..engine.race import release_freed_memory
+from ..methods import baseline
 from ..request import RaceRequest
 from ..trace import RaceTrace
 from . import html
@@ -73,7 +74,7 @@ def method_result(trace: RaceTrace, method: str, ar_rate: float) -> dict:
     """One method's line of the result: what it wrote, how fast, and whether it equals autoregressive."""
     run = trace.runs[method]
     stats = html.run_stats(run)
-    if method == "ar":
+    if method == baseline():
         identical, verdict = (True, "autoregressive itself") if stats["tokens"] else (None, "no output")
     else:
         found = html.losslessness(trace, method)
@@ -100,7 +101,7 @@ def method_result(trace: RaceTrace, method: str, ar_rate: float) -> dict:
 
 def race_result(trace: RaceTrace, trace_file: dict) -> dict:
     """The whole race as the API answers it."""
-    ar = trace.runs.get("ar")
+    ar = trace.runs.get(baseline())
     ar_rate = html.run_stats(ar)["tokens_per_second"] if ar is not None else 0.0
     return {
         "methods": {m: method_result(trace, m, ar_rate) for m in trace.methods},

@@ -199,22 +199,23 @@ def _replay_whatif_hardware(page: Page, init: RaceRequest) -> None:
     with gr.Accordion("What if: predicted speed for any size, on this machine's measured costs", open=False,
                       elem_id="sv-whatif-box"):
         with gr.Row():
-            page.wi_sliders = {
-                "tree_budget": gr.Slider(2, 128, value=init.tree_budget or 16, step=1, label="Tree budget n"),
-                "tree_depth": gr.Slider(1, 12, value=init.tree_depth or 4, step=1, label="Tree depth d"),
-                "window": gr.Slider(1, 32, value=init.window or 4, step=1, label="W (window)"),
-                "ngram": gr.Slider(2, 8, value=init.ngram or 3, step=1, label="N (n-gram)"),
-                "guesses": gr.Slider(0, 32, value=init.guesses if init.guesses is not None else 4, step=1,
-                                     label="G (guesses)"),
-            }
+            page.wi_sliders = {name: gr.Slider(low, high, value=_slider_start(getattr(init, name, None), low, start),
+                                               step=1, label=label)
+                               for name, (low, high, start, label) in whatif.sliders().items()}
         with gr.Row():
             page.wi_profile = gr.File(label="Load a saved t(n) profile (.json, e.g. measured on a GPU)",
                                       file_types=[".json"], type="filepath", scale=2, height=120)
             page.wi_note = gr.Markdown("Costs: this machine's (or this run's) measured t(n). A profile is a "
                                        "`forward-*.json` or `sequoia-plan-*.json` from another machine's "
                                        "`~/.cache/specviz/profiles`.", elem_id="sv-whatif-src")
-        page.whatif_html = gr.HTML(whatif.panel_html(None, 16, 4, 4, 3, 4), elem_id="sv-whatif")
+        page.whatif_html = gr.HTML(whatif.panel_html(None), elem_id="sv-whatif")
         page.profile = gr.State(None)
     with gr.Accordion("Hardware: why speculation pays here or not, and why 'auto' chose these sizes", open=False):
         page.hw_html = gr.HTML(hardware.panel_html(None))
         page.hw_plot = gr.HTML(svg.forward_curve_svg({}), elem_id="sv-hw-curve")
+
+
+def _slider_start(value, low: int, default: int) -> int:
+    """A what-if slider starts at the request's size, or its default where the request has none (or a 0 the
+    slider cannot show)."""
+    return default if value is None or isinstance(value, bool) or value < low else int(value)

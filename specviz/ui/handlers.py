@@ -14,7 +14,7 @@ import gradio as gr
 
 from ..engine.race import release_freed_memory
 from ..errors import SpecVizError
-from ..methods import sized
+from ..methods import sized, whatifs
 from ..request import DEFAULT_PRESET, FEATURE_PRESET, ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE, INDEPENDENT_PRESET
 from ..request import RaceRequest
 from ..trace import RaceTrace
@@ -25,7 +25,7 @@ from .places import session_connected
 from .racing import RaceControl, Racer, TraceFiles, Visitors, contention_note, prune_session_config
 from .views import COLUMNS, DEFAULT_COLUMNS
 
-WHATIF_SIZES = ("tree_budget", "tree_depth", "window", "ngram", "guesses")
+WHATIF_SIZES = tuple(whatif.sliders())   # the what-if sliders, each sized method's (`Method.whatif`)
 
 
 @contextmanager
@@ -252,9 +252,11 @@ class PageHandlers:
     # -- workshop mode -------------------------------------------------------------------------------
 
     @staticmethod
-    def what_if(trace, n, d, w, ngram, g, profile):
+    def what_if(trace, *sizes_and_profile):
+        """The panel at the sliders' sizes (in `WHATIF_SIZES` order), then the uploaded profile."""
+        *sizes, profile = sizes_and_profile
         try:
-            return whatif.panel_html(trace, int(n), int(d), int(w), int(ngram), int(g), profile)
+            return whatif.panel_html(trace, {name: int(v) for name, v in zip(WHATIF_SIZES, sizes)}, profile)
         except Exception as exc:   # a prediction must never break the page
             return f'<div style="color:#b91c1c">the prediction failed: {html.esc(str(exc))}</div>'
 
@@ -270,10 +272,10 @@ class PageHandlers:
     def sync_sliders(trace):
         """Start the what-if sliders at the sizes the run actually used."""
         out = {name: gr.skip() for name in WHATIF_SIZES}
-        for m, names in (("sequoia", ("tree_budget", "tree_depth")), ("lookahead", ("window", "ngram", "guesses"))):
+        for m, module in whatifs().items():
             run = trace.runs.get(m) if trace else None
             settings = run.settings if run is not None and isinstance(run.settings, dict) else {}
-            for name in names:
+            for name in module.SLIDERS:
                 value = settings.get(name)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     out[name] = int(value)

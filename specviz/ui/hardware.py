@@ -2,14 +2,15 @@
 
 It never measures anything (that would stall the page): it shows what the
 trace recorded, else the plans the optimisers cached on this machine for the
-trace's model pair (`specviz.sequoia.sizing` for Sequoia, `specviz.lookahead.sizing`
-for Lookahead), else says that nothing was measured yet.
+trace's model pair (each sized method's, found through its `whatif` module's `PLAN`),
+else says that nothing was measured yet.
 """
 
 from __future__ import annotations
 
 import json
 
+from ..methods import whatifs
 from ..trace import BUDGET_FROM_FREE_ROWS
 from . import figures, html, svg
 from .html import esc
@@ -70,21 +71,23 @@ def _matching(plans: list[dict], sampling: dict) -> dict | None:
 
 
 def plans_for(trace) -> dict[str, dict | None]:
-    """{'sequoia': plan or None, 'lookahead': plan or None} for the trace's pair and sampling.
+    """{method: plan or None} for each method with a what-if column (`Method.whatif`), for the trace's pair and
+    sampling; {} without a trace.
 
-    Sequoia's plans (`sequoia.sizing.plan_tree`) are cached per pair key; Lookahead's
-    (`lookahead.sizing.choose`) per target, device and dtype, since it has no draft.
+    A plan is the one the run recorded, else the one `auto` cached on this machine under the method's `PLAN`:
+    per model pair (Sequoia's `sequoia.sizing.plan_tree`), or per target, device and dtype for a method with no
+    draft (Lookahead's `lookahead.sizing.choose`).
     """
     if trace is None:
-        return {"sequoia": None, "lookahead": None}
-    target_key = f"{trace.target_name}|{_device_type(trace.device)}|{trace.dtype}"
-    sources = {"sequoia": ("sequoia-plan", pair_key(trace)), "lookahead": ("lookahead-auto", target_key)}
+        return {}
+    keys = {"pair": pair_key(trace), "target": f"{trace.target_name}|{_device_type(trace.device)}|{trace.dtype}"}
     out = {}
-    for method, (prefix, key) in sources.items():
+    for method, module in whatifs().items():
+        prefix, keyed_by = module.PLAN
         plan = _recorded_plan(trace.runs.get(method))
         if plan is None:
             try:
-                plan = _matching(_cached_plans(prefix, key), trace.sampling)
+                plan = _matching(_cached_plans(prefix, keys[keyed_by]), trace.sampling)
             except OSError:
                 plan = None
         out[method] = plan
@@ -229,10 +232,9 @@ def auto_notes_html(trace) -> str:
 
 
 def target_curve(plans: dict | None) -> dict:
-    for method in ("sequoia", "lookahead"):
-        plan = (plans or {}).get(method) or {}
+    for plan in (plans or {}).values():
         for name in ("target_ms", "curve"):
-            if isinstance(plan.get(name), dict) and plan[name]:
+            if isinstance((plan or {}).get(name), dict) and plan[name]:
                 return plan[name]
     return {}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 
 from ..glossary import term_html
+from ..methods import baseline
 from ..trace import (ORIGIN_COPY, SOURCE_AR, SOURCE_BONUS, SOURCE_COPY, SOURCE_DRAFT, SOURCE_NGRAM, LookaheadPayload,
                      RunTrace)
 from .escape import esc  # noqa: F401 (the views import it from here too)
@@ -268,7 +269,7 @@ def _token_texts(run: RunTrace) -> list[str]:
 
 def losslessness(race, method: str) -> dict:
     """How `method`'s text compares with autoregressive: identical / differs (where) / sampling / n/a."""
-    run, ar = race.runs.get(method), race.runs.get("ar")
+    run, ar = race.runs.get(method), race.runs.get(baseline())
     if run is None or not run.steps:
         return {"status": "n/a", "message": "no output"}
     if not race.greedy:
@@ -303,14 +304,14 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
     if race is None:
         return ""
     stats = {m: run_stats(r, (upto or {}).get(m)) for m, r in race.runs.items()}
-    ar_rate = stats.get("ar", {}).get("tokens_per_second", 0.0)
+    ar_rate = stats.get(baseline(), {}).get("tokens_per_second", 0.0)
     rows = []
     for m in race.methods:
         st, run = stats[m], race.runs[m]
-        speedup = f"{st['tokens_per_second'] / ar_rate:.2f}×" if ar_rate and m != "ar" and st["tokens"] else (
-            "1.00×" if m == "ar" and st["tokens"] else "—")
+        speedup = f"{st['tokens_per_second'] / ar_rate:.2f}×" if ar_rate and m != baseline() and st["tokens"] else (
+            "1.00×" if m == baseline() and st["tokens"] else "—")
         accepted = f"{st['accepted_length']:.2f}" if st["steps"] > 1 else "—"
-        share = "—" if m == "ar" else f"{st['speculated_share']:.0%}"
+        share = "—" if m == baseline() else f"{st['speculated_share']:.0%}"
         shown = (upto or {}).get(m)
         # Stepping back through a race: how a run ended is not known yet at that step.
         finish = "…" if shown is not None and shown < len(run.steps) else finish_words(run.finish_reason)
@@ -327,7 +328,7 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
                    for c in SUMMARY_COLUMNS)
     table = ('<table style="border-collapse:collapse;font-size:16px;margin-top:6px"><tr style="color:#6b7280;'
              f'text-align:left">{head}</tr>' + "".join(rows) + "</table>")
-    found = [(METHOD_LABELS.get(m, m), losslessness(race, m)) for m in race.methods if m != "ar"]
+    found = [(METHOD_LABELS.get(m, m), losslessness(race, m)) for m in race.methods if m != baseline()]
     sampled = [label for label, v in found if v["status"] == "sampling"]
     if len(sampled) > 1:   # one note for every sampled method, not the same paragraph twice
         found = [(" and ".join(sampled), {"status": "sampling", "message": SAMPLING_NOTE})] + [

@@ -70,14 +70,6 @@ def hosting_limits():
     return HostingLimits.from_env()
 
 
-def method_options(tree_mode, budget, depth, look_mode, window, ngram, guesses, pool_from_prompt) -> dict:
-    """Sequoia's and Lookahead's decoder keyword arguments from the sizing controls, checked."""
-    request = RaceRequest(methods=("sequoia", "lookahead"), tree=tree_mode, tree_budget=budget, tree_depth=depth,
-                          lookahead=look_mode, window=window, ngram=ngram, guesses=guesses,
-                          pool_from_prompt=pool_from_prompt).validated()
-    return request.method_options()
-
-
 def initial_request(defaults: dict | None, limits, presets: list[str]) -> RaceRequest:
     """The page's initial values: the request's defaults, then `defaults` (by `RaceRequest`'s names), on a pair
     this server offers."""
