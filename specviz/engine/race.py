@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from ..errors import InvalidInput, SpecVizError
 from ..trace import RACE_METHODS, RaceTrace, RunTrace, StepRecord
+from .curve import interpolate
 
 
 def compute_ms(trace: RunTrace) -> float:
@@ -483,16 +484,8 @@ CONTENDED_RATIO = 2.0   # a target forward this many times its profiled cost: th
 
 
 def expected_forward_ms(curve: dict, n: int) -> float | None:
-    """t(n) from a profiled curve {n: ms}, interpolated linearly between measured sizes."""
-    points = sorted((int(k), float(v)) for k, v in curve.items())
-    if not points or n > points[-1][0]:
-        return None
-    if n <= points[0][0]:
-        return points[0][1]
-    for (n0, t0), (n1, t1) in zip(points, points[1:]):
-        if n0 <= n <= n1:
-            return t0 + (t1 - t0) * (n - n0) / (n1 - n0)
-    return None
+    """t(n) from a profiled curve {n: ms}, interpolated linearly between measured sizes; None past them."""
+    return interpolate(curve, n, past_end="none") if curve else None
 
 
 def forward_slowdown(runs, curve: dict | None = None) -> float | None:

@@ -37,6 +37,7 @@ choice is made from the graphed curve (`forward_curve(graphs=True)`) and cached 
 
 from __future__ import annotations
 
+from ..engine.curve import interpolate, monotone
 from ..errors import InvalidInput
 
 ACCEPT_RATE = 0.06
@@ -98,27 +99,6 @@ def step_ms(curve: dict[int, float], window: int, ngram: int, guesses: int, copi
     if not copies:
         return interpolate(curve, n)
     return (1 - COPY_MATCH) * interpolate(curve, n) + COPY_MATCH * interpolate(curve, n + copies * (ngram - 1))
-
-
-def interpolate(curve: dict[int, float], n: int) -> float:
-    """t(n) by linear interpolation between measured sizes (linear extrapolation past the last)."""
-    sizes = sorted(curve)
-    if n <= sizes[0]:
-        return curve[sizes[0]]
-    for lo, hi in zip(sizes, sizes[1:]):
-        if n <= hi:
-            return curve[lo] + (curve[hi] - curve[lo]) * (n - lo) / (hi - lo)
-    lo, hi = sizes[-2], sizes[-1]
-    return curve[hi] + (curve[hi] - curve[lo]) * (n - hi) / (hi - lo)
-
-
-def monotone(curve: dict[int, float]) -> dict[int, float]:
-    """A forward over more tokens never costs less: t(n) <- min over m >= n of t(m) (damps timing noise)."""
-    out, best = {}, float("inf")
-    for n in sorted(curve, reverse=True):
-        best = min(best, curve[n])
-        out[n] = best
-    return dict(sorted(out.items()))
 
 
 def settings_table(curve: dict[int, float], accept_rate: float = ACCEPT_RATE) -> list[dict]:

@@ -13,8 +13,7 @@ below the line; the curve's reading and measuring above it.
 
 from __future__ import annotations
 
-import numpy as np
-
+from ..engine.curve import Curve
 from ..errors import InvalidInput
 
 # A copy step's own work besides the forward: the verdict's ops and its longer read (~0.3 ms on a 2-core Zen 4
@@ -43,12 +42,11 @@ def step_overhead(curve_source: str) -> float:
 def best_length(curve: dict[int, float], reaches: list[float], overhead: float) -> int:
     """The number of leading copied tokens (0..len(reaches)) with the most expected tokens per unit of time:
     t(1 + L) from `curve`, plus `overhead` for a step that verifies any."""
-    xs = sorted(curve)
-    ys = [curve[x] for x in xs]
-    best, length, tokens = 1.0 / float(np.interp(1, xs, ys)), 0, 1.0
+    t = Curve(curve)
+    best, length, tokens = 1.0 / t.at(1), 0, 1.0
     for k, reach in enumerate(reaches, 1):
         tokens += reach
-        rate = tokens / (float(np.interp(k + 1, xs, ys)) + overhead)
+        rate = tokens / (t.at(k + 1) + overhead)
         if rate > best:
             best, length = rate, k
     return length

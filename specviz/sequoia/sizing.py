@@ -38,6 +38,7 @@ import numpy as np
 
 from ..engine import measuring
 from ..engine import graphs as graph_modes
+from ..engine.curve import interpolate, monotone
 from ..engine.models import dtype_name
 from ..engine.profiler import (
     CONTENDED_SHARE,
@@ -110,27 +111,6 @@ def _rounded(curve: dict) -> dict:
     return {str(k): round(float(v), 3) for k, v in curve.items()}
 
 
-def _interp(curve: dict[int, float], n) -> float:
-    xs = sorted(curve)
-    return float(np.interp(n, xs, [curve[x] for x in xs]))
-
-
-def monotone(curve: dict[int, float]) -> dict[int, float]:
-    """The closest non-decreasing curve (pool adjacent violators): more tokens never cost less.
-
-    A CPU curve is noisy by a few percent, and a measured t(2) below t(1) made two-node
-    trees look free; pooling replaces each decreasing run by its mean.
-    """
-    blocks: list[list[float]] = []   # [mean, count] per pooled run
-    for n in sorted(curve):
-        blocks.append([curve[n], 1])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m2, c2), (m1, c1) = blocks.pop(), blocks.pop()
-            blocks.append([(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2])
-    values = [m for m, c in blocks for _ in range(c)]
-    return dict(zip(sorted(curve), values))
-
-
 @dataclass(frozen=True)
 class StepCosts:
     """What a step costs beyond its profiled forwards (ms), fitted from the real decoder's steps."""
@@ -164,7 +144,7 @@ def draft_forwards_ms(shape: TreeShape, draft_ms: dict, pending: int = 1) -> flo
     total = 0.0
     for level in range(shape.depth):
         start, end = shape.level_ranges[level]
-        total += _interp(draft_ms, pending if level == 0 else end - start)
+        total += interpolate(draft_ms, pending if level == 0 else end - start)
     return total
 
 
@@ -174,7 +154,7 @@ def tree_cost_ms(parents: list[int], target_ms: dict, draft_ms: dict, pending: i
     shape = TreeShape.from_parents(parents)
     costs = costs or StepCosts()
     parents_drawn = sum(1 for c in shape.children if c)
-    return (draft_forwards_ms(shape, draft_ms, pending) + _interp(target_ms, shape.size) * costs.target_ratio(shape.size)
+    return (draft_forwards_ms(shape, draft_ms, pending) + interpolate(target_ms, shape.size) * costs.target_ratio(shape.size)
             + costs.per_level * shape.depth + costs.per_parent * parents_drawn + costs.per_step
             + costs.per_node * shape.size)
 
@@ -202,7 +182,7 @@ def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, dra
         ar = max(0.0, float(np.median(np.subtract(ar_ms, ar_target_ms))))
         in_step["1"] = _in_step_ratio(ar_target_ms, target_ms, 1)
     else:
-        ar = max(0.0, float(np.median(ar_ms)) - _interp(target_ms, 1)) if ar_ms else 0.0
+        ar = max(0.0, float(np.median(ar_ms)) - interpolate(target_ms, 1)) if ar_ms else 0.0
     if not by_tree:
         return StepCosts(ar_per_step=ar, in_step=in_step)
     levels, drawn, sizes, draft_res, rest_res = [], [], [], [], []
@@ -216,7 +196,7 @@ def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, dra
             rest_res.append(float(np.median([s["rest_ms"] - s["target_ms"] for s in steps])))
             in_step[str(shape.size)] = _in_step_ratio([s["target_ms"] for s in steps], target_ms, shape.size)
         else:
-            rest_res.append(float(np.median([s["rest_ms"] for s in steps])) - _interp(target_ms, shape.size))
+            rest_res.append(float(np.median([s["rest_ms"] for s in steps])) - interpolate(target_ms, shape.size))
     levels, sizes = np.array(levels, float), np.array(sizes, float)
     per_level, per_parent = _draft_costs(levels, np.array(drawn, float), np.array(draft_res))
     per_node = 0.0
@@ -229,7 +209,7 @@ def fit_step_costs(samples: list[dict], ar_ms: list[float], target_ms: dict, dra
 def _in_step_ratio(timed: list[float], target_ms: dict, n: int) -> float:
     """The median forward timed in steps over the curve's t(n), held to [0.5, 3]: a broken timing must not
     make a forward free or a tree absurd."""
-    return min(3.0, max(0.5, float(np.median(timed)) / _interp(target_ms, n)))
+    return min(3.0, max(0.5, float(np.median(timed)) / interpolate(target_ms, n)))
 
 
 def _draft_costs(levels: np.ndarray, drawn: np.ndarray, residual: np.ndarray) -> tuple[float, float]:
@@ -264,7 +244,7 @@ def plan_from_curves(acceptance: list[float], target_ms: dict, draft_ms: dict, m
     target_ms, draft_ms = monotone(target_ms), monotone(draft_ms)
     max_budget = int(min(max_budget, max(target_ms)))
     tables = build_tables(acceptance, max_budget, max_depth, by_depth=by_depth, under_lower_ranks=under_lower_ranks)
-    ar_ms = _interp(target_ms, 1) * costs.target_ratio(1) + costs.ar_per_step
+    ar_ms = interpolate(target_ms, 1) * costs.target_ratio(1) + costs.ar_per_step
     grid = sorted(set(range(2, min(16, max_budget) + 1)) | set(range(16, max_budget + 1, 8))
                   | {n for n in target_ms if 2 <= n <= max_budget})
     table, best = [], None
@@ -304,16 +284,16 @@ def one_level_words(plan: dict) -> str:
     costs = plan.get("step_costs") or {}
     n, t1 = int(choice["budget"]), target[min(target)]
     drawing = float(costs.get("per_level", 0.0) or 0.0) + float(costs.get("per_parent", 0.0) or 0.0)
-    forward = _interp(draft, 1) if draft else 0.0
+    forward = interpolate(draft, 1) if draft else 0.0
     words = (f"auto chose a one-level tree of {n} nodes: on this machine t(1) = {t1:.1f} ms and t({n}) = "
-             f"{_interp(target, n):.1f} ms")
+             f"{interpolate(target, n):.1f} ms")
     rows = [r for r in plan.get("table") or [] if int(r.get("budget", 0)) > n]
     larger = min((int(r["budget"]) for r in rows), default=None)
     if larger is not None:
         best = min((r for r in rows if int(r["budget"]) == larger),
                    key=lambda r: (-float(r["predicted_speedup"]), int(r["depth"])))
         levels = int(best["depth"])
-        words += (f", but t({larger}) = {target.get(larger, _interp(target, larger)):.1f} ms, and a draft level costs "
+        words += (f", but t({larger}) = {target.get(larger, interpolate(target, larger)):.1f} ms, and a draft level costs "
                   f"{forward + drawing:.1f} ms ({forward:.1f} ms of draft forward, {drawing:.1f} ms drawing its "
                   f"tokens): predicted {float(choice['predicted_speedup']):.2f}x for this tree against "
                   f"{float(best['predicted_speedup']):.2f}x for the best tree of {larger} nodes "
@@ -864,8 +844,8 @@ def adaptive_costs(pair, max_nodes: int, graphs: bool = False) -> dict:
         target, draft, source = {1: 1.0}, {1: ratio}, "weights"
     unit = target[min(target)]
     sizes = range(max_nodes + 1)
-    return {"target": [_interp(target, max(n, 1)) / unit for n in sizes],
-            "draft": [_interp(draft, max(n, 1)) / unit for n in sizes], "from": source}
+    return {"target": [interpolate(target, max(n, 1)) / unit for n in sizes],
+            "draft": [interpolate(draft, max(n, 1)) / unit for n in sizes], "from": source}
 
 
 AUTO_WHAT = "Sequoia's tree"   # what `auto_size_words` names (`engine.auto_notes`)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from .. import safejson
+from ..engine.curve import interpolate as curve_at
 from ..methods import baseline, whatifs
 from ..trace import PHASE_TARGET, RaceTrace
 from . import hardware, measured
@@ -40,10 +41,8 @@ def curve_of(data) -> dict[int, float]:
 
 
 def interpolate(curve: dict[int, float], n: float) -> float:
-    """t(n), linear between measured sizes and past the last one (as `lookahead.sizing.interpolate`)."""
-    from ..lookahead.sizing import interpolate as _interp
-
-    return float(_interp(curve, n))
+    """t(n), linear between measured sizes and past the last one (`engine.curve`, as every sizing reads it)."""
+    return float(curve_at(curve, n))
 
 
 MAX_PROFILE_BYTES = 1024 * 1024   # a profile is a few KB of {n: ms}; a larger upload is refused unread
