@@ -30,7 +30,7 @@ def driver(code_dir: str, max_new: int) -> None:
     """Serve races on stdin (a prompt per line) with the specviz in code_dir; print one JSON line each."""
     sys.path.insert(0, code_dir)
     import specviz
-    from specviz.engine.worker import RaceWorker
+    from specviz.runtime.worker import RaceWorker
     from specviz.request import RaceRequest
 
     assert specviz.__file__.startswith(code_dir), specviz.__file__

@@ -46,6 +46,8 @@ CONFIGS = {   # name: (method, temperature, decoder options)
     # of the real one's profiles) the first time a run asks for it, before that run's clock starts.
     "sequoia auto": ("sequoia", 0.0, {}),
     "sequoia auto T0.6": ("sequoia", 0.6, {}),
+    # Each step's copied length priced on the target's cached curve (both revisions read the same one).
+    "prompt lookup": ("prompt-lookup", 0.0, {}),
 }
 
 

@@ -17,7 +17,7 @@ and sampled), then runs the same decoders standalone (one process, like
 With `--threads 1,2` it serves one app per worker thread count (SPECVIZ_THREADS) side by side, runs
 every race on each in turn (a shared machine's drift falls on both), reports each, and caches the
 count whose races the page showed fastest (geometric mean of the three methods' tokens/s) as this
-machine's choice: `engine.worker.thread_policy` then runs the app's worker at it.
+machine's choice: `runtime.worker.thread_policy` then runs the app's worker at it.
 
 Run it on an otherwise idle machine: anything else on the cores is what it
 measures. Output: a table on stdout and JSON with --json PATH.
@@ -162,13 +162,13 @@ def shown_stats(page) -> dict:
 
 
 def app_pids(app: subprocess.Popen) -> dict[str, list[int]]:
-    """The app's server process and its decoding worker (a child running specviz.engine.worker)."""
+    """The app's server process and its decoding worker (a child running specviz.runtime.worker)."""
     worker = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 stat = Path(d, "stat").read_text().rsplit(")", 1)[1].split()
-                if int(stat[1]) == app.pid and b"specviz.engine.worker" in (d / "cmdline").read_bytes():
+                if int(stat[1]) == app.pid and b"specviz.runtime.worker" in (d / "cmdline").read_bytes():
                     worker.append(int(d.name))
             except (OSError, IndexError, ValueError):
                 continue
@@ -235,7 +235,7 @@ class Standalone:
 
         from specviz.engine.methods import make_decoder
         from specviz.engine.models import load_pair
-        from specviz.engine.worker import thread_policy
+        from specviz.runtime.worker import thread_policy
 
         torch.set_num_threads(threads or thread_policy().threads)
         if self.pair is None:
@@ -266,7 +266,7 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     from specviz.engine.machine import cpu_words, usable_cores
-    from specviz.engine.worker import save_measured_threads, thread_policy
+    from specviz.runtime.worker import save_measured_threads, thread_policy
 
     counts = [int(t) for t in args.threads.split(",") if t.strip()] or [None]
     (ROOT / "test-artifacts").mkdir(exist_ok=True)   # a fresh clone has none yet

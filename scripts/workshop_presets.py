@@ -3,7 +3,7 @@
 the workshop guide and handout quote.
 
 Each preset (`specviz.ui.content.WORKSHOP`) becomes the same `RaceRequest` the page's preset button
-sets up and races in this process through `specviz.engine.race.run_race`, the code the app's worker
+sets up and races in this process through `specviz.runtime.race.run_race`, the code the app's worker
 runs. Per method it prints what the room will see: tokens, target forwards, tokens per forward,
 accepted length (tokens per decoding forward, the prompt's forward left out), where the tokens came
 from (draft / bonus / n-gram), whether the greedy text is identical to autoregressive's, tokens per
@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specviz.engine.models import q4_runs_here  # noqa: E402
-from specviz.engine.race import PairCache, run_race  # noqa: E402
+from specviz.runtime.race import PairCache, run_race  # noqa: E402
 from specviz.errors import SpecVizError  # noqa: E402
 from specviz.request import DEFAULT_PRESET, PRESETS, RaceRequest  # noqa: E402
 from specviz.sequoia import whatif as sequoia_whatif  # noqa: E402

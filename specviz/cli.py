@@ -30,7 +30,7 @@ from .methodspec import parse_spec, spec_help
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .engine.methods import decoder_class, make_decoder
-    from .engine.race import graphs_words
+    from .runtime.race import graphs_words
     from .engine.text import validate_prompt
 
     validate_prompt(args.prompt)

@@ -1,7 +1,7 @@
 """Every environment variable SpecViz reads, in one place: its name, its default and what it changes.
 
 The readers stay where the value is used (a hosting limit in `hosting.py`, the worker's threads in
-`engine/worker.py`); this list is what an operator reads, and `docs/app.md`'s table of switches is generated
+`runtime/worker.py`); this list is what an operator reads, and `docs/app.md`'s table of switches is generated
 from it (`markdown_table`). `tests/test_environment.py` fails when the package reads a `SPECVIZ_*` variable
 this list lacks, when it lists one nothing reads, or when the table is stale.
 """

@@ -85,7 +85,7 @@ class ZeroGpu:
         where a race has measured them and whether this worker holds the methods' graphs already. Off a
         GPU (ZeroGPU emulating CUDA outside a call, or a test) nothing is captured: the setting stands."""
         if pair.device.type != "cuda":
-            from .engine.race import graphs_reason
+            from .runtime.race import graphs_reason
 
             return GraphsDecision(request.graphs, graphs_reason(request.graphs, pair.device))
         return zerogpu_graphs(request.graphs, request.methods, int(request.max_new_tokens),
@@ -124,7 +124,7 @@ def preload_pairs(pairs, limits: HostingLimits) -> list[tuple]:
 def make_demo(env: Mapping[str, str] | None = None):
     """The app for this host: under ZeroGPU with its hooks, elsewhere as it runs locally."""
     spaces = zerogpu_spaces(env)
-    from .engine.race import PairCache
+    from .runtime.race import PairCache
     from .ui import build_demo
 
     if spaces is None:

@@ -61,7 +61,7 @@ def _share_the_cores() -> None:
     """Under pytest-xdist (`scripts/test.sh` runs the suite on one worker per core) each worker decodes on its
     own share of the cores, and so do the CLIs and app workers it starts: on 2 cores two workers of 2 OpenMP
     threads each stall at every barrier (the app's worker ran at 0.41x beside one busy core, see
-    `engine.worker.thread_policy`), while one thread each keeps both cores busy with useful work."""
+    `runtime.worker.thread_policy`), while one thread each keeps both cores busy with useful work."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if workers <= 1:
         return
@@ -91,7 +91,7 @@ def pytest_configure(config):
 def closed_races(monkeypatch):
     """Every `Race` closed in this process while the test runs (a race ended by Stop, a lost client or its
     clock is closed with its decoders cancelled)."""
-    from specviz.engine.race import Race
+    from specviz.runtime.race import Race
 
     closed: list = []
     original = Race.close

@@ -1,4 +1,4 @@
-"""The real decoding worker (`specviz.engine.worker`), with autoregressive decoding's step made to hang
+"""The real decoding worker (`specviz.runtime.worker`), with autoregressive decoding's step made to hang
 after SPECVIZ_TEST_HANG_AFTER steps, as a wedged kernel or a deadlocked library would: for the
 app's watchdog test (tests/test_public_server.py). The hang holds the worker's main thread in a
 sleep it never leaves, so the worker reads no "stop" and answers nothing."""
@@ -8,7 +8,7 @@ import sys
 import time
 
 from specviz.autoregressive.decoder import AutoregressiveDecoder
-from specviz.engine import worker
+from specviz.runtime import worker
 
 HANG_AFTER = int(os.environ.get("SPECVIZ_TEST_HANG_AFTER", "3"))
 original = AutoregressiveDecoder._step

@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from test_precision import cache, measured_rule  # noqa: F401 (fixtures: an empty cache; auto without the kernel)
-from specviz.engine import auto_notes, models, precision, quant
+from specviz.engine import models, precision, quant
+from specviz.runtime import auto_notes
 from specviz.lookahead import sizing as lookahead_sizing
 from specviz.engine.profiler import save_cached
 from specviz.trace import RaceTrace, RunTrace
@@ -122,7 +123,7 @@ def test_the_first_race_loads_q4_on_the_kernel(cache):
 
 def test_the_pair_cache_keeps_the_q4_pair_and_says_what_the_measurement_found(cache, kernel, monkeypatch):
     """The measurement does not change the pair (still q4), but the next race's words give its times."""
-    from specviz.engine.race import PairCache
+    from specviz.runtime.race import PairCache
 
     if "q4" not in names():
         pytest.skip("no 4-bit kernel in this torch")
@@ -146,7 +147,7 @@ def test_the_pair_cache_keeps_the_q4_pair_and_says_what_the_measurement_found(ca
 
 
 def test_a_race_on_q4_before_the_measurement_asks_for_it():
-    from specviz.engine.race import ran_first_sizes
+    from specviz.runtime.race import ran_first_sizes
 
     words = precision.choice("a model never measured", ["fp32", "bf16", "q4"], kernel=KERNEL)[1]
     assert ran_first_sizes(race_trace(precision_choice=words))   # the worker measures after it, to confirm
@@ -225,7 +226,7 @@ def test_annotate_remembers_the_last_race_per_settings_and_writes_the_sentences(
 
 def test_the_race_events_compare_with_the_last_race_of_the_same_request(pair_fp32, monkeypatch):
     """The engine's race (the worker's, the notebook's) keeps the last race's choices on its pair cache."""
-    from specviz.engine.race import race_events
+    from specviz.runtime.race import race_events
     from specviz.request import RaceRequest
 
     sizes = iter(["W=2, N=2, G=1", "W=3, N=2, G=2"])

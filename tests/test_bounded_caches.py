@@ -14,7 +14,8 @@ import pytest
 import torch
 from helpers import tiny_pair
 
-from specviz.engine import graphs, models, race, worker
+from specviz.engine import graphs, models
+from specviz.runtime import race, worker
 from specviz.engine.profiler import save_cached
 from specviz.engine.sampling import SamplingConfig
 from specviz.request import CUSTOM, RaceRequest

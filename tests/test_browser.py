@@ -366,7 +366,7 @@ SIZES = ((1280, 720), (1920, 1080))
 @pytest.fixture(scope="module")
 def replay_trace(tmp_path_factory, pair_fp32):
     """A recorded greedy race of all three methods (real model, fp32), saved as the app downloads it."""
-    from specviz.engine.race import start_race
+    from specviz.runtime.race import start_race
 
     race = start_race(pair_fp32, "Repeat exactly: red, green, blue, red, green, blue,", ["ar", "sequoia", "lookahead"],
                       max_new_tokens=16, options={"sequoia": {"tree_budget": 20, "tree_depth": 5},
@@ -381,7 +381,7 @@ def replay_trace(tmp_path_factory, pair_fp32):
 def root_only_trace(tmp_path_factory, pair_fp32):
     """A recorded greedy race whose Sequoia run ends on a root-only step: with one token left to write, the
     tree is trimmed to its root (the target drafting for itself writes 6 tokens a step: 1 + 3 x 6 + 1 = 20)."""
-    from specviz.engine.race import start_race
+    from specviz.runtime.race import start_race
 
     for tokens in (20, 14, 26, 19, 21):
         race = start_race(pair_fp32, "What are three tips for giving a good talk?", ["ar", "sequoia"],

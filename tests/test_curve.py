@@ -33,7 +33,8 @@ def test_monotone_pools_a_dip_rather_than_taking_later_minima():
 
 
 def test_every_sizing_and_the_race_read_the_one_curve():
-    from specviz.engine import curve, race
+    from specviz.engine import curve
+    from specviz.runtime import race
     from specviz.lookahead import sizing as lookahead_sizing
     from specviz.sequoia import sizing as sequoia_sizing
 

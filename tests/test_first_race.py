@@ -41,7 +41,7 @@ def _race(worker, request) -> tuple[list[tuple[float, tuple]], object]:
 
 
 def test_a_race_during_the_measurement_starts_on_first_sizes_and_pauses_it(tmp_path, monkeypatch):
-    from specviz.engine.worker import RaceWorker
+    from specviz.runtime.worker import RaceWorker
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(empty_profile_cache(tmp_path / "cache")))
     worker = RaceWorker()

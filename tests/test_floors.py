@@ -145,7 +145,7 @@ def test_a_race_on_a_cpu_records_the_floors_once_the_rates_are_measured(q4_targe
     (`race.measure_sizes`) measures them."""
     from types import SimpleNamespace
 
-    from specviz.engine.race import floors_of
+    from specviz.runtime.race import floors_of
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     pair = SimpleNamespace(target=q4_target, device=torch.device("cpu"))

@@ -15,7 +15,7 @@ from specviz.cliargs import graphs_from_args
 from specviz.engine import graphs as graph_modes
 from specviz.engine.graphs import GRAPH_MODES
 from specviz.engine.methods import make_decoder
-from specviz.engine.race import graphs_reason, graphs_words, race_events, start_race
+from specviz.runtime.race import graphs_reason, graphs_words, race_events, start_race
 from specviz.errors import InvalidInput
 from specviz.hosting import (
     GRAPH_SHAPES,

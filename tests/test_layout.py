@@ -79,8 +79,16 @@ def test_the_package_has_no_import_cycles(graph):
     assert cycles == [], cycles
 
 
+RUNTIME = ("specviz.runtime",)   # the race, the worker, auto's notes: over the engine, below the UI
+
+
 def test_the_engine_never_imports_the_ui(graph):
-    assert imports_from(graph, ENGINE, ("specviz.ui",) + UI_LIBRARIES) == []
+    assert imports_from(graph, ENGINE + RUNTIME, ("specviz.ui",) + UI_LIBRARIES) == []
+
+
+def test_the_engine_never_imports_the_runtime(graph):
+    assert imports_from(graph, ENGINE, RUNTIME) == []
+    assert imports_from(graph, RUNTIME, ("specviz.engine",))   # it runs the engine: the check is not vacuous
 
 
 # What a method's room says and draws of its runs (`Method.views`, `Method.whatif`): the room's part of the UI.
@@ -124,7 +132,7 @@ def test_each_method_room_holds_its_decoder_sizing_and_commands():
 
 def test_every_method_is_one_record_in_its_own_room_and_every_list_reads_the_records():
     from specviz import hosting, methods, request, trace
-    from specviz.engine import auto_notes
+    from specviz.runtime import auto_notes
     from specviz.engine.methods import decoder_class, sizing
     from specviz.methodspec import decoding_methods
 
@@ -150,7 +158,7 @@ def test_every_method_is_one_record_in_its_own_room_and_every_list_reads_the_rec
 
 
 def test_importing_the_engine_and_cli_loads_no_ui_library():
-    code = ("import sys, specviz.cli, specviz.engine.race, specviz.engine.methods, specviz.sequoia.decoder, "
+    code = ("import sys, specviz.cli, specviz.runtime.race, specviz.engine.methods, specviz.sequoia.decoder, "
             "specviz.lookahead.decoder; print(sorted(m for m in ('gradio', 'plotly') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -266,7 +266,7 @@ def recorded():
     """Greedy and sampled races with the shipped draft (not the target drafting for itself, whose q = P
     would never reject at T > 0), replayed from their JSON as an upload would be."""
     from specviz.engine.models import load_pair
-    from specviz.engine.race import start_race
+    from specviz.runtime.race import start_race
 
     pair = load_pair("default", dtype="fp32")
     from specviz.engine.sampling import SamplingConfig

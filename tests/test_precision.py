@@ -110,7 +110,7 @@ def test_the_measurement_times_every_candidate_and_caches_its_choice(cache):
 
 
 def test_the_pair_cache_loads_the_measured_precision_for_the_next_race(cache, measured_rule):
-    from specviz.engine.race import PairCache
+    from specviz.runtime.race import PairCache
 
     pairs = PairCache()
     first = pairs.get("default", "self", "auto")
@@ -122,7 +122,7 @@ def test_the_pair_cache_loads_the_measured_precision_for_the_next_race(cache, me
 
 
 def test_the_race_trace_and_its_summary_line_say_why_this_precision(cache, measured_rule):
-    from specviz.engine.race import Race, ran_first_sizes
+    from specviz.runtime.race import Race, ran_first_sizes
     from specviz.engine.methods import make_decoder
     from specviz.engine.sampling import SamplingConfig
     from specviz.trace import RaceTrace

@@ -43,7 +43,7 @@ def _request(name: str, limits) -> RaceRequest:
 @pytest.fixture(scope="module")
 def runs():
     """Every preset's finished trace, raced through `racing.race_events` (what the app's worker runs)."""
-    from specviz.engine.race import PairCache
+    from specviz.runtime.race import PairCache
     from specviz.hosting import HostingLimits
     from specviz.ui.racing import race_events
 

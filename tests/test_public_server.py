@@ -157,7 +157,7 @@ def test_a_disconnected_race_api_client_cancels_its_race(monkeypatch, closed_rac
 
 def test_the_deadline_counts_the_load_too(pair_fp32):
     """The run's clock starts before the models load: a load that takes the whole limit leaves no steps."""
-    from specviz.engine.race import race_events
+    from specviz.runtime.race import race_events
 
     class SlowPairs:
         device = None
@@ -178,7 +178,7 @@ def test_the_deadline_counts_the_load_too(pair_fp32):
 def test_a_worker_whose_step_hangs_is_killed_and_replaced(monkeypatch):
     """A step that never returns holds the real worker; the app ends the race at its deadline plus the
     grace, says why, kills that worker, and the next race gets a new one."""
-    from specviz.engine.worker import RaceWorker, WorkerSlot, WorkerUnavailable
+    from specviz.runtime.worker import RaceWorker, WorkerSlot, WorkerUnavailable
     from specviz.hosting import HostingLimits
     from specviz.ui.racing import RaceControl, Racer
 

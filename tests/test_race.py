@@ -10,7 +10,7 @@ import json
 import pytest
 
 from specviz.autoregressive.decoder import AutoregressiveDecoder
-from specviz.engine.race import Race, compute_ms, start_race
+from specviz.runtime.race import Race, compute_ms, start_race
 from specviz.engine.sampling import SamplingConfig
 from specviz.engine.text import encode_prompt
 from specviz.errors import InvalidInput
@@ -201,7 +201,7 @@ class OnePair:
 
 
 def test_race_events_run_the_request_and_the_trace_records_it(pair_fp32):
-    from specviz.engine.race import race_events
+    from specviz.runtime.race import race_events
     from specviz.request import RaceRequest
 
     request = RaceRequest(prompt=PROMPT, methods=("Autoregressive", "lookahead"), dtype="fp32", max_new_tokens=5,

@@ -72,7 +72,7 @@ def worker_children() -> list[int]:
             continue
         try:
             stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(stat[1]) == me and stat[0] != "Z" and b"specviz.engine.worker" in (d / "cmdline").read_bytes():
+            if int(stat[1]) == me and stat[0] != "Z" and b"specviz.runtime.worker" in (d / "cmdline").read_bytes():
                 found.append(int(d.name))
         except (OSError, IndexError, ValueError):
             continue
@@ -178,7 +178,7 @@ def test_app_decodes_in_process_when_the_worker_cannot_start(monkeypatch):
 def test_worker_exits_when_the_app_dies(tmp_path):
     """No orphans even when the app is killed outright (SIGKILL runs no cleanup)."""
     pid_file = tmp_path / "worker.pid"
-    code = ("import sys, time\nsys.path.insert(0, %r)\nfrom specviz.engine.worker import RaceWorker\n"
+    code = ("import sys, time\nsys.path.insert(0, %r)\nfrom specviz.runtime.worker import RaceWorker\n"
             "w = RaceWorker()\nopen(%r, 'w').write(str(w.pid))\ntime.sleep(600)\n"
             % (str(Path(__file__).resolve().parents[1]), str(pid_file)))
     app = subprocess.Popen([sys.executable, "-c", code])
@@ -201,7 +201,7 @@ def test_worker_exits_when_the_app_dies(tmp_path):
 
 
 def test_thread_policy_leaves_a_core_locally_and_uses_all_when_hosted(tmp_path, monkeypatch):
-    from specviz.engine.worker import thread_policy, worker_env
+    from specviz.runtime.worker import thread_policy, worker_env
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))   # whatever this machine measured plays no part
     assert thread_policy({}, cores=2).threads == 1
@@ -221,7 +221,7 @@ def test_thread_policy_leaves_a_core_locally_and_uses_all_when_hosted(tmp_path, 
 
 
 def test_contention_is_detected_from_profiled_forward_times():
-    from specviz.engine.race import expected_forward_ms, forward_slowdown
+    from specviz.runtime.race import expected_forward_ms, forward_slowdown
     from specviz.trace import RunTrace, StepRecord
 
     curve = {"1": 30.0, "8": 40.0, "16": 60.0}
@@ -269,7 +269,7 @@ def test_api_race_runs_in_the_worker_and_stop_ends_it(app):
 def test_thread_policy_follows_what_was_measured_beside_the_page(tmp_path, monkeypatch):
     """`scripts/app_speed.py --threads 1,2` caches the count that ran fastest in Chromium on this machine;
     locally the worker then runs it (for this core count only), hosted or explicit settings still win."""
-    from specviz.engine.worker import measured_threads, save_measured_threads, thread_policy
+    from specviz.runtime.worker import measured_threads, save_measured_threads, thread_policy
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     assert measured_threads(2) is None and thread_policy({}, cores=2).threads == 1

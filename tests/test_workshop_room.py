@@ -232,7 +232,7 @@ def races_at_once(pair) -> tuple[dict, dict]:
     "on": on a CPU each step runs eagerly over the buffers a GPU graph would replay). After one race first,
     so that kept sessions exist to be taken. Returns ({prompt: {method: ids}}, {prompt: AR's ids alone})."""
     from specviz.autoregressive.decoder import AutoregressiveDecoder
-    from specviz.engine.race import start_race
+    from specviz.runtime.race import start_race
     from specviz.engine.sampling import SamplingConfig
     from specviz.engine.text import encode_prompt
     from specviz.request import RaceRequest
@@ -286,7 +286,7 @@ def worker_processes() -> set[int]:
     from pathlib import Path
 
     pids = {int(pid) for f in Path("/proc/self/task").glob("*/children") for pid in f.read_text().split()}
-    return {pid for pid in pids if b"specviz.engine.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()}
+    return {pid for pid in pids if b"specviz.runtime.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()}
 
 
 def test_a_host_that_raises_concurrency_gets_a_worker_per_race_and_a_note(monkeypatch, expected_ids):

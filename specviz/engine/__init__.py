@@ -1,4 +1,5 @@
-"""The shared engine: model pairs, the lean forward, sampling, profiling, the decoder interface, the race.
+"""The shared engine: model pairs, the lean forward, sampling, profiling, the decoder interface (the race and the
+worker that run decoders for the app are `specviz.runtime`, over this).
 
 Nothing here imports a method's folder or a draft by name (the registries in
 `methods.py` and `drafts.py` name them as strings) and nothing imports the UI.

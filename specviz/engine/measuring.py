@@ -7,7 +7,7 @@ measurement decides what those do by installing a `Measuring` with `measuring(..
 
 - the command line draws a tqdm bar on stderr per phase (`specviz.cliargs.cli_measuring`);
 - the app's worker sends each report to the page, and pauses its background measurement at a tick
-  while a race runs, so no measurement ever runs beside a timed race (`engine.worker`).
+  while a race runs, so no measurement ever runs beside a timed race (`runtime.worker`).
 
 With nothing installed (a library caller, a test) both are no-ops. The installed reporter is a context
 variable: each thread sees its own, so a race on one thread never pauses on another's gate.

@@ -214,7 +214,7 @@ def first_sizes(pair, sampling=None, graphs="auto", **options) -> tuple[dict, st
                                   f"from a one-round estimate of the forward times")
 
 
-AUTO_WHAT = "Lookahead's W, N, G"   # what `auto_size_words` names (`engine.auto_notes`)
+AUTO_WHAT = "Lookahead's W, N, G"   # what `auto_size_words` names (`runtime.auto_notes`)
 
 
 def auto_size_words(settings: dict) -> str | None:
@@ -248,7 +248,7 @@ def lookahead_words(result: dict) -> str:
 
 def why_small(pair, graphs: bool, settings: dict) -> str:
     """Why the W, N, G `auto` ran hold no pool candidates (`lookahead_words`), where the cached choice is the one
-    the run ran; "" otherwise (`engine.auto_notes`)."""
+    the run ran; "" otherwise (`runtime.auto_notes`)."""
     if not settings.get("auto"):
         return ""
     result = cached_choice(pair, graphs)

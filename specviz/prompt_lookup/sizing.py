@@ -102,7 +102,7 @@ def first_sizes(pair, sampling=None, graphs="auto", **options) -> tuple[dict, st
 
 
 
-AUTO_WHAT = "prompt lookup's forward curve"   # what `auto_size_words` names (`engine.auto_notes`)
+AUTO_WHAT = "prompt lookup's forward curve"   # what `auto_size_words` names (`runtime.auto_notes`)
 
 
 def auto_size_words(settings: dict) -> str | None:

@@ -848,7 +848,7 @@ def adaptive_costs(pair, max_nodes: int, graphs: bool = False) -> dict:
             "draft": [interpolate(draft, max(n, 1)) / unit for n in sizes], "from": source}
 
 
-AUTO_WHAT = "Sequoia's tree"   # what `auto_size_words` names (`engine.auto_notes`)
+AUTO_WHAT = "Sequoia's tree"   # what `auto_size_words` names (`runtime.auto_notes`)
 
 
 def auto_size_words(settings: dict) -> str | None:

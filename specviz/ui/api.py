@@ -18,7 +18,7 @@ import typing
 import gradio as gr
 from gradio.data_classes import FileData
 
-from ..engine.race import release_freed_memory
+from ..runtime.race import release_freed_memory
 from ..methods import baseline
 from ..request import RaceRequest
 from ..trace import RaceTrace

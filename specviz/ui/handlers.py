@@ -12,7 +12,7 @@ from contextlib import closing, contextmanager
 
 import gradio as gr
 
-from ..engine.race import release_freed_memory
+from ..runtime.race import release_freed_memory
 from ..errors import SpecVizError
 from ..methods import sized, whatifs
 from ..request import DEFAULT_PRESET, FEATURE_PRESET, ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE, INDEPENDENT_PRESET

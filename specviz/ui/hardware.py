@@ -214,9 +214,9 @@ def panel_html(plans: dict | None) -> str:
 
 def auto_notes_html(trace) -> str:
     """Under the summary line: why an `auto` size is small (a one-level tree, no Lookahead candidates) and what
-    `auto` changed since the last race with the same settings, and why (`engine.auto_notes`, kept in the runs'
+    `auto` changed since the last race with the same settings, and why (`runtime.auto_notes`, kept in the runs'
     settings); "" where neither applies."""
-    from ..engine.auto_notes import CHANGED, SIZED, WHY
+    from ..runtime.auto_notes import CHANGED, SIZED, WHY
 
     if trace is None:
         return ""

@@ -352,7 +352,7 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
 
 def first_sizes_words(race) -> str:
     """' · first sizes: ...' where a method raced on first sizes because this machine was still being
-    measured for its 'auto' size (`engine.race.FIRST_SIZES_NOTE`), else ''."""
+    measured for its 'auto' size (`runtime.race.FIRST_SIZES_NOTE`), else ''."""
     reasons = [(run.settings or {}).get("sizing_reason", "") for run in race.runs.values()
                if run is not None and (run.settings or {}).get("sizing") == "first"]
     return f" · first sizes: {'; '.join(str(r).split(': ', 1)[0] for r in reasons)} (measuring this machine was not " \
@@ -362,7 +362,7 @@ def first_sizes_words(race) -> str:
 def race_graphs_words(race) -> str:
     """The summary line's graphs: "graphs: replayed (N shapes, capture X ms)", "graphs: static, eager (capture failed)"
     or "graphs: off" (with ZeroGPU's reason when its policy decided)."""
-    from ..engine.race import graphs_words
+    from ..runtime.race import graphs_words
 
     runs = [run for run in race.runs.values() if run is not None]
     # Only a hosting policy's decision is worth the line's room (the default reasons restate the setting).

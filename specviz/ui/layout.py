@@ -18,8 +18,8 @@ from dataclasses import replace
 
 import gradio as gr
 
-from ..engine.race import PairCache
-from ..engine.worker import WorkerSlot
+from ..runtime.race import PairCache
+from ..runtime.worker import WorkerSlot
 from ..errors import SpecVizError
 # The names the app's callers and tests know it by (the tables themselves live with the request).
 from ..request import (  # noqa: F401

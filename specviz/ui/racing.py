@@ -21,8 +21,8 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..engine.race import free_accelerator_memory, is_out_of_memory, ran_first_sizes
-from ..engine.worker import WorkerUnavailable
+from ..runtime.race import free_accelerator_memory, is_out_of_memory, ran_first_sizes
+from ..runtime.worker import WorkerUnavailable
 from ..errors import InvalidInput, SpecVizError
 from ..trace import RaceTrace
 from . import hardware
@@ -138,7 +138,7 @@ def race_events(pairs, limits, control: RaceControl | None, request, graphs_poli
     cannot start), so it takes and yields picklable values only. `request` is validated;
     `graphs_policy` is ZeroGPU's graphs decision (`serve.ZeroGpu.graphs_decision`), else None.
     """
-    from ..engine import race as engine
+    from ..runtime import race as runtime
 
     def attach(race):
         if control is not None:
@@ -146,7 +146,7 @@ def race_events(pairs, limits, control: RaceControl | None, request, graphs_poli
 
     should_stop = (lambda: control.stop.is_set()) if control is not None else (lambda: False)
     trace = None
-    for event in engine.race_events(pairs, request, should_stop, on_start=attach,
+    for event in runtime.race_events(pairs, request, should_stop, on_start=attach,
                                     max_run_seconds=limits.max_run_seconds, graphs_policy=graphs_policy):
         if event[0] == "status":
             yield event
@@ -362,14 +362,14 @@ def prune_session_config(demo: gr.Blocks, session_hash: str | None) -> int:
 
 
 def use_worker(env=None) -> bool:
-    """Decode in a worker process unless SPECVIZ_WORKER=0 (see specviz.engine.worker)."""
+    """Decode in a worker process unless SPECVIZ_WORKER=0 (see specviz.runtime.worker)."""
     env = os.environ if env is None else env
     return env.get("SPECVIZ_WORKER", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def contention_note(trace: RaceTrace) -> str:
     """A warning when the race's forwards ran far slower than this machine's profiled t(n)."""
-    from ..engine.race import CONTENDED_RATIO, forward_slowdown
+    from ..runtime.race import CONTENDED_RATIO, forward_slowdown
 
     curve = hardware.target_curve(hardware.plans_for(trace))
     slowdown = forward_slowdown(trace.runs.values(), curve)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..errors import InvalidInput, SpecVizError
 from ..trace import RACE_METHODS, RaceTrace, RunTrace, StepRecord
-from .curve import interpolate
+from ..engine.curve import interpolate
 
 
 def compute_ms(trace: RunTrace) -> float:
@@ -100,8 +100,8 @@ class Race:
             target_name=getattr(pair, "target_name", ""), draft_name=getattr(pair, "draft_name", ""),
             device=str(getattr(pair, "device", "")), vocab_size=int(getattr(pair, "vocab_size", 0) or 0))
         if pair is not None:
-            from .machine import machine_words
-            from .models import dtype_name
+            from ..engine.machine import machine_words
+            from ..engine.models import dtype_name
 
             self.trace.dtype = pair.precision if hasattr(pair, "precision") else dtype_name(pair.dtype)
             self.trace.precision_choice = getattr(pair, "precision_choice", "")
@@ -226,11 +226,11 @@ def start_race(pair, prompt: str, methods: list[str], *, sampling=None, max_new_
     `InvalidInput` at once; a method that cannot be built (not implemented, bad
     method option, load problem) gets the error in its own column.
     """
-    from .decoder import validate_max_new_tokens
-    from .graphs import check_graphs
-    from .methods import make_decoder
-    from .sampling import SamplingConfig
-    from .text import encode_prompt
+    from ..engine.decoder import validate_max_new_tokens
+    from ..engine.graphs import check_graphs
+    from ..engine.methods import make_decoder
+    from ..engine.sampling import SamplingConfig
+    from ..engine.text import encode_prompt
 
     if not methods:
         raise InvalidInput("choose at least one method to run")
@@ -279,7 +279,7 @@ class PairCache:
         resolves to now: once this machine's precisions are measured (in the background,
         `measure_sizes`), the next race loads the precision chosen."""
         if dtype in (None, "", "auto"):
-            from .models import auto_precision, choose_device
+            from ..engine.models import auto_precision, choose_device
 
             chosen, words = auto_precision(target, choose_device(self.device))
             return (target, draft, f"auto:{chosen}" if chosen else "auto"), words
@@ -289,7 +289,7 @@ class PairCache:
         return self._resolved(target, draft, dtype)[0]
 
     def get(self, target: str, draft: str | None, dtype: str):
-        from .models import load_pair
+        from ..engine.models import load_pair
 
         key, words = self._resolved(target, draft, dtype)
         with self.lock:
@@ -316,7 +316,7 @@ class PairCache:
 
 
 def _sizing_call(method: str, what: str, pair, request, graphs: str, options: dict):
-    from .methods import sizing
+    from ..engine.methods import sizing
 
     return sizing(method, what)(pair, request.sampling(), graphs, **options.get(method, {}))
 
@@ -343,7 +343,7 @@ def measure_key(request) -> tuple:
 def floors_of(pair) -> dict:
     """What the hardware panel draws t(n)'s floors from (`engine.floors`): this CPU's rates where they were
     measured (nothing is measured here) and the target's work; {} on a GPU, or before the rates are known."""
-    from . import floors
+    from ..engine import floors
 
     target = getattr(pair, "target", None)
     if target is None or getattr(pair.device, "type", "") != "cpu":
@@ -358,12 +358,12 @@ def measure_sizes(pairs, request) -> list[str]:
     runs this in the background, paused while a race runs); returns the methods it measured for."""
     target, draft = request.models()
     if (request.dtype or "auto") == "auto":   # the precision first: the sizes are measured at the one chosen
-        from .models import choose_device, ensure_precisions_measured
+        from ..engine.models import choose_device, ensure_precisions_measured
 
         ensure_precisions_measured(target, choose_device(pairs.device))
     pair = pairs.get(target, draft, request.dtype or "auto")
     if pair.device.type == "cpu":   # the bandwidth and int8 peak t(n) is drawn against (a second, once per CPU)
-        from .floors import forward_work, measured_rates, read_mib
+        from ..engine.floors import forward_work, measured_rates, read_mib
 
         measured_rates(read_mib(forward_work(pair.target)))
     graphs = getattr(request, "graphs", "auto") or "auto"
@@ -381,7 +381,7 @@ def ran_first_sizes(trace) -> bool:
     """Whether any run of the race started on first sizes (`race_events(first_sizes=True)`), or `auto`
     chose its precision before this CPU's precisions were measured (the rule, or q4 for SpecViz's kernel,
     which the measurement then confirms: `engine.precision`)."""
-    from .precision import waits_for_measurement
+    from ..engine.precision import waits_for_measurement
 
     return waits_for_measurement(trace.precision_choice) or any(
         (run.settings or {}).get("sizing") == "first" for run in trace.runs.values() if run is not None)

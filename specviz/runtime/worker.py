@@ -11,7 +11,7 @@ events back over a socket pair: ("status", text), ("start", RaceTrace),
 ("error", kind, message). (OMP_WAIT_POLICY=PASSIVE was tried and dropped: it
 halved the one-token forward's speed on an idle machine, 29 -> 18 tokens/s.)
 
-`RaceWorker` is the app's end; `python -m specviz.engine.worker --fd N` the
+`RaceWorker` is the app's end; `python -m specviz.runtime.worker --fd N` the
 worker's. The worker exits when the app's end closes, so it can never outlive
 the app (no orphans), and it holds no shared memory (records travel pickled).
 """
@@ -63,7 +63,7 @@ def thread_policy(env=None, cores: int | None = None, measured: dict | None = No
     """
     env = os.environ if env is None else env
     if cores is None:
-        from .machine import usable_cores
+        from ..engine.machine import usable_cores
 
         cores = usable_cores()
     explicit = env.get("SPECVIZ_THREADS", "").strip()
@@ -89,7 +89,7 @@ def _threads_path(cores: int) -> Path:
     import torch
 
     from ..paths import cache_dir
-    from .machine import cpu_model
+    from ..engine.machine import cpu_model
 
     machine = f"{cpu_model()}|{cores}|{torch.__version__}"
     return cache_dir() / "profiles" / f"worker-threads-{cores}cores-{hashlib.sha1(machine.encode()).hexdigest()[:8]}.json"
@@ -112,7 +112,7 @@ def save_measured_threads(cores: int, tokens_per_s: dict[int, float], detail: di
 
     import torch
 
-    from .machine import cpu_flags, cpu_model
+    from ..engine.machine import cpu_flags, cpu_model
 
     best = max(tokens_per_s, key=lambda t: (tokens_per_s[t], -t))   # a tie goes to fewer threads
     path = _threads_path(cores)
@@ -144,7 +144,7 @@ class RaceWorker:
         ours, theirs = socket.socketpair()
         # SPECVIZ_WORKER_PYTHON: another interpreter for the worker (e.g. a venv with CUDA torch).
         python = os.environ.get("SPECVIZ_WORKER_PYTHON") or sys.executable
-        cmd = command or [python, "-m", "specviz.engine.worker"]
+        cmd = command or [python, "-m", "specviz.runtime.worker"]
         try:
             # Its own session: Linux's scheduler (autogroup) then shares the CPU between the worker and
             # the app's server as two groups, so the server's serialisation bursts no longer come out of
@@ -414,7 +414,7 @@ class Measurer:
     def __init__(self, pairs, send):
         import queue
 
-        from .measuring import Measuring
+        from ..engine.measuring import Measuring
 
         self.pairs, self.send = pairs, send
         self.gate = threading.Event()
@@ -469,7 +469,7 @@ class Measurer:
 
     def _run(self) -> None:
         from ..errors import SpecVizError
-        from .measuring import measuring
+        from ..engine.measuring import measuring
         from .race import measure_sizes
 
         with measuring(self.reporter):

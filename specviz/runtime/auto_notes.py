@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 
 from ..methods import sized
-from .precision import waits_for_measurement
+from ..engine.precision import waits_for_measurement
 
 SIZED = sized()
 WHY = "auto_why"          # the run's settings key for why its `auto` size is small
@@ -30,7 +30,7 @@ def _sizing(method: str, what: str):
     """A sized method's `auto_size_words(settings)` (the size `auto` ran, in words; None where it was asked for),
     `AUTO_WHAT` (what that size is called) or `why_small(pair, graphs, settings)` (why it is small, or ""), from
     its sizing module (`Method.sizing`)."""
-    from .methods import sizing
+    from ..engine.methods import sizing
 
     return sizing(method, what)
 
@@ -109,7 +109,7 @@ def annotate(trace, pair, graphs, last: LastRaces | None, key) -> None:
     """Write the sentences into a race's trace as it starts: each sized run's `WHY` (its sizing's `why_small`:
     why the size `auto` ran is small, from the numbers it chose by), and, against the last race with the same
     `key`, what `auto` changed (`CHANGED`; the precision's after its `precision_choice`). Measures nothing."""
-    from .graphs import capture_wanted
+    from ..engine.graphs import capture_wanted
 
     captured = capture_wanted(graphs, pair.device) if pair is not None else False   # None: a trace alone
     for method in SIZED:
