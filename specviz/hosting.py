@@ -185,7 +185,10 @@ def _shapes(n: int) -> str:
 def graphs_captured(model, methods) -> bool:
     """Whether graphs for every one of `methods` are captured already on `model` in this process (the
     sessions `engine.static.checkout` keeps on the model: a reused ZeroGPU worker still has them)."""
-    sessions = getattr(model, "__dict__", {}).get("_specviz_graph_sessions") or {}
+    from .engine.model_state import found_state
+
+    state = found_state(model)
+    sessions = state.graph_sessions if state is not None else {}
     have = {method for (method, _capacity, capture), kept in sessions.items()
             if capture and any(_has_graphs(session) for session in kept)}
     return bool(methods) and all(m in have for m in methods)

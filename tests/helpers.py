@@ -128,7 +128,7 @@ def exact_distribution(model, prompt_ids: list[int], sampling: SamplingConfig, n
 
 
 def _logits(model, ids: torch.Tensor) -> torch.Tensor:
-    """Every position's logits. A model with 4-bit layers attached (`quant.attach_quantized`) is what its
+    """Every position's logits. A model with 4-bit layers attached (`helpers.attach_quantized`) is what its
     decoders run only through the lean forward, which reads those layers; transformers' forward would
     read its dense weights. Each sequence is then one prefill of its own."""
     from specviz.engine.lean import LeanLlama
@@ -311,3 +311,18 @@ def slow_steps(monkeypatch, delay: float = 0.2) -> None:
         return original(self)
 
     monkeypatch.setattr(AutoregressiveDecoder, "_step", slow_step)
+
+
+def attach_quantized(model, dtype: torch.dtype = torch.bfloat16):
+    """`model`'s own layer linears quantised to Q4_1 (`quant.quantize_q4_1`), packed and kept on it, as
+    `quant.attach_q4` does with a GGUF's: every product of the lean forward then runs 4-bit weights, for the
+    sampling tests' tiny models, which ship no GGUF. The dense weights stay (transformers' forward reads them)."""
+    from specviz.engine import quant
+
+    weights = {f"model.layers.{i}.{name}": quant.quantize_q4_1(layer.get_submodule(name).weight)
+               for i, layer in enumerate(model.model.layers) for name in quant.LINEARS.values()}
+    kernel = quant.q4_kernel([w.shape for w in weights.values()])
+    layers = quant.WeightOnlyLayers.build(weights, model.config.num_hidden_layers, dtype, "quantized in memory",
+                                          kernel, quant.calibrate_outliers(model) if kernel else None)
+    layers.attach(model)
+    return layers

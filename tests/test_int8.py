@@ -88,9 +88,12 @@ def test_int8_runs_qwen2_with_its_biases(one_thread):
     got = LeanLlama(model, 64)(prompt, 0, rows=24)
     error = (got - want).abs().max().item()
     assert error < 0.05 * want.abs().max().item()
-    for layer in model.__dict__["_specviz_weight_only"].layers:
+    from specviz.engine.model_state import state_of
+
+    state = state_of(model)
+    for layer in state.weight_only.layers:
         layer[0].has_bias = False
-    model.__dict__.pop("_specviz_weight_only_stack")   # compiled with the biases: build it again without them
+    state.weight_only_stack = None   # compiled with the biases: build it again without them
     unbiased = LeanLlama(model, 64)(prompt, 0, rows=24)
     assert (unbiased - want).abs().max().item() > 5 * error
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from helpers import (cache_forward_curves, chi_square_power, chi_square_pvalue, exact_distribution, sample_sequences,
-                     shifted_temperature, tiny_feature_pair, tiny_pair)
+from helpers import (attach_quantized, cache_forward_curves, chi_square_power, chi_square_pvalue, exact_distribution,
+                     sample_sequences, shifted_temperature, tiny_feature_pair, tiny_pair)
 from mutants import mutated
 
-from specviz.engine.quant import attach_int8, attach_quantized
+from specviz.engine.quant import attach_int8
 from specviz.engine.sampling import SamplingConfig
 from specviz.trace import SOURCE_COPY, SOURCE_NGRAM
 

@@ -1,6 +1,6 @@
 """Sampled output on weight-only layers (`--dtype q4`, `--dtype int8`) follows the quantised target's distribution.
 
-The target's layer products run Q4_1 weights through the int4 kernel (`quant.attach_quantized`, the quantiser
+The target's layer products run Q4_1 weights through the int4 kernel (`helpers.attach_quantized`, the quantiser
 llama.cpp wrote the offline default's GGUF with), so its distribution is not the dense model's. The reference
 is enumerated through the forward the decoders run (`helpers.exact_distribution`), and the check, sample size
 and tiny models are `test_sampling_exact.py`'s, whose negative controls show its power. A file of its own, so

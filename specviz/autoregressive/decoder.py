@@ -9,7 +9,7 @@ the forward is `engine.lean`'s short function over the model's own weights with 
 preallocated KV cache and precomputed rotary tables: transformers' module machinery, mask
 building and cache bookkeeping cost about a fifth of each step on a CPU (measured with
 pyinstrument, see the bench notes). It runs the very same tensor ops as transformers' Llama,
-so greedy fp32 output equals `model.generate`. Any other architecture, or `lean = False`,
+so greedy fp32 output equals `model.generate`. Any other architecture
 runs the model's own forward behind the same static shapes (never captured).
 """
 
@@ -29,7 +29,6 @@ TOP_ALTERNATIVES = 3   # the narration's alternatives per step
 
 class AutoregressiveDecoder(Decoder):
     method = "ar"
-    lean = True  # False: the model's own forward (kept for A/B measurements)
 
     def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, graphs="auto", **options):
         if options:
@@ -39,7 +38,7 @@ class AutoregressiveDecoder(Decoder):
         self.position = 0
         max_len = len(self.prompt_ids) + self.max_new_tokens
         self.session = checkout(self.model, self.method, cache_capacity(max_len), self.capture)
-        self.forward = self.session.forward("target", self.model, lean=self.lean)
+        self.forward = self.session.forward("target", self.model)
         self.one_token = self.forward.shape("one", write_offsets=[0], position_offsets=[0],
                                             block=torch.ones(1, 1, dtype=torch.bool), rows=[0])
         self.graph_stats = self.session.runner.stats

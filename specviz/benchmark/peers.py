@@ -157,8 +157,8 @@ def _gguf() -> Path:
 def _loaded(pair, method: str, settings: dict):
     """The peer's `Llama`, loaded once per pair and settings (kept on the pair, as `runner` keeps drafts)."""
     llama_cpp = llama_cpp_module()
-    key = (method, *sorted(settings.items()))
-    cache = pair.__dict__.setdefault("_llama_peers", {})
+    key = ("llama.cpp", method, *sorted(settings.items()))
+    cache = pair.loaded_beside
     if key not in cache:
         draft = None
         if method == "llama-cpp-lookup":

@@ -129,10 +129,10 @@ def pair_with_draft(pair: ModelPair, draft: str | None) -> ModelPair:
     """The pair with the draft a spec names (same target object), cached on the pair; None: the pair itself."""
     if draft is None or draft_kind(pair) == draft:
         return pair
-    cache = pair.__dict__.setdefault("_bench_pairs", {})
-    if draft not in cache:
-        cache[draft] = _load_named_draft(pair, draft)
-    return cache[draft]
+    key = ("draft", draft)
+    if key not in pair.loaded_beside:
+        pair.loaded_beside[key] = _load_named_draft(pair, draft)
+    return pair.loaded_beside[key]
 
 
 def _load_named_draft(pair: ModelPair, draft: str) -> ModelPair:

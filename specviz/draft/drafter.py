@@ -120,11 +120,10 @@ def drafter_class(pair) -> type:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def make_drafter(pair, prompt_ids: list[int], session, max_nodes: int, max_depth: int, lean: bool = True) -> Drafter:
+def make_drafter(pair, prompt_ids: list[int], session, max_nodes: int, max_depth: int) -> Drafter:
     """The drafter of `pair.draft` for one decoder, its forwards in the decoder's `GraphSession`, for
-    trees of up to `max_nodes` nodes and `max_depth` levels (`lean` False: transformers' own forward,
-    for A/B measurements)."""
-    return drafter_class(pair)(pair, prompt_ids, session, max_nodes, max_depth, lean=lean)
+    trees of up to `max_nodes` nodes and `max_depth` levels."""
+    return drafter_class(pair)(pair, prompt_ids, session, max_nodes, max_depth)
 
 
 def whole_head_wanted(device: torch.device) -> bool:
@@ -182,7 +181,7 @@ class ModelDrafter:
     reads_features = False
     taps: tuple[int, ...] = ()
 
-    def __init__(self, pair, prompt_ids: list[int], session, max_nodes: int, max_depth: int, lean: bool = True):
+    def __init__(self, pair, prompt_ids: list[int], session, max_nodes: int, max_depth: int):
         draft = pair.draft
         self.device, self.vocab = pair.device, pair.vocab_size
         self.prompt_len = len(prompt_ids)
@@ -191,8 +190,7 @@ class ModelDrafter:
         # Off a CPU the whole head, captured or not (`whole_head_wanted`): its columns are the tokens.
         self.full_head = whole_head_wanted(self.device)
         role = session_role("draft", draft)
-        self.forward = session.forward(role, draft, full_vocabulary_head(draft) if self.full_head else None,
-                                       lean=lean)
+        self.forward = session.forward(role, draft, full_vocabulary_head(draft) if self.full_head else None)
         inner = self.forward.lean
         if isinstance(head, VocabSubsetHead) and not self.full_head and hasattr(inner, "cut_head"):
             # A kept session's head may have been widened by an earlier prompt: this prompt's subset.

@@ -42,6 +42,7 @@ from ..engine import native
 from ..engine.drafts import DraftFormat
 from ..engine.lean import attention_kernels
 from ..engine.llama import decoder_layer, rms_norm, rotary_tables
+from ..engine.model_state import state_of
 from ..engine.quant import Q8Rows, kernel_copy, kernel_copy_fits, kernel_head
 from ..errors import ModelLoadError
 from .vocab import load_vocab
@@ -185,14 +186,15 @@ class FeatureDraft(torch.nn.Module):
         q8_head = kernel_head(self._target[0])
         versions = tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in self.parameters()) + (
             self.vocab_ids.data_ptr(), self.vocab_ids.numel(), id(q8_head))   # the own-rows head is cut by them
-        cached = self.__dict__.get("_int8_cache")
+        state = state_of(self)
+        cached = state.int8_parts
         if cached is None or cached[0] != versions:
             # A q4 target's head is the GGUF's Q8_0 codes on SpecViz's kernel: the rows are cut from them as they
             # are, not requantised from their bf16 copy.
             head = q8_head if q8_head is not None else Int8Linear(
                 self._target[0].lm_head.weight.to(self.fc.weight.dtype), pack=False)
             parts = kernel_copy(self) if self._on_the_kernel(q8_head) else int8_copy(self)
-            cached = self.__dict__["_int8_cache"] = (versions, parts, head, head.cut(self.vocab_ids))
+            cached = state.int8_parts = (versions, parts, head, head.cut(self.vocab_ids))
         return cached[1], cached[2], cached[3]
 
     @property

@@ -37,7 +37,7 @@ def feature_input_label(depth: int, taps: tuple[int, ...] = ()) -> str:
 class FeatureDrafter:
     reads_features = True
 
-    def __init__(self, pair, prompt_ids: list[int], session, max_nodes: int, max_depth: int, lean: bool = True):
+    def __init__(self, pair, prompt_ids: list[int], session, max_nodes: int, max_depth: int):
         draft = pair.draft
         self.device, self.vocab = pair.device, pair.vocab_size
         self.prompt_len = len(prompt_ids)

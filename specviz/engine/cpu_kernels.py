@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .llama import RowsLayer, RowsProduct, RowsStack, rows_stack
+from .model_state import fresh_state, state_of
 
 def rows_together(*linears: torch.nn.Linear) -> torch.Tensor:
     """The linears' weights stacked as one matrix (q|k|v, gate|up), without a second copy of them.
@@ -140,7 +141,7 @@ def packed_weights(model, weights: list[torch.Tensor], first_bias: torch.Tensor 
     # tensors keep no counter, and cannot change outside inference_mode.
     versions = (tuple((w.data_ptr(), tuple(w.shape)) for w in weights),
                 tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in model.parameters()))
-    cached = model.__dict__.get("_specviz_packed")
+    cached = state_of(model).packed
     if cached is not None and cached[0] == versions:
         return cached[1]
     try:
@@ -152,7 +153,7 @@ def packed_weights(model, weights: list[torch.Tensor], first_bias: torch.Tensor 
     except RuntimeError:   # a oneDNN build without bf16 kernels for this CPU
         return None
     # The weights are kept with their copies: a freed one's address could come back with other numbers.
-    model.__dict__["_specviz_packed"] = (versions, packed, list(weights))
+    state_of(model).packed = (versions, packed, list(weights))
     return packed
 
 
@@ -278,7 +279,7 @@ def int8_copy(draft: torch.nn.Module) -> torch.nn.Module:
     module is left as it is.
     """
     clone = copy.copy(draft)
-    clone.__dict__.pop("_int8_cache", None)   # else each rebuild would keep every earlier copy alive
+    fresh_state(clone)   # its own caches: sharing the original's would keep every earlier copy alive
     # The fusion layers keep gpt-fast's kernel: fbgemm quantises its input per call with one scale, and
     # cat(embedding, feature) spans two scales (the embedding's ~0.02 rounds away: agreement 0.20).
     # Parts that are stacked below are packed only once stacked.
@@ -321,13 +322,13 @@ def fbgemm_rows_layers(int8_draft) -> RowsStack | None:
     fbgemm's rounding."""
     # Compiled once per int8 copy and kept on it: a draft makes a forward per prompt. A copy on SpecViz's own
     # kernel (`quant.kernel_copy`) brings its stack with it.
-    stack = int8_draft.__dict__.get("_specviz_rows_stack")
-    if stack is not None:
-        return stack
+    state = state_of(int8_draft)
+    if state.rows_stack is not None:
+        return state.rows_stack
     layers = int8_draft.decoder_layers()
     names = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
     if not all(getattr(layer._modules.get(name), "packed", None) is not None for layer in layers for name in names):
         return None
-    stack = int8_draft.__dict__["_specviz_rows_stack"] = rows_stack(
+    state.rows_stack = rows_stack(
         [RowsLayer.of(layer, tuple(Fbgemm(layer._modules[name]) for name in names)) for layer in layers])
-    return stack
+    return state.rows_stack

@@ -39,6 +39,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .cpu_kernels import Matmul, biases_together, pack, packed_weights, rows_together
 from .kvcache import cache_length, crop, keep_positions, new_cache
 from .llama import RowsLayer, decoder_layer, rms_norm, rotary_tables, rows_stack
+from .model_state import state_of
 from . import native
 from .quant import Q4Layer, WeightOnlyLayers
 
@@ -425,12 +426,13 @@ class ModelForward:
 def _weight_only_stack(model, weight_only: WeightOnlyLayers, layers: list[_LeanLayer]):
     """The weight-only layers as one compiled `RowsStack`, made once per model and kept on it (TorchScript
     takes about a second to compile it, and a decoder makes a forward per prompt)."""
-    kept = model.__dict__.get("_specviz_weight_only_stack")
+    state = state_of(model)
+    kept = state.weight_only_stack
     if kept is None or kept[0] is not weight_only:
         rows_layers = [RowsLayer.of(layer, weight_only.layers[i], _row_attention(weight_only, layer))
                        for i, layer in enumerate(layers)]
         # On SpecViz's own kernel each layer is one op (`quant.Q4Layer`): the same kernels, bit for bit.
-        kept = model.__dict__["_specviz_weight_only_stack"] = (weight_only, rows_stack(
+        kept = state.weight_only_stack = (weight_only, rows_stack(
             [Q4Layer(layer) if Q4Layer.fits(layer) else layer for layer in rows_layers]))
     return kept[1]
 
@@ -444,8 +446,8 @@ def _row_attention(weight_only: WeightOnlyLayers, layer: _LeanLayer):
     return None
 
 
-def make_forward(model, max_len: int, vocab_ids: torch.Tensor | None = None, lean: bool = True):
+def make_forward(model, max_len: int, vocab_ids: torch.Tensor | None = None):
     """`LeanLlama` where it is exact for this model, else the model's own forward."""
-    if lean and lean_llama_supported(model):
+    if lean_llama_supported(model):
         return LeanLlama(model, max_len, vocab_ids)
     return ModelForward(model, max_len)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -461,6 +461,9 @@ class ModelPair:
     draft_dir: Path | None = None   # a shipped or distilled SpecViz draft's directory (its metrics travel with it)
     # Why this precision, where `auto` chose it on a CPU (`engine.precision.choice`); "" where one was asked for.
     precision_choice: str = ""
+    # What `bench` loaded beside this pair, loaded once per pair: the same target with another draft
+    # (`benchmark.runner.pair_with_draft`) and llama.cpp's peers (`benchmark.peers`), by their keys.
+    loaded_beside: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def draft_checkpoint_step(self) -> int | None:

@@ -37,6 +37,7 @@ import torch
 from . import native
 from .cpu_kernels import biases_together, int8_per_channel
 from .llama import RowsLayer, RowsProduct, rows_stack
+from .model_state import found_state, fresh_state, state_of
 
 GROUP = 32                 # weights per Q4_1 block, and the kernel's group size
 Q4_1_BLOCK_BYTES = 20      # fp16 d, fp16 m, 16 bytes of nibbles
@@ -537,8 +538,6 @@ class WeightOnlyLayers:
     kernel: str = ""   # "vnni": q4 through SpecViz's own kernel (`Q4Rows`); "": torch's (int4pack, int8pack)
     head: torch.nn.Module | None = None   # "vnni": the GGUF's Q8_0 head (`Q8Rows`); else the model's dense one
 
-    ATTR = "_specviz_weight_only"
-
     # The lean forward's residual stream, cache and attention on this path. In bf16, one decoding row's
     # attention (`scaled_dot_product_attention`, 9 heads over ~150 keys) took 98 us a layer on an AVX-512
     # EPYC and 275 us at 400 keys, against 21 and 31 us in fp32: a sixth of a 4-bit token (`llama.attend` has
@@ -603,12 +602,13 @@ class WeightOnlyLayers:
         return f"lean-{self.precision}{kernel}-f32-ts"
 
     def attach(self, model) -> None:
-        model.__dict__[self.ATTR] = self
+        state_of(model).weight_only = self
         model.decoding_kind = self.decoding_kind
 
     @classmethod
     def of(cls, model) -> "WeightOnlyLayers | None":
-        return model.__dict__.get(cls.ATTR)
+        state = found_state(model)
+        return state.weight_only if state is not None else None
 
 
 def kernel_head(model) -> Q8Rows | None:
@@ -628,7 +628,7 @@ def kernel_copy(draft: torch.nn.Module) -> torch.nn.Module:
     target's whole forward, for 3.5 MB of weights; a draft only proposes, so its arithmetic is free to change."""
 
     clone = copy.copy(draft)
-    clone.__dict__.pop("_int8_cache", None)
+    state = fresh_state(clone)
     modules = dict(draft._modules)
     for name in ("fc", "fc_taps"):
         linear = modules.get(name)
@@ -644,7 +644,7 @@ def kernel_copy(draft: torch.nn.Module) -> torch.nn.Module:
         products = (q8(layer.q_proj, layer.k_proj, layer.v_proj), q8(layer.o_proj),
                     q8(layer.gate_proj, layer.up_proj), q8(layer.down_proj))
         layers.append(Q4Layer(RowsLayer.of(layer, products, native.RowAttention())))
-    clone.__dict__["_specviz_rows_stack"] = rows_stack(layers)
+    state.rows_stack = rows_stack(layers)
     return clone
 
 
@@ -678,19 +678,6 @@ def attach_int8(model) -> WeightOnlyLayers:
     attached = WeightOnlyLayers(layers, "quantized in memory", "int8")
     attached.attach(model)
     return attached
-
-
-def attach_quantized(model, dtype: torch.dtype = torch.bfloat16) -> WeightOnlyLayers:
-    """`model`'s own layer linears quantised to Q4_1 (`quantize_q4_1`), packed and kept on it, as
-    `attach_q4` does with a GGUF's: every product of the lean forward then runs 4-bit weights. The
-    model's dense weights are left as they were (transformers' forward still reads them)."""
-    weights = {f"model.layers.{i}.{name}": quantize_q4_1(layer.get_submodule(name).weight)
-               for i, layer in enumerate(model.model.layers) for name in LINEARS.values()}
-    kernel = q4_kernel([w.shape for w in weights.values()])
-    layers = WeightOnlyLayers.build(weights, model.config.num_hidden_layers, dtype, "quantized in memory", kernel,
-                                    calibrate_outliers(model) if kernel else None)
-    layers.attach(model)
-    return layers
 
 
 def q4_kernel(shapes: list[tuple[int, int]]) -> str:

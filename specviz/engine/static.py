@@ -31,6 +31,7 @@ import torch
 
 from .graphs import GraphRunner
 from .lean import LeanLlama, ModelForward, VocabSubsetHead, lean_llama_supported
+from .model_state import state_of
 
 MIN_CAPACITY = 256
 SESSIONS_KEPT = 2   # per (method, capacity): two races at once each get their own buffers
@@ -149,7 +150,7 @@ class StaticForward:
     """A forward whose cache, rotary tables and shapes are fixed for graph capture.
 
     Over a `LeanLlama` its shapes can be captured; over a `ModelForward` (transformers' own forward: an
-    architecture the lean forward does not cover, or `lean=False` for A/B) they always run eagerly, the
+    architecture the lean forward does not cover) they always run eagerly, the
     same calls, so a decoder has one step for both.
     """
 
@@ -242,10 +243,10 @@ class GraphSession:
         self.prepared: OrderedDict = OrderedDict()
         self.in_use = False
 
-    def forward(self, role: str, model, vocab_ids: torch.Tensor | None = None, lean: bool = True) -> StaticForward:
-        """The static forward of `role`: over `LeanLlama` where it is exact for `model` (and `lean`), else
-        over transformers' own forward (never captured)."""
-        use_lean = lean and lean_llama_supported(model)
+    def forward(self, role: str, model, vocab_ids: torch.Tensor | None = None) -> StaticForward:
+        """The static forward of `role`: over `LeanLlama` where it is exact for `model`, else over transformers'
+        own forward (never captured)."""
+        use_lean = lean_llama_supported(model)
 
         def make():
             inner = LeanLlama(model, self.capacity, vocab_ids) if use_lean else ModelForward(model, self.capacity)
@@ -270,7 +271,7 @@ def checkout(model, method: str, capacity: int, capture: bool) -> GraphSession:
     """A session for one decoder of `method` (its graphs from an earlier run when one is free)."""
     device = next(model.parameters()).device
     with _CHECKOUT:
-        sessions = model.__dict__.setdefault("_specviz_graph_sessions", {})
+        sessions = state_of(model).graph_sessions
         kept = sessions.setdefault((method, capacity, capture), [])
         found = next((session for session in kept if not session.in_use), None)
         if found is None:   # every kept one is in a race: a session of this race's own (kept if room)

@@ -71,7 +71,6 @@ class _StagedInputs:
 
 class LookaheadDecoder(Decoder):
     method = "lookahead"
-    lean = True  # False: transformers' own forward (A/B measurements, tests)
 
     def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, window=None, ngram=None,
                  guesses=None, pool_from_prompt=True, graphs="auto", copies=COPY_ROWS):
@@ -99,7 +98,7 @@ class LookaheadDecoder(Decoder):
         capacity = cache_capacity(len(self.prompt_ids) + self.max_new_tokens + n_max)
         self.session = checkout(target, self.method, capacity, self.capture)
         # The lean forward where it is exact for the target, else transformers' own (never captured).
-        self.forward = self.session.forward("target", target, lean=self.lean)
+        self.forward = self.session.forward("target", target)
         # Padding candidates is free only in a replayed graph; eagerly each step runs the pool's own count.
         self.padded = self.session.runner.capture and self.forward.capturable
         self.graph_stats = self.session.runner.stats

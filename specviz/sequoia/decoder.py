@@ -131,7 +131,6 @@ class _Tree:
 
 class SequoiaDecoder(Decoder):
     method = "sequoia"
-    lean = True  # False: transformers' own forward for both models (A/B measurements, tests)
     # Whether an adaptive tree runs at fixed, padded shapes: None follows the capture (a GPU's graphs need
     # fixed shapes; uncaptured, padding rows would cost a CPU for nothing); True lets a CPU test run them.
     pad_adaptive: bool | None = None
@@ -181,8 +180,8 @@ class SequoiaDecoder(Decoder):
         self.session = checkout(pair.target, self.method, cache_capacity(max_len), self.capture)
         self.graph_stats = self.session.runner.stats
         # Both models run in the session, each over its own cache, even when the target drafts for itself.
-        self.target = self.session.forward("target", pair.target, lean=self.lean)
-        self.drafter = make_drafter(pair, self.prompt_ids, self.session, max_nodes, self.max_depth, lean=self.lean)
+        self.target = self.session.forward("target", pair.target)
+        self.drafter = make_drafter(pair, self.prompt_ids, self.session, max_nodes, self.max_depth)
         self.trace.settings.update(self.drafter.settings)
         # What every target forward returns for the drafter besides logits (a feature draft's features).
         self.features, self.taps = self.drafter.reads_features, self.drafter.taps
@@ -310,7 +309,7 @@ class SequoiaDecoder(Decoder):
         thousands of short runs, a room's races): what it holds depends only on the tree and the forwards."""
         # A padded tree runs the padded target shape of this run's `max_nodes` rows: another budget, another tree.
         padded_rows = self.max_nodes if self.padded else None
-        key = ("sequoia-tree", tuple(parents), adaptive, self.lean, self.features, self.taps, padded_rows)
+        key = ("sequoia-tree", tuple(parents), adaptive, self.features, self.taps, padded_rows)
         return recently_used(self.session.prepared, key, TREES_KEPT, make)
 
     def _cut_shape(self, depth: int) -> TreeShape:
