@@ -22,7 +22,10 @@ RETIRED = {"tok/fwd": "tokens per forward", "tokens/forward": "tokens per forwar
 # What users read today; docs/history.md is the record of past runs in the words of their day.
 CURRENT_TEXTS = ["README.md", *(p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "docs").glob("*.md"))
                                 if p.name != "history.md")]
-CURRENT_CODE = sorted(str(p.relative_to(ROOT)) for d in ("specviz/ui", "specviz/benchmark") for p in (ROOT / d).glob("*.py"))
+# The page's words: the UI's, bench's, and each method's own page parts (its folder's views.py and whatif.py).
+CURRENT_CODE = sorted({str(p.relative_to(ROOT)) for pattern in ("specviz/ui/*.py", "specviz/benchmark/*.py",
+                                                                 "specviz/*/views.py", "specviz/*/whatif.py")
+                       for p in ROOT.glob(pattern)})
 
 
 def _header_texts(fragment: str, tag_class: str) -> list[str]:

@@ -186,9 +186,17 @@ def test_caption_shortens_long_tokens_with_the_full_text_on_hover():
     assert 'title="supercalifragilisticexpialidocious"' in shown and "…" in shown
 
 
-def test_illustrative_sizes_map_onto_the_api_values():
-    from specviz.ui.layout import method_options
+def method_options(tree_mode, budget, depth, look_mode, window, ngram, guesses, pool_from_prompt) -> dict:
+    """Sequoia's and Lookahead's decoder options from the page's sizing controls, checked as the request checks
+    them (raises on sizes the app would refuse)."""
+    from specviz.request import RaceRequest
 
+    return RaceRequest(methods=("sequoia", "lookahead"), tree=tree_mode, tree_budget=budget, tree_depth=depth,
+                       lookahead=look_mode, window=window, ngram=ngram, guesses=guesses,
+                       pool_from_prompt=pool_from_prompt).validated().method_options()
+
+
+def test_illustrative_sizes_map_onto_the_api_values():
     opts = method_options("illustrative", 0, 0, "illustrative", 0, 0, 0, True)
     assert opts["sequoia"] == ILLUSTRATIVE_TREE
     assert {k: opts["lookahead"][k] for k in ("window", "ngram", "guesses")} == ILLUSTRATIVE_LOOKAHEAD
@@ -388,7 +396,7 @@ def test_pool_view_lists_the_most_used_ngrams():
 
 
 def test_workshop_presets_set_valid_controls_and_ask_one_question():
-    from specviz.ui.layout import SIZING_CHOICES, WORKSHOP, method_options
+    from specviz.ui.layout import SIZING_CHOICES, WORKSHOP
 
     modes = {value for _, value in SIZING_CHOICES}
     assert {"auto", "illustrative", "manual"} == modes
