@@ -58,10 +58,11 @@ class Method:
     # `narrate(trace, run, step, texts)` (the step-through caption, HTML), and where it predicts its own tokens per
     # step from a run's measured rates, `tokens_per_step(run)`; None: the page's generic words.
     views: str | None = None
-    # The module of its column in the what-if panel (`ui.whatif`), for a method `auto` sizes: `PLAN` (the plan cache
-    # it reads: prefix, and "pair" or "target"), `SIZES` and `SWEEP_DEFAULTS` (its sliders), `SWEEP` (its main size,
-    # that size's words, the curve's title), `plan_curve(plan)`, `inputs(trace, plan, from_run, profile)`,
-    # `point(inp, ...)`, `line(inp, sizes)`, `column(inp, done, sizes)` and optionally `NOTE`; None: no column.
+    # The module of its column in the what-if panel (`ui.whatif`), for a method `auto` sizes: `PLAN` (the plan
+    # cache it reads: prefix, and "pair" or "target"), `SLIDERS` (its sliders: name -> least, most, default,
+    # label), `SWEEP` (its main size, that size's words, the curve's title), `plan_curve(plan)`, `inputs(trace,
+    # plan, from_run, profile)`, `point(inp, ...)`, `line(inp, sizes)`, `column(inp, done, sizes)` and optionally
+    # `NOTE`; None: no column.
     whatif: str | None = None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from specviz.engine.curve import Curve
 from specviz.engine.methods import make_decoder
 from specviz.errors import InvalidInput
 from specviz.methodspec import parse_spec
@@ -17,11 +18,11 @@ FLAT = {1: 1.0, 64: 1.0}   # rows cost nothing: every likely copied token is wor
 
 
 def test_the_length_follows_the_forward_curve():
-    assert best_length(FLAT, [0.5, 0.4, 0.3], overhead=0.1) == 3
-    assert best_length({1: 1.0, 2: 2.0}, [0.5], overhead=0.0) == 0          # a row that doubles the step
-    assert best_length({1: 1.0, 2: 1.05, 4: 1.1}, [0.05], overhead=0.1) == 0   # a guess rarely right
+    assert best_length(Curve(FLAT), [0.5, 0.4, 0.3], overhead=0.1) == 3
+    assert best_length(Curve({1: 1.0, 2: 2.0}), [0.5], overhead=0.0) == 0          # a row that doubles the step
+    assert best_length(Curve({1: 1.0, 2: 1.05, 4: 1.1}), [0.05], overhead=0.1) == 0   # a guess rarely right
     # A steeper curve past two rows stops a long copy at its likely head.
-    assert best_length({1: 1.0, 2: 1.02, 3: 1.6, 64: 40.0}, [0.9, 0.8, 0.7], overhead=0.0) == 1
+    assert best_length(Curve({1: 1.0, 2: 1.02, 3: 1.6, 64: 40.0}), [0.9, 0.8, 0.7], overhead=0.0) == 1
 
 
 def test_the_run_learns_its_own_copy_rates():

@@ -6,7 +6,7 @@ from ..trace import RaceTrace, RunTrace, StepRecord
 from ..ui.narrate import finish, prob, tok
 
 
-def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str]) -> str:
+def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str] | None) -> str:
     return narrate_ar(run.steps[step], trace.greedy, trace.temperature)
 
 

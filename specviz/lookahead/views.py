@@ -7,13 +7,13 @@ from __future__ import annotations
 from ..trace import ORIGIN_COPY, LookaheadPayload, RaceTrace, RunTrace, StepRecord
 from ..ui.html import esc
 from ..ui.measured import lookahead_tokens_per_step
-from ..ui.narrate import MAX_LIST, emitted, finish, listed, prob, tok
+from ..ui.narrate import MAX_LIST, emitted, finish, listed, prob, tok, token_texts
 
 
-def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str]) -> str:
+def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str] | None) -> str:
     rec = run.steps[step]
     key = _key_before(run, step, rec.payload.key_token_id) if isinstance(rec.payload, LookaheadPayload) else None
-    return narrate_lookahead(rec, trace.greedy, texts, key)
+    return narrate_lookahead(rec, trace.greedy, texts if texts is not None else token_texts(trace), key)
 
 
 def tokens_per_step(run: RunTrace) -> float | None:

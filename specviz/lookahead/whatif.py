@@ -6,11 +6,12 @@ Pure functions of a trace and the plan `auto` cached: no model, no gradio.
 
 from __future__ import annotations
 
+from ..engine.curve import interpolate
 from ..request import ILLUSTRATIVE_LOOKAHEAD
 from ..trace import RaceTrace
 from ..ui import measured
 from ..ui.figures import METHOD_COLORS
-from ..ui.whatif import chart, curve_of, fmt_point, interpolate, other_ms, speedup_over_baseline
+from ..ui.whatif import chart, curve_of, fmt_point, other_ms, speedup_over_baseline
 from .method import METHOD
 
 PLAN = ("lookahead-auto", "target")   # the plans `auto` caches for it: per target, device and dtype (no draft)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from ..draws import NO_MASS
+from ..engine.curve import Curve
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.native import logit_summary
 from ..engine.sampling import draw_token, probs_from_logits
@@ -47,7 +48,7 @@ class PromptLookupDecoder(Decoder):
             raise InvalidInput("a prompt lookup curve must map row counts to milliseconds")
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens,
                          settings={"copy_tokens": self.max_tokens, "curve_source": curve_source}, graphs=graphs)
-        self.curve = {int(n): float(ms) for n, ms in (curve or {1: 1.0}).items()}
+        self.curve = Curve(curve or {1: 1.0})   # sorted once: each step prices its copy's lengths on it
         self.overhead = step_overhead(curve_source if curve else "prior")
         self.model = pair.target
         self.vocab = pair.vocab_size

@@ -39,10 +39,9 @@ def step_overhead(curve_source: str) -> float:
     return PRIOR_OVERHEAD if curve_source == "prior" else VERIFY_MS
 
 
-def best_length(curve: dict[int, float], reaches: list[float], overhead: float) -> int:
+def best_length(t: Curve, reaches: list[float], overhead: float) -> int:
     """The number of leading copied tokens (0..len(reaches)) with the most expected tokens per unit of time:
-    t(1 + L) from `curve`, plus `overhead` for a step that verifies any."""
-    t = Curve(curve)
+    t(1 + L) from the curve `t` (prepared once per run), plus `overhead` for a step that verifies any."""
     best, length, tokens = 1.0 / t.at(1), 0, 1.0
     for k, reach in enumerate(reaches, 1):
         tokens += reach

@@ -6,7 +6,7 @@ from ..trace import RaceTrace, RunTrace, StepRecord, TreePayload
 from ..ui.narrate import emitted, finish, listed, prob, tok
 
 
-def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str]) -> str:
+def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str] | None) -> str:
     rec = run.steps[step]
     if isinstance(rec.payload, TreePayload):   # a copied chain
         return narrate_copy_chain(rec, trace.greedy)

@@ -6,7 +6,7 @@ never compete for the CPU/GPU, so each method's visible progress against the
 clock is its real speed. A decoder that raises is retired with its error while
 the others run on. The whole race is recorded as a `specviz.trace.RaceTrace`.
 
-Nothing here imports gradio or plotly: the engine is usable from scripts and tests.
+Nothing here imports gradio or plotly: the runtime is usable from scripts and tests.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable
 
+from ..engine.curve import interpolate
 from ..errors import InvalidInput, SpecVizError
 from ..trace import RACE_METHODS, RaceTrace, RunTrace, StepRecord
-from ..engine.curve import interpolate
 
 
 def compute_ms(trace: RunTrace) -> float:

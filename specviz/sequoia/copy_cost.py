@@ -7,19 +7,25 @@ from __future__ import annotations
 from ..engine.curve import Curve
 
 
-def copy_step_speedup(plan: dict, reaches: list[float]) -> tuple[float, int]:
-    """(the predicted speedup over `ar`, the length) of the best step that verifies only a copied chain, no draft
-    forward: a chain of L tokens reached with probabilities `reaches[:L]` brings 1 + their sum tokens for the
-    target's forward over 1 + L rows and the step's fixed costs (the plan's fitted `per_step`, `per_node`).
-    Against the plan's own tree (`choice["predicted_speedup"]`), from the same curve and costs."""
-    target = Curve(plan["target_ms"])
-    costs = plan.get("step_costs") or {}
-    ar_ms = float(plan["ar_ms_per_token"])
-    best, length, tokens = 0.0, 0, 1.0
-    per_step, per_node = float(costs.get("per_step", 0.0)), float(costs.get("per_node", 0.0))
-    for k, reach in enumerate(reaches, 1):
-        tokens += reach
-        ms = target.at(1 + k) + per_step + per_node * (1 + k)
-        if tokens * ar_ms / ms > best:
-            best, length = tokens * ar_ms / ms, k
-    return best, length
+class CopyPricing:
+    """A plan's terms for a copy-only step, read out of the plan once per run (a step only prices its reaches)."""
+
+    def __init__(self, plan: dict):
+        costs = plan.get("step_costs") or {}
+        self.target = Curve(plan["target_ms"])
+        self.ar_ms = float(plan["ar_ms_per_token"])
+        self.per_step, self.per_node = float(costs.get("per_step", 0.0)), float(costs.get("per_node", 0.0))
+        self.tree_speedup = float(plan["choice"]["predicted_speedup"])   # the plan's own tree, to beat
+
+    def best_step(self, reaches: list[float]) -> tuple[float, int]:
+        """(the predicted speedup over `ar`, the length) of the best step that verifies only a copied chain, no
+        draft forward: a chain of L tokens reached with probabilities `reaches[:L]` brings 1 + their sum tokens
+        for the target's forward over 1 + L rows and the step's fixed costs (the plan's fitted `per_step`,
+        `per_node`), from the same curve and costs as the plan's tree (`tree_speedup`)."""
+        best, length, tokens = 0.0, 0, 1.0
+        for k, reach in enumerate(reaches, 1):
+            tokens += reach
+            speedup = tokens * self.ar_ms / (self.target.at(1 + k) + self.per_step + self.per_node * (1 + k))
+            if speedup > best:
+                best, length = speedup, k
+        return best, length

@@ -30,7 +30,7 @@ at any node, as one more child; sampled: only at a node with no drafted children
 has a one-hot q, so the walk's rule stays exact). The tree is renumbered breadth first and verified in
 the same one forward; a copy costs no draft forward, and on code or a rewrite it reaches past where the
 draft gives up. Where `auto` planned the tree, a step whose copy the plan's own curve and step costs predict
-to pay more than the drafted tree (`copy_cost.copy_step_speedup`, from the copy's measured hit rates) verifies
+to pay more than the drafted tree (`copy_cost.CopyPricing`, from the copy's measured hit rates) verifies
 the copied chain alone and skips the draft: on a CPU the draft's forward is a large share of a step, and a
 long match is right more often than a draft level. Both choices depend on the text and the plan only, so a
 seed still gives the same tokens. Only where nothing is captured (a captured step replays fixed shapes).
@@ -67,7 +67,7 @@ from ..trace import (
 from ..errors import InvalidInput
 from ..prompt_lookup.match import Copy, CopyRates, NgramIndex
 from .adaptive import allocate_children, level_pays, padded_block, padded_levels, read_block
-from .copy_cost import copy_step_speedup
+from .copy_cost import CopyPricing
 from .tree import TreeShape, TreeTensors
 from .verify import NOT_TESTED, STATUS_NAMES, TEST_ROWS, WalkTables, greedy_walk, sampled_walk
 
@@ -162,8 +162,8 @@ class SequoiaDecoder(Decoder):
         # Copies change the tree's shape each step: only where shapes are not captured (nor padded).
         self.copy_len = 0 if (self.capture or self.padded) else copies
         plan = tree_choice.settings.get("plan")   # `auto`'s: its curve and step costs price a copy-only step
-        self.copy_plan = plan if (self.copy_len and isinstance(plan, dict) and plan.get("target_ms")
-                                  and plan.get("choice")) else None
+        self.copy_pricing = CopyPricing(plan) if (self.copy_len and isinstance(plan, dict) and plan.get("target_ms")
+                                                  and plan.get("choice")) else None
         self.trace.settings["copies"] = self.copy_len
         self.index = NgramIndex(self.prompt_ids) if self.copy_len else None
         self.copy_rates = CopyRates()   # how often this run's copies verified alone were right (`_copy_alone`)
@@ -213,7 +213,7 @@ class SequoiaDecoder(Decoder):
         read_slots = None
         self.grafted = None
         room, copy = self._copy(committed) if self.copy_len and depth else (0, None)
-        alone = self._copy_alone(copy, room) if copy and self.copy_plan else None
+        alone = self._copy_alone(copy, room) if copy and self.copy_pricing else None
         if alone is not None:
             tree, read_slots, depth = alone
         elif self.adaptive:
@@ -373,8 +373,8 @@ class SequoiaDecoder(Decoder):
         """The copied chain as this step's whole tree, where the plan predicts it pays more than the drafted
         tree (no draft forward); else None. Its tokens are priced at this run's own rates, learned from the
         copies it verified alone (`match.CopyRates`: a chat answer's copies are right far less often)."""
-        speedup, length = copy_step_speedup(self.copy_plan, self.copy_rates.reaches(copy)[:room])
-        if not length or speedup <= float(self.copy_plan["choice"]["predicted_speedup"]):
+        speedup, length = self.copy_pricing.best_step(self.copy_rates.reaches(copy)[:room])
+        if not length or speedup <= self.copy_pricing.tree_speedup:
             return None
         chain = list(copy.tokens[:length])
         dev = self.device

@@ -11,7 +11,7 @@ from ..ui.measured import sequoia_tokens_per_step, tree_acceptance
 from ..ui.narrate import MAX_LIST, emitted, finish, listed, prob, tok
 
 
-def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str]) -> str:
+def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str] | None) -> str:
     settings = run.settings if isinstance(run.settings, dict) else {}
     threshold = settings.get("threshold") if settings.get("tree") == "adaptive" else None
     free_rows = settings.get("tree_budget") if settings.get("tree_budget_from") == BUDGET_FROM_FREE_ROWS else None

@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from ..engine.curve import interpolate
 from ..request import ILLUSTRATIVE_TREE
 from ..trace import PHASE_DRAFT, RaceTrace, RunTrace, TreePayload
 from ..ui import measured
 from ..ui.figures import METHOD_COLORS
-from ..ui.whatif import chart, curve_of, fmt_point, interpolate, other_ms, speedup_over_baseline
+from ..ui.whatif import chart, curve_of, fmt_point, other_ms, speedup_over_baseline
 from .method import METHOD
 
 PLAN = ("sequoia-plan", "pair")     # the plans `auto` caches for it: per model pair (`sequoia.sizing`)

@@ -75,11 +75,12 @@ def finish(rec: StepRecord) -> str:
 
 def narrate_step(trace: RaceTrace, method: str, step: int, texts: dict[int, str] | None = None) -> str:
     """The caption (HTML) for step `step` of `method`'s run: the method's own narrator (its record's `views`
-    module, `narrate(trace, run, step, texts)`), or what any step did."""
+    module, `narrate(trace, run, step, texts)`; `texts`: the trace's token texts where the caller has them, else
+    None and a narrator that needs them reads them), or what any step did."""
     run = trace.runs[method]
     views = method_views(method)
     if views is not None and hasattr(views, "narrate"):
-        return views.narrate(trace, run, step, texts if texts is not None else token_texts(trace))
+        return views.narrate(trace, run, step, texts)
     return f"{emitted(run.steps[step])}."
 
 

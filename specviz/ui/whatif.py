@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from .. import safejson
-from ..engine.curve import interpolate as curve_at
+from ..engine.curve import interpolate
 from ..methods import baseline, whatifs
 from ..trace import PHASE_TARGET, RaceTrace
 from . import hardware, measured
@@ -38,11 +38,6 @@ def curve_of(data) -> dict[int, float]:
         if 1 <= n <= 1_000_000 and 0 < ms < math.inf:
             out[n] = ms
     return dict(sorted(out.items()))
-
-
-def interpolate(curve: dict[int, float], n: float) -> float:
-    """t(n), linear between measured sizes and past the last one (`engine.curve`, as every sizing reads it)."""
-    return float(curve_at(curve, n))
 
 
 MAX_PROFILE_BYTES = 1024 * 1024   # a profile is a few KB of {n: ms}; a larger upload is refused unread
