@@ -507,7 +507,7 @@ def test_int8_decoding_levels_track_the_trained_draft(pair, request):
 @pytest.mark.parametrize("pair", ["feature_pair", "two_layer_pair"])
 @torch.inference_mode()
 def test_fp32_levels_run_the_int8_layers_as_the_decoder_feeds_them(pair, request):
-    """Where fbgemm runs the int8 layers, a level skips the module's bf16 activations (`RowsStack`): the
+    """Where fbgemm runs the int8 layers, a level skips the module's bf16 activations (a compiled `LayerStack`): the
     committed pairs in chunks (the later chunk sees the cache and, causally, itself) and a tree level under
     a mask in the models' dtype (a fixed tree's) predict what the exact draft does, within int8's rounding."""
     feature_pair = request.getfixturevalue(pair)
@@ -520,7 +520,8 @@ def test_fp32_levels_run_the_int8_layers_as_the_decoder_feeds_them(pair, request
     fast, exact = FeatureDraftForward(draft, L + 4, int8=True), FeatureDraftForward(draft, L + 4, int8=False)
     assert isinstance(fast.layers, torch.jit.ScriptModule) and fast.dtype == torch.float32   # compiled
     assert len(fast.layers.layers) == draft.n_layers
-    assert exact.layers is None and exact.dtype == draft.fc.weight.dtype
+    assert fast.fp32 and not exact.fp32 and not isinstance(exact.layers, torch.jit.ScriptModule)
+    assert exact.dtype == draft.fc.weight.dtype
     r = L - 5
     got, want = [], []
     for fwd, out in ((fast, got), (exact, want)):

@@ -14,10 +14,11 @@ from test_qwen2 import VOCAB, tiny_qwen2
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from specviz.engine.cpu_kernels import int8_kernel_available, int8_per_channel
-from specviz.engine.lean import LeanLlama
+from specviz.engine.lean import LeanLlama, decoder_layers
+from specviz.engine.llama import layer_stack
 from specviz.engine.models import auto_candidates, check_int8, load_pair
 from specviz.engine.profiler import forward_kind
-from specviz.engine.quant import Int8Rows, attach_int8
+from specviz.engine.quant import Int8Rows, WeightOnlyLayers, attach_int8
 from specviz.errors import InvalidInput
 
 pytestmark = pytest.mark.skipif(not int8_kernel_available(), reason="this torch has no weight-only int8 kernel")
@@ -59,8 +60,9 @@ def test_int8_forward_predicts_what_fp32_does(pair_fp32):
     kind = "lean-int8-f32-ts"
     assert forward_kind(pair.target) == kind and forward_kind(pair_fp32.target) != kind   # own curves
     forward = LeanLlama(pair.target, 64)
-    assert forward.weight_only and all(isinstance(layer.qkv_proj, Int8Rows) for layer in forward.layers)
-    assert isinstance(forward.rows_stack, torch.jit.ScriptModule)
+    products = WeightOnlyLayers.of(pair.target).layers
+    assert forward.weight_only and all(isinstance(layer[0], Int8Rows) for layer in products)
+    assert isinstance(forward.stack, torch.jit.ScriptModule)
     prompt = pair.tokenizer("The capital of France is Paris. The capital of Italy is", return_tensors="pt").input_ids
     n = prompt.shape[1]
     got = forward(prompt, 0, rows=n).float()
@@ -68,9 +70,10 @@ def test_int8_forward_predicts_what_fp32_does(pair_fp32):
     agree = (got.argmax(-1) == want.argmax(-1)).float().mean().item()
     cosine = torch.nn.functional.cosine_similarity(got, want, dim=-1).min().item()
     assert agree >= 0.9 and cosine > 0.98, (agree, cosine)
-    # The compiled rows layers compute what `decoder_layer` does over the same int8 products.
+    # The compiled layers compute what the same layers run eagerly do over the same int8 products.
     through_layers = LeanLlama(pair.target, 64)
-    through_layers.rows_stack = None
+    through_layers.stack = layer_stack(decoder_layers(pair.target, [p for layer in products for p in layer],
+                                                      torch.float32), script=False)
     for start, ids, rows in ((0, prompt, n), (n, prompt[:, -1:], 1)):
         fast, plain = forward(ids, start, rows=rows).float(), through_layers(ids, start, rows=rows).float()
         assert torch.equal(fast.argmax(-1), plain.argmax(-1))

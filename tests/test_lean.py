@@ -122,8 +122,8 @@ def test_stacked_projections_share_the_models_weights_and_leave_its_forward_unch
         frozen = tiny_pair(vocab_size=6, draft_seed=None).target
         lean = LeanLlama(frozen, 16)
     wq = frozen.model.layers[0].self_attn.q_proj.weight
-    assert lean.layers[0].qkv_proj.weight.data_ptr() != wq.data_ptr()
-    torch.testing.assert_close(lean.layers[0].qkv_proj.weight[:wq.shape[0]], wq, rtol=0, atol=0)
+    assert lean.layers[0].qkv.weight.data_ptr() != wq.data_ptr()
+    torch.testing.assert_close(lean.layers[0].qkv.weight[:wq.shape[0]], wq, rtol=0, atol=0)
 
 
 def _check_stacked(model):
@@ -132,7 +132,7 @@ def _check_stacked(model):
     attn = model.model.layers[0].self_attn
     q_before = attn.q_proj.weight.clone()
     lean = LeanLlama(model, 16)
-    stacked = lean.layers[0].qkv_proj.weight
+    stacked = lean.layers[0].qkv.weight
     assert stacked.shape[0] == attn.q_proj.weight.shape[0] + 2 * attn.k_proj.weight.shape[0]
     assert attn.q_proj.weight.data_ptr() == stacked.data_ptr()
     assert attn.k_proj.weight.data_ptr() == stacked[attn.q_proj.weight.shape[0]:].data_ptr()
@@ -140,7 +140,7 @@ def _check_stacked(model):
     assert torch.equal(model(input_ids=ids).logits, before)
     # A second forward finds the weights already stacked and makes no new copy.
     again = LeanLlama(model, 16)
-    assert again.layers[0].qkv_proj.weight.data_ptr() == stacked.data_ptr()
+    assert again.layers[0].qkv.weight.data_ptr() == stacked.data_ptr()
     torch.testing.assert_close(again(ids, 0), lean(ids, 0), rtol=0, atol=0)
 
 
@@ -243,7 +243,7 @@ def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
         # exact. Anything else that left the weights unpacked is a failure.
         from specviz.engine.cpu_kernels import _same_bits, pack
 
-        first = packed.layers[0].qkv_proj.weight   # the matrix `packed_weights` checks
+        first = packed.layers[0].qkv.weight   # the matrix `packed_weights` checks
         try:
             refused = not _same_bits(first, pack(first))
         except RuntimeError as exc:
@@ -252,7 +252,7 @@ def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
         pytest.skip(f"this CPU's oneDNN cannot prepack bf16 bit for bit ({refused}): LeanLlama stays dense")
     assert packed.head.packed is not None
     for op in [dense.head] + [op for layer in dense.layers
-                              for op in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)]:
+                              for op in (layer.qkv, layer.o, layer.gate_up, layer.down)]:
         op.packed = None
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, 49152, (1, 20), generator=gen)
@@ -267,7 +267,7 @@ def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
     assert torch.equal(logits_p, logits_d) and torch.equal(feats_p, feats_d)
     # Packed once per model; weights that change are packed again.
     again = LeanLlama(model, 64)
-    assert again.layers[3].gate_up_proj.packed is packed.layers[3].gate_up_proj.packed
+    assert again.layers[3].gate_up.packed is packed.layers[3].gate_up.packed
     with torch.no_grad():
         model.model.layers[3].mlp.down_proj.weight.mul_(1.0)
-    assert LeanLlama(model, 64).layers[3].gate_up_proj.packed is not packed.layers[3].gate_up_proj.packed
+    assert LeanLlama(model, 64).layers[3].gate_up.packed is not packed.layers[3].gate_up.packed

@@ -143,16 +143,16 @@ def test_the_head_kernel_computes_q8_0_times_q8_1_and_reads_the_ggufs_embedding(
 @needs_kernel
 def test_the_fused_norm_and_swiglu_are_the_layers_own():
     """`normed_rows` and `glu_rows` round the RMS-normalised rows and SwiGLU's silu(gate) * up inside the kernel:
-    the same products as `rows` over `llama.rms_rows` and `llama.glu` (up to a code moved by the fp32 ops'
+    the same products as `rows` over `llama.rms_norm` and `llama.glu` (up to a code moved by the fp32 ops'
     last bit). Controls: the norm's weight and SwiGLU's halves matter."""
-    from specviz.engine.llama import glu, rms_rows
+    from specviz.engine.llama import glu, rms_norm
 
     weight = random_q4(96, 192, 4)
     linear = quant.Q4Rows.of(weight)
     generator = torch.Generator().manual_seed(6)
     x = torch.randn(5, 192, generator=generator) * 3
     norm = torch.rand(192, generator=generator) + 0.5
-    want = reference(rms_rows(x, norm, 1e-5), weight)
+    want = reference(rms_norm(x, norm, 1e-5), weight)
     got = linear.normed_rows(x, norm, 1e-5).double()
     assert torch.allclose(got, want, rtol=1e-3, atol=1e-3 * want.abs().max().item())
     assert not torch.allclose(linear.normed_rows(x, torch.ones(192), 1e-5).double(), want, rtol=1e-2)
@@ -248,11 +248,11 @@ def test_a_cut_head_gives_the_whole_heads_logits_at_its_rows():
 
 
 @needs_kernel
-def test_a_layer_as_one_op_is_the_rows_layer_bit_for_bit():
-    """`quant.Q4Layer` runs a whole `RowsLayer` (q4 products, `attend_rows`) as one op: the same kernels in the same
+def test_a_layer_as_one_op_is_the_decoder_layer_bit_for_bit():
+    """`quant.Q4Layer` runs a whole `DecoderLayer` (q4 products, `attend_rows`) as one op: the same kernels in the same
     order, so its output and the K/V it writes are the torch-ops layer's bit for bit, causal or under a tree mask,
     into slots start.. or scattered `slots`, attending to [0, end) or to every slot."""
-    from specviz.engine.llama import RowsLayer, rotary_tables
+    from specviz.engine.llama import DecoderLayer, rotary_tables
 
     heads, kv, d, hidden, inter = 4, 2, 64, 256, 512
     products = [quant.Q4Rows.of(random_q4(out, cols, seed), torch.tensor([5, 100], dtype=torch.int32))
@@ -260,9 +260,9 @@ def test_a_layer_as_one_op_is_the_rows_layer_bit_for_bit():
                                                     (2 * inter, hidden), (hidden, inter)])]
     generator = torch.Generator().manual_seed(3)
     norms = [1 + 0.1 * torch.randn(hidden, generator=generator) for _ in range(2)]
-    layer = RowsLayer(*norms, *products, heads, kv, d, 1e-5, d ** -0.5, native.RowAttention())
+    layer = DecoderLayer(*norms, *products, heads, kv, d, 1e-5, d ** -0.5, native.RowAttention())
     fused = quant.Q4Layer(layer)
-    assert quant.Q4Layer.fits(layer) and not quant.Q4Layer.fits(RowsLayer(*norms, *products, heads, kv, d, 1e-5, 0.1))
+    assert quant.Q4Layer.fits(layer) and not quant.Q4Layer.fits(DecoderLayer(*norms, *products, heads, kv, d, 1e-5, 0.1))
     cos, sin = rotary_tables(torch.arange(64), 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d), 1.0, torch.float32)
     cache = [torch.zeros(1, kv, 64, d) for _ in range(4)]
 

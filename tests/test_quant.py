@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from specviz.engine import quant
-from specviz.engine.lean import LeanLlama
+from specviz.engine.lean import LeanLlama, decoder_layers
+from specviz.engine.llama import layer_stack
 from specviz.engine.models import load_pair, offline_default_dir, offline_default_gguf
 from specviz.engine.profiler import forward_kind
 from specviz.errors import InvalidInput
@@ -129,22 +130,25 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
                      else ("lean-q4-f32-ts", quant.Int4Linear))
     assert forward_kind(pair.target) == kind and forward_kind(pair_fp32.target) != kind   # own curves
     forward = LeanLlama(pair.target, 64)
-    assert forward.weight_only and all(isinstance(layer.qkv_proj, product) for layer in forward.layers)
+    products = quant.WeightOnlyLayers.of(pair.target).layers
+    assert forward.weight_only and all(isinstance(layer[0], product) for layer in products)
     assert forward.all_keys.dtype == torch.float32   # fp32 activations
     # The rows layers run as one stack that TorchScript compiled (eager Python dispatch is a third of a token).
-    assert isinstance(forward.rows_stack, torch.jit.ScriptModule)
+    assert isinstance(forward.stack, torch.jit.ScriptModule)
     if native:   # and on SpecViz's kernel each layer is one op (`quant.Q4Layer`)
-        assert all(getattr(layer, "original_name", type(layer).__name__) == "Q4Layer" for layer in forward.rows_stack.layers)
+        assert all(getattr(layer, "original_name", type(layer).__name__) == "Q4Layer" for layer in forward.layers)
     prompt = pair.tokenizer("The capital of France is Paris. The capital of Italy is", return_tensors="pt").input_ids
     got = forward(prompt, 0, rows=prompt.shape[1]).float()
     want = LeanLlama(pair_fp32.target, 64)(prompt, 0, rows=prompt.shape[1])
     agree = (got.argmax(-1) == want.argmax(-1)).float().mean().item()
     cosine = torch.nn.functional.cosine_similarity(got, want, dim=-1).min().item()
     assert agree >= 0.8 and cosine > 0.95, (agree, cosine)
-    # The rows layers compute what `decoder_layer` does over the same int4 products, up to rounding: the
-    # prompt's logits and, after it, a decoding row's against the cached K/V the rows layers wrote.
+    # The compiled stack (on SpecViz's kernel, each layer one op) computes what the layers run eagerly op by op
+    # do over the same products: the prompt's logits and, after it, a decoding row's against the cached K/V.
     through_layers = LeanLlama(pair.target, 64)
-    through_layers.rows_stack = None
+    through_layers.stack = layer_stack(decoder_layers(pair.target, [p for layer in products for p in layer],
+                                                      torch.float32, _own_attention if native else None),
+                                       script=False)
     n = prompt.shape[1]
     for start, ids, rows in ((0, prompt, n), (n, prompt[:, -1:], 1)):
         fast, plain = forward(ids, start, rows=rows).float(), through_layers(ids, start, rows=rows).float()
@@ -155,6 +159,10 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
         # move a code by one step, so the two differ by about what either differs from fp32 (measured 0.055x).
         bound = 0.1 if native else 0.05
         assert (fast - plain).abs().max() < bound * plain.abs().max(), (fast - plain).abs().max()
+
+
+def _own_attention(head_dim: int):
+    return quant.native.RowAttention()
 
 
 def test_q4_is_refused_for_a_model_without_a_q4_1_gguf(tmp_path):

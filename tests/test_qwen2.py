@@ -118,7 +118,7 @@ def test_lean_forward_equals_transformers_with_biases(kind, one_thread):
 
     # The biases matter here: a forward without them is far off (what the comparisons above would catch).
     for layer in lean.layers:
-        layer.qkv_proj.bias = layer.o_proj.bias = layer.gate_up_proj.bias = layer.down_proj.bias = None
+        layer.qkv.bias = layer.o.bias = layer.gate_up.bias = layer.down.bias = None
     lean.zero_cache()
     assert (lean(prompt, 0, rows=20) - want_prefill).abs().max() > 1e-2
 

@@ -41,7 +41,7 @@ from ..engine.cpu_kernels import (Int8Linear, fbgemm_available, fbgemm_rows_laye
 from ..engine import native
 from ..engine.drafts import DraftFormat
 from ..engine.lean import attention_kernels
-from ..engine.llama import decoder_layer, rms_norm, rotary_tables
+from ..engine.llama import DecoderLayer, Linears, layer_stack, layers_over, rms_norm, rotary_tables
 from ..engine.model_state import state_of
 from ..engine.quant import Q8Rows, kernel_copy, kernel_copy_fits, kernel_head
 from ..errors import ModelLoadError
@@ -53,20 +53,16 @@ KIND = "specviz-feature-draft"
 
 
 
-def _project_qkv(layer, h: torch.Tensor):
-    """q, k, v (B, n, heads x d) of a normed input: one matrix in an int8 decoding copy (`int8_copy`)."""
-    stacked = layer._modules.get("qkv_proj")
-    if stacked is not None:
-        return stacked(h).split((layer.n_heads * layer.head_dim, layer.n_kv * layer.head_dim,
-                                 layer.n_kv * layer.head_dim), dim=-1)
-    return layer.q_proj(h), layer.k_proj(h), layer.v_proj(h)
+def _products(layer) -> tuple[Linears, Linears, Linears, Linears]:
+    """A draft layer's q|k|v, o, gate|up and down as `llama.DecoderLayer` multiplies through them: its own modules
+    (so training's gradients reach them), q|k|v and gate|up one module each in an int8 copy (`int8_copy`)."""
+    modules = layer._modules
 
+    def joined(stacked: str, parts: tuple[str, ...]) -> Linears:
+        return Linears(modules[stacked]) if stacked in modules else Linears(*(modules[p] for p in parts))
 
-def _project_gate_up(layer, h: torch.Tensor):
-    stacked = layer._modules.get("gate_up_proj")
-    if stacked is not None:
-        return stacked(h).chunk(2, dim=-1)
-    return layer.gate_proj(h), layer.up_proj(h)
+    return (joined("qkv_proj", ("q_proj", "k_proj", "v_proj")), Linears(modules["o_proj"]),
+            joined("gate_up_proj", ("gate_proj", "up_proj")), Linears(modules["down_proj"]))
 
 
 class DraftLayer(torch.nn.Module):
@@ -74,16 +70,13 @@ class DraftLayer(torch.nn.Module):
 
     The first layer's weights live on `FeatureDraft` itself under the same names (the
     format of the drafts shipped before there could be more than one); both run the
-    target's layer arithmetic (`engine.llama.decoder_layer`) through the same projections.
+    target's layer (`engine.llama.DecoderLayer`) over the same projections (`layers`).
     """
 
     def __init__(self, cfg, **kw):
         super().__init__()
         _layer_shape(self, cfg)
         _layer_params(self, cfg, **kw)
-
-    qkv = _project_qkv
-    gate_up = _project_gate_up
 
     def copy_from(self, src, zero_output: bool) -> None:
         """Weights from a transformers decoder layer; `zero_output` zeroes o_proj and down_proj, so the
@@ -245,23 +238,25 @@ class FeatureDraft(torch.nn.Module):
 
     # -- the layers -----------------------------------------------------------------------------
 
-    qkv = _project_qkv
-    gate_up = _project_gate_up
-
     def decoder_layers(self) -> list:
         """The first layer (this module's own weights) and any after it."""
         return [self, *getattr(self, "more_layers", ())]
 
+    def layers(self, dtype: torch.dtype | None = None) -> list[DecoderLayer]:
+        """The draft's layers as the target's `DecoderLayer`, over this module's own weights (read at each call,
+        so they follow training), the residual stream in `dtype` (default the weights')."""
+        dtype = dtype or self.fc.weight.dtype
+        return [DecoderLayer.of(layer, _products(layer), dtype) for layer in self.decoder_layers()]
+
     def layers_then_norm(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv,
                          mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
-        """The decoder layers over fused pairs x, then the final norm: the predicted features.
+        """The decoder layers over fused pairs x (B, n, hidden), then the final norm: the predicted features.
 
-        kv(i, k, v) keeps layer i's new keys and values wherever the caller caches them and
-        returns all the keys and values its queries attend to (under `mask`).
+        kv(i, k, v) keeps layer i's new keys and values wherever the caller keeps them and
+        returns all the keys and values its queries attend to (under `mask`); cos, sin (n, head_dim).
         """
         with attention_kernels(x.device):   # no cuDNN plan per key length (see engine.lean)
-            for i, layer in enumerate(self.decoder_layers()):
-                x = decoder_layer(layer, x, cos, sin, kv, i, mask, causal)
+            x = layers_over(self.layers(x.dtype), x, cos, sin, kv, mask, causal)
         return rms_norm(x, self.norm, self.eps)
 
     def rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -390,8 +385,9 @@ class FeatureDraftForward:
     maps features to head logits (rows over `vocab_ids`: the draft's own rows
     first, then those of any other token in the `vocab_ids` given, then the
     widened ones). On a CPU the linears and the head run in weight-only int8
-    (`int8_decoding_supported`); where fbgemm runs them, the layers run on fp32
-    activations (`engine.llama.RowsLayer`), so `dtype` (the features', masks' and cache's) is fp32.
+    (`int8_decoding_supported`); where fbgemm or SpecViz's kernel runs them, the layers run on fp32
+    activations as one compiled stack (`engine.llama.LayerStack`), so `dtype` (the features', masks' and
+    cache's) is fp32.
     """
 
     def __init__(self, draft: FeatureDraft, max_len: int, vocab_ids: torch.Tensor | None = None,
@@ -406,11 +402,17 @@ class FeatureDraftForward:
         else:
             self.draft, self._full_head = draft, draft._target[0].lm_head.weight.detach()
         self.reset_head(vocab_ids)
-        # fbgemm's layers run on fp32 activations (`engine.llama.RowsLayer`): the features, masks and K/V are fp32.
+        self.fuse_dtype, self.final_norm = self.dtype, self.draft.norm
         self.layers = fbgemm_rows_layers(self.draft) if self.int8 else None
-        if self.layers is not None:
-            self.fuse_dtype, self.dtype, self.final_norm = self.dtype, torch.float32, self.draft.norm.float()
+        # fbgemm's layers run on fp32 activations: the features, masks and K/V are fp32, and the final norm is
+        # torch's fused one (the numbers these levels were measured and shipped with).
+        self.fp32 = self.layers is not None
+        if self.fp32:
+            self.dtype, self.final_norm = torch.float32, self.draft.norm.float()
+        else:
+            self.layers = layer_stack(self.draft.layers(self.dtype), script=False)
         self.cos, self.sin = draft.rotary(torch.arange(max_len, device=dev), self.dtype)
+        self.cos, self.sin = self.cos.unsqueeze(1), self.sin.unsqueeze(1)   # (slots, 1, head_dim): the layer's
         shape = (1, draft.n_kv, max_len, draft.head_dim)
         self.keys = [torch.empty(shape, dtype=self.dtype, device=dev) for _ in range(draft.n_layers)]
         self.values = [torch.empty(shape, dtype=self.dtype, device=dev) for _ in range(draft.n_layers)]
@@ -436,25 +438,13 @@ class FeatureDraftForward:
                 causal = n > 1
         elif mask.dtype != self.dtype:
             mask = mask.to(self.dtype)   # a fixed tree's prepared mask is in the models' dtype
-        if self.layers is not None:
-            return self._fp32_forward(token_ids.view(n), features.view(n, -1), start, end, cos, sin, mask, causal)
-        x = d.fuse(token_ids.view(1, n), features.view(1, n, -1).to(self.dtype))
-        return d.layers_then_norm(x, cos, sin, lambda i, k, v: self._cache(i, k, v, start, end), mask, causal)[0]
-
-    def _fp32_forward(self, token_ids: torch.Tensor, features: torch.Tensor, start: int, end: int,
-                      cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
-        """`forward` through `engine.llama.RowsLayer`s: the fusion in the draft's dtype (gpt-fast's kernel wants
-        bf16), then fp32 to the predicted features."""
-        d = self.draft
-        x = d.fuse(token_ids, features.to(self.fuse_dtype)).float()
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        x = self.layers(x, cos, sin, self.keys, self.values, start, None, end, mask, causal, [])[0]
-        return F.rms_norm(x, (d.hidden,), self.final_norm, d.eps)
-
-    def _cache(self, i: int, k: torch.Tensor, v: torch.Tensor, start: int, end: int):
-        self.keys[i][:, :, start:end] = k
-        self.values[i][:, :, start:end] = v
-        return self.keys[i][:, :, :end], self.values[i][:, :, :end]
+        # The fusion in the draft's dtype (gpt-fast's int8 kernel wants bf16), then the stream's to the features.
+        x = d.fuse(token_ids.view(n), features.view(n, -1).to(self.fuse_dtype)).to(self.dtype)
+        with attention_kernels(self.device):   # no cuDNN plan per key length (see engine.lean)
+            x = self.layers(x, cos, sin, self.keys, self.values, start, None, end, mask, causal, [])[0]
+        if self.fp32:
+            return F.rms_norm(x, (d.hidden,), self.final_norm, d.eps)
+        return rms_norm(x, self.final_norm, d.eps)
 
     __call__ = forward
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..engine.lean import attention_backends, attention_kernels
-from ..engine.llama import decoder_layer, rms_norm
+from ..engine.llama import rms_norm
 from ..engine.static import StaticShape, _kept_shape
 from .drafter import whole_head_wanted
 from .feature import FeatureDraftForward
@@ -85,9 +85,10 @@ class FeatureStaticForward:
             self.dtype = self.eager_forward.dtype
         # The capture form, in the draft's own dtype (kept uncaptured too: tests trace it on a CPU).
         self.weights_dtype = dtype = draft.fc.weight.dtype
-        self.layers = draft.decoder_layers()
+        self.layers = draft.layers(dtype)
         self.backends = attention_backends(self.device)
-        self.cos, self.sin = draft.rotary(torch.arange(capacity, device=self.device), dtype)
+        cos, sin = draft.rotary(torch.arange(capacity, device=self.device), dtype)
+        self.cos, self.sin = cos.unsqueeze(1), sin.unsqueeze(1)   # (slots, 1, head_dim), as the layers read them
         shape = (1, draft.n_kv, capacity, draft.head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in self.layers]
         self.values = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in self.layers]
@@ -110,25 +111,21 @@ class FeatureStaticForward:
         """The token of each logits column (None: the whole head, column = token)."""
         return None if self.eager_forward is None else self.eager_forward.vocab_ids
 
-    def _layers(self, x: torch.Tensor, cos, sin, kv, mask, causal: bool) -> torch.Tensor:
+    def _layers(self, x: torch.Tensor, cos, sin, start: int, slots: torch.Tensor | None, end: int, mask,
+                causal: bool) -> torch.Tensor:
+        """The draft's layers over fused rows x (n, hidden), K/V written and read as `DecoderLayer.forward` says,
+        then its norm: the predicted features."""
         with attention_kernels(self.device, self.backends):
             for i, layer in enumerate(self.layers):
-                x = decoder_layer(layer, x, cos, sin, kv, i, mask, causal)
-        return rms_norm(x, self.draft.norm, self.draft.eps)[0]
+                x = layer(x, cos, sin, self.keys[i], self.values[i], start, slots, end, mask, causal)
+        return rms_norm(x, self.draft.norm, self.draft.eps)
 
     def forward_static(self, ids: torch.Tensor, features: torch.Tensor, slots: torch.Tensor,
                        positions: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor):
         """(logits of `rows` over the whole vocabulary, predicted features of every row)."""
-        keys, values, dtype = self.keys, self.values, self.weights_dtype
-
-        def kv(i: int, k: torch.Tensor, v: torch.Tensor):
-            keys[i].index_copy_(2, slots, k)
-            values[i].index_copy_(2, slots, v)
-            return keys[i], values[i]
-
         cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
-        x = self.draft.fuse(ids, features.unsqueeze(0).to(dtype))
-        out = self._layers(x, cos, sin, kv, mask.to(dtype), False)
+        x = self.draft.fuse(ids.view(-1), features.to(self.weights_dtype))
+        out = self._layers(x, cos, sin, 0, slots, -1, mask.to(self.weights_dtype), False)
         return F.linear(out.index_select(0, rows), self.head), out.to(self.dtype)
 
     def filled(self, ids: torch.Tensor, features: torch.Tensor, start: int, positions: torch.Tensor,
@@ -145,11 +142,5 @@ class FeatureStaticForward:
             self.eager_forward(ids.view(-1), features, 0)
             return
         n = ids.shape[1]
-
-        def kv(i: int, k: torch.Tensor, v: torch.Tensor):
-            self.keys[i][:, :, :n] = k
-            self.values[i][:, :, :n] = v
-            return k, v
-
-        x = self.draft.fuse(ids, features.unsqueeze(0).to(self.weights_dtype))
-        self._layers(x, self.cos[:n], self.sin[:n], kv, None, n > 1)
+        x = self.draft.fuse(ids.view(-1), features.to(self.weights_dtype))
+        self._layers(x, self.cos[:n], self.sin[:n], 0, None, n, None, n > 1)

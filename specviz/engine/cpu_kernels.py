@@ -3,7 +3,7 @@
 Two families, both chosen for a CPU's small decoding batches (1-16 rows), where a
 kernel call's fixed cost is as large as its arithmetic:
 
-- oneDNN-prepacked bf16 matrices (`Matmul`, `packed_weights`) and stacked q|k|v and
+- oneDNN-prepacked bf16 matrices (`llama.Dense`, `packed_weights`) and stacked q|k|v and
   gate|up weights (`rows_together`), which the target's lean forward uses: the same
   kernel as `F.linear`, so the same bits (checked on each model before use);
 - weight-only int8 linears (`Int8Linear`, gpt-fast's `_weight_int8pack_mm` or fbgemm's
@@ -25,7 +25,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from .llama import RowsLayer, RowsProduct, RowsStack, rows_stack
+from .llama import DecoderLayer, Dense, LayerStack, Product, layer_stack
 from .model_state import fresh_state, state_of
 
 def rows_together(*linears: torch.nn.Linear) -> torch.Tensor:
@@ -92,28 +92,8 @@ def packed_matmul_supported(device: torch.device, dtype: torch.dtype) -> bool:
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
-class Matmul:
-    """x @ weight.T (+ bias), through a oneDNN-prepacked copy of the weight where `packed` is given.
-
-    `F.linear` in bf16 on a CPU reaches the same oneDNN kernel but first reorders the weight
-    into the kernel's blocked layout, on every call; at a decoding step's 1-16 rows that
-    reorder costs as much as the multiplication (the 3072 x 576 gate|up matrix: 101 us a call against
-    46 us prepacked). The prepacked copy is made once per model (`packed_weights`).
-    """
-
-    __slots__ = ("weight", "packed", "bias")
-
-    def __init__(self, weight: torch.Tensor, packed: torch.Tensor | None = None, bias: torch.Tensor | None = None):
-        self.weight, self.packed, self.bias = weight, packed, bias
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is None:
-            return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-
-
 def pack(weight: torch.Tensor) -> torch.Tensor:
-    """oneDNN's prepacked copy of a (out, in) weight, for `Matmul`."""
+    """oneDNN's prepacked copy of a (out, in) weight, for `llama.Dense`."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
 
 
@@ -122,7 +102,7 @@ def _same_bits(weight: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | 
     gen = torch.Generator().manual_seed(0)
     for rows in (1, 3, 12):
         x = torch.randn(rows, weight.shape[1], generator=gen).to(weight.dtype)
-        if not torch.equal(Matmul(weight, packed, bias)(x), F.linear(x, weight, bias)):
+        if not torch.equal(Dense(weight, packed, bias).rows(x), F.linear(x, weight, bias)):
             return False
     return True
 
@@ -296,9 +276,9 @@ def int8_copy(draft: torch.nn.Module) -> torch.nn.Module:
     return clone
 
 
-class Fbgemm(RowsProduct):
-    """One of fbgemm's packed int8 products as a `llama.RowsLayer` product: fp32 rows in and out (a module,
-    which TorchScript compiles into the layers, `llama.RowsStack`; only its `rows` is ever called)."""
+class Fbgemm(Product):
+    """One of fbgemm's packed int8 products as a `llama.DecoderLayer` product: fp32 rows in and out (a module,
+    which TorchScript compiles into the layers, `llama.LayerStack`; only its `rows` is ever called)."""
 
     def __init__(self, linear: Int8Linear):
         super().__init__()
@@ -306,12 +286,12 @@ class Fbgemm(RowsProduct):
 
     @torch.jit.export
     def rows(self, x: torch.Tensor) -> torch.Tensor:
-        """What `llama.RowsLayer` calls: fbgemm takes and gives fp32 rows as they are."""
+        """What `llama.DecoderLayer` calls: fbgemm takes and gives fp32 rows as they are."""
         return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
 
 
-def fbgemm_rows_layers(int8_draft) -> RowsStack | None:
-    """The layers of an int8 copy as `RowsLayer`s over fbgemm's products (one `RowsStack`), or None where a
+def fbgemm_rows_layers(int8_draft) -> LayerStack | None:
+    """The layers of an int8 copy as `DecoderLayer`s over fbgemm's products (one `LayerStack`), or None where a
     layer's linears are not all fbgemm's.
 
     fbgemm rounds every linear's input to 8 bits per call (`Int8Linear`), so rounding the activations
@@ -329,6 +309,6 @@ def fbgemm_rows_layers(int8_draft) -> RowsStack | None:
     names = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
     if not all(getattr(layer._modules.get(name), "packed", None) is not None for layer in layers for name in names):
         return None
-    state.rows_stack = rows_stack(
-        [RowsLayer.of(layer, tuple(Fbgemm(layer._modules[name]) for name in names)) for layer in layers])
+    state.rows_stack = layer_stack(
+        [DecoderLayer.of(layer, tuple(Fbgemm(layer._modules[name]) for name in names)) for layer in layers])
     return state.rows_stack

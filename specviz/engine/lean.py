@@ -20,7 +20,7 @@ It also honours a draft head restricted to part of the vocabulary
 
 The layer arithmetic is `engine.llama`'s (shared with the feature draft). On a CPU
 in bf16 its matrices are multiplied through oneDNN with the weights reordered once
-into oneDNN's blocked layout (`engine.cpu_kernels.Matmul`), instead of `F.linear`,
+into oneDNN's blocked layout (`engine.llama.Dense`), instead of `F.linear`,
 which reorders them on every call: the same kernel, so the same bits (checked on
 each model before it is used), and a forward of the offline default 1.24x faster
 for one token and about 1.5x for the 4-16 of a Sequoia tree.
@@ -36,9 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .cpu_kernels import Matmul, biases_together, pack, packed_weights, rows_together
+from .cpu_kernels import biases_together, pack, packed_weights, rows_together
 from .kvcache import cache_length, crop, keep_positions, new_cache
-from .llama import RowsLayer, decoder_layer, rms_norm, rotary_tables, rows_stack
+from .llama import DecoderLayer, Dense, layer_stack, rms_norm, rotary_tables
 from .model_state import state_of
 from . import native
 from .quant import Q4Layer, WeightOnlyLayers
@@ -124,39 +124,6 @@ def tapped_features(normed: torch.Tensor, hidden_states, taps: tuple[int, ...]) 
     return torch.cat([normed] + [hidden_states[t + 1].to(normed.dtype) for t in taps], dim=-1)
 
 
-class _LayerShape:
-    """A Llama layer's shape as `llama.decoder_layer` reads it, shared by a model's layers."""
-
-    __slots__ = ("eps", "n_heads", "n_kv", "head_dim", "scale", "qkv_split", "inter")
-
-    def __init__(self, cfg, scale: float):
-        self.eps = cfg.rms_norm_eps
-        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
-        self.scale = scale
-        self.qkv_split = (self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.n_kv * self.head_dim)
-        self.inter = cfg.intermediate_size
-
-
-class _LeanLayer:
-    """One decoder layer's weights for `llama.decoder_layer`: q|k|v and gate|up each one matrix (`rows_together`)."""
-
-    __slots__ = ("input_norm", "post_norm", "eps", "n_heads", "n_kv", "head_dim", "scale", "qkv_split", "inter",
-                 "qkv_proj", "o_proj", "gate_up_proj", "down_proj")
-
-    def __init__(self, shape: _LayerShape, input_norm, post_norm, qkv_proj, o_proj, gate_up_proj, down_proj):
-        for name in _LayerShape.__slots__:
-            setattr(self, name, getattr(shape, name))
-        self.input_norm, self.post_norm = input_norm, post_norm
-        self.qkv_proj, self.o_proj, self.gate_up_proj, self.down_proj = qkv_proj, o_proj, gate_up_proj, down_proj
-
-    def qkv(self, h: torch.Tensor):
-        return self.qkv_proj(h).split(self.qkv_split, dim=-1)
-
-    def gate_up(self, h: torch.Tensor):
-        return self.gate_up_proj(h).split(self.inter, dim=-1)
-
-
 class LeanLlama:
     """Batch-1 Llama (or Qwen2) forward over `model`'s weights with a preallocated cache of `max_len` slots."""
 
@@ -184,15 +151,6 @@ class LeanLlama:
         else:
             self.vocab_ids = getattr(head, "vocab_ids", None)
             self.lm_head = head.weight
-        norms, matrices, biases = [], [], []
-        for layer in inner.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            norms.append((layer.input_layernorm.weight, layer.post_attention_layernorm.weight))
-            matrices += [rows_together(attn.q_proj, attn.k_proj, attn.v_proj), attn.o_proj.weight,
-                         rows_together(mlp.gate_proj, mlp.up_proj), mlp.down_proj.weight]
-            # None where a projection has no bias (Llama's); Qwen2's q|k|v has one.
-            biases += [biases_together(attn.q_proj, attn.k_proj, attn.v_proj), biases_together(attn.o_proj),
-                       biases_together(mlp.gate_proj, mlp.up_proj), biases_together(mlp.down_proj)]
         self.head_dtype = self.lm_head.dtype   # what the head's rows are cast to
         # The whole head on SpecViz's q4 kernel (the GGUF's Q8_0 codes), where this model's head is a q4
         # target's, or a subset of one: the subset is then cut from it (`cut_head`), not from the dense rows.
@@ -208,32 +166,30 @@ class LeanLlama:
             # reads as it is) runs in the model's dtype: on an AVX2 CPU (fp32 model) a bf16 or an fbgemm int8
             # copy of it made ar 3% faster and not exact to the file. The model's own head is prepacked where
             # oneDNN can (`packed_weights` says None where it cannot: an AVX2-only CPU has no bf16 reorder).
-            mats = [linear for layer in weight_only.layers for linear in layer]
             packed = packed_weights(model, [self.lm_head]) if pack_head else None
+            self.stack = _weight_only_stack(model, weight_only)
         else:
+            matrices, biases = _dense_parts(inner.layers)
             packed = packed_weights(model, matrices + ([self.lm_head] if pack_head else []), biases[0])
-            mats = [Matmul(w, packed[i] if packed else None, biases[i]) for i, w in enumerate(matrices)]
+            products = [Dense(w, packed[i] if packed else None, biases[i]) for i, w in enumerate(matrices)]
+            # Dense products cost far more than the ops between them: eager, as transformers runs them.
+            self.stack = layer_stack(decoder_layers(model, products, self.dtype), script=False)
         self.packed = packed is not None
         if self._full_rows is None:
-            self.head = Matmul(self.lm_head, (packed[-1] if own_head else pack(self.lm_head)) if packed else None)
+            self.head = Dense(self.lm_head, (packed[-1] if own_head else pack(self.lm_head)) if packed else None)
         elif self.vocab_ids is None:
             # q4 on SpecViz's own kernel: the GGUF's Q8_0 head as it is (half the bf16 head's bytes, 2.5 ms of a 9 ms
             # token at one row on a Zen 4 EPYC), on fp32 rows.
             self.head, self.head_dtype = self._full_rows, torch.float32
         else:
             self._cut_rows()   # a vocabulary subset of a q4 target's head, on the kernel
-        layer_shape = _LayerShape(cfg, inner.layers[0].self_attn.scaling)
-        self.layers = [_LeanLayer(layer_shape, w_in, w_post, *mats[4 * i:4 * i + 4])
-                       for i, (w_in, w_post) in enumerate(norms)]
-        # Weight-only products round anyway: their layers run in `RowsLayer`'s fewer ops, compiled as one stack.
-        self.rows_stack = _weight_only_stack(model, weight_only, self.layers) if self.weight_only else None
         # Rotary tables for every position this run can reach, computed as transformers does.
         rotary = inner.rotary_emb
         self.cos, self.sin = rotary_tables(torch.arange(max_len, device=device), rotary.inv_freq.to(device),
                                            rotary.attention_scaling, self.dtype)
         # One tensor for every layer's keys (and one for values), each layer a view: `keep` then moves
         # the accepted slots of all layers in one gather instead of one per layer and tensor.
-        shape = (len(self.layers), 1, self.n_kv, max_len, self.head_dim)
+        shape = (len(inner.layers), 1, self.n_kv, max_len, self.head_dim)
         self.all_keys = torch.empty(shape, dtype=self.dtype, device=device)
         self.all_values = torch.empty(shape, dtype=self.dtype, device=device)
         self.keys, self.values = list(self.all_keys.unbind(0)), list(self.all_values.unbind(0))
@@ -285,43 +241,15 @@ class LeanLlama:
         return self._run(input_ids, (0, slots, -1 if end is None else end), cos, sin, mask, False, rows, hidden,
                          taps)
 
-    def _kv(self, start: int, slots: torch.Tensor | None, end: int):
-        """`decoder_layer`'s K/V keeper for the new rows `_run`'s `at` places: at `slots` (index_copy_) or,
-        with `slots` None, at start, start + 1, ...; attention reads slots [0, end), or every slot at -1."""
-        keys, values = self.keys, self.values
-
-        def kv(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            if slots is None:
-                keys[i][:, :, start:start + k.shape[2]] = k
-                values[i][:, :, start:start + k.shape[2]] = v
-            else:
-                keys[i].index_copy_(2, slots, k)
-                values[i].index_copy_(2, slots, v)
-            if end < 0:
-                return keys[i], values[i]
-            return keys[i][:, :, :end], values[i][:, :, :end]
-
-        return kv
-
     def _run(self, input_ids: torch.Tensor, at: tuple[int, torch.Tensor | None, int], cos, sin, mask,
              causal: bool, rows: torch.Tensor | int, hidden: bool, taps: tuple[int, ...]):
         """Embedding, the decoder layers, norm and head: both forwards' body. `at` is where the new rows'
-        K/V go and what attention reads (`RowsLayer.forward`'s start, slots and end; `_kv`).
+        K/V go and what attention reads (`DecoderLayer.forward`'s start, slots and end).
         With `hidden`, the outputs of layers `taps` (n, hidden) join each row's features."""
-        tapped = []
         with attention_kernels(self.device, self.attention_backends):
-            if self.rows_stack is not None:
-                x = F.embedding(input_ids[0], self.embed).to(self.dtype)
-                x, tapped = self.rows_stack(x, cos.unsqueeze(1), sin.unsqueeze(1), self.keys, self.values, *at,
-                                            mask, causal, list(taps) if hidden else [])
-            else:
-                x = F.embedding(input_ids, self.embed)
-                kv = self._kv(*at)
-                for i, layer in enumerate(self.layers):
-                    x = decoder_layer(layer, x, cos, sin, kv, i, mask, causal)
-                    if hidden and i in taps:
-                        tapped.append(x[0])
-                x = x[0]
+            x = F.embedding(input_ids[0], self.embed).to(self.dtype)
+            x, tapped = self.stack(x, cos.unsqueeze(1), sin.unsqueeze(1), self.keys, self.values, *at, mask, causal,
+                                   list(taps) if hidden else [])
         if hidden:
             normed = rms_norm(x, self.final_norm, self.eps)
             picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
@@ -329,6 +257,11 @@ class LeanLlama:
         x = x[-rows:] if isinstance(rows, int) else x.index_select(0, rows)
         # A 2-D input keeps F.linear on a plain matmul (see VocabSubsetHead.forward).
         return self.head(rms_norm(x, self.final_norm, self.eps).to(self.head_dtype))
+
+    @property
+    def layers(self) -> list:
+        """The decoder layers, in order (`DecoderLayer`s, or on SpecViz's kernel `quant.Q4Layer`s)."""
+        return list(self.stack.layers)
 
     def zero_cache(self) -> None:
         """Zero every slot: `forward_static` attends over unwritten slots (masked), which must be finite."""
@@ -348,7 +281,7 @@ class LeanLlama:
             self._cut_rows()
             return
         self.lm_head = self._full_head.index_select(0, self.vocab_ids).contiguous()
-        self.head = Matmul(self.lm_head, pack(self.lm_head) if self.packed else None)
+        self.head = Dense(self.lm_head, pack(self.lm_head) if self.packed else None)
         self.head_dtype = self.lm_head.dtype
 
     def _cut_rows(self) -> None:
@@ -423,27 +356,48 @@ class ModelForward:
         crop(self.cache, n)
 
 
-def _weight_only_stack(model, weight_only: WeightOnlyLayers, layers: list[_LeanLayer]):
-    """The weight-only layers as one compiled `RowsStack`, made once per model and kept on it (TorchScript
-    takes about a second to compile it, and a decoder makes a forward per prompt)."""
+def _dense_parts(layers) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """Each layer's four matrices (q|k|v and gate|up each one, `rows_together`) and their biases (None where a
+    projection has none: Llama's; Qwen2's q|k|v has one)."""
+    matrices, biases = [], []
+    for layer in layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        matrices += [rows_together(attn.q_proj, attn.k_proj, attn.v_proj), attn.o_proj.weight,
+                     rows_together(mlp.gate_proj, mlp.up_proj), mlp.down_proj.weight]
+        biases += [biases_together(attn.q_proj, attn.k_proj, attn.v_proj), biases_together(attn.o_proj),
+                   biases_together(mlp.gate_proj, mlp.up_proj), biases_together(mlp.down_proj)]
+    return matrices, biases
+
+
+def decoder_layers(model, products: list, dtype: torch.dtype, attention=None) -> list[DecoderLayer]:
+    """The model's layers as `DecoderLayer`s over `products` (four a layer, in order), the residual stream in
+    `dtype`; `attention(head_dim)` gives each layer's attention (None: torch's)."""
+    cfg, layers = model.config, model.model.layers
+    n_heads, n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
+    scale = layers[0].self_attn.scaling
+    return [DecoderLayer(layer.input_layernorm.weight.to(dtype), layer.post_attention_layernorm.weight.to(dtype),
+                         *products[4 * i:4 * i + 4], n_heads, n_kv, head_dim, cfg.rms_norm_eps, scale,
+                         attention(head_dim) if attention else None)
+            for i, layer in enumerate(layers)]
+
+
+def _weight_only_stack(model, weight_only: WeightOnlyLayers):
+    """The weight-only layers as one compiled `LayerStack`, made once per model and kept on it (TorchScript
+    takes about a second to compile it, and a decoder makes a forward per prompt). Their residual stream, K/V
+    and attention run in fp32; on SpecViz's own kernel each layer is one op (`quant.Q4Layer`): the same
+    kernels, bit for bit, with SpecViz's own attention (`native.RowAttention`): each row's bits independent of
+    the rows beside it, so greedy speculation on 4-bit weights writes `ar`'s text token for token."""
     state = state_of(model)
     kept = state.weight_only_stack
     if kept is None or kept[0] is not weight_only:
-        rows_layers = [RowsLayer.of(layer, weight_only.layers[i], _row_attention(weight_only, layer))
-                       for i, layer in enumerate(layers)]
-        # On SpecViz's own kernel each layer is one op (`quant.Q4Layer`): the same kernels, bit for bit.
-        kept = state.weight_only_stack = (weight_only, rows_stack(
-            [Q4Layer(layer) if Q4Layer.fits(layer) else layer for layer in rows_layers]))
+        own = weight_only.kernel == "vnni"
+        products = [product for layer in weight_only.layers for product in layer]
+        layers = decoder_layers(model, products, WeightOnlyLayers.ACTIVATIONS,
+                                 lambda d: native.RowAttention() if own and native.RowAttention.fits(d) else None)
+        kept = state.weight_only_stack = (weight_only, layer_stack(
+            [Q4Layer(layer) if Q4Layer.fits(layer) else layer for layer in layers]))
     return kept[1]
-
-
-def _row_attention(weight_only: WeightOnlyLayers, layer: _LeanLayer):
-    """SpecViz's own attention (`native.RowAttention`) where q4 runs on SpecViz's own kernel: each row's bits
-    independent of the rows beside it, so greedy speculation on 4-bit weights writes `ar`'s text token for
-    token; None (torch's `scaled_dot_product_attention`) elsewhere."""
-    if weight_only.kernel == "vnni" and native.RowAttention.fits(layer.head_dim):
-        return native.RowAttention()
-    return None
 
 
 def make_forward(model, max_len: int, vocab_ids: torch.Tensor | None = None):

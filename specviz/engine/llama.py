@@ -1,24 +1,42 @@
-"""The Llama layer's arithmetic, written once: RMSNorm, rotary embedding, one decoder layer.
+"""The Llama layer, written once: RMSNorm, rotary embedding, one decoder layer over a small linear interface.
 
-The target's lean forward (`engine.lean.LeanLlama`) and the feature draft's layers
-(`specviz.draft.feature`) both run `decoder_layer`; each supplies its own weights
-(prepacked oneDNN matrices, plain or int8 linears) and its own K/V storage. The ops
-are transformers' own, in its order, so a lean fp32 forward equals the model's.
+Every forward SpecViz runs goes through `DecoderLayer`: the target's lean forward in fp32, bf16 and the
+weight-only precisions (`engine.lean.LeanLlama`), the feature draft's levels, its static (graph-captured)
+form and its training. What differs between them is only the layer's four products (`Product`: dense,
+oneDNN-prepacked, torch's int4, gpt-fast's int8, fbgemm, SpecViz's q4 and q8 kernels) and its attention
+(`Attention`, or the batch-invariant `native.RowAttention`). On SpecViz's own kernel a whole layer runs as
+one op (`quant.Q4Layer`, the C++ `q4_layer`): this layer's fast path, kept equal to it bit for bit by
+tests/test_q4_kernel.py.
+
+The ops are transformers' own, in its order and its dtypes, so a lean fp32 or bf16 forward equals the
+model's; a weight-only forward keeps its residual stream, K/V and attention in fp32 (its products round
+anyway) and widens what its kernels give.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Callable, List, Optional, Protocol, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' RMSNorm: normalised in fp32, cast back to x's dtype, times `weight`. On fp32 rows the
+    casts are skipped (x * r * w is w * (x * r) bit for bit), which under TorchScript halves a decoding
+    row's norm against `torch.rms_norm` (10.5 against 20 us on a Zen 4 EPYC)."""
+    if x.dtype == torch.float32:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     return weight * h.to(x.dtype)
+
+
+def glu(gate_up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's silu(gate) * up from rows [gate | up] (the stacked gate|up product's)."""
+    gate, up = gate_up.chunk(2, -1)
+    return F.silu(gate) * up
 
 
 def rotary_tables(positions: torch.Tensor, inv_freq: torch.Tensor, attention_scaling: float,
@@ -43,26 +61,6 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torc
     return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin
 
 
-class LayerWeights(Protocol):
-    """What `decoder_layer` reads from a layer: norms, shape, and its four projections."""
-
-    input_norm: torch.Tensor
-    post_norm: torch.Tensor
-    eps: float
-    n_heads: int
-    n_kv: int
-    head_dim: int
-    scale: float
-
-    def qkv(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
-
-    def o_proj(self, x: torch.Tensor) -> torch.Tensor: ...
-
-    def gate_up(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-    def down_proj(self, x: torch.Tensor) -> torch.Tensor: ...
-
-
 def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: Optional[torch.Tensor], causal: bool,
            scale: float, groups: int) -> torch.Tensor:
     """`scaled_dot_product_attention` of q (B, heads, n, d) over keys and values (B, kv heads, S, d), each kv
@@ -77,7 +75,7 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: Opti
     batch, heads, n, d = q.shape
     if (n == 1 and groups > 1 and q.dtype != torch.float32 and q.device.type == "cpu"
             and (mask is None or mask.size(1) == 1)):
-        out = F.scaled_dot_product_attention(q.view(batch, heads // groups, groups, d), keys, values,
+        out = F.scaled_dot_product_attention(q.reshape(batch, heads // groups, groups, d), keys, values,
                                              attn_mask=mask, scale=scale)
         return out.view(batch, heads, n, d)
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal, scale=scale,
@@ -85,7 +83,7 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: Opti
 
 
 class Attention(torch.nn.Module):
-    """`attend` as a module: what a `RowsLayer` calls, so that another kernel can stand in its place
+    """`attend` as a module: what a `DecoderLayer` calls, so that another kernel can stand in its place
     (`native.RowAttention`, batch-invariant)."""
 
     def forward(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: Optional[torch.Tensor],
@@ -93,70 +91,71 @@ class Attention(torch.nn.Module):
         return attend(q, keys, values, mask, causal, scale, groups)
 
 
-# kv(i, k, v): keeps layer i's new keys and values (B, kv heads, n, d) wherever the caller caches them,
-# and returns all the keys and values its queries attend to.
-KeyValues = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+class Product(torch.nn.Module):
+    """The small linear interface a `DecoderLayer` multiplies through: `rows(x)` for rows (..., in) -> (..., out),
+    and the same over rows RMS-normalised first (`normed_rows`) and over SwiGLU's rows (`glu_rows`), which a
+    kernel may fuse into its rounding of the rows (`quant.Q4Rows`). A module, so that TorchScript compiles it
+    into the layers that call it. A product may give bf16 rows to an fp32 layer: the layer widens them."""
 
-
-def decoder_layer(layer: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: KeyValues,
-                  index: int, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
-    """One Llama decoder layer over x (B, n, hidden): attention (under `mask`, or causal) and the MLP,
-    both residual. Attention runs in whatever `engine.lean.attention_kernels` context the caller holds."""
-    B, n, _ = x.shape
-    q, k, v = layer.qkv(rms_norm(x, layer.input_norm, layer.eps))
-    q = q.view(B, n, layer.n_heads, layer.head_dim).transpose(1, 2)
-    k = k.view(B, n, layer.n_kv, layer.head_dim).transpose(1, 2)
-    v = v.view(B, n, layer.n_kv, layer.head_dim).transpose(1, 2)
-    q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-    keys, values = kv(index, k, v)
-    attn = attend(q, keys, values, mask, causal, layer.scale, layer.n_heads // layer.n_kv)
-    x = x + layer.o_proj(attn.transpose(1, 2).reshape(B, n, -1))
-    gate, up = layer.gate_up(rms_norm(x, layer.post_norm, layer.eps))
-    return x + layer.down_proj(F.silu(gate) * up)
-
-
-# A product over rows (n, in) in fp32 -> (n, out) in fp32 or bf16 (its `rows` method; `RowsLayer` widens bf16
-# exactly), over the rows RMS-normalised first (`normed_rows(x, weight, eps)`: `rms_rows` unless the kernel
-# fuses the norm) and over SwiGLU's rows (`glu_rows(gate_up)`: `glu` unless fused): a weight-only kernel that
-# casts what it must, as a `torch.nn.Module` TorchScript can compile.
-Product = torch.nn.Module
-
-
-class RowsProduct(torch.nn.Module):
-    """A `Product` whose kernel fuses neither the norm nor SwiGLU: both run as torch ops before its `rows`."""
+    def rows(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     @torch.jit.export
     def normed_rows(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return self.rows(rms_rows(x, weight, eps))
+        return self.rows(rms_norm(x, weight, eps))
 
     @torch.jit.export
     def glu_rows(self, gate_up: torch.Tensor) -> torch.Tensor:
         return self.rows(glu(gate_up))
 
 
-def glu(gate_up: torch.Tensor) -> torch.Tensor:
-    """SwiGLU's silu(gate) * up from rows [gate | up] (the stacked gate|up product's), in fp32."""
-    gate, up = gate_up.float().chunk(2, -1)
-    return F.silu(gate) * up
+class Dense(Product):
+    """x @ weight.T (+ bias): `F.linear`, or oneDNN's product over a prepacked copy of the weight
+    (`cpu_kernels.pack`) where `packed` is given.
+
+    `F.linear` in bf16 on a CPU reaches the same oneDNN kernel but first reorders the weight into the
+    kernel's blocked layout, on every call; at a decoding step's 1-16 rows that reorder costs as much as
+    the multiplication (the 3072 x 576 gate|up matrix: 101 us a call against 46 us prepacked)."""
+
+    def __init__(self, weight: torch.Tensor, packed: Optional[torch.Tensor] = None,
+                 bias: Optional[torch.Tensor] = None):
+        super().__init__()
+        self.weight, self.packed, self.bias = weight, packed, bias
+
+    @torch.jit.export
+    def rows(self, x: torch.Tensor) -> torch.Tensor:
+        packed = self.packed
+        if packed is None:
+            return F.linear(x, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
+
+    forward = rows
 
 
-def rms_rows(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm of fp32 rows in fp32. Under TorchScript these four ops took half the time of `torch.rms_norm` at
-    one row (10.5 against 20 us on a Zen 4 EPYC), with the same numbers."""
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+class Linears(Product):
+    """Several linear modules (a trainable draft's q, k and v, or its gate and up) as one product: each
+    multiplies as it would alone, their outputs side by side. What training reads (gradients reach each
+    module's weights) and what a draft's dense levels run (the same numbers as its modules one by one)."""
+
+    def __init__(self, *linears: torch.nn.Module):
+        super().__init__()
+        self.linears = torch.nn.ModuleList(linears)
+
+    def rows(self, x: torch.Tensor) -> torch.Tensor:
+        if len(self.linears) == 1:
+            return self.linears[0](x)
+        return torch.cat([linear(x) for linear in self.linears], dim=-1)
 
 
-class RowsLayer(torch.nn.Module):
-    """A decoder layer as a CPU's decoding loop runs weight-only products: rows (n, hidden) in fp32.
+class DecoderLayer(torch.nn.Module):
+    """One Llama (or Qwen2: biases on q, k and v) decoder layer over its four products (q|k|v, o, gate|up,
+    down) and an attention: attention and the MLP, both residual.
 
-    `decoder_layer` keeps transformers' ops and dtypes so that a lean forward equals the model's bit for
-    bit. Weight-only kernels (the 4-bit target's int4, the feature draft's fbgemm int8) round anyway, so
-    their layers drop what only exactness needs: the residual stream, K/V and attention stay in fp32
-    (one bf16 decoding row's attention took 98 us a layer, fp32's 21 on an AVX-512 EPYC, and fbgemm
-    quantises its input from fp32 itself), the batch dimension goes, q and k rotate as one tensor and
-    the products take 2-D rows (`rows`). At 1-16 rows every op costs about its dispatch: the 4-bit
-    target's forward ran 1.07x faster than through `decoder_layer` on fp32 activations (paired rounds).
-    The layers run inside `RowsStack`, compiled by TorchScript, where an op's dispatch costs less still.
+    x is rows (n, hidden), one sequence (the decoding loops), or (B, n, hidden) (training); the residual
+    stream, K/V and attention run in x's dtype: the model's own for a dense forward, fp32 for a weight-only
+    one. Every index is a narrow, not a slice per dimension: at a decoding row each aten call is a cost.
+    `forward` writes the new K/V into a cache and attends over it; `project` and `finish` are its two halves,
+    for a caller that keeps K/V its own way (training's unrolled steps, `layers_over`).
     """
 
     def __init__(self, input_norm: torch.Tensor, post_norm: torch.Tensor, qkv: Product, o: Product,
@@ -164,49 +163,66 @@ class RowsLayer(torch.nn.Module):
                  scale: float, attention: Optional[torch.nn.Module] = None):
         super().__init__()
         self.attention = Attention() if attention is None else attention
-        self.register_buffer("input_norm", input_norm, persistent=False)   # fp32
-        self.register_buffer("post_norm", post_norm, persistent=False)
-        self.qkv, self.o, self.gate_up, self.down = qkv, o, gate_up, down   # q|k|v and gate|up: one matrix each
+        self.input_norm, self.post_norm = input_norm, post_norm   # in the stream's dtype
+        self.qkv, self.o, self.gate_up, self.down = qkv, o, gate_up, down
         self.n_heads, self.n_kv, self.head_dim = n_heads, n_kv, head_dim
         self.eps, self.scale = float(eps), float(scale)
+
+    @classmethod
+    def of(cls, layer, products: tuple[Product, Product, Product, Product], dtype: torch.dtype = torch.float32,
+           attention: Optional[torch.nn.Module] = None) -> "DecoderLayer":
+        """The layer over `products` (q|k|v, o, gate|up, down) of a module that carries a layer's norms and shape
+        (`input_norm`, `post_norm`, `n_heads`, `n_kv`, `head_dim`, `eps`, `scale`: a feature draft's), its norms
+        in the stream's `dtype`."""
+        return cls(layer.input_norm.to(dtype), layer.post_norm.to(dtype), *products, layer.n_heads, layer.n_kv,
+                   layer.head_dim, layer.eps, layer.scale, attention)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
                 values: torch.Tensor, start: int, slots: Optional[torch.Tensor], end: int,
                 mask: Optional[torch.Tensor], causal: bool) -> torch.Tensor:
-        """x (n, hidden) -> the layer's output; cos, sin (n, 1, head_dim). K/V (1, kv heads, slots, d) take
-        the n new rows at `slots` (index_copy_) or, with `slots` None, at start, start + 1, ...; attention
-        reads slots [0, end), or every slot with `end` -1 (a captured shape's one width)."""
-        # Every index is a narrow, not a slice per dimension: in a 4-bit forward each aten call is a cost.
-        n, heads, kv_heads, d = x.size(0), self.n_heads, self.n_kv, self.head_dim
-        qkv = self.qkv.normed_rows(x, self.input_norm, self.eps).view(n, heads + 2 * kv_heads, d)
-        qk = rotate(qkv.narrow(1, 0, heads + kv_heads), cos, sin).transpose(0, 1).unsqueeze(0)
-        k = qk.narrow(1, heads, kv_heads)
-        v = qkv.narrow(1, heads + kv_heads, kv_heads).transpose(0, 1).unsqueeze(0)
+        """The layer's output; cos, sin (n, 1, head_dim). K/V (B, kv heads, slots, d) take the n new rows at
+        `slots` (index_copy_) or, with `slots` None, at start, start + 1, ...; attention reads slots [0, end),
+        or every slot with `end` -1 (a captured shape's one width), under `mask` (additive) or causal."""
+        q, k, v = self.project(x, cos, sin)
         if slots is None:
+            n = k.size(2)
             keys.narrow(2, start, n).copy_(k)
             values.narrow(2, start, n).copy_(v)
         else:
-            keys.index_copy_(2, slots, k)
-            values.index_copy_(2, slots, v.to(values.dtype))   # index_copy_ does not widen
+            keys.index_copy_(2, slots, k)   # k is rotated in the stream's dtype; v may be a kernel's bf16,
+            values.index_copy_(2, slots, v.to(values.dtype))   # and index_copy_ does not widen
         if end >= 0:
             keys, values = keys.narrow(2, 0, end), values.narrow(2, 0, end)
-        attn = self.attention(qk.narrow(1, 0, heads), keys, values, mask, causal, self.scale, heads // kv_heads)
-        x = x + self.o.rows(attn[0].transpose(0, 1).reshape(n, heads * d))
-        # The products may give bf16 (the int4 kernel's own): adding to the fp32 stream, rotating by fp32 tables
-        # or copying into the fp32 cache widens them exactly, one op fewer each; SwiGLU widens first (`glu`).
-        return x + self.down.glu_rows(self.gate_up.normed_rows(x, self.post_norm, self.eps))
+        return self.finish(x, q, keys, values, mask, causal)
 
-    @classmethod
-    def of(cls, layer, products: tuple[Product, Product, Product, Product],
-           attention: Optional[torch.nn.Module] = None) -> "RowsLayer":
-        """The rows form of a layer that `decoder_layer` reads (its norms and shape), over `products`
-        (q|k|v, o, gate|up, down), attending through `attention` (default `Attention`)."""
-        return cls(layer.input_norm.float(), layer.post_norm.float(), *products, layer.n_heads, layer.n_kv,
-                   layer.head_dim, layer.eps, layer.scale, attention)
+    @torch.jit.export
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, heads, n, d) and the new k, v (B, kv heads, n, d), q and k rotated as one tensor."""
+        heads, kv_heads, d = self.n_heads, self.n_kv, self.head_dim
+        qkv = self.qkv.normed_rows(x, self.input_norm, self.eps)
+        qkv = qkv.view(-1, x.size(-2), heads + 2 * kv_heads, d)
+        qk = rotate(qkv.narrow(2, 0, heads + kv_heads), cos, sin).transpose(1, 2)
+        v = qkv.narrow(2, heads + kv_heads, kv_heads).transpose(1, 2)
+        return qk.narrow(1, 0, heads), qk.narrow(1, heads, kv_heads), v
+
+    @torch.jit.export
+    def finish(self, x: torch.Tensor, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+               mask: Optional[torch.Tensor], causal: bool) -> torch.Tensor:
+        """Attention of q over keys and values, then the MLP, both residual."""
+        heads = self.n_heads
+        attn = self.attention(q, keys, values, mask, causal, self.scale, heads // self.n_kv)
+        shape = list(x.shape[:-1])
+        shape.append(heads * self.head_dim)
+        # The products may give bf16 to an fp32 stream (the int4 kernel's own): the sum widens them exactly,
+        # and SwiGLU's rows are widened first.
+        x = x + self.o.rows(attn.transpose(1, 2).reshape(shape))
+        gate_up = self.gate_up.normed_rows(x, self.post_norm, self.eps)
+        return x + self.down.glu_rows(gate_up.to(x.dtype))
 
 
-class RowsStack(torch.nn.Module):
-    """A model's `RowsLayer`s in order, as one call: what TorchScript compiles (`rows_stack`).
+class LayerStack(torch.nn.Module):
+    """A model's layers in order, as one call: what TorchScript compiles (`layer_stack`).
 
     At one decoding row the 4-bit target's 30 layers run about 40 small ops each, and in eager PyTorch each
     op pays Python's dispatch, a third of the token's time. TorchScript runs the same ops, the same kernels
@@ -215,15 +231,15 @@ class RowsStack(torch.nn.Module):
     ran slower than eager: 0.86-0.94x).
     """
 
-    def __init__(self, layers: list[RowsLayer]):
+    def __init__(self, layers: list[torch.nn.Module]):
         super().__init__()
         self.layers = torch.nn.ModuleList(layers)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: List[torch.Tensor],
                 values: List[torch.Tensor], start: int, slots: Optional[torch.Tensor], end: int,
                 mask: Optional[torch.Tensor], causal: bool, taps: List[int]) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-        """Every layer over x (n, hidden), layer i's K/V in keys[i], values[i] (as `RowsLayer.forward`);
-        returns the last layer's output and the outputs of the layers `taps` names."""
+        """Every layer over x, layer i's K/V in keys[i], values[i] (as `DecoderLayer.forward`); returns the last
+        layer's output and the outputs of the layers `taps` names."""
         tapped: List[torch.Tensor] = []
         i = 0
         for layer in self.layers:
@@ -234,10 +250,12 @@ class RowsStack(torch.nn.Module):
         return x, tapped
 
 
-def rows_stack(layers: list[RowsLayer]) -> RowsStack:
-    """`layers` as one `RowsStack`, compiled by TorchScript; the same module run eagerly where this torch
-    cannot compile it (the same ops: only slower)."""
-    stack = RowsStack(layers)
+def layer_stack(layers: list[torch.nn.Module], script: bool = True) -> LayerStack:
+    """`layers` as one `LayerStack`, compiled by TorchScript with `script`; the same module run eagerly where it
+    is not asked for or this torch cannot compile it (the same ops: only slower at a decoding row)."""
+    stack = LayerStack(layers)
+    if not script:
+        return stack
     try:
         with warnings.catch_warnings():
             # torch 2.13 calls TorchScript deprecated in favour of torch.compile, which compiled these layers for
@@ -246,6 +264,19 @@ def rows_stack(layers: list[RowsLayer]) -> RowsStack:
             return torch.jit.script(stack)
     except Exception as exc:   # noqa: BLE001 - TorchScript's errors have no common type; eager runs the same ops
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        warnings.warn(f"TorchScript could not compile the rows layers ({reason}); running them eagerly",
+        warnings.warn(f"TorchScript could not compile the decoder layers ({reason}); running them eagerly",
                       RuntimeWarning, stacklevel=2)
         return stack
+
+
+def layers_over(layers: list[DecoderLayer], x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv,
+                mask: Optional[torch.Tensor], causal: bool) -> torch.Tensor:
+    """`layers` over x, each layer's new K/V kept by `kv(i, k, v)`, which returns every key and value its
+    queries attend to (training's unrolled steps keep them in lists; `lambda i, k, v: (k, v)` is plain
+    causal self-attention). cos, sin (n, head_dim)."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    for i, layer in enumerate(layers):
+        q, k, v = layer.project(x, cos, sin)
+        keys, values = kv(i, k, v)
+        x = layer.finish(x, q, keys, values, mask, causal)
+    return x

@@ -24,11 +24,11 @@ NAME = "specviz_state"
 class ModelState:
     # The quantised layers the lean forward runs in place of the dense ones (`quant.WeightOnlyLayers`).
     weight_only: Any = None
-    # (those layers, their `llama.RowsStack`): compiled once per model, about a second (`lean`).
+    # (those layers, their `llama.LayerStack`): compiled once per model, about a second (`lean`).
     weight_only_stack: tuple | None = None
     # (the weights' identity and versions, their oneDNN-packed copies, the weights): `cpu_kernels.packed_weights`.
     packed: tuple | None = None
-    # An int8 or kernel copy of a draft: its layers as one `llama.RowsStack` (`cpu_kernels`, `quant.kernel_copy`).
+    # An int8 or kernel copy of a draft: its layers as one `llama.LayerStack` (`cpu_kernels`, `quant.kernel_copy`).
     rows_stack: Any = None
     # A feature draft's (versions, int8 parts, head, cut head): `draft.feature.FeatureDraft.int8_parts`.
     int8_parts: tuple | None = None

@@ -36,7 +36,7 @@ import torch
 
 from . import native
 from .cpu_kernels import biases_together, int8_per_channel
-from .llama import RowsLayer, RowsProduct, rows_stack
+from .llama import DecoderLayer, Product, layer_stack
 from .model_state import found_state, fresh_state, state_of
 
 GROUP = 32                 # weights per Q4_1 block, and the kernel's group size
@@ -204,14 +204,14 @@ def q4_kernel_available() -> bool:
     return own_kernel_problem() is None or int4_kernel_available()
 
 
-class Int4Linear(RowsProduct):
+class Int4Linear(Product):
     """x @ W^T for W in torch's int4 CPU layout (`_convert_weight_to_int4pack_for_cpu`, groups of 32).
 
     The kernel takes its activations in the table's dtype. On an AVX2 CPU (torch 2.13) bf16 is the
     fast one: one row through a 1536 x 576 matrix took ~143 us in bf16 against ~1.9 ms in fp32 (fp32
     runs a reference loop). So the tables are bf16, and an fp32 forward's rows are cast to bf16 for
     the product and back (a few hundred numbers: ~7 us), keeping the rest of that forward in fp32.
-    A module, so that TorchScript compiles it into the layers that call it (`llama.RowsStack`).
+    A module, so that TorchScript compiles it into the layers that call it (`llama.LayerStack`).
     """
 
     __jit_unused_properties__ = ["dtype"]
@@ -239,7 +239,7 @@ class Int4Linear(RowsProduct):
 
     @torch.jit.export
     def rows(self, x: torch.Tensor) -> torch.Tensor:
-        """`forward` for fp32 rows (n, in), as `llama.RowsLayer` calls it: three ops fewer (no reshape, no view,
+        """`forward` for fp32 rows (n, in), as `llama.DecoderLayer` calls it: three ops fewer (no reshape, no view,
         and the kernel's bf16 output as it is, which the layer widens where it adds or rotates anyway)."""
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(self.scales_and_zeros.dtype), self.packed, self.group,
                                                          self.scales_and_zeros)
@@ -313,7 +313,7 @@ class Q4Rows(torch.nn.Module):
     llama.cpp's product, the activations rounded to int8 in blocks of 32 and the weights' 4-bit codes
     multiplied in with AVX-512 VNNI, sixteen output rows a tile. The weights are the GGUF's codes and fp16
     d, m as they are, rearranged (`codes_of`, `tables_of`). A module, so that TorchScript compiles it into
-    the layers that call it (`llama.RowsStack`).
+    the layers that call it (`llama.LayerStack`).
     """
 
     TILE = 16   # output rows per tile: one 512-bit register of fp32 sums
@@ -378,13 +378,13 @@ class Q4Rows(torch.nn.Module):
 
 
 class Q4Layer(torch.nn.Module):
-    """A `llama.RowsLayer` whose products are all `Q4Rows` (the 4-bit target's) or all `Q8Rows` (a feature draft's
+    """A `llama.DecoderLayer` whose products are all `Q4Rows` (the 4-bit target's) or all `Q8Rows` (a feature draft's
     beside it, `kernel_copy`) and whose attention is `native.RowAttention`, run as one op
     (`torch.ops.specviz.q4_layer`, `q8_layer`): the same kernels in the same order, so the same bits, without the
     ~20 small torch ops between them (views, the rotation, the cache writes, the residual sums), each of which
-    cost its dispatch at a decoding row. Called as `RowsLayer` is, from the compiled `llama.RowsStack`."""
+    cost its dispatch at a decoding row. Called as `DecoderLayer` is, from the compiled `llama.LayerStack`."""
 
-    def __init__(self, layer: RowsLayer):
+    def __init__(self, layer: DecoderLayer):
         super().__init__()
         self.register_buffer("input_norm", layer.input_norm.float().contiguous(), persistent=False)
         self.register_buffer("post_norm", layer.post_norm.float().contiguous(), persistent=False)
@@ -398,7 +398,7 @@ class Q4Layer(torch.nn.Module):
         self.eps, self.scale = layer.eps, layer.scale
 
     @staticmethod
-    def fits(layer: RowsLayer) -> bool:
+    def fits(layer: DecoderLayer) -> bool:
         """Whether `layer` runs as one op: every product on SpecViz's kernel in one format (no bias), attention
         its `attend_rows`."""
         products = (layer.qkv, layer.o, layer.gate_up, layer.down)
@@ -484,7 +484,7 @@ class Q8Rows(torch.nn.Module):
         return out if self.bias is None else out + self.bias
 
 
-class Int8Rows(RowsProduct):
+class Int8Rows(Product):
     """x @ W^T (+ b) for W in weight-only int8 (`--dtype int8`, any Llama-family model): int8 codes and one
     scale per output row (symmetric, `cpu_kernels.int8_per_channel`), through gpt-fast's kernel
     (`_weight_int8pack_mm`), whose activations are bf16 (with fp32 ones it ran 10x slower, a reference loop).
@@ -493,7 +493,7 @@ class Int8Rows(RowsProduct):
     19.2 ms at one row against bf16's 29.0, but its kernel reads W once per row of x, so 8 rows took 31.5
     against 30 (`auto` weighs both). fbgemm's int8 linear scales better with rows, but it also rounds
     the activations to 8 bits with one scale per call, which SmolLM2's outlier dimensions do not survive
-    (top-1 agreement with fp32 0.76, int8 weight-only's 0.97). A module, for TorchScript (`llama.RowsStack`).
+    (top-1 agreement with fp32 0.76, int8 weight-only's 0.97). A module, for TorchScript (`llama.LayerStack`).
     """
 
     def __init__(self, codes: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None):
@@ -517,7 +517,7 @@ class Int8Rows(RowsProduct):
 
     @torch.jit.export
     def rows(self, x: torch.Tensor) -> torch.Tensor:
-        """fp32 rows (n, in) -> (n, out): bf16 without a bias (widened where `llama.RowsLayer` adds or
+        """fp32 rows (n, in) -> (n, out): bf16 without a bias (widened where `llama.DecoderLayer` adds or
         rotates), fp32 with one."""
         out = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.codes, self.scales)
         if self.has_bias:
@@ -592,7 +592,7 @@ class WeightOnlyLayers:
     # `auto` caches are keyed by it (and by the dtype, which is bf16 here), so a weight-only forward's never
     # stand in for the bf16 one's, or the other way round. "-f32": since its activations run in fp32
     # (`ACTIVATIONS`), a faster forward whose costs the curves cached for the bf16-activation one overstate;
-    # "-ts": since TorchScript runs its layers (`llama.RowsStack`), 1.11x faster again.
+    # "-ts": since TorchScript runs its layers (`llama.LayerStack`), 1.11x faster again.
     # "-vnni-<digest>": SpecViz's own q4 kernel, whose costs (a tree's rows nearly free up to 8) are not int4pack's,
     # as its source stands (`native.source_digest`): a changed kernel (each layer one op, GQA attention) costs
     # its rows differently again, so its curves are measured afresh.
@@ -622,7 +622,7 @@ def kernel_copy(draft: torch.nn.Module) -> torch.nn.Module:
     """A feature draft beside a q4 target on SpecViz's kernel, with its products on the same kernel: the fusion
     (`fc`, `fc_taps`) as `Q8Rows` and each decoder layer as one `q8_layer` op (its weights in Q8_0, each matrix
     a quarter of the bf16 module's bytes plus a scale per 32). A shallow copy, the trained module left as it is;
-    its layers, compiled as one `RowsStack`, are kept on it where `cpu_kernels.fbgemm_rows_layers` finds them.
+    its layers, compiled as one `LayerStack`, are kept on it where `cpu_kernels.fbgemm_rows_layers` finds them.
 
     Why: over fbgemm a level's layer and fusion took ~0.9 ms at one row on a Zen 4 EPYC, about a fifth of the
     target's whole forward, for 3.5 MB of weights; a draft only proposes, so its arithmetic is free to change."""
@@ -643,8 +643,8 @@ def kernel_copy(draft: torch.nn.Module) -> torch.nn.Module:
     for layer in draft.decoder_layers():
         products = (q8(layer.q_proj, layer.k_proj, layer.v_proj), q8(layer.o_proj),
                     q8(layer.gate_proj, layer.up_proj), q8(layer.down_proj))
-        layers.append(Q4Layer(RowsLayer.of(layer, products, native.RowAttention())))
-    state.rows_stack = rows_stack(layers)
+        layers.append(Q4Layer(DecoderLayer.of(layer, products, attention=native.RowAttention())))
+    state.rows_stack = layer_stack(layers)
     return clone
 
 
