@@ -11,8 +11,9 @@ import torch.nn.functional as F
 from helpers import chi_square_pvalue, exact_distribution, tiny_pair, tree_attention
 
 from specviz.engine.kvcache import keep_positions, new_cache
-from specviz.engine.lean import (LeanLlama, ModelForward, VocabSubsetHead, attention_backends, attention_kernels,
-                                 lean_llama_supported, rows_together)
+from specviz.engine.lean import (LeanLlama, ModelForward, VocabSubsetHead, dense_parts, attention_backends,
+                                 attention_kernels, decoder_layers, lean_llama_supported, rows_together)
+from specviz.engine.llama import Dense, layer_stack
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import ModelPair
 from specviz.engine.sampling import SamplingConfig
@@ -251,9 +252,11 @@ def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
         assert refused, "bf16 prepacking works on this CPU, yet LeanLlama left its weights unpacked"
         pytest.skip(f"this CPU's oneDNN cannot prepack bf16 bit for bit ({refused}): LeanLlama stays dense")
     assert packed.head.packed is not None
-    for op in [dense.head] + [op for layer in dense.layers
-                              for op in (layer.qkv, layer.o, layer.gate_up, layer.down)]:
-        op.packed = None
+    # The same layers over the plain matrices (what F.linear multiplies), run eagerly.
+    matrices, biases = dense_parts(model.model.layers)
+    dense.stack = layer_stack(decoder_layers(model, [Dense(w, None, b) for w, b in zip(matrices, biases)],
+                                             torch.bfloat16), script=False)
+    dense.head = Dense(dense.lm_head)
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, 49152, (1, 20), generator=gen)
     assert torch.equal(packed(prompt, 0), dense(prompt, 0))

@@ -15,7 +15,9 @@ from helpers import tiny_tokenizer, tree_attention
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specviz.engine.kvcache import keep_positions, new_cache
-from specviz.engine.lean import LeanLlama, ModelForward, lean_llama_supported, make_forward
+from specviz.engine.lean import (LeanLlama, ModelForward, dense_parts, decoder_layers, lean_llama_supported,
+                                 make_forward)
+from specviz.engine.llama import Dense, layer_stack
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import ModelPair, load_model
 from specviz.engine.static import static_supported
@@ -117,8 +119,8 @@ def test_lean_forward_equals_transformers_with_biases(kind, one_thread):
     _close(got, want_tree)
 
     # The biases matter here: a forward without them is far off (what the comparisons above would catch).
-    for layer in lean.layers:
-        layer.qkv.bias = layer.o.bias = layer.gate_up.bias = layer.down.bias = None
+    matrices, _ = dense_parts(model.model.layers)
+    lean.stack = layer_stack(decoder_layers(model, [Dense(w) for w in matrices], torch.float32), script=False)
     lean.zero_cache()
     assert (lean(prompt, 0, rows=20) - want_prefill).abs().max() > 1e-2
 

@@ -169,11 +169,9 @@ class LeanLlama:
             packed = packed_weights(model, [self.lm_head]) if pack_head else None
             self.stack = _weight_only_stack(model, weight_only)
         else:
-            matrices, biases = _dense_parts(inner.layers)
+            matrices, biases = dense_parts(inner.layers)
             packed = packed_weights(model, matrices + ([self.lm_head] if pack_head else []), biases[0])
-            products = [Dense(w, packed[i] if packed else None, biases[i]) for i, w in enumerate(matrices)]
-            # Dense products cost far more than the ops between them: eager, as transformers runs them.
-            self.stack = layer_stack(decoder_layers(model, products, self.dtype), script=False)
+            self.stack = _dense_stack(model, matrices, biases, packed, self.dtype)
         self.packed = packed is not None
         if self._full_rows is None:
             self.head = Dense(self.lm_head, (packed[-1] if own_head else pack(self.lm_head)) if packed else None)
@@ -356,7 +354,7 @@ class ModelForward:
         crop(self.cache, n)
 
 
-def _dense_parts(layers) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+def dense_parts(layers) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
     """Each layer's four matrices (q|k|v and gate|up each one, `rows_together`) and their biases (None where a
     projection has none: Llama's; Qwen2's q|k|v has one)."""
     matrices, biases = [], []
@@ -380,6 +378,20 @@ def decoder_layers(model, products: list, dtype: torch.dtype, attention=None) ->
                          *products[4 * i:4 * i + 4], n_heads, n_kv, head_dim, cfg.rms_norm_eps, scale,
                          attention(head_dim) if attention else None)
             for i, layer in enumerate(layers)]
+
+
+def _dense_stack(model, matrices: list[torch.Tensor], biases: list, packed: list | None, dtype: torch.dtype):
+    """The model's layers over its own matrices (`Dense`, oneDNN-prepacked where `packed`), compiled by
+    TorchScript on a CPU (a decoding row's small ops are a share of a bf16 forward there) and kept on the model
+    while its matrices are these; eager elsewhere (a GPU captures the eager ops in its graphs)."""
+    state = state_of(model)
+    key = (tuple((m.data_ptr(), tuple(m.shape)) for m in matrices), id(packed), dtype)
+    kept = state.dense_stack
+    if kept is None or kept[0] != key:
+        products = [Dense(w, packed[i] if packed else None, biases[i]) for i, w in enumerate(matrices)]
+        stack = layer_stack(decoder_layers(model, products, dtype), script=matrices[0].device.type == "cpu")
+        kept = state.dense_stack = (key, stack, packed)   # the packed copies kept alive with their key
+    return kept[1]
 
 
 def _weight_only_stack(model, weight_only: WeightOnlyLayers):

@@ -26,6 +26,8 @@ class ModelState:
     weight_only: Any = None
     # (those layers, their `llama.LayerStack`): compiled once per model, about a second (`lean`).
     weight_only_stack: tuple | None = None
+    # (the dense matrices' identity, their `llama.LayerStack`, their packed copies): compiled once per model (`lean`).
+    dense_stack: tuple | None = None
     # (the weights' identity and versions, their oneDNN-packed copies, the weights): `cpu_kernels.packed_weights`.
     packed: tuple | None = None
     # An int8 or kernel copy of a draft: its layers as one `llama.LayerStack` (`cpu_kernels`, `quant.kernel_copy`).
