@@ -326,3 +326,11 @@ def attach_quantized(model, dtype: torch.dtype = torch.bfloat16):
                                           kernel, quant.calibrate_outliers(model) if kernel else None)
     layers.attach(model)
     return layers
+
+
+def ar_token_ids(pair: ModelPair, prompts: dict[str, str], max_new_tokens: int) -> dict[str, list[int]]:
+    """Greedy `ar`'s tokens for each named prompt: what a method's exactness tests compare it against."""
+    from specviz.engine.methods import make_decoder
+
+    return {name: make_decoder("ar", pair, prompt, max_new_tokens=max_new_tokens).run().token_ids
+            for name, prompt in prompts.items()}

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import chi_square_pvalue, tiny_pair
+from helpers import ar_token_ids, chi_square_pvalue, tiny_pair
 from lookahead_reference import greedy_verify, sampling_verify
 
 from specviz.engine.methods import make_decoder
@@ -131,8 +131,7 @@ N_NEW = 64
 
 @pytest.fixture(scope="module")
 def ar_outputs(pair_fp32):
-    return {name: make_decoder("ar", pair_fp32, prompt, max_new_tokens=N_NEW).run().token_ids
-            for name, prompt in PROMPTS.items()}
+    return ar_token_ids(pair_fp32, PROMPTS, N_NEW)
 
 
 @pytest.mark.parametrize("name", list(PROMPTS))

@@ -7,7 +7,7 @@ import random
 
 import pytest
 import torch
-from helpers import chi_square_pvalue, target_forward_rows, tiny_pair
+from helpers import ar_token_ids, chi_square_pvalue, target_forward_rows, tiny_pair
 from lookahead_reference import greedy_verify, sampling_verify
 from mutants import BY_NAME, _mutated_function, _resolve
 
@@ -158,8 +158,7 @@ N_NEW = 32
 
 @pytest.fixture(scope="module")
 def ar_tokens(pair_fp32):
-    return {name: make_decoder("ar", pair_fp32, prompt, max_new_tokens=N_NEW).run().token_ids
-            for name, prompt in PROMPTS.items()}
+    return ar_token_ids(pair_fp32, PROMPTS, N_NEW)
 
 
 def _payloads(trace):

@@ -5,6 +5,7 @@ Its sampled exactness is tested with the other decoders' (`test_sampling_exact.p
 from __future__ import annotations
 
 import pytest
+from helpers import ar_token_ids
 
 from specviz.engine.curve import Curve
 from specviz.engine.methods import make_decoder
@@ -55,8 +56,7 @@ N_NEW = 64
 
 @pytest.fixture(scope="module")
 def ar_outputs(pair_fp32):
-    return {name: make_decoder("ar", pair_fp32, prompt, max_new_tokens=N_NEW).run().token_ids
-            for name, prompt in PROMPTS.items()}
+    return ar_token_ids(pair_fp32, PROMPTS, N_NEW)
 
 
 @pytest.mark.parametrize("name", list(PROMPTS))

@@ -38,7 +38,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .cpu_kernels import biases_together, pack, packed_weights, rows_together
 from .kvcache import cache_length, crop, keep_positions, new_cache
-from .llama import DecoderLayer, Dense, layer_stack, rms_norm, rotary_tables
+from .llama import DecoderLayer, Dense, LayerStack, layer_stack, rms_norm, rotary_tables
 from .model_state import state_of
 from . import native
 from .quant import Q4Layer, WeightOnlyLayers
@@ -167,11 +167,12 @@ class LeanLlama:
             # copy of it made ar 3% faster and not exact to the file. The model's own head is prepacked where
             # oneDNN can (`packed_weights` says None where it cannot: an AVX2-only CPU has no bf16 reorder).
             packed = packed_weights(model, [self.lm_head]) if pack_head else None
-            self.stack = _weight_only_stack(model, weight_only)
+            # Never captured (a weight-only forward runs on a CPU): its captured form is the compiled one too.
+            self.stack = self.traced_stack = _weight_only_stack(model, weight_only)
         else:
             matrices, biases = dense_parts(inner.layers)
             packed = packed_weights(model, matrices + ([self.lm_head] if pack_head else []), biases[0])
-            self.stack = _dense_stack(model, matrices, biases, packed, self.dtype)
+            self.stack, self.traced_stack = _dense_stack(model, matrices, biases, packed, self.dtype)
         self.packed = packed is not None
         if self._full_rows is None:
             self.head = Dense(self.lm_head, (packed[-1] if own_head else pack(self.lm_head)) if packed else None)
@@ -246,7 +247,10 @@ class LeanLlama:
         With `hidden`, the outputs of layers `taps` (n, hidden) join each row's features."""
         with attention_kernels(self.device, self.attention_backends):
             x = F.embedding(input_ids[0], self.embed).to(self.dtype)
-            x, tapped = self.stack(x, cos.unsqueeze(1), sin.unsqueeze(1), self.keys, self.values, *at, mask, causal,
+            # What a graph captures (attention over every slot, `end` -1) runs the layers op by op: a graph records
+            # the ops, and TorchScript's interpreter is not traced into.
+            stack = self.traced_stack if at[2] < 0 else self.stack
+            x, tapped = stack(x, cos.unsqueeze(1), sin.unsqueeze(1), self.keys, self.values, *at, mask, causal,
                                    list(taps) if hidden else [])
         if hidden:
             normed = rms_norm(x, self.final_norm, self.eps)
@@ -380,17 +384,19 @@ def decoder_layers(model, products: list, dtype: torch.dtype, attention=None) ->
             for i, layer in enumerate(layers)]
 
 
-def _dense_stack(model, matrices: list[torch.Tensor], biases: list, packed: list | None, dtype: torch.dtype):
-    """The model's layers over its own matrices (`Dense`, oneDNN-prepacked where `packed`), compiled by
-    TorchScript on a CPU (a decoding row's small ops are a share of a bf16 forward there) and kept on the model
-    while its matrices are these; eager elsewhere (a GPU captures the eager ops in its graphs)."""
+def _dense_stack(model, matrices: list[torch.Tensor], biases: list, packed: list | None, dtype: torch.dtype
+                 ) -> tuple[LayerStack, LayerStack]:
+    """The model's layers over its own matrices (`Dense`, oneDNN-prepacked where `packed`): compiled by TorchScript
+    on a CPU (a decoding row's small ops are a share of a bf16 forward there), and as they are, op by op, for
+    what a graph captures; kept on the model while its matrices are these."""
     state = state_of(model)
     key = (tuple((m.data_ptr(), tuple(m.shape)) for m in matrices), id(packed), dtype)
     kept = state.dense_stack
     if kept is None or kept[0] != key:
         products = [Dense(w, packed[i] if packed else None, biases[i]) for i, w in enumerate(matrices)]
-        stack = layer_stack(decoder_layers(model, products, dtype), script=matrices[0].device.type == "cpu")
-        kept = state.dense_stack = (key, stack, packed)   # the packed copies kept alive with their key
+        eager = layer_stack(decoder_layers(model, products, dtype), script=False)
+        compiled = layer_stack(list(eager.layers), script=matrices[0].device.type == "cpu")
+        kept = state.dense_stack = (key, (compiled, eager), packed)   # the packed copies kept alive with their key
     return kept[1]
 
 

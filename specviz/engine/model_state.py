@@ -26,7 +26,7 @@ class ModelState:
     weight_only: Any = None
     # (those layers, their `llama.LayerStack`): compiled once per model, about a second (`lean`).
     weight_only_stack: tuple | None = None
-    # (the dense matrices' identity, their `llama.LayerStack`, their packed copies): compiled once per model (`lean`).
+    # (the dense matrices' identity, their `llama.LayerStack` compiled and as it is, their packed copies) (`lean`).
     dense_stack: tuple | None = None
     # (the weights' identity and versions, their oneDNN-packed copies, the weights): `cpu_kernels.packed_weights`.
     packed: tuple | None = None
