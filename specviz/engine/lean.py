@@ -251,7 +251,7 @@ class LeanLlama:
             # the ops, and TorchScript's interpreter is not traced into.
             stack = self.traced_stack if at[2] < 0 else self.stack
             x, tapped = stack(x, cos.unsqueeze(1), sin.unsqueeze(1), self.keys, self.values, *at, mask, causal,
-                                   list(taps) if hidden else [])
+                              list(taps) if hidden else [])
         if hidden:
             normed = rms_norm(x, self.final_norm, self.eps)
             picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
@@ -388,9 +388,11 @@ def _dense_stack(model, matrices: list[torch.Tensor], biases: list, packed: list
                  ) -> tuple[LayerStack, LayerStack]:
     """The model's layers over its own matrices (`Dense`, oneDNN-prepacked where `packed`): compiled by TorchScript
     on a CPU (a decoding row's small ops are a share of a bf16 forward there), and as they are, op by op, for
-    what a graph captures; kept on the model while its matrices are these."""
+    what a graph captures; kept on the model while its matrices, packed copies and parameters are these (an
+    optimiser step bumps a parameter's version counter; the biases are copies, so a changed one needs a new stack)."""
     state = state_of(model)
-    key = (tuple((m.data_ptr(), tuple(m.shape)) for m in matrices), id(packed), dtype)
+    key = (tuple((m.data_ptr(), tuple(m.shape)) for m in matrices), id(packed), dtype,
+           tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in model.parameters()))
     kept = state.dense_stack
     if kept is None or kept[0] != key:
         products = [Dense(w, packed[i] if packed else None, biases[i]) for i, w in enumerate(matrices)]
