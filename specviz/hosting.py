@@ -345,7 +345,3 @@ class HostingLimits:
             return ""
         return (f"{', '.join(held)} (gated) is not offered: set an HF_TOKEN whose account accepted its licence "
                 "(on a Space, as a secret).")
-
-    def check_max_new_tokens(self, max_new_tokens: int) -> None:
-        if isinstance(max_new_tokens, (int, float)) and max_new_tokens > self.max_new_tokens:
-            raise InvalidInput(f"max new tokens is capped at {self.max_new_tokens} here, got {max_new_tokens}")

@@ -51,13 +51,6 @@ class MethodSpec:
         """Whether this method speculates with a draft model (and so runs a draft a record must name)."""
         return self.method in DRAFTING_METHODS
 
-    def draft_for(self, command_draft: str | None) -> str | None:
-        """The draft this spec runs: its own `+DRAFT`, else the command's `--draft` (None: the target's
-        default draft). Sizes play no part, so `sequoia` and `sequoia@3x3` run the same draft."""
-        if not self.drafts:
-            return None
-        return self.draft if self.draft is not None else command_draft
-
     def check_one_draft(self, command_draft: str | None) -> None:
         """A one-method command (`generate`) given two different drafts fails rather than pick one."""
         given = (command_draft or "").strip().lower()

@@ -22,7 +22,7 @@ from specviz.engine.lean import LeanLlama, ModelForward
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import OFFLINE_FEATURE_DRAFT_DIR, ModelPair, load_pair
 from specviz.engine.sampling import SamplingConfig
-from specviz.sequoia.measure import _comb, _count_step, comb_tree, lower_row, profile_acceptance_by_depth
+from specviz.sequoia.measure import _comb, _count_step, lower_row, profile_acceptance_by_depth
 from specviz.sequoia.tree import TreeShape
 from specviz.trace import ORIGIN_COPY
 from specviz.sequoia.tree_dp import build_tables, tree_value
@@ -596,7 +596,7 @@ def test_unroll_mask_is_a_tree_chain():
 
 
 def test_comb_tree_and_acceptance_by_depth(one_thread):
-    parents = comb_tree(3, 3)
+    parents = _comb(3, 3, 0)[0]
     shape = TreeShape.from_parents(parents)
     assert shape.depth == 3 and shape.size == 10 and shape.children[1] == [4, 5, 6] and shape.children[4] == [7, 8, 9]
     pair = tiny_feature_pair()
@@ -614,7 +614,7 @@ def test_comb_with_lower_ranked_children_counts_each_class_apart():
     # Level 2 holds node 1's children (4-6), then node 2's (7, 8) and node 3's (9, 10); level 3
     # node 4's (11-13), then node 5's (14, 15) and node 6's (16, 17).
     parents, chain, lower = _comb(3, 3, 2)
-    assert parents == [-1, 0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 4, 4, 4, 5, 5, 6, 6] == comb_tree(3, 3, 2)
+    assert parents == [-1, 0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 4, 4, 4, 5, 5, 6, 6] == _comb(3, 3, 2)[0]
     assert chain == [0, 1, 4, 11] and lower == [[], [(2, 7), (3, 9)], [(5, 14), (6, 16)]]
     assert TreeShape.from_parents(parents).depth == 3
     counts, reached = [[0] * 3 for _ in range(3)], [0] * 3

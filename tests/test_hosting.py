@@ -4,6 +4,7 @@ import pytest
 
 from specviz.errors import InvalidInput
 from specviz.hosting import HostingLimits
+from specviz.request import RaceRequest
 
 
 def test_local_defaults_allow_any_model():
@@ -19,8 +20,10 @@ def test_space_defaults_restrict_models_and_caps():
     limits.check_model("Qwen/Qwen2.5-0.5B-Instruct")
     with pytest.raises(InvalidInput, match="not available here"):
         limits.check_model("evil/remote-code-model")
-    with pytest.raises(InvalidInput, match="capped at 256"):
-        limits.check_max_new_tokens(1000)
+    # The cap is the race request's (`RaceRequest.validated`), as every race is checked.
+    with pytest.raises(InvalidInput, match="256"):
+        RaceRequest(prompt="Hello", max_new_tokens=1000).validated(limits)
+    assert RaceRequest(prompt="Hello", max_new_tokens=256).validated(limits).max_new_tokens == 256
 
 
 def test_explicit_settings_win():

@@ -28,6 +28,6 @@ def test_a_shallow_copy_keeps_its_caches_to_itself():
     # The hazard: `copy.copy` shares attribute values, so a copy would write into its original's state.
     assert state_of(copy.copy(model)) is state_of(model)
     clone = copy.copy(model)
-    fresh_state(clone).rows_stack = "the copy's"
-    assert state_of(model).rows_stack is None and state_of(model).packed == ("the original's",)
-    assert state_of(clone).packed is None and state_of(clone).rows_stack == "the copy's"
+    fresh_state(clone).draft_stack = "the copy's"
+    assert state_of(model).draft_stack is None and state_of(model).packed == ("the original's",)
+    assert state_of(clone).packed is None and state_of(clone).draft_stack == "the copy's"

@@ -11,7 +11,12 @@ import torch
 
 from specviz.errors import InvalidInput
 from specviz.sequoia.tree import TreeShape, TreeTensors, check_parents
-from specviz.sequoia.tree_dp import build_tables, chain_value, optimal_tree, tree_value
+from specviz.sequoia.tree_dp import build_tables, optimal_tree, tree_value
+
+
+def chain_value(p1: float, depth: int) -> float:
+    """A chain of `depth` speculated tokens: 1 + p1 + p1^2 + ... + p1^depth."""
+    return float(sum(p1 ** k for k in range(depth + 1)))
 
 
 @lru_cache(maxsize=None)

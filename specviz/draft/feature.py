@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..engine.cpu_kernels import (Int8Linear, fbgemm_available, fbgemm_rows_layers, int8_copy,
+from ..engine.cpu_kernels import (Int8Linear, fbgemm_available, fbgemm_layers, int8_copy,
                                   int8_decoding_supported)
 from ..engine import native
 from ..engine.drafts import DraftFormat
@@ -403,7 +403,7 @@ class FeatureDraftForward:
             self.draft, self._full_head = draft, draft._target[0].lm_head.weight.detach()
         self.reset_head(vocab_ids)
         self.fuse_dtype, self.final_norm = self.dtype, self.draft.norm
-        self.layers = fbgemm_rows_layers(self.draft) if self.int8 else None
+        self.layers = fbgemm_layers(self.draft) if self.int8 else None
         # fbgemm's layers run on fp32 activations: the features, masks and K/V are fp32, and the final norm is
         # torch's fused one (the numbers these levels were measured and shipped with).
         self.fp32 = self.layers is not None

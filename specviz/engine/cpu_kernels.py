@@ -8,7 +8,7 @@ kernel call's fixed cost is as large as its arithmetic:
   kernel as `F.linear`, so the same bits (checked on each model before use);
 - weight-only int8 linears (`Int8Linear`, gpt-fast's `_weight_int8pack_mm` or fbgemm's
   dynamic linear) and the fp32-activation layers over fbgemm's packed weights
-  (`fbgemm_rows_layers`), which a feature draft's levels use: a draft only proposes, so its
+  (`fbgemm_layers`), which a feature draft's levels use: a draft only proposes, so its
   precision can cost acceptance, never exactness.
 
 Both rewrite or cache state outside the forward: `rows_together` re-points a model's
@@ -290,7 +290,7 @@ class Fbgemm(Product):
         return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
 
 
-def fbgemm_rows_layers(int8_draft) -> LayerStack | None:
+def fbgemm_layers(int8_draft) -> LayerStack | None:
     """The layers of an int8 copy as `DecoderLayer`s over fbgemm's products (one `LayerStack`), or None where a
     layer's linears are not all fbgemm's.
 
@@ -303,12 +303,12 @@ def fbgemm_rows_layers(int8_draft) -> LayerStack | None:
     # Compiled once per int8 copy and kept on it: a draft makes a forward per prompt. A copy on SpecViz's own
     # kernel (`quant.kernel_copy`) brings its stack with it.
     state = state_of(int8_draft)
-    if state.rows_stack is not None:
-        return state.rows_stack
+    if state.draft_stack is not None:
+        return state.draft_stack
     layers = int8_draft.decoder_layers()
     names = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
     if not all(getattr(layer._modules.get(name), "packed", None) is not None for layer in layers for name in names):
         return None
-    state.rows_stack = layer_stack(
+    state.draft_stack = layer_stack(
         [DecoderLayer.of(layer, tuple(Fbgemm(layer._modules[name]) for name in names)) for layer in layers])
-    return state.rows_stack
+    return state.draft_stack

@@ -31,7 +31,7 @@ class ModelState:
     # (the weights' identity and versions, their oneDNN-packed copies, the weights): `cpu_kernels.packed_weights`.
     packed: tuple | None = None
     # An int8 or kernel copy of a draft: its layers as one `llama.LayerStack` (`cpu_kernels`, `quant.kernel_copy`).
-    rows_stack: Any = None
+    draft_stack: Any = None
     # A feature draft's (versions, int8 parts, head, cut head): `draft.feature.FeatureDraft.int8_parts`.
     int8_parts: tuple | None = None
     # (method, capacity, capture) -> the `static.GraphSession`s kept for later races of that kind.

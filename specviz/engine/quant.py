@@ -622,7 +622,7 @@ def kernel_copy(draft: torch.nn.Module) -> torch.nn.Module:
     """A feature draft beside a q4 target on SpecViz's kernel, with its products on the same kernel: the fusion
     (`fc`, `fc_taps`) as `Q8Rows` and each decoder layer as one `q8_layer` op (its weights in Q8_0, each matrix
     a quarter of the bf16 module's bytes plus a scale per 32). A shallow copy, the trained module left as it is;
-    its layers, compiled as one `LayerStack`, are kept on it where `cpu_kernels.fbgemm_rows_layers` finds them.
+    its layers, compiled as one `LayerStack`, are kept on it where `cpu_kernels.fbgemm_layers` finds them.
 
     Why: over fbgemm a level's layer and fusion took ~0.9 ms at one row on a Zen 4 EPYC, about a fifth of the
     target's whole forward, for 3.5 MB of weights; a draft only proposes, so its arithmetic is free to change."""
@@ -644,7 +644,7 @@ def kernel_copy(draft: torch.nn.Module) -> torch.nn.Module:
         products = (q8(layer.q_proj, layer.k_proj, layer.v_proj), q8(layer.o_proj),
                     q8(layer.gate_proj, layer.up_proj), q8(layer.down_proj))
         layers.append(Q4Layer(DecoderLayer.of(layer, products, attention=native.RowAttention())))
-    state.rows_stack = layer_stack(layers)
+    state.draft_stack = layer_stack(layers)
     return clone
 
 

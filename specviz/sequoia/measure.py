@@ -31,19 +31,13 @@ LOWER_WIDTH = 4
 LOWER_PRIOR_STEPS = 10
 
 
-def comb_tree(width: int, depths: int, lower_width: int = 0) -> list[int]:
-    """A chain of rank-1 nodes, each with `width` children: level k's children measure depth k + 1.
-
-    Breadth first: level 1 = nodes 1..W (node 1 = rank 1), level 2 = the W children of
-    node 1, and so on; the chain continues through each level's first node. With
-    `lower_width`, the rank-2 and rank-3 nodes of each level but the last also get that
-    many children (leaves), which measure the children of lower-ranked parents.
-    """
-    return _comb(width, depths, lower_width)[0]
-
-
 def _comb(width: int, depths: int, lower_width: int) -> tuple[list[int], list[int], list[list[tuple[int, int]]]]:
-    """(parents, chain, lower): chain[k] = the rank-1 node of level k (the root first); lower[k] =
+    """The comb profiling measures with: a chain of rank-1 nodes, each with `width` children, so that level k's
+    children measure depth k + 1, in breadth-first order (level 1 = nodes 1..W, node 1 = rank 1; level 2 = the W
+    children of node 1; and so on); with `lower_width`, the rank-2 and rank-3 nodes of each level but the last
+    also get that many children (leaves), which measure the children of lower-ranked parents.
+
+    Returns (parents, chain, lower): chain[k] = the rank-1 node of level k (the root first); lower[k] =
     (node, its first child) for each lower-ranked node of level k whose children are on level k + 1."""
     parents, chain, lower = [-1], [0], []
     for k in range(depths):   # builds level k + 1: the chain node's children, then the lower nodes'

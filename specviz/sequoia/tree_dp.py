@@ -256,8 +256,3 @@ def tree_value(parents: list[int], acceptance, by_depth=None, under_lower_ranks=
         p = rows[min(level[i], len(rows)) - 1, klass]
         reach[i] = reach[par] * (p[rank[i] - 1] if rank[i] <= len(p) else 0.0)
     return float(sum(reach))
-
-
-def chain_value(p1: float, depth: int) -> float:
-    """A chain of `depth` speculated tokens: 1 + p1 + p1^2 + ... + p1^depth."""
-    return float(sum(p1 ** k for k in range(depth + 1)))
