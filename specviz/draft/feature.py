@@ -40,7 +40,7 @@ from ..engine.cpu_kernels import (Int8Linear, fbgemm_available, fbgemm_layers, i
                                   int8_decoding_supported)
 from ..engine import native
 from ..engine.drafts import DraftFormat
-from ..engine.lean import attention_kernels
+from ..engine.lean import attention_backends, attention_kernels
 from ..engine.llama import DecoderLayer, Linears, layer_stack, layers_over, rms_norm, rotary_tables
 from ..engine.model_state import state_of
 from ..engine.quant import Q8Rows, kernel_copy, kernel_copy_fits, kernel_head
@@ -413,6 +413,7 @@ class FeatureDraftForward:
             self.layers = layer_stack(self.draft.layers(self.dtype), script=False)
         self.cos, self.sin = draft.rotary(torch.arange(max_len, device=dev), self.dtype)
         self.cos, self.sin = self.cos.unsqueeze(1), self.sin.unsqueeze(1)   # (slots, 1, head_dim): the layer's
+        self.backends = attention_backends(dev)   # looked up once: a level is on the decoding loop
         shape = (1, draft.n_kv, max_len, draft.head_dim)
         self.keys = [torch.empty(shape, dtype=self.dtype, device=dev) for _ in range(draft.n_layers)]
         self.values = [torch.empty(shape, dtype=self.dtype, device=dev) for _ in range(draft.n_layers)]
@@ -440,7 +441,7 @@ class FeatureDraftForward:
             mask = mask.to(self.dtype)   # a fixed tree's prepared mask is in the models' dtype
         # The fusion in the draft's dtype (gpt-fast's int8 kernel wants bf16), then the stream's to the features.
         x = d.fuse(token_ids.view(n), features.view(n, -1).to(self.fuse_dtype)).to(self.dtype)
-        with attention_kernels(self.device):   # no cuDNN plan per key length (see engine.lean)
+        with attention_kernels(self.device, self.backends):   # no cuDNN plan per key length (see engine.lean)
             x = self.layers(x, cos, sin, self.keys, self.values, start, None, end, mask, causal, [])[0]
         if self.fp32:
             return F.rms_norm(x, (d.hidden,), self.final_norm, d.eps)
