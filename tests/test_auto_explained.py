@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from test_precision import cache, measured_rule  # noqa: F401 (fixtures: an empty cache; auto without the kernel)
-from specviz.engine import models, precision, quant
+from specviz.engine import kernels, models, precision, quant
 from specviz.runtime import auto_notes
 from specviz.lookahead import sizing as lookahead_sizing
 from specviz.engine.profiler import save_cached
@@ -57,9 +57,9 @@ def test_the_built_kernel_passes_its_self_test_and_a_wrong_product_fails_it():
     assert quant.self_test() is None
     # Controls: the rows in another order, the min term dropped, the outlier rounded with the rest.
     flipped = quant.self_test(lambda x, linear: linear.rows(x.flip(0)))
-    no_min = quant.self_test(lambda x, linear: quant.Q4Rows(linear.codes, linear.d, torch.zeros_like(linear.m),
+    no_min = quant.self_test(lambda x, linear: kernels.Q4Rows(linear.codes, linear.d, torch.zeros_like(linear.m),
                                                              linear.outliers, linear.outlier_weights).rows(x))
-    rounded = quant.self_test(lambda x, linear: quant.Q4Rows(linear.codes, linear.d, linear.m).rows(x))
+    rounded = quant.self_test(lambda x, linear: kernels.Q4Rows(linear.codes, linear.d, linear.m).rows(x))
     for failed in (flipped, no_min, rounded):
         assert failed is not None and failed.startswith("failed its self-test"), failed
     assert quant.self_test(lambda x, linear: linear.rows(x)[:, :-16]).startswith("failed its self-test: (")

@@ -17,7 +17,7 @@ from specviz.draft.drafter import with_prompt_tokens
 from specviz.draft.feature import (FeatureDraft, FeatureDraftForward, is_feature_draft_dir, load_feature_draft,
                                    save_feature_draft)
 from specviz.draft.featuretrain import evaluate_depths, heldout_features, target_features, unroll_mask, unrolled
-from specviz.engine.cpu_kernels import Int8Linear, fbgemm_available
+from specviz.engine.kernels import Int8Rows, fbgemm_available, int8_kernel
 from specviz.engine.lean import LeanLlama, ModelForward
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import OFFLINE_FEATURE_DRAFT_DIR, ModelPair, load_pair
@@ -458,12 +458,12 @@ def test_int8_decoding_levels_track_the_trained_draft(pair, request):
     draft, target = feature_pair.draft, feature_pair.target
     lin = torch.nn.Linear(64, 40, bias=True)
     x = torch.randn(3, 5, 64)
-    q = Int8Linear(lin.weight, lin.bias)
-    assert q.weight.dtype == torch.int8 and q(x).shape == (3, 5, 40)
+    q = Int8Rows.quantized(lin.weight, lin.bias, int8_kernel(lin.weight.device))
+    assert q.codes.dtype == torch.int8 and q(x).shape == (3, 5, 40)
     assert (q(x) - lin(x)).abs().max() < 0.02 * lin(x).abs().max()
     # The decoding copy runs q|k|v and gate|up as one matrix each: the same rows, the same outputs.
-    parts = [Int8Linear(torch.nn.Linear(64, m).weight) for m in (40, 8, 8)]
-    torch.testing.assert_close(Int8Linear.stacked(parts)(x), torch.cat([p(x) for p in parts], -1))
+    parts = [Int8Rows.quantized(torch.nn.Linear(64, m).weight, kernel=int8_kernel(x.device)) for m in (40, 8, 8)]
+    torch.testing.assert_close(Int8Rows.stacked(parts)(x), torch.cat([p(x) for p in parts], -1))
     for layer in draft.int8_parts()[0].decoder_layers():
         assert {"qkv_proj", "gate_up_proj"} <= set(layer._modules) and "q_proj" not in layer._modules
     ids = torch.tensor([feature_pair.tokenizer.encode(
@@ -548,9 +548,9 @@ def test_fbgemm_and_int8pack_kernels_read_the_same_int8_weights(untrained_pair):
     gen = torch.Generator().manual_seed(0)
     weight = (torch.randn(300, 96, generator=gen) * 0.05).to(torch.bfloat16)
     bias = torch.randn(300, generator=gen).to(torch.bfloat16)
-    fast, slow = Int8Linear(weight, bias), Int8Linear(weight, bias, kernel="int8pack")
+    fast, slow = Int8Rows.quantized(weight, bias, int8_kernel(weight.device)), Int8Rows.quantized(weight, bias)
     assert fast.kernel == "fbgemm" and fast.packed is not None and slow.packed is None
-    assert torch.equal(fast.weight, slow.weight) and torch.equal(fast.scales, slow.scales)
+    assert torch.equal(fast.codes, slow.codes) and torch.equal(fast.scales, slow.scales)
     for rows in (1, 3, 8):
         x = torch.randn(rows, 96, generator=gen).to(torch.bfloat16)
         want, got = slow(x).float(), fast(x).float()
@@ -573,10 +573,10 @@ def test_int8_weights_are_quantised_once_until_the_draft_changes(untrained_pair)
     layer, head, own_head = draft.int8_parts()
     # A decoder per prompt reuses them (the head over the draft's own rows is packed for its kernel once).
     assert draft.int8_parts()[0] is layer and draft.int8_parts()[1] is head and draft.int8_parts()[2] is own_head
-    torch.testing.assert_close(own_head.weight, head.cut(draft.vocab_ids).weight)
+    torch.testing.assert_close(own_head.codes, head.cut(draft.vocab_ids).codes)
     assert layer.fc is not draft.fc and isinstance(draft.fc, torch.nn.Linear)  # the trained module is untouched
     ids = torch.tensor([3, 17, 40000])
-    torch.testing.assert_close(head.cut(ids).weight, Int8Linear(untrained_pair.target.lm_head.weight[ids]).weight)
+    torch.testing.assert_close(head.cut(ids).codes, Int8Rows.quantized(untrained_pair.target.lm_head.weight[ids]).codes)
     with torch.no_grad():
         draft.fc.bias.add_(1.0)   # a training step: the quantised copy must follow
     try:
@@ -1005,7 +1005,7 @@ def test_beside_a_q4_target_the_draft_runs_on_the_kernel_and_tracks_the_trained_
     (`quant.kernel_copy`: each layer one `q8_layer` op), not fbgemm: what it predicts stays within quantisation
     error of the trained weights', and no clearly decided proposal flips. Control: the copy's products are
     really the kernel's (a bf16 or fbgemm module here would pass the closeness checks too)."""
-    from specviz.engine import quant
+    from specviz.engine import kernels
     from specviz.engine import native
     from specviz.engine.native import q4_rows_available
 
@@ -1014,7 +1014,7 @@ def test_beside_a_q4_target_the_draft_runs_on_the_kernel_and_tracks_the_trained_
     pair = load_pair("default", "feature", dtype="q4")
     draft = pair.draft
     parts = draft.int8_parts()[0]
-    assert isinstance(parts.fc, quant.Q8Rows) and parts.fc.bias is not None
+    assert isinstance(parts.fc, kernels.Q8Rows) and parts.fc.bias is not None
     stack = FeatureDraftForward(draft, 8).layers
     assert all(getattr(layer, "original_name", type(layer).__name__) == "Q4Layer" and layer.q8
                for layer in stack.layers)
@@ -1040,7 +1040,7 @@ def test_beside_a_q4_target_the_draft_runs_on_the_kernel_and_tracks_the_trained_
 def test_q8_0_quantiser_is_llama_cpps_and_the_kernel_multiplies_it():
     """`quant.quantize_q8_0`: d = max |w| / 127 per block of 32, codes round(w / d); the kernel's product over
     those codes equals the dequantised matrix's within the activations' int8 rounding."""
-    from specviz.engine import quant
+    from specviz.engine import kernels, quant
     from specviz.engine.native import q4_rows_available
 
     gen = torch.Generator().manual_seed(3)
@@ -1052,6 +1052,6 @@ def test_q8_0_quantiser_is_llama_cpps_and_the_kernel_multiplies_it():
         return
     x = torch.randn(3, 96, generator=gen)
     bias = torch.randn(48, generator=gen)
-    got = quant.Q8Rows.of(q, bias=bias)(x)
+    got = kernels.Q8Rows.of(q, bias=bias)(x)
     want = x @ q.dequantize().T + bias
     assert (got - want).abs().max() < 0.02 * want.abs().max()

@@ -1,4 +1,4 @@
-"""`--dtype int8`: a Llama-family model's layer linears in weight-only int8 on a CPU (`quant.Int8Rows`).
+"""`--dtype int8`: a Llama-family model's layer linears in weight-only int8 on a CPU (`kernels.Int8Rows`).
 
 The products are checked against the codes and scales they hold, the forward against the fp32 model (the
 offline default, and a tiny Qwen2 whose q/k/v biases the products must add), the refusals for models the
@@ -13,12 +13,12 @@ from helpers import tiny_model, tiny_tokenizer
 from test_qwen2 import VOCAB, tiny_qwen2
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from specviz.engine.cpu_kernels import int8_kernel_available, int8_per_channel
+from specviz.engine.kernels import Int8Rows, int8_kernel_available, int8_per_channel
 from specviz.engine.lean import LeanLlama, decoder_layers
 from specviz.engine.llama import layer_stack
 from specviz.engine.models import auto_candidates, check_int8, load_pair
 from specviz.engine.profiler import forward_kind
-from specviz.engine.quant import Int8Rows, WeightOnlyLayers, attach_int8
+from specviz.engine.quant import WeightOnlyLayers, attach_int8
 from specviz.errors import InvalidInput
 
 pytestmark = pytest.mark.skipif(not int8_kernel_available(), reason="this torch has no weight-only int8 kernel")

@@ -13,7 +13,8 @@ from helpers import chi_square_pvalue, exact_distribution, tiny_pair, tree_atten
 from specviz.engine.kvcache import keep_positions, new_cache
 from specviz.engine.lean import (LeanLlama, ModelForward, VocabSubsetHead, dense_parts, attention_backends,
                                  attention_kernels, decoder_layers, lean_llama_supported, rows_together)
-from specviz.engine.llama import Dense, layer_stack
+from specviz.engine.kernels import Dense
+from specviz.engine.llama import layer_stack
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import ModelPair
 from specviz.engine.sampling import SamplingConfig
@@ -230,7 +231,7 @@ def test_cuda_attention_stays_off_cudnn_unless_asked(monkeypatch):
 def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
     # On a CPU in bf16 LeanLlama multiplies by oneDNN-prepacked weights: the same kernel F.linear
     # reaches after reordering the weight each call, so every logit and feature must be the same bits.
-    from specviz.engine.cpu_kernels import packed_matmul_supported
+    from specviz.engine.kernels import packed_matmul_supported
     from specviz.engine.models import load_model
 
     if not packed_matmul_supported(torch.device("cpu"), torch.bfloat16):
@@ -242,7 +243,7 @@ def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
         # Packing is refused where this CPU's oneDNN has no bf16 kernel (an AVX2-only EPYC raises) or its
         # prepacked product is not F.linear's bit for bit; then every forward is the dense one, which is
         # exact. Anything else that left the weights unpacked is a failure.
-        from specviz.engine.cpu_kernels import _same_bits, pack
+        from specviz.engine.kernels import _same_bits, pack
 
         first = packed.layers[0].qkv.weight   # the matrix `packed_weights` checks
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specviz.engine import native, quant
+from specviz.engine import kernels, native, quant
 
 REASON = native.q4_rows_available()
 needs_kernel = pytest.mark.skipif(REASON is not None, reason=f"q4 kernel not built here: {REASON}")
@@ -54,7 +54,7 @@ def random_q4(out: int, cols: int, seed: int) -> quant.Q4Weight:
 @pytest.mark.parametrize("out,cols", [(960, 576), (112, 1536), (3072, 32)])
 def test_the_kernel_computes_q4_1_times_q8_1(out, cols):
     weight = random_q4(out, cols, out)
-    linear = quant.Q4Rows.of(weight)
+    linear = kernels.Q4Rows.of(weight)
     generator = torch.Generator().manual_seed(cols)
     for rows in (1, 2, 3, 5, 8, 13, 17):   # the tiles of 8, 4, 2 and 1 rows, and what is left over
         x = torch.randn(rows, cols, generator=generator)
@@ -75,22 +75,22 @@ def test_the_kernel_reads_the_ggufs_weights():
     file's d * q + m, up to fp32 rounding, for a stacked q|k|v from the offline default's own GGUF."""
     weights = quant.read_q4_1(quant_file())
     stacked = quant.Q4Weight.stacked([weights[f"model.layers.3.self_attn.{p}_proj"] for p in "qkv"])
-    got = quant.Q4Rows.of(stacked).rows(torch.eye(stacked.shape[1])).t()
+    got = kernels.Q4Rows.of(stacked).rows(torch.eye(stacked.shape[1])).t()
     assert torch.allclose(got, stacked.dequantize(), rtol=1e-6, atol=1e-6)   # weights reach 2.8
     # Controls: codes laid out in Q4_1's own byte order (byte j: weights j and j + 16 of a block) read other
     # weights, and a kernel without the min term gives d * q alone.
     out, cols = stacked.shape
     file_order = stacked.codes.view(out, cols // 32, 2, 16).transpose(2, 3).reshape(out, cols)
-    misread = quant.Q4Rows.of(quant.Q4Weight(file_order, stacked.d, stacked.m))
+    misread = kernels.Q4Rows.of(quant.Q4Weight(file_order, stacked.d, stacked.m))
     assert not torch.allclose(misread.rows(torch.eye(cols)).t(), stacked.dequantize(), atol=1e-3)
-    no_min = quant.Q4Rows.of(stacked).rows(torch.eye(stacked.shape[1])).t() - stacked.m.float().repeat_interleave(32, 1)
+    no_min = kernels.Q4Rows.of(stacked).rows(torch.eye(stacked.shape[1])).t() - stacked.m.float().repeat_interleave(32, 1)
     assert not torch.allclose(no_min, stacked.dequantize(), atol=1e-3)
 
 
 @needs_kernel
 def test_zero_rows_give_zero_and_strided_rows_are_read_as_rows():
     weight = random_q4(64, 128, 1)
-    linear = quant.Q4Rows.of(weight)
+    linear = kernels.Q4Rows.of(weight)
     assert torch.equal(linear.rows(torch.zeros(3, 128)), torch.zeros(3, 64))
     wide = torch.randn(4, 256)
     strided = wide[:, ::2]   # not contiguous
@@ -100,12 +100,12 @@ def test_zero_rows_give_zero_and_strided_rows_are_read_as_rows():
 @needs_kernel
 def test_mismatched_shapes_are_refused_with_a_message():
     weight = random_q4(64, 128, 2)
-    linear = quant.Q4Rows.of(weight)
+    linear = kernels.Q4Rows.of(weight)
     with pytest.raises(RuntimeError, match="shapes do not match"):
         linear.rows(torch.randn(2, 64))
     with pytest.raises(RuntimeError, match="fp32"):
         linear.rows(torch.randn(2, 128).bfloat16())
-    assert not quant.Q4Rows.fits(random_q4(8, 96, 3).shape) and quant.Q4Rows.fits(weight.shape)   # tiles of 16 output rows
+    assert not kernels.Q4Rows.fits(random_q4(8, 96, 3).shape) and kernels.Q4Rows.fits(weight.shape)   # tiles of 16 output rows
 
 
 def quant_file():
@@ -124,7 +124,7 @@ def test_the_head_kernel_computes_q8_0_times_q8_1_and_reads_the_ggufs_embedding(
     assert head.shape == (49152, 576)
     rows = head.codes[:4096]
     part = quant.Q8Weight(rows, head.d[:4096])
-    kernel = quant.Q8Rows.of(part)
+    kernel = kernels.Q8Rows.of(part)
     x = torch.randn(5, 576, generator=torch.Generator().manual_seed(5))
     as_q4_1 = quant.Q4Weight(rows.to(torch.int16).add(128).to(torch.uint8), part.d, (-128 * part.d.float()).half())
     assert torch.allclose(kernel(x).double(), reference(x, as_q4_1), rtol=1e-4, atol=1e-4)
@@ -136,7 +136,7 @@ def test_the_head_kernel_computes_q8_0_times_q8_1_and_reads_the_ggufs_embedding(
     embedding = next(t for t in reader.tensors if t.name == "token_embd.weight")
     file_rows = torch.from_numpy(gguf.quants.dequantize(embedding.data, embedding.tensor_type))[:4096]
     assert torch.equal(part.dequantize(), file_rows)
-    signed = quant.Q8Rows(kernel.codes ^ 0x80, kernel.d)   # flips the +128 back: codes read as unsigned q
+    signed = kernels.Q8Rows(kernel.codes ^ 0x80, kernel.d)   # flips the +128 back: codes read as unsigned q
     assert not torch.allclose(signed(torch.eye(576)).t(), part.dequantize(), atol=1e-3)
 
 
@@ -148,7 +148,7 @@ def test_the_fused_norm_and_swiglu_are_the_layers_own():
     from specviz.engine.llama import glu, rms_norm
 
     weight = random_q4(96, 192, 4)
-    linear = quant.Q4Rows.of(weight)
+    linear = kernels.Q4Rows.of(weight)
     generator = torch.Generator().manual_seed(6)
     x = torch.randn(5, 192, generator=generator) * 3
     norm = torch.rand(192, generator=generator) + 0.5
@@ -211,7 +211,7 @@ def test_outlier_inputs_are_multiplied_exactly():
     finds the offline default's large dimensions, the same for every layer's input that carries them."""
     weight = random_q4(64, 256, 8)
     outliers = torch.tensor([3, 77, 200], dtype=torch.int32)
-    plain, kept = quant.Q4Rows.of(weight), quant.Q4Rows.of(weight, outliers)
+    plain, kept = kernels.Q4Rows.of(weight), kernels.Q4Rows.of(weight, outliers)
     generator = torch.Generator().manual_seed(9)
     x = torch.randn(6, 256, generator=generator)
     x[:, 77] *= 50
@@ -225,7 +225,7 @@ def test_outlier_inputs_are_multiplied_exactly():
     error_plain = (plain.rows(x).double() - exact).abs().mean()
     assert error_kept < 0.3 * error_plain, (error_kept, error_plain)   # control: without them, the outlier's block rounds coarsely
     with pytest.raises(RuntimeError, match="outside the rows"):
-        quant.Q4Rows(kept.codes, kept.d, kept.m, torch.tensor([300, 1, 2], dtype=torch.int32), kept.outlier_weights).rows(x)
+        kernels.Q4Rows(kept.codes, kept.d, kept.m, torch.tensor([300, 1, 2], dtype=torch.int32), kept.outlier_weights).rows(x)
 
 
 @needs_kernel
@@ -236,7 +236,7 @@ def test_a_cut_head_gives_the_whole_heads_logits_at_its_rows():
     generator = torch.Generator().manual_seed(11)
     codes = torch.randint(-127, 128, (96, 64), dtype=torch.int8, generator=generator)
     d = (torch.rand(96, 2, generator=generator) * 0.01).half()
-    head = quant.Q8Rows.of(quant.Q8Weight(codes, d), torch.tensor([3, 40], dtype=torch.int32))
+    head = kernels.Q8Rows.of(quant.Q8Weight(codes, d), torch.tensor([3, 40], dtype=torch.int32))
     x = torch.randn(3, 64, generator=generator)
     x[:, 40] *= 30
     whole = head(x)
@@ -249,20 +249,20 @@ def test_a_cut_head_gives_the_whole_heads_logits_at_its_rows():
 
 @needs_kernel
 def test_a_layer_as_one_op_is_the_decoder_layer_bit_for_bit():
-    """`quant.Q4Layer` runs a whole `DecoderLayer` (q4 products, `attend_rows`) as one op: the same kernels in the same
+    """`kernels.Q4Layer` runs a whole `DecoderLayer` (q4 products, `attend_rows`) as one op: the same kernels in the same
     order, so its output and the K/V it writes are the torch-ops layer's bit for bit, causal or under a tree mask,
     into slots start.. or scattered `slots`, attending to [0, end) or to every slot."""
     from specviz.engine.llama import DecoderLayer, rotary_tables
 
     heads, kv, d, hidden, inter = 4, 2, 64, 256, 512
-    products = [quant.Q4Rows.of(random_q4(out, cols, seed), torch.tensor([5, 100], dtype=torch.int32))
+    products = [kernels.Q4Rows.of(random_q4(out, cols, seed), torch.tensor([5, 100], dtype=torch.int32))
                 for seed, (out, cols) in enumerate([((heads + 2 * kv) * d, hidden), (hidden, heads * d),
                                                     (2 * inter, hidden), (hidden, inter)])]
     generator = torch.Generator().manual_seed(3)
     norms = [1 + 0.1 * torch.randn(hidden, generator=generator) for _ in range(2)]
     layer = DecoderLayer(*norms, *products, heads, kv, d, 1e-5, d ** -0.5, native.RowAttention())
-    fused = quant.Q4Layer(layer)
-    assert quant.Q4Layer.fits(layer) and not quant.Q4Layer.fits(DecoderLayer(*norms, *products, heads, kv, d, 1e-5, 0.1))
+    fused = kernels.Q4Layer(layer)
+    assert kernels.Q4Layer.fits(layer) and not kernels.Q4Layer.fits(DecoderLayer(*norms, *products, heads, kv, d, 1e-5, 0.1))
     cos, sin = rotary_tables(torch.arange(64), 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d), 1.0, torch.float32)
     cache = [torch.zeros(1, kv, 64, d) for _ in range(4)]
 

@@ -10,14 +10,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from specviz.engine import quant
+from specviz.engine import kernels, quant
 from specviz.engine.lean import LeanLlama, decoder_layers
 from specviz.engine.llama import layer_stack
 from specviz.engine.models import load_pair, offline_default_dir, offline_default_gguf
 from specviz.engine.profiler import forward_kind
 from specviz.errors import InvalidInput
 
-pytestmark = pytest.mark.skipif(not quant.int4_kernel_available(), reason="no CPU int4 kernel in this torch")
+pytestmark = pytest.mark.skipif(not kernels.int4_kernel_available(), reason="no CPU int4 kernel in this torch")
 
 BF16_ROUNDING = 2.0 ** -8   # relative; the converted model stores transformers' dequantisation in bf16
 
@@ -52,7 +52,7 @@ def _kernel_table_weights(weight: quant.Q4Weight, scales_and_zeros: torch.Tensor
     """What the kernel computes from codes and a (groups, out, 2) table: (q - 8) * scale + zero."""
     out, cols = weight.shape
     table = scales_and_zeros.float().transpose(0, 1)   # (out, groups, 2)
-    codes = weight.codes.view(out, cols // quant.GROUP, quant.GROUP).float()
+    codes = weight.codes.view(out, cols // kernels.GROUP, kernels.GROUP).float()
     return ((codes - quant.MIDPOINT) * table[..., :1] + table[..., 1:]).view(out, cols)
 
 
@@ -106,15 +106,15 @@ def test_the_int4_kernel_multiplies_by_the_files_weights(reader, file_weights):
                    quant.Q4Weight.stacked([w("ffn_gate"), w("ffn_up")]), w("ffn_down")):
         expected = weight.dequantize()
         eye = torch.eye(weight.shape[1])
-        got = quant.Int4Linear.of(weight, torch.float32)(eye).t()
+        got = kernels.Int4Linear.of(weight, torch.float32)(eye).t()
         assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
-        got16 = quant.Int4Linear.of(weight, torch.bfloat16)(eye.bfloat16()).t().float()
-        step = weight.d.float().repeat_interleave(quant.GROUP, dim=1)   # one quantisation step
+        got16 = kernels.Int4Linear.of(weight, torch.bfloat16)(eye.bfloat16()).t().float()
+        step = weight.d.float().repeat_interleave(kernels.GROUP, dim=1)   # one quantisation step
         assert ((got16 - expected).abs() <= 0.25 * step + BF16_ROUNDING * expected.abs()).all()
     # Control: the kernel given rows in the file's q order computes another q|k|v.
     raw = quant.Q4Weight.stacked([file_weights[f"blk.3.{k}.weight"][1] for k in ("attn_q", "attn_k", "attn_v")])
     stacked = quant.Q4Weight.stacked([w("attn_q"), w("attn_k"), w("attn_v")])
-    got = quant.Int4Linear.of(raw, torch.float32)(torch.eye(576)).t()
+    got = kernels.Int4Linear.of(raw, torch.float32)(torch.eye(576)).t()
     assert not torch.allclose(got, stacked.dequantize(), rtol=1e-3, atol=1e-3)
 
 
@@ -126,8 +126,8 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
     assert pair.precision == "q4" and pair.key.endswith("|q4")
     # SpecViz's own kernel where it is built here (AVX-512 VNNI), else torch's int4 one: each its own curves.
     native = quant.native.q4_rows_available() is None
-    kind, product = ((f"lean-q4-vnni-{quant.native.source_digest()}-f32-ts", quant.Q4Rows) if native
-                     else ("lean-q4-f32-ts", quant.Int4Linear))
+    kind, product = ((f"lean-q4-vnni-{quant.native.source_digest()}-f32-ts", kernels.Q4Rows) if native
+                     else ("lean-q4-f32-ts", kernels.Int4Linear))
     assert forward_kind(pair.target) == kind and forward_kind(pair_fp32.target) != kind   # own curves
     forward = LeanLlama(pair.target, 64)
     products = quant.WeightOnlyLayers.of(pair.target).layers
@@ -135,7 +135,7 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
     assert forward.all_keys.dtype == torch.float32   # fp32 activations
     # The rows layers run as one stack that TorchScript compiled (eager Python dispatch is a third of a token).
     assert isinstance(forward.stack, torch.jit.ScriptModule)
-    if native:   # and on SpecViz's kernel each layer is one op (`quant.Q4Layer`)
+    if native:   # and on SpecViz's kernel each layer is one op (`kernels.Q4Layer`)
         assert all(getattr(layer, "original_name", type(layer).__name__) == "Q4Layer" for layer in forward.layers)
     prompt = pair.tokenizer("The capital of France is Paris. The capital of Italy is", return_tensors="pt").input_ids
     got = forward(prompt, 0, rows=prompt.shape[1]).float()
@@ -180,9 +180,9 @@ def test_the_q4_1_quantiser_is_llama_cpps(file_weights):
         assert torch.equal(again.codes, weight.codes) and torch.equal(again.d, weight.d) and torch.equal(again.m, weight.m)
     dense = torch.randn(64, 96, generator=torch.Generator().manual_seed(0))
     q = quant.quantize_q4_1(dense)
-    step = q.d.float().repeat_interleave(quant.GROUP, dim=1)
+    step = q.d.float().repeat_interleave(kernels.GROUP, dim=1)
     error = (q.dequantize() - dense).abs()
-    low = q.m.float().abs().repeat_interleave(quant.GROUP, dim=1)
+    low = q.m.float().abs().repeat_interleave(kernels.GROUP, dim=1)
     assert (error <= 0.5 * step + 2.0 ** -10 * (low + 15 * step)).all()   # fp16's rounding of m and d on top
     assert (error > 0.25 * step).any()   # control: 4 bits cannot hold these numbers exactly
     with pytest.raises(ValueError, match="blocks of 32"):
@@ -215,7 +215,7 @@ def test_greedy_speculation_on_4bit_weights_writes_ars_text():
 
 def test_vocabulary_subset_heads_on_4bit_weights_read_the_ggufs_head_on_the_kernel():
     """Deliver 1's vocabulary-subset head: on a q4 target the distilled draft's subset head (in the lean forward)
-    and the feature draft's head are cut from the GGUF's Q8_0 codes (`quant.Q8Rows.cut`), so their logits are the
+    and the feature draft's head are cut from the GGUF's Q8_0 codes (`kernels.Q8Rows.cut`), so their logits are the
     q4 target's own head's at those tokens, bit for bit, before and after the head widens. Control: the dense
     bf16 rows they were cut from before give other logits."""
     from specviz.engine.native import q4_rows_available
@@ -226,7 +226,7 @@ def test_vocabulary_subset_heads_on_4bit_weights_read_the_ggufs_head_on_the_kern
     full = quant.kernel_head(pruned.target)
     assert full is not None
     lean = LeanLlama(pruned.draft, 64)
-    assert isinstance(lean.head, quant.Q8Rows) and lean.head.out_features == lean.vocab_ids.numel()
+    assert isinstance(lean.head, kernels.Q8Rows) and lean.head.out_features == lean.vocab_ids.numel()
     ids = torch.tensor([[1, 504, 3537, 28, 2]])
     logits, normed = lean(ids, 0, rows=5, hidden=True)
     assert torch.equal(logits, full(normed)[:, lean.vocab_ids])

@@ -17,7 +17,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 from specviz.engine.kvcache import keep_positions, new_cache
 from specviz.engine.lean import (LeanLlama, ModelForward, dense_parts, decoder_layers, lean_llama_supported,
                                  make_forward)
-from specviz.engine.llama import Dense, layer_stack
+from specviz.engine.kernels import Dense
+from specviz.engine.llama import layer_stack
 from specviz.engine.methods import make_decoder
 from specviz.engine.models import ModelPair, load_model
 from specviz.engine.static import static_supported

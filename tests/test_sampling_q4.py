@@ -19,7 +19,7 @@ from test_sampling_exact import (ALPHA, FAMILIES, N_SAMPLES, N_TOKENS, SAMPLING_
 # `--dtype q4`'s forward: the target's layer products on Q4_1 weights through the int4 kernel. Its distribution
 # is not the dense model's; the decoders must sample that one, the quantised target's. (T=1 only: the sampler is
 # the one the dense families test in both settings; what is new here is the forward.) `--dtype int8`'s forward
-# (weight-only int8 products, `quant.Int8Rows`) runs through the same rows layers with other products.
+# (weight-only int8 products, `kernels.Int8Rows`) runs through the same rows layers with other products.
 WEIGHT_ONLY_FAMILIES = {
     "sequoia-independent-fixed-q4": Family("sequoia", "independent", {"tree_parents": SAMPLING_TREE},
                                            weight_only="q4"),

@@ -36,14 +36,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..engine.cpu_kernels import (Int8Linear, fbgemm_available, fbgemm_layers, int8_copy,
-                                  int8_decoding_supported)
 from ..engine import native
 from ..engine.drafts import DraftFormat
 from ..engine.lean import attention_backends, attention_kernels
 from ..engine.llama import DecoderLayer, Linears, layer_stack, layers_over, rms_norm, rotary_tables
 from ..engine.model_state import state_of
-from ..engine.quant import Q8Rows, kernel_copy, kernel_copy_fits, kernel_head
+from ..engine.kernels import Int8Rows, Q8Rows, fbgemm_available, int8_decoding_supported, int8_kernel
+from ..engine.quant import fbgemm_layers, int8_copy, kernel_copy, kernel_copy_fits, kernel_head
 from ..errors import ModelLoadError
 from .vocab import load_vocab
 
@@ -165,10 +164,10 @@ class FeatureDraft(torch.nn.Module):
         # What the profiler's cache key reads (`engine.profiler.forward_kind`): the head's rows.
         self.lm_head = _HeadInfo(self.vocab_ids)
 
-    def int8_parts(self) -> tuple["FeatureDraft", Int8Linear | Q8Rows, Int8Linear | Q8Rows]:
+    def int8_parts(self) -> tuple["FeatureDraft", Int8Rows | Q8Rows, Int8Rows | Q8Rows]:
         """This draft with int8 linears, the target's whole head in int8 (rows cut per decoder for the
         tokens a prompt adds), and the head over the draft's own rows, packed for its kernel. Next to a q4
-        target on SpecViz's kernel, both heads are its GGUF's Q8_0 codes instead (`quant.Q8Rows`).
+        target on SpecViz's kernel, both heads are its GGUF's Q8_0 codes instead (`kernels.Q8Rows`).
 
         Quantised once and kept while the weights stay the same (an optimiser step bumps their
         version counters), so a decoder per prompt does not pay 60 ms of quantisation, nor fbgemm's
@@ -184,8 +183,9 @@ class FeatureDraft(torch.nn.Module):
         if cached is None or cached[0] != versions:
             # A q4 target's head is the GGUF's Q8_0 codes on SpecViz's kernel: the rows are cut from them as they
             # are, not requantised from their bf16 copy.
-            head = q8_head if q8_head is not None else Int8Linear(
-                self._target[0].lm_head.weight.to(self.fc.weight.dtype), pack=False)
+            head = q8_head if q8_head is not None else Int8Rows.quantized(
+                self._target[0].lm_head.weight.to(self.fc.weight.dtype), kernel=int8_kernel(self.fc.weight.device),
+                pack=False)
             parts = kernel_copy(self) if self._on_the_kernel(q8_head) else int8_copy(self)
             cached = state.int8_parts = (versions, parts, head, head.cut(self.vocab_ids))
         return cached[1], cached[2], cached[3]
@@ -194,10 +194,10 @@ class FeatureDraft(torch.nn.Module):
     def decoding_kind(self) -> str:
         """What the decoding forward runs (the profiler's cache key: int8 levels cost less than bf16 ones)."""
         # "-stacked": q|k|v and gate|up run as one int8 matrix each, so older curves overstate a level;
-        # "-fbgemm": and the head and layer run fbgemm's kernel (`Int8Linear`), cheaper again;
+        # "-fbgemm": and the head and layer run fbgemm's kernel (`kernels.Int8Rows`), cheaper again;
         # "-fp32": and the layers run on fp32 activations (`engine.llama.RowsLayer`), fewer ops a level;
         # "-ts": and TorchScript runs them (`engine.llama.RowsStack`), each op's dispatch cheaper.
-        # "-q8head": and the head is a q4 target's Q8_0 codes on SpecViz's kernel (`quant.Q8Rows`).
+        # "-q8head": and the head is a q4 target's Q8_0 codes on SpecViz's kernel (`kernels.Q8Rows`).
         kind = "feature"
         if int8_decoding_supported(self.fc.weight.device, self.fc.weight.dtype):
             kind = "feature-int8-fbgemm-fp32-ts" if fbgemm_available() else "feature-int8-stacked"

@@ -20,7 +20,7 @@ It also honours a draft head restricted to part of the vocabulary
 
 The layer arithmetic is `engine.llama`'s (shared with the feature draft). On a CPU
 in bf16 its matrices are multiplied through oneDNN with the weights reordered once
-into oneDNN's blocked layout (`engine.llama.Dense`), instead of `F.linear`,
+into oneDNN's blocked layout (`engine.kernels.Dense`), instead of `F.linear`,
 which reorders them on every call: the same kernel, so the same bits (checked on
 each model before it is used), and a forward of the offline default 1.24x faster
 for one token and about 1.5x for the 4-16 of a Sequoia tree.
@@ -36,12 +36,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .cpu_kernels import biases_together, pack, packed_weights, rows_together
+from .kernels import Dense, Q4Layer, biases_together, pack, packed_weights, rows_together
 from .kvcache import cache_length, crop, keep_positions, new_cache
-from .llama import DecoderLayer, Dense, LayerStack, layer_stack, rms_norm, rotary_tables
+from .llama import DecoderLayer, LayerStack, layer_stack, rms_norm, rotary_tables
 from .model_state import state_of
 from . import native
-from .quant import Q4Layer, WeightOnlyLayers
+from .quant import WeightOnlyLayers
 
 
 # On CUDA, scaled_dot_product_attention may pick cuDNN's kernel, which builds and caches an execution
@@ -101,7 +101,7 @@ class VocabSubsetHead(torch.nn.Module):
         super().__init__()
         self.vocab_size = full_weight.shape[0]
         self.full_weight = full_weight   # the target's head, shared: a wider subset can be cut from it
-        # The same head as SpecViz's q4 kernel reads it (`quant.Q8Rows`: a q4 target's GGUF codes), or None:
+        # The same head as SpecViz's q4 kernel reads it (`kernels.Q8Rows`: a q4 target's GGUF codes), or None:
         # where it is given, `LeanLlama` cuts the subset from it. In a tuple, so it is not this module's child.
         self.full_rows = (full_rows,)
         self.register_buffer("vocab_ids", vocab_ids.to(full_weight.device, torch.long), persistent=False)
@@ -262,7 +262,7 @@ class LeanLlama:
 
     @property
     def layers(self) -> list:
-        """The decoder layers, in order (`DecoderLayer`s, or on SpecViz's kernel `quant.Q4Layer`s)."""
+        """The decoder layers, in order (`DecoderLayer`s, or on SpecViz's kernel `kernels.Q4Layer`s)."""
         return list(self.stack.layers)
 
     def zero_cache(self) -> None:
@@ -287,7 +287,7 @@ class LeanLlama:
         self.head_dtype = self.lm_head.dtype
 
     def _cut_rows(self) -> None:
-        """The head over `vocab_ids` cut from the GGUF's Q8_0 codes (`quant.Q8Rows.cut`): each logit is the whole
+        """The head over `vocab_ids` cut from the GGUF's Q8_0 codes (`kernels.Q8Rows.cut`): each logit is the whole
         q4 head's, and its rows are read at half a bf16 subset's bytes."""
         self.head, self.head_dtype = self._full_rows.cut(self.vocab_ids), torch.float32
 
@@ -405,7 +405,7 @@ def _dense_stack(model, matrices: list[torch.Tensor], biases: list, packed: list
 def _weight_only_stack(model, weight_only: WeightOnlyLayers):
     """The weight-only layers as one compiled `LayerStack`, made once per model and kept on it (TorchScript
     takes about a second to compile it, and a decoder makes a forward per prompt). Their residual stream, K/V
-    and attention run in fp32; on SpecViz's own kernel each layer is one op (`quant.Q4Layer`): the same
+    and attention run in fp32; on SpecViz's own kernel each layer is one op (`kernels.Q4Layer`): the same
     kernels, bit for bit, with SpecViz's own attention (`native.RowAttention`): each row's bits independent of
     the rows beside it, so greedy speculation on 4-bit weights writes `ar`'s text token for token."""
     state = state_of(model)

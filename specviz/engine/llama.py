@@ -5,7 +5,7 @@ weight-only precisions (`engine.lean.LeanLlama`), the feature draft's levels, it
 form and its training. What differs between them is only the layer's four products (`Product`: dense,
 oneDNN-prepacked, torch's int4, gpt-fast's int8, fbgemm, SpecViz's q4 and q8 kernels) and its attention
 (`Attention`, or the batch-invariant `native.RowAttention`). On SpecViz's own kernel a whole layer runs as
-one op (`quant.Q4Layer`, the C++ `q4_layer`): this layer's fast path, kept equal to it bit for bit by
+one op (`kernels.Q4Layer`, the C++ `q4_layer`): this layer's fast path, kept equal to it bit for bit by
 tests/test_q4_kernel.py.
 
 The ops are transformers' own, in its order and its dtypes, so a lean fp32 or bf16 forward equals the
@@ -94,7 +94,7 @@ class Attention(torch.nn.Module):
 class Product(torch.nn.Module):
     """The small linear interface a `DecoderLayer` multiplies through: `rows(x)` for rows (..., in) -> (..., out),
     and the same over rows RMS-normalised first (`normed_rows`) and over SwiGLU's rows (`glu_rows`), which a
-    kernel may fuse into its rounding of the rows (`quant.Q4Rows`). A module, so that TorchScript compiles it
+    kernel may fuse into its rounding of the rows (`kernels.Q4Rows`). A module, so that TorchScript compiles it
     into the layers that call it. A product may give bf16 rows to an fp32 layer: the layer widens them."""
 
     def rows(self, x: torch.Tensor) -> torch.Tensor:
@@ -107,29 +107,6 @@ class Product(torch.nn.Module):
     @torch.jit.export
     def glu_rows(self, gate_up: torch.Tensor) -> torch.Tensor:
         return self.rows(glu(gate_up))
-
-
-class Dense(Product):
-    """x @ weight.T (+ bias): `F.linear`, or oneDNN's product over a prepacked copy of the weight
-    (`cpu_kernels.pack`) where `packed` is given.
-
-    `F.linear` in bf16 on a CPU reaches the same oneDNN kernel but first reorders the weight into the
-    kernel's blocked layout, on every call; at a decoding step's 1-16 rows that reorder costs as much as
-    the multiplication (the 3072 x 576 gate|up matrix: 101 us a call against 46 us prepacked)."""
-
-    def __init__(self, weight: torch.Tensor, packed: Optional[torch.Tensor] = None,
-                 bias: Optional[torch.Tensor] = None):
-        super().__init__()
-        self.weight, self.packed, self.bias = weight, packed, bias
-
-    @torch.jit.export
-    def rows(self, x: torch.Tensor) -> torch.Tensor:
-        packed = self.packed
-        if packed is None:
-            return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
-
-    forward = rows
 
 
 class Linears(Product):

@@ -2,7 +2,7 @@
 
 A decoder is made per prompt, and each would otherwise pay again what only the weights decide: the quantised
 layers a q4 or int8 target runs (`quant.attach_*`) and their compiled stack (`lean`), the oneDNN-packed
-weights (`cpu_kernels.packed_weights`), an int8 draft's levels and head (`draft.feature`), and the graph
+weights (`kernels.packed_weights`), an int8 draft's levels and head (`draft.feature`), and the graph
 sessions whose captured shapes a later race replays (`static.checkout`). They are the fields below, each with
 what reads it, reached through `state_of(model)`.
 
@@ -28,9 +28,9 @@ class ModelState:
     weight_only_stack: tuple | None = None
     # (the dense matrices' identity, their `llama.LayerStack` compiled and as it is, their packed copies) (`lean`).
     dense_stack: tuple | None = None
-    # (the weights' identity and versions, their oneDNN-packed copies, the weights): `cpu_kernels.packed_weights`.
+    # (the weights' identity and versions, their oneDNN-packed copies, the weights): `kernels.packed_weights`.
     packed: tuple | None = None
-    # An int8 or kernel copy of a draft: its layers as one `llama.LayerStack` (`cpu_kernels`, `quant.kernel_copy`).
+    # An int8 or kernel copy of a draft: its layers as one `llama.LayerStack` (`quant.fbgemm_layers`, `quant.kernel_copy`).
     draft_stack: Any = None
     # A feature draft's (versions, int8 parts, head, cut head): `draft.feature.FeatureDraft.int8_parts`.
     int8_parts: tuple | None = None

@@ -395,7 +395,7 @@ def check_q4(target: str | None, device: torch.device) -> None:
 
 def check_int8(device: torch.device) -> None:
     """`int8` runs gpt-fast's weight-only int8 kernel on a CPU (the model is checked once loaded)."""
-    from .cpu_kernels import int8_kernel_available
+    from .kernels import int8_kernel_available
 
     _check_weight_only_kernel(INT8, "int8", "_weight_int8pack_mm", int8_kernel_available(), device)
 
@@ -427,7 +427,7 @@ def int8_runs(target: str | None) -> bool:
     weight-only path is q4, its own 4-bit weights) that the lean forward runs, read from its config alone, where
     the config is here already (a local directory, or a Hub model downloaded before): auto asks no network."""
     from .lean import lean_config_supported
-    from .cpu_kernels import int8_kernel_available
+    from .kernels import int8_kernel_available
 
     if is_default(target) or not int8_kernel_available():
         return False

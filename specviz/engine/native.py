@@ -11,7 +11,7 @@ finds no build compiles it once (about 10 s on 2 cores).
 Where the CPU lacks AVX-512 VNNI, or no compiler is found, or the build fails, `q4_rows_available` says why;
 where the loaded library fails its self-test (`quant.self_test`: a small random Q4_1 block times a few rows,
 against the same product in torch), `quant.own_kernel_problem` does. Either way the 4-bit path keeps torch's
-int4 kernel (`quant.Int4Linear`): the same weights, slower. Where it is built and self-tested, `auto`
+int4 kernel (`kernels.Int4Linear`): the same weights, slower. Where it is built and self-tested, `auto`
 precision runs q4 from the first race (`engine.precision`, `quant.KERNEL_WORDS`).
 """
 

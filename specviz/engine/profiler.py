@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from ..paths import cache_dir
-from .cpu_kernels import packed_matmul_supported
+from .kernels import packed_matmul_supported
 from .lean import lean_llama_supported, make_forward
 from . import measuring
 from .machine import fingerprint, fingerprint_tag

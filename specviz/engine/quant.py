@@ -29,17 +29,15 @@ import copy
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import torch
 
 from . import native
-from .cpu_kernels import biases_together, int8_per_channel
-from .llama import DecoderLayer, Product, layer_stack
+from .kernels import GROUP, Fbgemm, Int4Linear, Int8Rows, Q4Layer, Q4Rows, Q8Rows, int4_kernel_available, int8_kernel
+from .llama import DecoderLayer, LayerStack, layer_stack
 from .model_state import found_state, fresh_state, state_of
 
-GROUP = 32                 # weights per Q4_1 block, and the kernel's group size
 Q4_1_BLOCK_BYTES = 20      # fp16 d, fp16 m, 16 bytes of nibbles
 Q8_0_BLOCK_BYTES = 34      # fp16 d, 32 int8 codes
 HEAD = "lm_head"           # `read_q4_1`'s key for the head's Q8_0 matrix (the tied embedding where no output.weight)
@@ -194,55 +192,9 @@ def _field(reader, key: str):
     return bytes(value).decode() if value.dtype == np.uint8 else value[0]
 
 
-def int4_kernel_available() -> bool:
-    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and hasattr(
-        torch.ops.aten, "_convert_weight_to_int4pack_for_cpu")
-
-
 def q4_kernel_available() -> bool:
     """Whether q4 runs here: SpecViz's own kernel (`native`), or else torch's int4 one."""
     return own_kernel_problem() is None or int4_kernel_available()
-
-
-class Int4Linear(Product):
-    """x @ W^T for W in torch's int4 CPU layout (`_convert_weight_to_int4pack_for_cpu`, groups of 32).
-
-    The kernel takes its activations in the table's dtype. On an AVX2 CPU (torch 2.13) bf16 is the
-    fast one: one row through a 1536 x 576 matrix took ~143 us in bf16 against ~1.9 ms in fp32 (fp32
-    runs a reference loop). So the tables are bf16, and an fp32 forward's rows are cast to bf16 for
-    the product and back (a few hundred numbers: ~7 us), keeping the rest of that forward in fp32.
-    A module, so that TorchScript compiles it into the layers that call it (`llama.LayerStack`).
-    """
-
-    __jit_unused_properties__ = ["dtype"]
-
-    def __init__(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor):
-        super().__init__()
-        self.register_buffer("packed", packed, persistent=False)
-        self.register_buffer("scales_and_zeros", scales_and_zeros, persistent=False)
-        self.out_features, self.in_features = scales_and_zeros.shape[1], scales_and_zeros.shape[0] * GROUP
-        self.group = GROUP   # an attribute: TorchScript reads no module globals
-
-    @classmethod
-    def of(cls, weight: Q4Weight, dtype: torch.dtype = torch.bfloat16) -> "Int4Linear":
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(weight.codes.to(torch.int32), 1)
-        return cls(packed, weight.scales_and_zeros(dtype))
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.scales_and_zeros.dtype
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(self.scales_and_zeros.dtype)   # a view when x is already rows
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, self.group, self.scales_and_zeros)
-        return out.view(list(x.shape[:-1]) + [self.out_features]).to(x.dtype)
-
-    @torch.jit.export
-    def rows(self, x: torch.Tensor) -> torch.Tensor:
-        """`forward` for fp32 rows (n, in), as `llama.DecoderLayer` calls it: three ops fewer (no reshape, no view,
-        and the kernel's bf16 output as it is, which the layer widens where it adds or rotates anyway)."""
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(self.scales_and_zeros.dtype), self.packed, self.group,
-                                                         self.scales_and_zeros)
 
 
 OUTLIERS = 4   # input positions per product kept out of the int8 rounding (`calibrate_outliers`)
@@ -252,22 +204,6 @@ OUTLIERS = 4   # input positions per product kept out of the int8 rounding (`cal
 CALIBRATION_TEXT = ("The committee met on Tuesday to discuss next year's budget, and after a long debate agreed to fund "
                     "the libraries. def mean(values):\n    return sum(values) / len(values)\n\nQ: What is 17 * 23? "
                     "A: 17 * 23 = 391. Rewrite this sentence so that it sounds more formal: we gotta go now.")
-
-
-def register_outliers(module: torch.nn.Module, outliers: torch.Tensor | None, weights: torch.Tensor | None) -> None:
-    module.register_buffer("outliers", torch.zeros(0, dtype=torch.int32) if outliers is None else outliers,
-                           persistent=False)                                   # (k,) int32 input positions
-    module.register_buffer("outlier_weights", torch.zeros(0) if weights is None else weights,
-                           persistent=False)                                   # (out / 16, k, 16) fp32
-
-
-def outlier_tables(weight: torch.Tensor, outliers: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """(positions int32, their weight columns as the kernel reads them: (out / 16, k, 16) fp32) from the
-    dequantised (out, in) matrix: the kernel multiplies those inputs by these exact weights in fp32."""
-    if outliers is None or outliers.numel() == 0:
-        return None, None
-    columns = weight.float()[:, outliers.long()]                                 # (out, k)
-    return outliers.to(torch.int32).contiguous(), Q4Rows.tables_of(columns)
 
 
 @torch.inference_mode()
@@ -306,223 +242,6 @@ def calibration_ids(model) -> torch.Tensor:
     model's, whatever the tokens (the 4 found from these bytes gave the KL above)."""
     codes = torch.tensor(list(CALIBRATION_TEXT.encode()), dtype=torch.long)
     return (codes % model.config.vocab_size).unsqueeze(0).to(model.device)
-
-
-class Q4Rows(torch.nn.Module):
-    """x @ W^T for W in Q4_1 through SpecViz's own kernel (`torch.ops.specviz.q4_rows`, `engine.native`):
-    llama.cpp's product, the activations rounded to int8 in blocks of 32 and the weights' 4-bit codes
-    multiplied in with AVX-512 VNNI, sixteen output rows a tile. The weights are the GGUF's codes and fp16
-    d, m as they are, rearranged (`codes_of`, `tables_of`). A module, so that TorchScript compiles it into
-    the layers that call it (`llama.LayerStack`).
-    """
-
-    TILE = 16   # output rows per tile: one 512-bit register of fp32 sums
-    LAYOUT = "tile16-q8head-outliers"   # names what cached files hold and how: a new layout never reads an old one
-
-    def __init__(self, codes: torch.Tensor, d: torch.Tensor, m: torch.Tensor, outliers: torch.Tensor | None = None,
-                 outlier_weights: torch.Tensor | None = None):
-        super().__init__()
-        self.register_buffer("codes", codes, persistent=False)   # (out / 16, in / 32, 256) uint8
-        self.register_buffer("d", d, persistent=False)           # (out / 16, in / 32, 16) fp16
-        self.register_buffer("m", m, persistent=False)
-        register_outliers(self, outliers, outlier_weights)
-        self.out_features, self.in_features = d.shape[0] * self.TILE, d.shape[1] * GROUP
-
-    @classmethod
-    def codes_of(cls, weight: Q4Weight) -> torch.Tensor:
-        """The kernel's byte layout (see csrc/q4_rows.cpp): per tile of 16 rows, block and pair j of
-        four-code groups, byte 4i + k holds row i's code 8j + k (low nibble) and 8j + 4 + k (high)."""
-        out, cols = weight.shape
-        codes = weight.codes.view(out // cls.TILE, cls.TILE, cols // GROUP, 4, 2, 4)   # tile, i, block, j, half, k
-        codes = codes.permute(0, 2, 3, 4, 1, 5)                                          # tile, block, j, half, i, k
-        return (codes[:, :, :, 0] | (codes[:, :, :, 1] << 4)).reshape(out // cls.TILE, cols // GROUP, 256).contiguous()
-
-    @classmethod
-    def tables_of(cls, table: torch.Tensor) -> torch.Tensor:
-        """A per-output-row table (out, n: d or m per block, or outlier columns) as the kernel reads it:
-        (out / 16, n, 16)."""
-        out, blocks = table.shape
-        return table.view(out // cls.TILE, cls.TILE, blocks).transpose(1, 2).contiguous()
-
-    @classmethod
-    def of(cls, weight: Q4Weight, outliers: torch.Tensor | None = None) -> "Q4Rows":
-        """`outliers`: input positions whose values the kernel keeps out of the int8 rounding (`calibrate_outliers`)."""
-        return cls(cls.codes_of(weight), cls.tables_of(weight.d), cls.tables_of(weight.m),
-                   *outlier_tables(weight.dequantize(), outliers))
-
-    @classmethod
-    def fits(cls, shape: tuple[int, int]) -> bool:
-        """Whether the kernel reads an (out, in) matrix: whole tiles of output rows, whole blocks along a row."""
-        return shape[0] % cls.TILE == 0 and shape[1] % GROUP == 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.rows(x.reshape(-1, self.in_features).float())
-        return out.view(list(x.shape[:-1]) + [self.out_features]).to(x.dtype)
-
-    @torch.jit.export
-    def rows(self, x: torch.Tensor) -> torch.Tensor:
-        """fp32 rows (n, in) -> fp32 (n, out)."""
-        return torch.ops.specviz.q4_rows(x, self.codes, self.d, self.m, self.outliers, self.outlier_weights)
-
-    @torch.jit.export
-    def normed_rows(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        """`rows` of x RMS-normalised by `weight`, the norm fused into the kernel's rounding of the rows (its
-        seven small ops cost more than a one-row product)."""
-        return torch.ops.specviz.q4_rows_normed(x, weight, eps, self.codes, self.d, self.m, self.outliers,
-                                                self.outlier_weights)
-
-    @torch.jit.export
-    def glu_rows(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """`rows` of SwiGLU's silu(gate) * up from [gate | up], fused into the kernel's rounding of the rows."""
-        return torch.ops.specviz.q4_rows_glu(gate_up, self.codes, self.d, self.m, self.outliers, self.outlier_weights)
-
-
-class Q4Layer(torch.nn.Module):
-    """A `llama.DecoderLayer` whose products are all `Q4Rows` (the 4-bit target's) or all `Q8Rows` (a feature draft's
-    beside it, `kernel_copy`) and whose attention is `native.RowAttention`, run as one op
-    (`torch.ops.specviz.q4_layer`, `q8_layer`): the same kernels in the same order, so the same bits, without the
-    ~20 small torch ops between them (views, the rotation, the cache writes, the residual sums), each of which
-    cost its dispatch at a decoding row. Called as `DecoderLayer` is, from the compiled `llama.LayerStack`."""
-
-    def __init__(self, layer: DecoderLayer):
-        super().__init__()
-        self.register_buffer("input_norm", layer.input_norm.float().contiguous(), persistent=False)
-        self.register_buffer("post_norm", layer.post_norm.float().contiguous(), persistent=False)
-        self.products = torch.nn.ModuleList([layer.qkv, layer.o, layer.gate_up, layer.down])   # kept alive
-        self.q8 = isinstance(layer.qkv, Q8Rows)
-        # Q8_0 has no m: its lists carry d there, which the kernel's 8-bit path never reads.
-        self.qkv, self.o, self.gate_up, self.down = (
-            [p.codes, p.d, p.d if self.q8 else p.m, p.outliers, p.outlier_weights]
-            for p in (layer.qkv, layer.o, layer.gate_up, layer.down))
-        self.n_heads, self.n_kv = layer.n_heads, layer.n_kv
-        self.eps, self.scale = layer.eps, layer.scale
-
-    @staticmethod
-    def fits(layer: DecoderLayer) -> bool:
-        """Whether `layer` runs as one op: every product on SpecViz's kernel in one format (no bias), attention
-        its `attend_rows`."""
-        products = (layer.qkv, layer.o, layer.gate_up, layer.down)
-        one_format = (all(isinstance(p, Q4Rows) for p in products)
-                      or all(isinstance(p, Q8Rows) and p.bias is None for p in products))
-        return one_format and isinstance(layer.attention, native.RowAttention)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor,
-                values: torch.Tensor, start: int, slots: Optional[torch.Tensor], end: int,
-                mask: Optional[torch.Tensor], causal: bool) -> torch.Tensor:
-        if self.q8:
-            return torch.ops.specviz.q8_layer(x, cos, sin, keys, values, start, slots, end, mask, causal,
-                                              self.input_norm, self.post_norm, self.eps, self.scale, self.n_heads,
-                                              self.n_kv, self.qkv, self.o, self.gate_up, self.down)
-        return torch.ops.specviz.q4_layer(x, cos, sin, keys, values, start, slots, end, mask, causal, self.input_norm,
-                                          self.post_norm, self.eps, self.scale, self.n_heads, self.n_kv, self.qkv,
-                                          self.o, self.gate_up, self.down)
-
-
-ZERO_CODES = int.from_bytes(bytes([128] * 4), "little", signed=True)   # four Q8 codes of 0 (q + 128) as one int32
-
-
-class Q8Rows(torch.nn.Module):
-    """x @ W^T for W in Q8_0 (the GGUF's tied head) through the same kernel (`torch.ops.specviz.q8_rows`):
-    the head's codes read as they are, half the bf16 head's bytes. Callable as the lean forward's head."""
-
-    def __init__(self, codes: torch.Tensor, d: torch.Tensor, outliers: torch.Tensor | None = None,
-                 outlier_weights: torch.Tensor | None = None, out_features: int | None = None,
-                 bias: torch.Tensor | None = None):
-        super().__init__()
-        self.register_buffer("codes", codes, persistent=False)   # (out / 16, in / 32, 512) uint8: q + 128
-        self.register_buffer("d", d, persistent=False)           # (out / 16, in / 32, 16) fp16
-        register_outliers(self, outliers, outlier_weights)
-        self.bias = None if bias is None else bias.detach().float()   # a draft's fusion has one (`kernel_copy`)
-        # The rows that are real: a cut head's last tile is padded with zero rows (`cut`), which `forward` drops.
-        self.out_features = d.shape[0] * Q4Rows.TILE if out_features is None else out_features
-
-    @classmethod
-    def of(cls, weight: Q8Weight, outliers: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> "Q8Rows":
-        out, cols = weight.shape
-        tile = Q4Rows.TILE
-        unsigned = (weight.codes.to(torch.int16) + 128).to(torch.uint8)   # vpdpbusd's unsigned side
-        codes = unsigned.view(out // tile, tile, cols // GROUP, 8, 4).permute(0, 2, 3, 1, 4)   # tile, block, group, i, k
-        return cls(codes.reshape(out // tile, cols // GROUP, 512).contiguous(), Q4Rows.tables_of(weight.d),
-                   *outlier_tables(weight.dequantize(), outliers), bias=bias)
-
-    def cut(self, ids: torch.Tensor) -> "Q8Rows":
-        """The head over rows `ids` only, in that order (a head over a vocabulary subset): their codes gathered
-        from the tiles as they are and tiled anew, no requantisation, so each logit is the whole head's.
-        The 15.7k rows of the feature draft's subset take a few ms; a widening's few dozen, well under one."""
-        tile = Q4Rows.TILE
-        blocks = self.codes.shape[1]
-        ids = ids.to(self.codes.device, torch.long)
-        pad = -ids.numel() % tile
-        # A group's four codes move as one int32 (a quarter of the elements to copy).
-        codes = self._row_major().index_select(0, ids)                        # (n, block, group) int32
-        codes = torch.cat([codes, codes.new_full((pad, blocks, 8), ZERO_CODES)])
-        codes = codes.view(-1, tile, blocks, 8).permute(0, 2, 3, 1).contiguous().view(torch.uint8)
-        codes = codes.view(-1, blocks, 512)
-
-        def rows_of(table: torch.Tensor) -> torch.Tensor:   # a (tiles, k, 16) table's rows `ids`, re-tiled
-            # Picked from the tiles where they are: untiling the whole table first cost a widening ~5 ms.
-            picked = table[ids // tile, :, ids % tile]
-            return Q4Rows.tables_of(torch.cat([picked, picked.new_zeros(pad, picked.shape[1])]))
-
-        outliers = (self.outliers, rows_of(self.outlier_weights)) if self.outliers.numel() else (None, None)
-        return Q8Rows(codes, rows_of(self.d), *outliers, out_features=ids.numel())
-
-    def _row_major(self) -> torch.Tensor:
-        """The codes a row at a time, (out, block, group) with a group's four codes as one int32, untiled once (the
-        head's 28 MB again, kept while this head is): gathering rows from the tiles took 20 ms for 15.7k rows."""
-        found = self.__dict__.get("_rows")
-        if found is None:
-            tiles, blocks, _ = self.codes.shape
-            found = self.__dict__["_rows"] = (self.codes.view(torch.int32).view(tiles, blocks, 8, Q4Rows.TILE)
-                                              .permute(0, 3, 1, 2).reshape(-1, blocks, 8))
-        return found
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Rows (n, in) -> fp32 logits (n, out) (the kernel reads fp32 rows)."""
-        out = torch.ops.specviz.q8_rows(x.float(), self.codes, self.d, self.outliers, self.outlier_weights)
-        out = out if out.shape[1] == self.out_features else out[:, :self.out_features]
-        return out if self.bias is None else out + self.bias
-
-
-class Int8Rows(Product):
-    """x @ W^T (+ b) for W in weight-only int8 (`--dtype int8`, any Llama-family model): int8 codes and one
-    scale per output row (symmetric, `cpu_kernels.int8_per_channel`), through gpt-fast's kernel
-    (`_weight_int8pack_mm`), whose activations are bf16 (with fp32 ones it ran 10x slower, a reference loop).
-
-    Half a bf16 matrix's bytes: on a Zen 4 EPYC (2 threads) a forward of the offline default's layers took
-    19.2 ms at one row against bf16's 29.0, but its kernel reads W once per row of x, so 8 rows took 31.5
-    against 30 (`auto` weighs both). fbgemm's int8 linear scales better with rows, but it also rounds
-    the activations to 8 bits with one scale per call, which SmolLM2's outlier dimensions do not survive
-    (top-1 agreement with fp32 0.76, int8 weight-only's 0.97). A module, for TorchScript (`llama.LayerStack`).
-    """
-
-    def __init__(self, codes: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None):
-        super().__init__()
-        self.register_buffer("codes", codes, persistent=False)          # (out, in) int8
-        self.register_buffer("scales", scales.to(torch.bfloat16), persistent=False)
-        self.has_bias = bias is not None                                  # Qwen2's q|k|v
-        self.register_buffer("bias", torch.zeros(0) if bias is None else bias.float(), persistent=False)
-        self.out_features, self.in_features = codes.shape
-
-    @classmethod
-    def of(cls, *linears: torch.nn.Linear) -> "Int8Rows":
-        """The linears quantised and stacked as one product (q|k|v, gate|up): every row keeps its own scale,
-        so stacking is exact."""
-        codes, scales = int8_per_channel(torch.cat([m.weight.detach() for m in linears]))
-        return cls(codes, scales, biases_together(*linears))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.rows(x.reshape(-1, self.in_features).float())
-        return out.view(list(x.shape[:-1]) + [self.out_features]).to(x.dtype)
-
-    @torch.jit.export
-    def rows(self, x: torch.Tensor) -> torch.Tensor:
-        """fp32 rows (n, in) -> (n, out): bf16 without a bias (widened where `llama.DecoderLayer` adds or
-        rotates), fp32 with one."""
-        out = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.codes, self.scales)
-        if self.has_bias:
-            return out + self.bias
-        return out
 
 
 @dataclass
@@ -622,7 +341,7 @@ def kernel_copy(draft: torch.nn.Module) -> torch.nn.Module:
     """A feature draft beside a q4 target on SpecViz's kernel, with its products on the same kernel: the fusion
     (`fc`, `fc_taps`) as `Q8Rows` and each decoder layer as one `q8_layer` op (its weights in Q8_0, each matrix
     a quarter of the bf16 module's bytes plus a scale per 32). A shallow copy, the trained module left as it is;
-    its layers, compiled as one `LayerStack`, are kept on it where `cpu_kernels.fbgemm_layers` finds them.
+    its layers, compiled as one `LayerStack`, are kept on it where `fbgemm_layers` finds them.
 
     Why: over fbgemm a level's layer and fusion took ~0.9 ms at one row on a Zen 4 EPYC, about a fifth of the
     target's whole forward, for 3.5 MB of weights; a draft only proposes, so its arithmetic is free to change."""
@@ -666,6 +385,54 @@ def kernel_copy_fits(draft: torch.nn.Module) -> bool:
                    (layer.gate_proj.out_features + layer.up_proj.out_features, layer.gate_proj.in_features),
                    tuple(layer.down_proj.weight.shape)]
     return all(Q4Rows.fits(shape) for shape in shapes)
+
+
+def int8_copy(draft: torch.nn.Module) -> torch.nn.Module:
+    """The same draft with every linear in weight-only int8; norms, rotary and the target's tensors shared.
+
+    A shallow copy with its own module table (its later layers copied the same way): the trained
+    module is left as it is.
+    """
+    clone = copy.copy(draft)
+    fresh_state(clone)   # its own caches: sharing the original's would keep every earlier copy alive
+    # The fusion layers keep gpt-fast's kernel: fbgemm quantises its input per call with one scale, and
+    # cat(embedding, feature) spans two scales (the embedding's ~0.02 rounds away: agreement 0.20).
+    # Parts that are stacked below are packed only once stacked.
+    stacked_parts = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+    modules = {name: Int8Rows.of(m, kernel="int8pack" if name in ("fc", "fc_taps") else int8_kernel(m.weight.device),
+                                 pack=name not in stacked_parts)
+               if isinstance(m, torch.nn.Linear) else int8_copy(m) for name, m in draft._modules.items()}
+    # A decoder layer's q|k|v and gate|up each become one matrix (as in the target's lean forward):
+    # at a tree level's few rows every kernel call costs about as much as its arithmetic.
+    for name, parts in (("qkv_proj", ("q_proj", "k_proj", "v_proj")), ("gate_up_proj", ("gate_proj", "up_proj"))):
+        if all(isinstance(modules.get(p), Int8Rows) for p in parts):
+            modules[name] = Int8Rows.stacked([modules.pop(p) for p in parts])
+    clone.__dict__["_modules"] = modules
+    return clone
+
+
+def fbgemm_layers(int8_draft) -> LayerStack | None:
+    """The layers of an int8 copy as `DecoderLayer`s over fbgemm's products (one `LayerStack`), or None where a
+    layer's linears are not all fbgemm's.
+
+    fbgemm rounds every linear's input to 8 bits per call (`kernels.Int8Rows`), so rounding the activations
+    to bf16 between the linears, as the trained module's dtype would, buys no speed and only adds a
+    conversion on either side of each linear. At a tree level's 1-8 rows every small op costs about
+    as much as its arithmetic: a level runs 1.1-1.3x faster, a chat step's drafting 3.95 -> 3.35 ms
+    (README, *fp32 activations in the draft's levels*), and the draft proposes what it did within
+    fbgemm's rounding."""
+    # Compiled once per int8 copy and kept on it: a draft makes a forward per prompt. A copy on SpecViz's own
+    # kernel (`quant.kernel_copy`) brings its stack with it.
+    state = state_of(int8_draft)
+    if state.draft_stack is not None:
+        return state.draft_stack
+    layers = int8_draft.decoder_layers()
+    names = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+    if not all(getattr(layer._modules.get(name), "packed", None) is not None for layer in layers for name in names):
+        return None
+    state.draft_stack = layer_stack(
+        [DecoderLayer.of(layer, tuple(Fbgemm(layer._modules[name]) for name in names)) for layer in layers])
+    return state.draft_stack
 
 
 def attach_int8(model) -> WeightOnlyLayers:

@@ -13,7 +13,7 @@ a window's layout), and which rows' logits come back. The mask over the whole ca
 inside the graphed function, so no step rebuilds one on the host.
 
 `GraphSession` holds one decoder's static forwards and their graphs. It is kept on the
-target model when the decoder closes (as `cpu_kernels.packed_weights` keeps prepacked
+target model when the decoder closes (as `kernels.packed_weights` keeps prepacked
 weights), so the next race of the same method and capacity replays graphs already
 captured: a reused ZeroGPU worker, or a second race on a dedicated GPU, pays no capture.
 A session holds a KV cache and buffers that its decoder writes every step, so it is one
