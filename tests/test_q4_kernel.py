@@ -61,6 +61,9 @@ def test_the_kernel_computes_q4_1_times_q8_1(out, cols):
         x[:, 7] *= 40                       # an outlier dimension, as SmolLM2's
         got, want = linear.rows(x).double(), reference(x, weight)
         assert torch.allclose(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item()), (rows, (got - want).abs().max())
+        # Each row's bits are its own whatever rides with it (past eight rows, a tile's chunks of eight): a token
+        # verified in a tree or a window of 17 is computed as `ar` computes it alone.
+        assert torch.equal(got, torch.cat([linear.rows(x[r:r + 1]) for r in range(rows)]).double()), rows
     # Controls: the rows come back in order (a skipped or repeated row is caught) and each row's outlier stays
     # in its own block (the product of the dequantised weights differs by the activations' rounding only).
     x = torch.randn(5, cols, generator=generator)

@@ -162,14 +162,14 @@ template <int R, int Bits>
 void q4_rows_tiles(const uint8_t* codes, const uint16_t* d, const uint16_t* m, const int8_t* a,
                    const float* scales, const float* sums, const float* outlier_weights,
                    const float* outlier_values, int64_t n_outliers, float* y, int64_t in, int64_t out,
-                   int64_t t0, int64_t t1, bool stream) {
+                   int64_t t0, int64_t t1, bool stream, int64_t prefetch_end) {
   const int64_t blocks = in / kBlock;
   constexpr int64_t kBlockBytes = Bits == 4 ? 256 : 512;
   const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
   for (int64_t t = t0; t < t1; ++t) {
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-    const bool ahead = t + 1 < t1;
+    const bool ahead = t + 1 < prefetch_end;
     for (int64_t b = 0; b < blocks; ++b) {
       if (ahead) {
         const char* next = reinterpret_cast<const char*>(codes + ((t + 1) * blocks + b) * kBlockBytes);
@@ -226,17 +226,52 @@ void q4_rows_tiles(const uint8_t* codes, const uint16_t* d, const uint16_t* m, c
   }
 }
 
+// Rows [row0, row0 + R) times the output tiles [t0, t1); the tiles before `prefetch_end` prefetch their next one.
 template <int R, int Bits>
-void q4_rows_run(const uint8_t* codes, const uint16_t* d, const uint16_t* m, const QuantizedRows& q,
-                 const float* outlier_weights, int64_t n_outliers, int64_t row0, float* y, int64_t in, int64_t out) {
-  const int8_t* a = q.codes.data() + row0 * in;
-  const float* scales = q.scales.data() + row0 * (in / kBlock);
-  const float* sums = q.sums.data() + row0 * (in / kBlock);
-  const float* values = q.outlier_values.data() + row0 * n_outliers;
-  float* yr = y + row0 * out;
+void q4_rows_chunk(const uint8_t* codes, const uint16_t* d, const uint16_t* m, const QuantizedRows& q,
+                   const float* outlier_weights, int64_t n_outliers, int64_t row0, float* y, int64_t in, int64_t out,
+                   int64_t t0, int64_t t1, bool stream, int64_t prefetch_end) {
+  q4_rows_tiles<R, Bits>(codes, d, m, q.codes.data() + row0 * in, q.scales.data() + row0 * (in / kBlock),
+                         q.sums.data() + row0 * (in / kBlock), outlier_weights,
+                         q.outlier_values.data() + row0 * n_outliers, n_outliers, y + row0 * out, in, out, t0, t1,
+                         stream, prefetch_end);
+}
+
+template <int Bits>
+void q4_rows_chunk_of(int64_t take, const uint8_t* codes, const uint16_t* d, const uint16_t* m, const QuantizedRows& q,
+                      const float* ow, int64_t n_outliers, int64_t row, float* y, int64_t in, int64_t out,
+                      int64_t t0, int64_t t1, bool stream, int64_t prefetch_end) {
+  switch (take) {
+    case 8: q4_rows_chunk<8, Bits>(codes, d, m, q, ow, n_outliers, row, y, in, out, t0, t1, stream, prefetch_end); break;
+    case 7: q4_rows_chunk<7, Bits>(codes, d, m, q, ow, n_outliers, row, y, in, out, t0, t1, stream, prefetch_end); break;
+    case 6: q4_rows_chunk<6, Bits>(codes, d, m, q, ow, n_outliers, row, y, in, out, t0, t1, stream, prefetch_end); break;
+    case 5: q4_rows_chunk<5, Bits>(codes, d, m, q, ow, n_outliers, row, y, in, out, t0, t1, stream, prefetch_end); break;
+    case 4: q4_rows_chunk<4, Bits>(codes, d, m, q, ow, n_outliers, row, y, in, out, t0, t1, stream, prefetch_end); break;
+    case 3: q4_rows_chunk<3, Bits>(codes, d, m, q, ow, n_outliers, row, y, in, out, t0, t1, stream, prefetch_end); break;
+    case 2: q4_rows_chunk<2, Bits>(codes, d, m, q, ow, n_outliers, row, y, in, out, t0, t1, stream, prefetch_end); break;
+    default: q4_rows_chunk<1, Bits>(codes, d, m, q, ow, n_outliers, row, y, in, out, t0, t1, stream, prefetch_end); break;
+  }
+}
+
+// Every row times the output tiles, in one pass over the weights. Up to eight rows (a register tile) run as one
+// chunk over the thread's tiles. More rows run a tile at a time, chunk after chunk of eight, so a tile's weights
+// (4.6 KB of Q4_1 codes for 576 inputs, 12 KB for 1536) come from memory for the first chunk and from the L1 for
+// the others: in passes of eight over the whole matrix, 16 rows read the target's 100 MB twice.
+template <int Bits>
+void q4_rows_all(const uint8_t* codes, const uint16_t* d, const uint16_t* m, const QuantizedRows& q,
+                 const float* ow, int64_t n_outliers, int64_t rows, float* y, int64_t in, int64_t out) {
   const bool stream = Bits == 4 || out * in > (int64_t{16} << 20);
   at::parallel_for(0, out / 16, 1, [&](int64_t t0, int64_t t1) {
-    q4_rows_tiles<R, Bits>(codes, d, m, a, scales, sums, outlier_weights, values, n_outliers, yr, in, out, t0, t1, stream);
+    if (rows <= 8) {
+      q4_rows_chunk_of<Bits>(rows, codes, d, m, q, ow, n_outliers, 0, y, in, out, t0, t1, stream, t1);
+      return;
+    }
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t row = 0; row < rows; row += 8) {   // the first chunk prefetches the next tile, the others find this one
+        q4_rows_chunk_of<Bits>(std::min<int64_t>(rows - row, 8), codes, d, m, q, ow, n_outliers, row, y, in, out,
+                               t, t + 1, stream, row == 0 ? t1 : 0);
+      }
+    }
   });
 }
 
@@ -484,23 +519,7 @@ at::Tensor rows_product(const at::Tensor& x_in, const at::Tensor& codes, const a
   const auto* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
   const auto* mp = reinterpret_cast<const uint16_t*>(m.data_ptr<at::Half>());
   float* yp = y.data_ptr<float>();
-  const int64_t rows = x.size(0);
-  // Up to eight rows in one pass over the weights (a tree of 5 as one pass, not 4 + 1: the head's 28 MB are
-  // read once), more in passes of eight.
-  for (int64_t row = 0; row < rows;) {
-    const int64_t take = std::min<int64_t>(rows - row, 8);
-    switch (take) {
-      case 8: q4_rows_run<8, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
-      case 7: q4_rows_run<7, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
-      case 6: q4_rows_run<6, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
-      case 5: q4_rows_run<5, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
-      case 4: q4_rows_run<4, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
-      case 3: q4_rows_run<3, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
-      case 2: q4_rows_run<2, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
-      default: q4_rows_run<1, Bits>(c, dp, mp, q, ow, n_outliers, row, yp, in, out); break;
-    }
-    row += take;
-  }
+  q4_rows_all<Bits>(c, dp, mp, q, ow, n_outliers, x.size(0), yp, in, out);
   return y;
 #else
   TORCH_CHECK(false, "q4_rows: built without AVX-512 VNNI");
