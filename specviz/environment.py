@@ -61,6 +61,8 @@ SWITCHES: tuple[Switch, ...] = (
            "the cores", "torch threads the worker decodes with", "app.md"),
     Switch("SPECVIZ_WORKER_THREADS", "set by the server", "the thread count the server hands its worker "
            "(internal: set `SPECVIZ_THREADS` instead)", "app.md"),
+    Switch("SPECVIZ_WORKER_CPUS", "set by the server", "the CPUs the server pins its worker to, keeping the others "
+           "(internal: locally, where the worker leaves cores to the page)", "app.md"),
     Switch("SPECVIZ_WARMUP", "on", "the server warms the model before its first visitor", "app.md"),
     # The page
     Switch("SPECVIZ_PROGRESS", "`minimal`", "Gradio's progress display on the status line (`full`, `minimal`, "

@@ -211,7 +211,15 @@ def test_thread_policy_leaves_a_core_locally_and_uses_all_when_hosted(tmp_path, 
     assert thread_policy({"SPECVIZ_HOSTED": "1"}, cores=2).threads == 2
     assert thread_policy({"SPECVIZ_THREADS": "3", "SPACE_ID": "x"}, cores=8).threads == 3
     env = worker_env(thread_policy({}, cores=4), base={"PYTHONPATH": "/elsewhere"})
-    assert env["OMP_NUM_THREADS"] == "3"
+    assert env["OMP_NUM_THREADS"] == "3" and env["SPECVIZ_WORKER_CPUS"] == "1,2,3"
+    # Locally the worker is pinned to the last CPUs it decodes on, the server keeping the others; hosted, or
+    # where several races may run at once (each in a worker of its own), nothing is pinned.
+    assert thread_policy({}, cores=2).cpus == (1,) and thread_policy({}, cores=8).cpus == tuple(range(1, 8))
+    assert thread_policy({}, cpus=[0, 2, 5]).cpus == (2, 5)   # a container's or taskset's CPUs, by their ids
+    assert thread_policy({}, cores=1).cpus == () and thread_policy({"SPACE_ID": "me/specviz"}, cores=8).cpus == ()
+    assert thread_policy({"SPECVIZ_CONCURRENCY": "2"}, cores=4).cpus == ()
+    assert thread_policy({"SPECVIZ_THREADS": "2"}, cores=2).cpus == ()   # every CPU decodes: nothing to keep apart
+    assert "SPECVIZ_WORKER_CPUS" not in worker_env(thread_policy({"SPACE_ID": "x"}, cores=4), base={})
     # The worker imports this very package: the first entry is the folder that holds it, the caller's follow.
     first, *rest = env["PYTHONPATH"].split(os.pathsep)
     import specviz
@@ -284,3 +292,34 @@ def test_thread_policy_follows_what_was_measured_beside_the_page(tmp_path, monke
     assert thread_policy({}, cores=2).threads == 1
     path.write_text("{not json")                                   # damaged: the default, no error
     assert thread_policy({}, cores=2).threads == 1
+
+
+PINNED = """
+import json, os, sys
+from specviz.runtime.worker import WorkerSlot, thread_policy
+slot = WorkerSlot()
+first = slot.get()
+server = {int(task): sorted(os.sched_getaffinity(int(task))) for task in os.listdir("/proc/self/task")}
+first.proc.kill(); first.proc.wait()
+second = slot.get()   # a replacement, started from the pinned server
+print(json.dumps({"policy": list(first.policy.cpus), "first": first.info["cpus"], "second": second.info["cpus"],
+                  "threads": second.info["threads"], "server": sorted({c for cpus in server.values() for c in cpus})}))
+second.close()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="one CPU")
+def test_the_worker_and_the_server_keep_to_their_own_cpus(tmp_path):
+    """Locally the worker decodes on its own CPUs and every thread of the server keeps off them, also after the
+    worker was replaced (its replacement is pinned as the first was, not sized from the server's CPUs).
+    In a process of its own: pinning the server would pin this test run."""
+    import json
+
+    cpus = sorted(os.sched_getaffinity(0))
+    env = dict(os.environ, SPECVIZ_CACHE=str(tmp_path), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env.pop("SPECVIZ_THREADS", None)
+    out = subprocess.run([sys.executable, "-c", PINNED], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["first"] == got["second"] == got["policy"] == cpus[1:] and got["threads"] == len(cpus) - 1
+    assert got["server"] == cpus[:1]

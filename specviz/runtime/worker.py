@@ -47,9 +47,12 @@ class WorkerUnavailable(RuntimeError):
 class ThreadPolicy:
     threads: int
     reason: str
+    # The CPUs the worker is pinned to, the server keeping the others (`pin_cpus`); () where nothing is pinned.
+    cpus: tuple[int, ...] = ()
 
 
-def thread_policy(env=None, cores: int | None = None, measured: dict | None = None) -> ThreadPolicy:
+def thread_policy(env=None, cores: int | None = None, measured: dict | None = None,
+                  cpus: list[int] | None = None) -> ThreadPolicy:
     """How many torch threads the worker uses.
 
     Hosted (SPECVIZ_HOSTED or a Space's SPACE_ID): the browser is on the visitor's
@@ -60,19 +63,34 @@ def thread_policy(env=None, cores: int | None = None, measured: dict | None = No
     of an AMD EPYC, 2 threads beside the page ran at 0.41x standalone (OpenMP threads
     stall at every barrier whenever the renderer or the server takes one core), 1 thread
     at 0.98x of its own standalone speed. SPECVIZ_THREADS overrides either.
+
+    Locally, a worker that leaves cores to the page is pinned to the last `threads` CPUs and the server to the
+    others (`cpus`; `cores` alone stands for CPUs 0..cores-1). Unpinned, the renderer and the server preempted
+    the worker's core ~100 times a second; a speculative step, whose draft and target forwards keep each other's
+    data warm, lost more to that than `ar`'s: in Chromium (`scripts/app_speed.py`, 2-core Zen 4, three runs each)
+    Sequoia ran at 0.77-0.83x its standalone speed unpinned and 0.88-1.02x pinned, `ar` at 0.88-1.12x and
+    0.97-1.02x, the preemptions 94-123 a second against 32-42. Where several races may run at once
+    (SPECVIZ_CONCURRENCY), each in a worker of its own, nothing is pinned: the workers would share the CPUs.
     """
     env = os.environ if env is None else env
-    if cores is None:
-        from ..engine.machine import usable_cores
+    if cpus is None:
+        cpus = sorted(os.sched_getaffinity(0)) if cores is None and hasattr(os, "sched_getaffinity") else list(
+            range(cores or os.cpu_count() or 1))
+    cores = len(cpus)
+    hosted = env.get("SPECVIZ_HOSTED", "").strip().lower() in ("1", "true", "yes") or bool(env.get("SPACE_ID"))
+    policy = _threads(env, cores, hosted, measured)
+    if hosted or policy.threads >= cores or not _one_race_at_a_time(env) or not hasattr(os, "sched_setaffinity"):
+        return policy
+    return ThreadPolicy(policy.threads, policy.reason, tuple(cpus[-policy.threads:]))
 
-        cores = usable_cores()
+
+def _threads(env, cores: int, hosted: bool, measured: dict | None) -> ThreadPolicy:
     explicit = env.get("SPECVIZ_THREADS", "").strip()
     if explicit:
         try:
             return ThreadPolicy(max(1, int(explicit)), "SPECVIZ_THREADS")
         except ValueError:
             pass
-    hosted = env.get("SPECVIZ_HOSTED", "").strip().lower() in ("1", "true", "yes") or bool(env.get("SPACE_ID"))
     if hosted:
         return ThreadPolicy(max(1, cores), "hosted: the browser is elsewhere, every core decodes")
     measured = measured_threads(cores) if measured is None else measured
@@ -80,6 +98,20 @@ def thread_policy(env=None, cores: int | None = None, measured: dict | None = No
         rates = ", ".join(f"{t} thread{'s' * (t != '1')} {v:.1f} tok/s" for t, v in measured.get("tokens_per_s", {}).items())
         return ThreadPolicy(int(measured["threads"]), f"local: measured beside the page on this CPU ({rates})")
     return ThreadPolicy(max(1, cores - 1), "local: one core left to the browser and the server")
+
+
+def _one_race_at_a_time(env) -> bool:
+    try:
+        return int(env.get("SPECVIZ_CONCURRENCY", "1") or 1) <= 1
+    except ValueError:
+        return True   # hosting refuses the value with its own message
+
+
+def pin_cpus(pid: int, cpus) -> None:
+    """Every thread of process `pid` onto `cpus` (the threads it starts later inherit it from theirs)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):   # a thread that ended meanwhile
+            os.sched_setaffinity(int(task), set(cpus))
 
 
 def _threads_path(cores: int) -> Path:
@@ -128,6 +160,8 @@ def worker_env(policy: ThreadPolicy, base=None) -> dict:
     env = dict(os.environ if base is None else base)
     env["OMP_NUM_THREADS"] = str(policy.threads)
     env["SPECVIZ_WORKER_THREADS"] = str(policy.threads)
+    if policy.cpus:
+        env["SPECVIZ_WORKER_CPUS"] = ",".join(map(str, policy.cpus))
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     # The worker imports this very package, wherever the app was started from.
     root = str(Path(__file__).resolve().parents[2])
@@ -175,6 +209,9 @@ class RaceWorker:
         except WorkerUnavailable:
             self.close()
             raise
+        rest = set(os.sched_getaffinity(0)) - set(self.policy.cpus) if self.policy.cpus else set()
+        if rest:   # the server and its threads keep off the worker's CPUs
+            pin_cpus(os.getpid(), rest)
 
     @property
     def pid(self) -> int:
@@ -341,6 +378,9 @@ class RaceWorker:
 
 
 def _serve(conn: Connection) -> None:
+    cpus = os.environ.get("SPECVIZ_WORKER_CPUS", "")
+    if cpus:   # before torch starts its threads, which inherit it
+        pin_cpus(os.getpid(), [int(c) for c in cpus.split(",")])
     import torch
 
     from .race import PairCache, race_events, ran_first_sizes
@@ -351,7 +391,7 @@ def _serve(conn: Connection) -> None:
     pairs = PairCache()
     send = _Sender(conn)
     measurer = Measurer(pairs, send)
-    send(("ready", {"pid": os.getpid(), "threads": torch.get_num_threads(),
+    send(("ready", {"pid": os.getpid(), "threads": torch.get_num_threads(), "cpus": sorted(os.sched_getaffinity(0)),
                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}))
     try:
         while True:
@@ -578,8 +618,9 @@ class WorkerSlot:
     """The app's one worker: started on first use (or at once by `warm_up`), replaced when it died, and
     given up for good (the app then decodes in its own process) when it cannot start at all."""
 
-    def __init__(self, factory=RaceWorker):
-        self.factory = factory
+    def __init__(self, factory=None):
+        self.factory = factory or self._race_worker
+        self.policy: ThreadPolicy | None = None   # its first worker's, which every replacement keeps
         self.worker: RaceWorker | None = None
         self.failed: str | None = None
         self.warm_up_request = None   # measured by every worker this slot starts
@@ -603,6 +644,13 @@ class WorkerSlot:
                     except WorkerUnavailable:
                         pass   # it died at once: the next get() replaces it
             return self.worker
+
+    def _race_worker(self) -> RaceWorker:
+        # A replacement runs as the first did: by then the server keeps off the CPUs that worker was pinned to,
+        # so a policy read from the server's own CPUs would be another one.
+        worker = RaceWorker(self.policy)
+        self.policy = worker.policy
+        return worker
 
     def ready(self) -> bool:
         """A live worker is there already (get() will not wait for one to start)."""
