@@ -89,9 +89,9 @@ class FeatureStaticForward:
         self.backends = attention_backends(self.device)
         cos, sin = draft.rotary(torch.arange(capacity, device=self.device), dtype)
         self.cos, self.sin = cos.unsqueeze(1), sin.unsqueeze(1)   # (slots, 1, head_dim), as the layers read them
-        shape = (1, draft.n_kv, capacity, draft.head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in self.layers]
-        self.values = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in self.layers]
+        # The capture form's K/V, made where it first runs: on a CPU every shape runs `eager_forward`, whose
+        # cache is the one the draft reads, and a second one would only take memory.
+        self.cache: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
         # The target's whole head: a fixed shape, whatever tokens a prompt adds.
         self.head = draft._target[0].lm_head.weight.detach().to(dtype)
         self.shapes: dict = {}
@@ -115,9 +115,14 @@ class FeatureStaticForward:
                 causal: bool) -> torch.Tensor:
         """The draft's layers over fused rows x (n, hidden), K/V written and read as `DecoderLayer.forward` says,
         then its norm: the predicted features."""
+        if self.cache is None:
+            shape = (1, self.draft.n_kv, self.max_len, self.draft.head_dim)
+            self.cache = tuple([torch.zeros(shape, dtype=self.weights_dtype, device=self.device) for _ in self.layers]
+                               for _ in range(2))
+        keys, values = self.cache
         with attention_kernels(self.device, self.backends):
             for i, layer in enumerate(self.layers):
-                x = layer(x, cos, sin, self.keys[i], self.values[i], start, slots, end, mask, causal)
+                x = layer(x, cos, sin, keys[i], values[i], start, slots, end, mask, causal)
         return rms_norm(x, self.draft.norm, self.draft.eps)
 
     def forward_static(self, ids: torch.Tensor, features: torch.Tensor, slots: torch.Tensor,
