@@ -218,7 +218,7 @@ def test_thread_policy_leaves_a_core_locally_and_uses_all_when_hosted(tmp_path, 
     assert thread_policy({}, cpus=[0, 2, 5]).cpus == (2, 5)   # a container's or taskset's CPUs, by their ids
     assert thread_policy({}, cores=1).cpus == () and thread_policy({"SPACE_ID": "me/specviz"}, cores=8).cpus == ()
     assert thread_policy({"SPECVIZ_CONCURRENCY": "2"}, cores=4).cpus == ()
-    assert thread_policy({"SPECVIZ_THREADS": "2"}, cores=2).cpus == ()   # every CPU decodes: nothing to keep apart
+    assert thread_policy({"SPECVIZ_THREADS": "1"}, cores=2).cpus == ()   # a count set by hand: the CPUs are left as they are
     assert "SPECVIZ_WORKER_CPUS" not in worker_env(thread_policy({"SPACE_ID": "x"}, cores=4), base={})
     # The worker imports this very package: the first entry is the folder that holds it, the caller's follow.
     first, *rest = env["PYTHONPATH"].split(os.pathsep)

@@ -70,7 +70,8 @@ def thread_policy(env=None, cores: int | None = None, measured: dict | None = No
     data warm, lost more to that than `ar`'s: in Chromium (`scripts/app_speed.py`, 2-core Zen 4, three runs each)
     Sequoia ran at 0.77-0.83x its standalone speed unpinned and 0.88-1.02x pinned, `ar` at 0.88-1.12x and
     0.97-1.02x, the preemptions 94-123 a second against 32-42. Where several races may run at once
-    (SPECVIZ_CONCURRENCY), each in a worker of its own, nothing is pinned: the workers would share the CPUs.
+    (SPECVIZ_CONCURRENCY), each in a worker of its own, nothing is pinned: the workers would share the CPUs; nor
+    where SPECVIZ_THREADS sets the count (the test suite's apps, several at once, each sets it).
     """
     env = os.environ if env is None else env
     if cpus is None:
@@ -79,7 +80,9 @@ def thread_policy(env=None, cores: int | None = None, measured: dict | None = No
     cores = len(cpus)
     hosted = env.get("SPECVIZ_HOSTED", "").strip().lower() in ("1", "true", "yes") or bool(env.get("SPACE_ID"))
     policy = _threads(env, cores, hosted, measured)
-    if hosted or policy.threads >= cores or not _one_race_at_a_time(env) or not hasattr(os, "sched_setaffinity"):
+    pinned = (not hosted and policy.reason != "SPECVIZ_THREADS" and policy.threads < cores
+              and _one_race_at_a_time(env) and hasattr(os, "sched_setaffinity"))
+    if not pinned:
         return policy
     return ThreadPolicy(policy.threads, policy.reason, tuple(cpus[-policy.threads:]))
 
