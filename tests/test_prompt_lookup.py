@@ -62,13 +62,19 @@ def ar_outputs(pair_fp32):
 @pytest.mark.parametrize("name", list(PROMPTS))
 def test_greedy_equals_autoregressive(pair_fp32, ar_outputs, name):
     """With its own sizing, and with every copy verified whole (a flat curve): the same tokens either way."""
-    copied = {}
+    copied, pays = {}, {}
     for options in ({}, {"tokens": 6, "curve": FLAT, "curve_source": "prior"}):
-        trace = make_decoder("prompt-lookup", pair_fp32, PROMPTS[name], max_new_tokens=N_NEW, **options).run()
+        decoder = make_decoder("prompt-lookup", pair_fp32, PROMPTS[name], max_new_tokens=N_NEW, **options)
+        trace = decoder.run()
         assert trace.token_ids == ar_outputs[name], (name, options)
         copied[bool(options)] = sum(step.token_sources.count(SOURCE_COPY) for step in trace.steps)
+        # Whether its curve prices a likely copy (a four-token match's first token) above a plain step.
+        pays[bool(options)] = best_length(decoder.curve, [FIRST_RIGHT[4]], decoder.overhead) > 0
     if name != "chat":   # the equality means something only where copies were accepted
-        assert copied[True] > 0 and copied[False] > 0, copied
+        assert copied[True] > 0, copied
+        # With its own sizing, wherever its curve lets a copy pay: a curve measured while the suite's other worker
+        # held the cores (used for that run only) can price every row above what a copy brings.
+        assert copied[False] > 0 or not pays[False], (copied, pays)
 
 
 def test_a_step_is_a_chain_the_tree_view_draws_and_it_round_trips(pair_fp32):

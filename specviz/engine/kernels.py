@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -30,9 +30,6 @@ import torch.nn.functional as F
 from . import native
 from .llama import DecoderLayer, Product
 from .model_state import state_of
-
-if TYPE_CHECKING:
-    from .quant import Q4Weight, Q8Weight
 
 GROUP = 32   # weights per Q4_1 or Q8_0 block, and the kernels' group size
 
@@ -340,7 +337,8 @@ class Int4Linear(Product):
         self.group = GROUP   # an attribute: TorchScript reads no module globals
 
     @classmethod
-    def of(cls, weight: Q4Weight, dtype: torch.dtype = torch.bfloat16) -> "Int4Linear":
+    def of(cls, weight, dtype: torch.dtype = torch.bfloat16) -> "Int4Linear":
+        """From a `quant.Q4Weight` (its formats are `quant`'s, which imports this module)."""
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(weight.codes.to(torch.int32), 1)
         return cls(packed, weight.scales_and_zeros(dtype))
 
@@ -398,8 +396,8 @@ class Q4Rows(torch.nn.Module):
         self.out_features, self.in_features = d.shape[0] * self.TILE, d.shape[1] * GROUP
 
     @classmethod
-    def codes_of(cls, weight: Q4Weight) -> torch.Tensor:
-        """The kernel's byte layout (see csrc/q4_rows.cpp): per tile of 16 rows, block and pair j of
+    def codes_of(cls, weight) -> torch.Tensor:
+        """A `quant.Q4Weight`'s codes in the kernel's byte layout (see csrc/q4_rows.cpp): per tile of 16 rows, block and pair j of
         four-code groups, byte 4i + k holds row i's code 8j + k (low nibble) and 8j + 4 + k (high)."""
         out, cols = weight.shape
         codes = weight.codes.view(out // cls.TILE, cls.TILE, cols // GROUP, 4, 2, 4)   # tile, i, block, j, half, k
@@ -414,8 +412,9 @@ class Q4Rows(torch.nn.Module):
         return table.view(out // cls.TILE, cls.TILE, blocks).transpose(1, 2).contiguous()
 
     @classmethod
-    def of(cls, weight: Q4Weight, outliers: torch.Tensor | None = None) -> "Q4Rows":
-        """`outliers`: input positions whose values the kernel keeps out of the int8 rounding (`calibrate_outliers`)."""
+    def of(cls, weight, outliers: torch.Tensor | None = None) -> "Q4Rows":
+        """From a `quant.Q4Weight`; `outliers`: input positions whose values the kernel keeps out of the int8
+        rounding (`quant.calibrate_outliers`)."""
         return cls(cls.codes_of(weight), cls.tables_of(weight.d), cls.tables_of(weight.m),
                    *outlier_tables(weight.dequantize(), outliers))
 
@@ -506,7 +505,8 @@ class Q8Rows(torch.nn.Module):
         self.out_features = d.shape[0] * Q4Rows.TILE if out_features is None else out_features
 
     @classmethod
-    def of(cls, weight: Q8Weight, outliers: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> "Q8Rows":
+    def of(cls, weight, outliers: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> "Q8Rows":
+        """From a `quant.Q8Weight`."""
         out, cols = weight.shape
         tile = Q4Rows.TILE
         unsigned = (weight.codes.to(torch.int16) + 128).to(torch.uint8)   # vpdpbusd's unsigned side
