@@ -121,7 +121,7 @@ def prepared(family: Family, sampling: SamplingConfig, tmp_path, monkeypatch, na
 
         choose = sizing.tree_choice
         plan = {"target_ms": {1: 1.0, 64: 1.0}, "ar_ms_per_token": 1.0, "step_costs": {},
-                "choice": {"predicted_speedup": 0.0}}
+                "choice": {"predicted_speedup": 0.0, "value": 2.0}}
 
         def with_plan(*args, **kwargs):
             found = choose(*args, **kwargs)

@@ -30,8 +30,8 @@ at any node, as one more child; sampled: only at a node with no drafted children
 has a one-hot q, so the walk's rule stays exact). The tree is renumbered breadth first and verified in
 the same one forward; a copy costs no draft forward, and on code or a rewrite it reaches past where the
 draft gives up. Where `auto` planned the tree, a step whose copy the plan's own curve and step costs predict
-to pay more than the drafted tree (`copy_cost.CopyPricing`, from the copy's measured hit rates) verifies
-the copied chain alone and skips the draft: on a CPU the draft's forward is a large share of a step, and a
+to pay more than the drafted tree as this run drafts it (`copy_cost.CopyPricing`, from the copy's measured
+hit rates and the tokens this run's drafted steps brought) verifies the copied chain alone and skips the draft: on a CPU the draft's forward is a large share of a step, and a
 long match is right more often than a draft level. Both choices depend on the text and the plan only, so a
 seed still gives the same tokens. Only where nothing is captured (a captured step replays fixed shapes).
 
@@ -167,6 +167,7 @@ class SequoiaDecoder(Decoder):
         self.trace.settings["copies"] = self.copy_len
         self.index = NgramIndex(self.prompt_ids) if self.copy_len else None
         self.copy_rates = CopyRates()   # how often this run's copies verified alone were right (`_copy_alone`)
+        self.drafted = [0, 0]   # this run's steps that drafted, and the tokens they wrote (`_copy_alone`'s bar)
         self.grafted = None   # this step's copied chain, when one was grafted (`_graft`)
         span = max_nodes + self.copy_len   # slots after the root's that a step's forwards write
         if self.padded:
@@ -239,6 +240,9 @@ class SequoiaDecoder(Decoder):
         self.drafter.widen(new_ids)
         if self.grafted and self.grafted.get("alone"):
             self.copy_rates.update(copy, len(self.grafted["copied"]), len(got["accepted"]))
+        elif depth:
+            self.drafted[0] += 1
+            self.drafted[1] += len(new_ids)
         self._count_fresh(new_ids, got["accepted"], depth, tree, read_slots)
         # tokens_processed: the rows the target's forward ran (a captured cut step runs the whole tree, a
         # padded adaptive one its padding too).
@@ -374,7 +378,7 @@ class SequoiaDecoder(Decoder):
         tree (no draft forward); else None. Its tokens are priced at this run's own rates, learned from the
         copies it verified alone (`match.CopyRates`: a chat answer's copies are right far less often)."""
         speedup, length = self.copy_pricing.best_step(self.copy_rates.reaches(copy)[:room])
-        if not length or speedup <= self.copy_pricing.tree_speedup:
+        if not length or speedup <= self.copy_pricing.tree_speedup_at(*self.drafted):
             return None
         chain = list(copy.tokens[:length])
         dev = self.device
