@@ -8,6 +8,7 @@ needs); elsewhere the GPU is used when present, else the CPU.
 
 import os
 
+from specviz.runtime.worker import keep_server_off
 from specviz.serve import choose_hosted, make_demo
 from specviz.ui import launch_kwargs
 
@@ -19,5 +20,6 @@ choose_hosted(HOST, SHARE)
 demo = make_demo()
 
 if __name__ == "__main__":
+    keep_server_off(demo.specviz_worker_slot)   # locally, the decoding worker has its CPUs to itself
     demo.launch(server_name=HOST, server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), share=SHARE,
                 **launch_kwargs())

@@ -157,7 +157,10 @@ def choose_hosted(host: str | None, share: bool, hosted: bool | None = None, env
 def serve(host: str = "127.0.0.1", port: int = 7860, share: bool = False, hosted: bool | None = None) -> None:
     """Build the app and serve it until interrupted; `hosted` switches the hosted limits on or off (None:
     on when the server is public, `choose_hosted`)."""
+    from .runtime.worker import keep_server_off
     from .ui import launch_kwargs
 
     choose_hosted(host, share, hosted)
-    make_demo().launch(server_name=host, server_port=port, share=share, **launch_kwargs())
+    demo = make_demo()
+    keep_server_off(demo.specviz_worker_slot)
+    demo.launch(server_name=host, server_port=port, share=share, **launch_kwargs())

@@ -296,8 +296,9 @@ def test_thread_policy_follows_what_was_measured_beside_the_page(tmp_path, monke
 
 PINNED = """
 import json, os, sys
-from specviz.runtime.worker import WorkerSlot, thread_policy
+from specviz.runtime.worker import WorkerSlot, keep_server_off
 slot = WorkerSlot()
+keep_server_off(slot)   # as `python app.py` does before it serves
 first = slot.get()
 server = {int(task): sorted(os.sched_getaffinity(int(task))) for task in os.listdir("/proc/self/task")}
 first.proc.kill(); first.proc.wait()
@@ -312,7 +313,7 @@ second.close()
 def test_the_worker_and_the_server_keep_to_their_own_cpus(tmp_path):
     """Locally the worker decodes on its own CPUs and every thread of the server keeps off them, also after the
     worker was replaced (its replacement is pinned as the first was, not sized from the server's CPUs).
-    In a process of its own: pinning the server would pin this test run."""
+    In a process of its own: pinning the server would pin this test run (an app the tests build stays unpinned)."""
     import json
 
     cpus = sorted(os.sched_getaffinity(0))

@@ -34,9 +34,16 @@ def _cpuinfo_field(name: str) -> str | None:
     return None
 
 
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on, by id (its affinity, which a container or `taskset` narrows)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
 def usable_cores() -> int:
-    """The cores this process may run on (its affinity, which a container or `taskset` narrows)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """How many CPUs this process may run on (`usable_cpus`)."""
+    return len(usable_cpus())
 
 
 @functools.cache   # the CPU does not change under a running process

@@ -43,6 +43,9 @@ class WorkerUnavailable(RuntimeError):
     """The worker could not start or died: the app falls back to decoding in-process."""
 
 
+BY_HAND = "SPECVIZ_THREADS"   # a `ThreadPolicy`'s reason where the environment set the count
+
+
 @dataclass(frozen=True)
 class ThreadPolicy:
     threads: int
@@ -75,12 +78,13 @@ def thread_policy(env=None, cores: int | None = None, measured: dict | None = No
     """
     env = os.environ if env is None else env
     if cpus is None:
-        cpus = sorted(os.sched_getaffinity(0)) if cores is None and hasattr(os, "sched_getaffinity") else list(
-            range(cores or os.cpu_count() or 1))
+        from ..engine.machine import usable_cpus
+
+        cpus = usable_cpus() if cores is None else list(range(cores))
     cores = len(cpus)
     hosted = env.get("SPECVIZ_HOSTED", "").strip().lower() in ("1", "true", "yes") or bool(env.get("SPACE_ID"))
     policy = _threads(env, cores, hosted, measured)
-    pinned = (not hosted and policy.reason != "SPECVIZ_THREADS" and policy.threads < cores
+    pinned = (not hosted and policy.reason != BY_HAND and policy.threads < cores
               and _one_race_at_a_time(env) and hasattr(os, "sched_setaffinity"))
     if not pinned:
         return policy
@@ -91,7 +95,7 @@ def _threads(env, cores: int, hosted: bool, measured: dict | None) -> ThreadPoli
     explicit = env.get("SPECVIZ_THREADS", "").strip()
     if explicit:
         try:
-            return ThreadPolicy(max(1, int(explicit)), "SPECVIZ_THREADS")
+            return ThreadPolicy(max(1, int(explicit)), BY_HAND)
         except ValueError:
             pass
     if hosted:
@@ -115,6 +119,16 @@ def pin_cpus(pid: int, cpus) -> None:
     for task in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(OSError):   # a thread that ended meanwhile
             os.sched_setaffinity(int(task), set(cpus))
+
+
+def keep_server_off(slot: "WorkerSlot | None") -> None:
+    """This process (the app's server: every thread, and those they start) onto the CPUs its slot's worker does
+    not decode on (`ThreadPolicy.cpus`). What `python app.py` and `specviz app` do before they serve; an app
+    built and launched by other code (the tests') stays where its process runs."""
+    cpus = slot.policy.cpus if slot is not None and slot.policy is not None else ()
+    rest = set(os.sched_getaffinity(0)) - set(cpus) if cpus else set()
+    if rest:
+        pin_cpus(os.getpid(), rest)
 
 
 def _threads_path(cores: int) -> Path:
@@ -212,9 +226,6 @@ class RaceWorker:
         except WorkerUnavailable:
             self.close()
             raise
-        rest = set(os.sched_getaffinity(0)) - set(self.policy.cpus) if self.policy.cpus else set()
-        if rest:   # the server and its threads keep off the worker's CPUs
-            pin_cpus(os.getpid(), rest)
 
     @property
     def pid(self) -> int:
@@ -622,8 +633,10 @@ class WorkerSlot:
     given up for good (the app then decodes in its own process) when it cannot start at all."""
 
     def __init__(self, factory=None):
-        self.factory = factory or self._race_worker
-        self.policy: ThreadPolicy | None = None   # its first worker's, which every replacement keeps
+        # The policy every worker of this slot runs under, read once: once the server keeps off the first
+        # worker's CPUs (`keep_server_off`), a policy read from the server's own CPUs would be another one.
+        self.policy = thread_policy() if factory is None else None
+        self.factory = factory or (lambda: RaceWorker(self.policy))
         self.worker: RaceWorker | None = None
         self.failed: str | None = None
         self.warm_up_request = None   # measured by every worker this slot starts
@@ -647,13 +660,6 @@ class WorkerSlot:
                     except WorkerUnavailable:
                         pass   # it died at once: the next get() replaces it
             return self.worker
-
-    def _race_worker(self) -> RaceWorker:
-        # A replacement runs as the first did: by then the server keeps off the CPUs that worker was pinned to,
-        # so a policy read from the server's own CPUs would be another one.
-        worker = RaceWorker(self.policy)
-        self.policy = worker.policy
-        return worker
 
     def ready(self) -> bool:
         """A live worker is there already (get() will not wait for one to start)."""

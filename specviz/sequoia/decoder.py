@@ -31,8 +31,9 @@ has a one-hot q, so the walk's rule stays exact). The tree is renumbered breadth
 the same one forward; a copy costs no draft forward, and on code or a rewrite it reaches past where the
 draft gives up. Where `auto` planned the tree, a step whose copy the plan's own curve and step costs predict
 to pay more than the drafted tree as this run drafts it (`copy_cost.CopyPricing`, from the copy's measured
-hit rates and the tokens this run's drafted steps brought) verifies the copied chain alone and skips the draft: on a CPU the draft's forward is a large share of a step, and a
-long match is right more often than a draft level. Both choices depend on the text and the plan only, so a
+hit rates and the tokens this run's drafted steps brought) verifies the copied chain alone and skips the
+draft: on a CPU the draft's forward is a large share of a step, and a long match is right more often than
+a draft level. Both choices depend on the text and the plan only, so a
 seed still gives the same tokens. Only where nothing is captured (a captured step replays fixed shapes).
 
 Random numbers are drawn at shapes fixed by the tree (the walk's uniforms at the whole tree's depth
