@@ -25,6 +25,7 @@ from specviz.sequoia.verify import (
     STATUS_NAMES,
     WalkTables,
     greedy_walk,
+    greedy_walk_on_host,
     sampled_walk,
 )
 
@@ -312,7 +313,20 @@ def distinct_children_tokens(rng: random.Random, shape: TreeShape, vocab: int) -
     return tokens
 
 
-def test_greedy_walk_equals_the_reference_on_random_trees():
+def device_greedy_walk(shape, tokens, picks, limit):
+    return greedy_walk(WalkTables(shape, "cpu"), torch.tensor(tokens), torch.tensor(picks), limit)
+
+
+def greedy_walk_followed_on_host(shape, tokens, picks, limit):
+    return greedy_walk_on_host(shape, tokens, picks, limit, "cpu")
+
+
+GREEDY_WALKS = pytest.mark.parametrize("walk_of", [device_greedy_walk, greedy_walk_followed_on_host],
+                                       ids=["device", "host"])
+
+
+@GREEDY_WALKS
+def test_greedy_walk_equals_the_reference_on_random_trees(walk_of):
     rng = random.Random(0)
     vocab = 4
     for _ in range(300):
@@ -322,12 +336,27 @@ def test_greedy_walk_equals_the_reference_on_random_trees():
         limit = rng.randint(0, shape.depth)
         host_shape = shape.truncated(limit)
         want = host_greedy_walk(host_shape.children, tokens, picks)
-        got = greedy_walk(WalkTables(shape, "cpu"), torch.tensor(tokens), torch.tensor(picks), limit)
+        got = walk_of(shape, tokens, picks, limit)
         k = int(got.accepted)
         assert got.path.tolist()[1:k + 1] == want.accepted and int(got.bonus) == want.bonus_token
         assert got.path.tolist()[k + 1:] == [got.path.tolist()[k]] * (shape.depth - k)   # padded by repeating
         status = [STATUS_NAMES[c] for c in got.status.tolist()]
         assert status[:host_shape.size] == want.statuses(host_shape.size)
+
+
+def test_the_walk_followed_on_the_host_is_the_device_walk_to_the_dtype():
+    # What the decoder reads of a walk on a CPU (`greedy_walk_on_host`) against what it reads elsewhere: every
+    # field, its values, dtype and length, on trees cut short of their depth as a run's last steps cut them.
+    rng = random.Random(1)
+    for _ in range(200):
+        shape = TreeShape.from_parents(random_tree(rng, rng.randint(1, 12)))
+        tokens = distinct_children_tokens(rng, shape, 3)
+        picks = [rng.randrange(3) for _ in range(shape.size)]
+        limit = rng.randint(0, shape.depth)
+        device, host = device_greedy_walk(shape, tokens, picks, limit), greedy_walk_followed_on_host(shape, tokens, picks, limit)
+        for name in ("path", "accepted", "bonus", "status", "tests"):
+            want, got = getattr(device, name), getattr(host, name)
+            assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want), name
 
 
 class ScriptedHostDraws:
@@ -524,9 +553,10 @@ def test_the_walk_records_each_test_as_it_happened(prune):
     assert later_siblings_differ >= 20
 
 
-def test_the_greedy_walk_records_passed_and_failed_tests_without_draws():
+@GREEDY_WALKS
+def test_the_greedy_walk_records_passed_and_failed_tests_without_draws(walk_of):
     shape = TreeShape.from_parents([-1, 0, 0, 1, 1, 2])
     tokens, picks = [0, 3, 4, 1, 2, 0], [3, 2, 0, 0, 0, 0]   # root wants 3 (node 1), node 1 wants 2 (node 4)
-    walk = greedy_walk(WalkTables(shape, "cpu"), torch.tensor(tokens), torch.tensor(picks), shape.depth)
+    walk = walk_of(shape, tokens, picks, shape.depth)
     assert walk.tests[0].tolist() == [-1.0, 1.0, 0.0, 0.0, 1.0, -1.0]
     assert walk.tests[1:].flatten().tolist() == [-1.0] * 18

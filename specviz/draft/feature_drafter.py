@@ -58,6 +58,7 @@ class FeatureDrafter:
         self.settings = {"draft_kind": "feature", "draft_int8": inner is not None and inner.int8}
         self.hidden, self.width = draft.hidden, draft.hidden * (1 + len(self.taps))
         self.window = max_depth + 1
+        self.root_shapes: dict = {}   # pairs -> the forward's shape for a root read of that many
         dev, dtype = self.device, found.dtype
         # + window: the compaction index writes a whole path's rows from the last root on.
         self.features_by_slot = torch.zeros(found.max_len + self.window, self.width, dtype=dtype, device=dev)
@@ -77,9 +78,15 @@ class FeatureDrafter:
             self.forward.prefill(prompt[:, 1:], target_features[:n - 1])
 
     def _root_shape(self, pairs: int):
-        return self.forward.shape(("root", pairs, self.width), self.width, write_offsets=list(range(pairs)),
-                                  position_offsets=list(range(pairs)),
-                                  block=torch.ones(pairs, pairs, dtype=torch.bool).tril(), rows=[pairs - 1])
+        """The root read's shape over `pairs` new pairs, looked up here first: its spec is built only once (a
+        root runs every step)."""
+        found = self.root_shapes.get(pairs)
+        if found is None:
+            found = self.root_shapes[pairs] = self.forward.shape(
+                ("root", pairs, self.width), self.width, write_offsets=list(range(pairs)),
+                position_offsets=list(range(pairs)), block=torch.ones(pairs, pairs, dtype=torch.bool).tril(),
+                rows=[pairs - 1])
+        return found
 
     def root(self, history: torch.Tensor, committed: int, fresh: int, unread: int) -> torch.Tensor:
         # On a CPU only the fresh pairs (a few shapes, one per count); else the fixed window (only a

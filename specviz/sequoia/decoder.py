@@ -70,7 +70,8 @@ from ..prompt_lookup.match import Copy, CopyRates, NgramIndex
 from .adaptive import allocate_children, level_pays, padded_block, padded_levels, read_block
 from .copy_cost import CopyPricing
 from .tree import TreeShape, TreeTensors
-from .verify import NOT_TESTED, STATUS_NAMES, TEST_ROWS, WalkTables, greedy_walk, sampled_walk
+from .verify import (NOT_TESTED, STATUS_NAMES, TEST_ROWS, WalkTables, greedy_walk, greedy_walk_on_host,
+                     sampled_walk)
 
 ADAPTIVE_TREES_KEPT = 256   # prepared adaptive trees (a few shapes recur)
 TREES_KEPT = 2 * ADAPTIVE_TREES_KEPT   # prepared trees a session keeps for its next races (fixed and adaptive)
@@ -195,8 +196,9 @@ class SequoiaDecoder(Decoder):
         # Every committed token by slot: the root and the drafters' inputs are read from it on the device.
         self.history = torch.zeros(self.session.capacity + levels + 2, dtype=torch.long, device=dev)
         self.arange = torch.arange(levels + 1, device=dev)
-        # On a CPU nothing is captured and a flag is read for free: the sampled walk skips its moot work there.
-        self.prune_walk = dev.type == "cpu"
+        # On a CPU nothing is captured and a flag is read for free: the sampled walk skips its moot work there, and
+        # the greedy walk is followed on the host.
+        self.host_reads_free = dev.type == "cpu"
         self.trees: dict = {}   # this run's fixed trees by depth (the whole and its cuts)
         # What the draft's next root read must cover (host numbers, from each step's one read): the tokens
         # committed since its last root read, and how many of them no draft forward has read.
@@ -576,7 +578,8 @@ class SequoiaDecoder(Decoder):
         tokens = self.tokens[:n]
         if self.sampling.greedy:
             _, best, norms = logit_summary(logits, 1)
-            walk = greedy_walk(tree.tables, tokens, best[:, 0], depth)
+            walk = (greedy_walk_on_host(tree.shape, tokens.tolist(), best[:, 0].tolist(), depth, self.device)
+                    if self.host_reads_free else greedy_walk(tree.tables, tokens, best[:, 0], depth))
             # The model's own confidence (temperature 1) in each node's token.
             target_p = (logits[tt.parents, tokens].float() - norms[tt.parents]).exp()
         else:
@@ -585,7 +588,7 @@ class SequoiaDecoder(Decoder):
             uniforms = torch.rand(max(self.max_depth + self.copy_len, 1), self.max_width, generator=self.generator,
                                   device=self.device)
             walk = sampled_walk(tree.tables, tokens, target_probs, self.draft_q, uniforms, depth,
-                                self.generator, prune=self.prune_walk)
+                                self.generator, prune=self.host_reads_free)
             target_p = target_probs[tt.parents, tokens]
         self.target.keep(root_slot, walk.path + root_slot)
         path_slots = walk.path if read_slots is None else read_slots.index_select(0, walk.path)
