@@ -38,9 +38,15 @@ SELECTIONS = {
     "tree-positions-off-by-one": GREEDY_SEQUOIA,
     "tree-mask-skips-self": GREEDY_SEQUOIA,
     "kv-keeps-rejected-slot": GREEDY_SEQUOIA,
+    "host-walk-wrong-child": GREEDY_SEQUOIA,
     "lookahead-device-fallback-raw-p": LOOKAHEAD_WALK,
     "lookahead-device-accept-raw-p": LOOKAHEAD_WALK,
     "race-sample-flattened": ["tests/test_sampling_exact.py", "-k", "sync_free_draw"],
+    # The chi-square families whose steps graft a copied chain, and verify one alone.
+    "copy-accepted-outright": ["tests/test_sampling_exact.py", "-k",
+                               "test_sampling_is_exact and sequoia-copied and not alone"],
+    "copy-accepted-outright-alone": ["tests/test_sampling_exact.py", "-k",
+                                     "test_sampling_is_exact and sequoia-copied-alone"],
     "sampler-ignores-temperature": ["tests/test_sampling_exact.py", "-k", "test_sampling_is_exact and ar and T0.6"],
     "checkout-shares-a-session": ["tests/test_workshop_room.py", "-k", "keep_their_own_decoding_state"],
 }
@@ -76,6 +82,9 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown mutants: {sorted(unknown)}")
     rows, survivors = [], 0
+    unselected = [m.name for m in chosen if m.name not in SELECTIONS]
+    if unselected and not args.wide:
+        parser.error(f"no tests are chosen for {unselected}: add them to SELECTIONS (or run --wide)")
     for mutant in chosen:
         selection = WIDE if args.wide else SELECTIONS[mutant.name]
         outcome, failed, seconds = run(mutant.name, selection, fail_fast=not args.all_failures)
