@@ -39,6 +39,7 @@ CONFIGS = {   # name: (method, temperature, decoder options)
     # Fixed sizes: `auto`'s cached plan is keyed by the forward's kind, so two code versions could each
     # measure their own and race different windows.
     "lookahead 4x3x4": ("lookahead", 0.0, {"window": 4, "ngram": 3, "guesses": 4}),
+    "lookahead auto": ("lookahead", 0.0, {}),   # each revision's own sizing from the same cached curve
     "sequoia adaptive": ("sequoia", 0.0, {"tree": "adaptive"}),
     "sequoia adaptive T0.6": ("sequoia", 0.6, {"tree": "adaptive"}),
     "sequoia adaptive=0.03": ("sequoia", 0.0, {"tree": "adaptive", "tree_threshold": 0.03}),
@@ -153,6 +154,9 @@ def main() -> int:
     if args.serve:
         worker(args.serve, args.threads, args.tokens, args.draft, args.interleave, args.dtype, args.suites)
         return 0
+    unknown = [name for name in args.configs.split(",") if name not in CONFIGS]
+    if unknown:
+        p.error(f"unknown configs {unknown}; known: {', '.join(CONFIGS)}")
     configs = {name: CONFIGS[name] for name in args.configs.split(",")}
     with tempfile.TemporaryDirectory() as tmp:
         procs = {"old": start(export(args.old, Path(tmp) / "code", args.old_assets), args, own_cache(Path(tmp) / "old")),

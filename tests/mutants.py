@@ -40,6 +40,10 @@ MUTANTS = [
     Mutant("host-walk-wrong-child", "specviz.sequoia.verify", "greedy_walk_on_host",
            "if tokens[c] == picks[node]", "if tokens[c] != picks[node]",
            "the greedy walk a CPU follows on the host accepts a child the target did not choose"),
+    Mutant("host-verdict-off-by-one", "specviz.lookahead.verify", "greedy_verdict_on_host",
+           "expected = [first_pred] + list(preds[:-1])", "expected = list(preds)",
+           "the greedy verdict a CPU follows on the host checks each candidate token against the target's choice "
+           "one position later"),
     Mutant("tree-positions-off-by-one", "specviz.sequoia.decoder", "_Tree.__init__",
            "position_offsets=shape.depths,", "position_offsets=[d + 1 for d in shape.depths],",
            "every tree node sits one position too far from the root in the target's forward"),

@@ -14,7 +14,7 @@ from mutants import BY_NAME, _mutated_function, _resolve
 from specviz.engine.methods import make_decoder
 from specviz.engine.sampling import SamplingConfig
 from specviz.lookahead import verify
-from specviz.lookahead.verify import greedy_verdict, unpack, verdict_width
+from specviz.lookahead.verify import greedy_verdict, greedy_verdict_on_host, unpack, verdict_width
 from specviz.trace import SOURCE_COPY, SOURCE_NGRAM
 
 # -- device verification alone (no model) -------------------------------------------------------
@@ -36,6 +36,8 @@ def test_device_greedy_verdict_equals_the_host_rule():
                                 torch.tensor(preds, dtype=torch.long).view(guesses, cand_len))
         assert packed.shape == (verdict_width(guesses, cand_len),)
         assert unpack(packed.tolist(), n_real, cand_len) == host, (cands, n_real, preds, first)
+        # What a CPU runs instead (`greedy_verdict_on_host`): the same packed values, padding rows and all.
+        assert greedy_verdict_on_host([list(c) for c in cands], n_real, first, preds, cand_len) == packed.tolist()
         seen_full += host.n_accepted == cand_len
         seen_none += host.best is None
         seen_tie += host.best is not None and host.match_lengths.count(host.n_accepted) > 1

@@ -96,6 +96,28 @@ def greedy_verdict(candidates: torch.Tensor, valid: torch.Tensor, first_pred: to
     return pack(tokens, n_accepted, torch.where(n_accepted > 0, best, NO_CANDIDATE), lengths)
 
 
+def greedy_verdict_on_host(candidates: list, n_valid: int, first_pred: int, cand_preds: list,
+                           cand_len: int) -> list[int]:
+    """`greedy_verdict` on the host, for a CPU, where reading the target's choices costs no sync: its ~20 small
+    ops cost a Lookahead or prompt-lookup step ~0.1-0.2 ms there in a decode. The same packed values, as a list
+    (rows of `cand_len` tokens, the first `n_valid` real); `tests/test_lookahead_static.py` checks the two
+    against each other and the reference."""
+    lengths = []
+    for k, (tokens, preds) in enumerate(zip(candidates, cand_preds)):
+        length = 0
+        if k < n_valid:
+            expected = [first_pred] + list(preds[:-1])
+            while length < cand_len and tokens[length] == expected[length]:
+                length += 1
+        lengths.append(length)
+    n_accepted = max(lengths, default=0)
+    best = lengths.index(n_accepted) if lengths else 0   # the first of the longest
+    last = cand_preds[best][n_accepted - 1] if n_accepted else first_pred
+    accepted = list(candidates[best][:n_accepted]) if candidates else []
+    tokens = accepted + [last] + [NO_CANDIDATE] * (cand_len - n_accepted)
+    return tokens + [n_accepted, best if n_accepted else NO_CANDIDATE] + lengths
+
+
 def _pick_row(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return rows.index_select(0, index.view(1))[0]
 

@@ -29,7 +29,8 @@ from ..engine.native import logit_summary
 from ..engine.sampling import draw_token, probs_from_logits
 from ..engine.static import cache_capacity, checkout, release
 from ..errors import InvalidInput
-from ..lookahead.verify import NOT_TRIED, greedy_tries, greedy_verdict, sampled_verdict, unpack, verdict_width
+from ..lookahead.verify import (NOT_TRIED, greedy_tries, greedy_verdict, greedy_verdict_on_host, sampled_verdict,
+                               unpack, verdict_width)
 from ..trace import (ORIGIN_COPY, PHASE_TARGET, PHASE_VERIFY, SOURCE_AR, SOURCE_BONUS, SOURCE_COPY,
                      StepRecord, TreeNode, TreePayload)
 from .match import CopyRates, NgramIndex
@@ -127,7 +128,11 @@ class PromptLookupDecoder(Decoder):
         # The target's own confidence (temperature 1) in each copied token, for the tree's labels.
         _, best, norms = logit_summary(logits, 1)
         target_p = (logits[:-1].gather(1, ids[1:].view(-1, 1)).view(-1).float() - norms[:-1]).exp()
-        if self.sampling.greedy:
+        if self.sampling.greedy and self.device.type == "cpu":   # a read costs no sync: the rule on the host
+            preds = best[:, 0].tolist()
+            verdict = torch.tensor(greedy_verdict_on_host([ids.tolist()[1:]], 1, preds[0], [preds[1:]], length))
+            tries = None
+        elif self.sampling.greedy:
             preds = best[:, 0]
             verdict = greedy_verdict(candidate, valid, preds[0], preds[1:].view(1, length))
             tries = None
