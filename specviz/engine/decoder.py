@@ -83,6 +83,10 @@ class Decoder(ABC):
                  graphs: str = "auto"):
         self.pair = pair
         self.device = pair.device
+        # On a CPU nothing is captured and reading a tensor costs no sync: a step may follow its greedy verification
+        # on the host (a handful of list operations where the device form runs ~20 small tensor ops), and a sampled
+        # walk may skip the work it can see is moot.
+        self.host_reads_free = self.device.type == "cpu"
         self.sampling = sampling.validated()
         self.prompt_ids = list(prompt_ids)
         self.max_new_tokens = validate_max_new_tokens(max_new_tokens, len(prompt_ids), pair.max_context)

@@ -106,7 +106,6 @@ class LookaheadDecoder(Decoder):
         self.shapes: dict = {}   # (fill level, candidate count) -> the forward's shape
         self.staged = _StagedInputs(1 + n_max, self.device)
         self.candidate_numbers = torch.arange(self.rows, device=self.device)
-        self.host_reads_free = self.device.type == "cpu"   # nothing captured, a read costs no sync
         self.ngram_slots = torch.arange(self.N - 1, device=self.device)
 
         # Window guesses come from a private stream: deterministic for a seed, never the global RNG.
@@ -155,7 +154,10 @@ class LookaheadDecoder(Decoder):
                                  + [tok for c in candidates for tok in c] + padding)
         logits = shape(staged[1:1 + shape.n], ctx)
         timer.start(PHASE_VERIFY)
-        values = self._verdict_on_device(layout, count, logits, staged, len(candidates)).tolist()
+        if self.sampling.greedy and self.host_reads_free:
+            values = self._greedy_on_host(layout, count, logits, candidates, t0)
+        else:
+            values = self._verdict_on_device(layout, count, logits, staged).tolist()
         packed = layout.new_level_rows + verdict_width(count, self.N - 1)
         ints = [int(v) for v in values[:packed]]   # sampled steps read their tries' floats with them
         new_level = ints[:layout.new_level_rows]
@@ -184,21 +186,25 @@ class LookaheadDecoder(Decoder):
         pooled = [c for c in self.pool.candidates(t0, self.G + len(copied)) if c not in copied][:self.G]
         return copied + pooled, len(copied)
 
-    def _verdict_on_device(self, layout: LookaheadLayout, count: int, logits: torch.Tensor, staged: torch.Tensor,
-                           n_real: int):
+    def _greedy_on_host(self, layout: LookaheadLayout, count: int, logits: torch.Tensor,
+                        candidates: list[tuple[int, ...]], t0: int) -> list[int]:
+        """What `_verdict_on_device(...).tolist()` gives a greedy step, the argmax read and the rule followed on
+        the host (`verify.greedy_verdict_on_host`); rows past the real `candidates` are t0's padding."""
+        cand_len, rows = self.N - 1, layout.n_kept_fixed
+        preds = logit_summary(logits, 1)[1][:, 0].tolist()
+        padded = [list(c) for c in candidates] + [[t0] * cand_len] * (count - len(candidates))
+        after = [preds[rows + k * cand_len:rows + (k + 1) * cand_len] for k in range(count)]
+        return preds[:layout.new_level_rows] + greedy_verdict_on_host(padded, len(candidates), preds[layout.t0_row],
+                                                                      after, cand_len)
+
+    def _verdict_on_device(self, layout: LookaheadLayout, count: int, logits: torch.Tensor, staged: torch.Tensor):
         """[the new window level's argmax | the packed verdict] as one long tensor, nothing read yet.
         `staged` is [candidate count, the step's ids]; of the `count` candidate rows, those past the
-        pool's `n_real` candidates are padding. Greedy on a CPU, where a read costs no sync, the argmax is read
-        and the rule followed on the host (`verify.greedy_verdict_on_host`: ~20 small ops fewer a step)."""
+        pool's candidates are padding."""
         cand_len, rows = self.N - 1, layout.n_kept_fixed
         start = 1 + layout.candidate_start
         candidates = staged[start:start + count * cand_len].view(count, cand_len)
         valid = self.candidate_numbers[:count] < staged[0]
-        if self.sampling.greedy and self.host_reads_free:   # the same values, the rule followed on the host
-            preds = logit_summary(logits, 1)[1][:, 0].tolist()
-            after = [preds[rows + k * cand_len:rows + (k + 1) * cand_len] for k in range(count)]
-            verdict = greedy_verdict_on_host(candidates.tolist(), n_real, preds[layout.t0_row], after, cand_len)
-            return torch.tensor(preds[:layout.new_level_rows] + verdict)
         if self.sampling.greedy:
             preds = logit_summary(logits, 1)[1][:, 0]
             verdict = greedy_verdict(candidates, valid, preds[layout.t0_row], preds[rows:].view(count, cand_len))

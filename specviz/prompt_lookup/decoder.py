@@ -124,25 +124,25 @@ class PromptLookupDecoder(Decoder):
         """Lookahead's verdict over the one copied candidate, its tests and the target's P of each copied token,
         in one read."""
         length = ids.numel() - 1
-        candidate, valid = ids[1:].view(1, length), torch.ones(1, dtype=torch.bool, device=self.device)
         # The target's own confidence (temperature 1) in each copied token, for the tree's labels.
         _, best, norms = logit_summary(logits, 1)
         target_p = (logits[:-1].gather(1, ids[1:].view(-1, 1)).view(-1).float() - norms[:-1]).exp()
-        if self.sampling.greedy and self.device.type == "cpu":   # a read costs no sync: the rule on the host
+        tries = None
+        if self.sampling.greedy and self.host_reads_free:   # the same values, the rule followed on the host
             preds = best[:, 0].tolist()
-            verdict = torch.tensor(greedy_verdict_on_host([ids.tolist()[1:]], 1, preds[0], [preds[1:]], length))
-            tries = None
-        elif self.sampling.greedy:
-            preds = best[:, 0]
-            verdict = greedy_verdict(candidate, valid, preds[0], preds[1:].view(1, length))
-            tries = None
+            read = greedy_verdict_on_host([ids.tolist()[1:]], 1, preds[0], [preds[1:]], length) + target_p.tolist()
         else:
-            probs = probs_from_logits(logits, self.sampling)
-            uniforms = torch.rand(length, 1, generator=self.generator, device=self.device, dtype=torch.float64)
-            verdict, tries = sampled_verdict(candidate, valid, probs[0], probs[1:].view(1, length, -1), uniforms,
-                                             self.generator)
-        parts = [verdict.double(), target_p.double()] + ([tries.flatten()] if tries is not None else [])
-        read = torch.cat(parts).tolist()
+            candidate, valid = ids[1:].view(1, length), torch.ones(1, dtype=torch.bool, device=self.device)
+            if self.sampling.greedy:
+                preds = best[:, 0]
+                verdict = greedy_verdict(candidate, valid, preds[0], preds[1:].view(1, length))
+            else:
+                probs = probs_from_logits(logits, self.sampling)
+                uniforms = torch.rand(length, 1, generator=self.generator, device=self.device, dtype=torch.float64)
+                verdict, tries = sampled_verdict(candidate, valid, probs[0], probs[1:].view(1, length, -1), uniforms,
+                                                 self.generator)
+            parts = [verdict.double(), target_p.double()] + ([tries.flatten()] if tries is not None else [])
+            read = torch.cat(parts).tolist()
         width = verdict_width(1, length)
         found = unpack([int(v) for v in read[:width]], 1, length)
         target_p = read[width:width + length]

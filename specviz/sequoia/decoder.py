@@ -196,9 +196,6 @@ class SequoiaDecoder(Decoder):
         # Every committed token by slot: the root and the drafters' inputs are read from it on the device.
         self.history = torch.zeros(self.session.capacity + levels + 2, dtype=torch.long, device=dev)
         self.arange = torch.arange(levels + 1, device=dev)
-        # On a CPU nothing is captured and a flag is read for free: the sampled walk skips its moot work there, and
-        # the greedy walk is followed on the host.
-        self.host_reads_free = dev.type == "cpu"
         self.trees: dict = {}   # this run's fixed trees by depth (the whole and its cuts)
         # What the draft's next root read must cover (host numbers, from each step's one read): the tokens
         # committed since its last root read, and how many of them no draft forward has read.
