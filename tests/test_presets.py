@@ -191,9 +191,11 @@ def test_too_big_a_tree_writes_more_per_forward_but_what_if_peaks_below_it(runs)
     assert "where would it peak on a GPU" in WORKSHOP[_named("too big")]["question"]
 
 
-def test_the_slow_and_the_fast_target_race_one_tree_and_the_fast_one_pays_more_for_its_draft(runs):
-    """The bf16 and q4 presets race the same prompt and tree: tokens per forward nearly equal, the draft-cost
-    ratio c larger over the faster target (what the pair's questions ask the room to read)."""
+def test_the_slow_and_the_fast_target_race_one_tree_and_each_shows_its_own_draft_cost(runs):
+    """The bf16 and q4 presets race the same prompt and tree: tokens per forward nearly equal, and each run's
+    hardware panel shows its own c (a draft level over its own `ar` step), the number the pair's questions ask the
+    room to compare. Which way c moves is the machine's answer, not a behaviour: the draft gains from 4 bits too,
+    and CI once measured c 0.17 over bf16 and 0.12 over q4 where this machine reads the reverse."""
     from specviz.ui import hardware
 
     slow, fast = runs[_named("slow target")], runs[_named("fast target")]
@@ -206,7 +208,9 @@ def test_the_slow_and_the_fast_target_race_one_tree_and_the_fast_one_pays_more_f
         page = hardware.pays_html(trace)
         assert f"c = {paid[name]['c']:.3f}" in page and "Leviathan" in page, name
     assert fast.runs["sequoia"].tokens_per_forward == pytest.approx(slow.runs["sequoia"].tokens_per_forward, rel=0.15)
-    assert paid["fast"]["c"] > paid["slow"]["c"], paid
+    # Each c is priced by its own run's `ar` step and draft levels, not one shared between the two presets.
+    for name, trace in (("slow", slow), ("fast", fast)):
+        assert paid[name]["ar_step_ms"] == measured.measured_parts(trace.runs["ar"]).step_ms, name
 
 
 def test_what_if_predicts_each_run_from_its_own_costs_and_shows_the_parts(runs):

@@ -309,7 +309,8 @@ def pays_html(trace) -> str:
              f"where a drafted token was accepted: a chain's acceptance rate), γ = {got['gamma']:.1f} drafted levels "
              f"a step, draft-cost ratio c = {got['c']:.3f} (one draft level over autoregressive's step). Speedup = "
              "(1 − α^(γ+1)) / ((1 − α)(γc + 1)) if verifying γ tokens cost one forward; on a CPU it costs t(n), "
-             "which the second row prices in. The faster the target, the larger c and the less the same tree gains.")
+             "which the second row prices in. Over the same draft, the faster the target, the larger c and the less the "
+             "same tree gains; beside a 4-bit target the draft runs on int8 kernels too, so c can move either way.")
     return (f'<div class="sv-pays" style="font-size:15px;margin:6px 0">{esc(words)}</div>'
             + html.table_html(rows, "Why it pays, or not, on this machine"))
 
