@@ -308,3 +308,16 @@ def test_auto_model_and_choice(tmp_path, monkeypatch, one_thread):
     assert trace.settings["auto"] and (trace.settings["window"], trace.settings["ngram"],
                                        trace.settings["guesses"]) == (c["window"], c["ngram"], c["guesses"])
     assert trace.token_ids == _tiny_ar(pair, TINY_PROMPT, 6)
+
+
+def test_expected_tokens_count_a_copy_past_the_ngram_and_nothing_else_changes():
+    """A priced copy may outrun N-1 (`decoder._priced_copies`): its later positions add what they are reached
+    with, the pool's n-grams stop at N-1, and a copy no longer than N-1 gives the formula it always gave."""
+    from specviz.ui.measured import lookahead_expected
+
+    short = lookahead_expected(0.1, 3, 2, 0.5, 1)
+    assert lookahead_expected(0.1, 3, 2, 0.5, 1, copy_len=2) == short
+    assert short == pytest.approx(1 + (1 - 0.9 ** 2 * 0.5) + (1 - 0.99 ** 2 * 0.75))
+    # Two positions more, reached only through the copy: 0.5^3 and 0.5^4.
+    assert lookahead_expected(0.1, 3, 2, 0.5, 1, copy_len=4) == pytest.approx(short + 0.5 ** 3 + 0.5 ** 4)
+    assert lookahead_expected(0.1, 3, 2, 0.5, 0, copy_len=4) == lookahead_expected(0.1, 3, 2, 0.5, 0)

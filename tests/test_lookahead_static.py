@@ -15,7 +15,7 @@ from specviz.engine.methods import make_decoder
 from specviz.engine.sampling import SamplingConfig
 from specviz.lookahead import verify
 from specviz.lookahead.verify import greedy_verdict, greedy_verdict_on_host, unpack, verdict_width
-from specviz.trace import SOURCE_COPY, SOURCE_NGRAM
+from specviz.trace import ORIGIN_COPY, SOURCE_COPY, SOURCE_NGRAM
 
 # -- device verification alone (no model) -------------------------------------------------------
 
@@ -241,9 +241,16 @@ def test_greedy_exact_and_padded_steps_equal_ar(pair_fp32, ar_tokens, auto_curve
     assert [s.tokens_processed for s in exact.steps[1:]] == exact_rows
     assert [s.tokens_processed for s in padded.steps[1:]] == padded_rows
     window_rows = [1 + sum(len(level) for level in s.payload.window) for s in exact.steps[1:]]
-    assert exact_rows == [w + len(s.payload.candidates) * (ngram - 1) for w, s in zip(window_rows, exact.steps[1:])]
+    # Every candidate of a step is the step's length: N-1, or under `auto` a priced copy's, when longer.
+    widths = [len(s.payload.candidates[0].tokens) if s.payload.candidates else ngram - 1 for s in exact.steps[1:]]
+    assert all(len(c.tokens) == w for s, w in zip(exact.steps[1:], widths) for c in s.payload.candidates)
+    assert exact_rows == [w + len(s.payload.candidates) * L for w, s, L in zip(window_rows, exact.steps[1:], widths)]
     # Padded, every step runs the G pool rows and the copies' rows.
-    assert padded_rows == [w + (guesses + exact.settings["copies"]) * (ngram - 1) for w in window_rows]
+    assert padded_rows == [w + (guesses + exact.settings["copies"]) * L for w, L in zip(window_rows, widths)]
+    if auto_curve == "flat":   # rows nearly free: good copies verify past N-1, and are accepted past it
+        assert max(widths) > ngram - 1
+        assert any(c.origin == ORIGIN_COPY and c.match_length > ngram - 1
+                   for s in exact.steps[1:] for c in s.payload.candidates)
     if guesses:
         assert exact_rows != padded_rows   # some step had fewer candidates than G
 
@@ -263,7 +270,7 @@ def test_static_shapes_have_no_graph_breaks(pair_fp32):
     """What a CUDA graph captures (each padded shape's compute) is one graph for dynamo: a warm-up and a steady shape."""
     dec = make_decoder("lookahead", pair_fp32, PROMPTS["code"], max_new_tokens=8, window=4, ngram=3, guesses=3)
     try:
-        for layout in (dec.layouts[0], dec.layouts[-1]):
+        for layout in (dec.layout(0), dec.layout(dec.N - 2)):
             torch._dynamo.reset()
             with torch.inference_mode():
                 explained = torch._dynamo.explain(dec._shape(layout, dec.G).compute)()
@@ -352,3 +359,44 @@ def test_device_sampled_verdict_records_each_try_as_it_happened():
             probs = after[survivors[0], j].double()
         torch.testing.assert_close(tries, want, atol=1e-9, rtol=0, msg=lambda m: f"case {case}: {m}")
     assert renormalised >= 10
+
+
+# The tiny target's greedy continuation of [3, 1, 4, 1, 5] between two copies of it: after the prompt, the copy of
+# what followed the first is the target's likeliest continuation, accepted past N-1 in a quarter of the runs.
+QUOTING_PROMPT = [3, 1, 4, 1, 5, 1, 0, 3, 0, 3, 0, 3, 1, 4, 1, 5]
+QUOTING = SamplingConfig(0.7)
+
+
+def _priced_copy_samples(pair, exact_runs: int) -> tuple[list[tuple], int]:
+    """First four tokens of `exact_runs` seeded runs whose copies are priced on a flat curve (rows free, so a copy
+    verifies up to its whole length, past N-1 = 1), and how many runs accepted more than one copied token a step."""
+    samples, long_accepts = [], 0
+    for seed in range(exact_runs):
+        sampling = SamplingConfig(QUOTING.temperature, seed=seed)
+        trace = _run(pair, "", False, prompt_ids=QUOTING_PROMPT, max_new_tokens=6, sampling=sampling,
+                     window=2, ngram=2, guesses=1, copy_curve={1: 1.0, 64: 1.0})
+        samples.append(tuple(trace.token_ids[:4]))
+        long_accepts += any(st.token_sources.count(SOURCE_COPY) > 1 for st in trace.steps)
+    return samples, long_accepts
+
+
+def test_priced_copies_longer_than_the_ngram_sample_exactly_and_a_planted_bug_does_not(one_thread):
+    """A copy priced past N-1 (the step's candidates as long as it, the pool's n-gram padded) keeps sampling exact:
+    the tiny target's first four tokens by chi-square, with copies accepted past N-1; the negative control, the
+    rejection's fallback drawn from the raw P, is caught by the same check at the same size."""
+    from helpers import exact_distribution
+
+    pair = tiny_pair(draft_seed=None, logit_scale=14.0)
+    exact = exact_distribution(pair.target, QUOTING_PROMPT, QUOTING, 4)
+    samples, long_accepts = _priced_copy_samples(pair, 1200)
+    assert chi_square_pvalue(samples, exact) > 1e-3
+    assert long_accepts > 100, long_accepts
+    from specviz.lookahead import decoder
+
+    _, _, original = _resolve(FALLBACK_FROM_RAW_P)
+    decoder.sampled_verdict = _mutated_function(FALLBACK_FROM_RAW_P, original)   # the name the decoder calls
+    try:
+        control, _ = _priced_copy_samples(pair, 1200)
+    finally:
+        decoder.sampled_verdict = original
+    assert chi_square_pvalue(control, exact, control=True) < 1e-3

@@ -11,7 +11,10 @@ Copied candidates (prompt lookup, `prompt_lookup.match`): where the text's last 
 what followed them there is verified first, in up to `copies` rows of their own beside the pool's G. A
 copy is deterministic given the text, as a pool n-gram is, so the one-hot verification keeps the output
 exact; on code or a rewrite it is the candidate the pool's Jacobi harvest rarely has. Uncaptured, a
-copy's rows run only in the steps that found one.
+copy's rows run only in the steps that found one. Where `auto` sized the window (or a first estimate did),
+the step prices its copy's length as prompt lookup does (`prompt_lookup.sizing.best_length` over the
+measured t(n), the run's own copy rates), so a good match verifies more than N-1 tokens: the step's
+candidates are then that long, the pool's n-grams padded with t0 (a wrong guess costs a row, never a token).
 
 One step program, on a CPU as on a GPU: the window and the pool stay host-side Python; the host sends
 the step's ids in one copy, the device runs the forward over a fixed shape (`engine.static`), the
@@ -33,7 +36,9 @@ from ..engine.native import logit_summary
 from ..engine.sampling import next_token_on_device, probs_from_logits
 from ..engine.static import cache_capacity, checkout, release
 from ..errors import InvalidInput
-from ..prompt_lookup.match import NgramIndex
+from ..engine.curve import Curve
+from ..prompt_lookup.match import CopyRates, NgramIndex
+from ..prompt_lookup.sizing import MAX_TOKENS, best_length
 from ..trace import (
     PHASE_TARGET,
     PHASE_VERIFY,
@@ -50,7 +55,7 @@ from ..trace import (
 from .verify import (NOT_TRIED, greedy_tries, greedy_verdict, greedy_verdict_on_host, sampled_verdict, unpack,
                      verdict_width)
 from .pool import NgramPool
-from .sizing import COPY_ROWS, resolve_settings
+from .sizing import COPY_ROWS, auto_curve, resolve_settings
 from .window import LookaheadLayout, build_layout
 
 
@@ -74,26 +79,38 @@ class LookaheadDecoder(Decoder):
     method = "lookahead"
 
     def __init__(self, pair, prompt, prompt_ids, sampling, max_new_tokens, window=None, ngram=None,
-                 guesses=None, pool_from_prompt=True, graphs="auto", copies=COPY_ROWS):
+                 guesses=None, pool_from_prompt=True, graphs="auto", copies=COPY_ROWS, copy_curve=None):
+        """`copy_curve`: the target's forward ms by rows, which prices each step's copy length (`auto` passes
+        the curve it sized the window on); without it a copy is N-1 tokens, as the window's n-grams."""
         if not isinstance(pool_from_prompt, bool):
             raise InvalidInput(f"pool from prompt must be true or false, got {pool_from_prompt!r}")
         if isinstance(copies, bool) or not isinstance(copies, int) or not 0 <= copies <= 8:
             raise InvalidInput(f"copied candidates must be a whole number from 0 to 8, got {copies!r}")
         if not prompt_ids:
             raise InvalidInput("the prompt is empty; give at least one token")
+        if copy_curve is not None and (not isinstance(copy_curve, dict) or not copy_curve):
+            raise InvalidInput("a Lookahead copy curve must map row counts to milliseconds")
         window, ngram, guesses, auto = resolve_settings(pair, window, ngram, guesses, graphs=graphs)
+        if auto and copy_curve is None:
+            copy_curve = auto_curve(pair, graphs)
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens, settings={
             "window": window, "ngram": ngram, "guesses": guesses, "pool_from_prompt": pool_from_prompt,
-            "copies": copies, "auto": auto}, graphs=graphs)
+            "copies": copies, "auto": auto, "copy_tokens": ngram - 1 if copy_curve is None else MAX_TOKENS},
+            graphs=graphs)
         self.W, self.N, self.G = window, ngram, guesses
         self.copies = copies
         self.rows = guesses + copies   # candidate rows a step may verify: copies first, then the pool's
         self.cache_len = 0
         self.t0: int | None = None          # last committed token, not yet in the cache
 
-        # One layout per warm-up fill level; the shapes over them are made when a step first needs one.
-        self.layouts = [build_layout(window, ngram, self.rows, fill) for fill in range(ngram - 1)]
-        n_max = max(lay.n_max for lay in self.layouts)
+        # One layout per warm-up fill level and candidate length; the shapes over them are made when a step
+        # first needs one. A copy longer than N-1 is priced per step, and not where steps replay graphs.
+        self.copy_curve = None if copy_curve is None else Curve(copy_curve)
+        self.copy_rates = CopyRates()
+        longest = ngram - 1 if copy_curve is None or not copies else max(ngram - 1, MAX_TOKENS)
+        self.layouts = {(fill, length): build_layout(window, ngram, self.rows, fill, length)
+                        for fill in range(ngram - 1) for length in (ngram - 1, longest)}
+        n_max = max(lay.n_max for lay in self.layouts.values())
         self.max_position = pair.max_context - 1
         target = pair.target
         capacity = cache_capacity(len(self.prompt_ids) + self.max_new_tokens + n_max)
@@ -102,26 +119,39 @@ class LookaheadDecoder(Decoder):
         self.forward = self.session.forward("target", target)
         # Padding candidates is free only in a replayed graph; eagerly each step runs the pool's own count.
         self.padded = self.session.runner.capture and self.forward.capturable
+        if self.padded:   # one shape per fill level to capture: copies N-1 long, as before
+            self.copy_curve = None
+            self.trace.settings["copy_tokens"] = ngram - 1
         self.graph_stats = self.session.runner.stats
-        self.shapes: dict = {}   # (fill level, candidate count) -> the forward's shape
+        self.shapes: dict = {}   # (fill level, candidate count, L) -> the forward's shape
         self.staged = _StagedInputs(1 + n_max, self.device)
         self.candidate_numbers = torch.arange(self.rows, device=self.device)
-        self.ngram_slots = torch.arange(self.N - 1, device=self.device)
+        self.slots: dict[int, torch.Tensor] = {}   # L -> the cache slots a kept candidate's K/V move from
 
         # Window guesses come from a private stream: deterministic for a seed, never the global RNG.
         self.rng = random.Random(self.sampling.seed if self.sampling.seed is not None else 0)
         self.fill = 0
-        self.levels = [[self.rng.choice(self.prompt_ids) for _ in range(self.layouts[0].level_lengths[0])]]
+        self.levels = [[self.rng.choice(self.prompt_ids) for _ in range(self.layout(0).level_lengths[0])]]
         self.pool = NgramPool(ngram - 1, guesses)
         if pool_from_prompt:
             self.pool.seed_from_prompt(self.prompt_ids)
         self.index = NgramIndex(self.prompt_ids)   # the text so far, for copied candidates
 
+    def layout(self, fill: int, cand_len: int | None = None) -> LookaheadLayout:
+        """The layout at a warm-up fill level for candidates of `cand_len` tokens (N-1 by default), made on
+        first use (a step's copy may be longer than any seen before)."""
+        key = (fill, self.N - 1 if cand_len is None else cand_len)
+        found = self.layouts.get(key)
+        if found is None:
+            found = self.layouts[key] = build_layout(self.W, self.N, self.rows, *key)
+        return found
+
     def _shape(self, layout: LookaheadLayout, count: int):
         """The layout with `count` candidates, its spec built on first use only (a step reuses it)."""
-        found = self.shapes.get((layout.fill, count))
+        key = (layout.fill, count, layout.cand_len)
+        found = self.shapes.get(key)
         if found is None:
-            found = self.shapes[(layout.fill, count)] = self._new_shape(layout, count)
+            found = self.shapes[key] = self._new_shape(layout, count)
         return found
 
     def _new_shape(self, layout: LookaheadLayout, count: int):
@@ -129,7 +159,7 @@ class LookaheadDecoder(Decoder):
         change nothing the step reads (verification skips them too)."""
         n = layout.n_tokens(count)
         return self.forward.shape(
-            (self.W, self.N, layout.fill, count), write_offsets=list(range(n)),
+            (self.W, self.N, layout.fill, count, layout.cand_len), write_offsets=list(range(n)),
             position_offsets=layout.offsets[:n].tolist(), block=layout.allowed[:n, :n],
             rows=layout.logits_index[:layout.n_kept(count)].tolist(), max_position=self.max_position)
 
@@ -143,13 +173,14 @@ class LookaheadDecoder(Decoder):
             return self._prefill()
         timer = PhaseTimer(self.device)
         timer.start(PHASE_TARGET)
-        layout = self.layouts[self.fill]
         t0, ctx = self.t0, self.cache_len
-        candidates, n_copied = self._candidates(t0)
+        candidates, n_copied, copy = self._candidates(t0)
+        width = len(candidates[0]) if candidates else self.N - 1
+        layout = self.layout(self.fill, width)
         count = self.rows if self.padded else len(candidates)
         shape = self._shape(layout, count)
         window_in = [list(level) for level in self.levels]
-        padding = [t0] * ((count - len(candidates)) * (self.N - 1))
+        padding = [t0] * ((count - len(candidates)) * width)
         staged = self.staged.put([len(candidates), t0] + [tok for level in self.levels for tok in level]
                                  + [tok for c in candidates for tok in c] + padding)
         logits = shape(staged[1:1 + shape.n], ctx)
@@ -158,17 +189,19 @@ class LookaheadDecoder(Decoder):
             values = self._greedy_on_host(layout, count, logits, candidates, t0)
         else:
             values = self._verdict_on_device(layout, count, logits, staged).tolist()
-        packed = layout.new_level_rows + verdict_width(count, self.N - 1)
+        packed = layout.new_level_rows + verdict_width(count, width)
         ints = [int(v) for v in values[:packed]]   # sampled steps read their tries' floats with them
         new_level = ints[:layout.new_level_rows]
-        verdict = unpack(ints[layout.new_level_rows:], len(candidates), self.N - 1)
-        tries = self._tries(values[packed:], verdict, count, len(candidates))
+        verdict = unpack(ints[layout.new_level_rows:], len(candidates), width)
+        tries = self._tries(values[packed:], verdict, count, len(candidates), width)
+        if copy is not None:   # the copy is candidate 0; a match past its own tokens ran into t0's padding
+            verified = min(len(copy.tokens), width)
+            self.copy_rates.update(copy, verified, min(verdict.match_lengths[0], verified))
         return self._conclude(timer, layout, t0, ctx, candidates, n_copied, window_in, new_level, verdict,
                               shape.n, tries)
 
-    def _tries(self, values: list[float], verdict, count: int, n_real: int) -> list[tuple[list, list]]:
+    def _tries(self, values: list[float], verdict, count: int, n_real: int, cand_len: int) -> list[tuple[list, list]]:
         """Per real candidate, (accept_probs, uniforms) by position, None where its token was not tried."""
-        cand_len = self.N - 1
         if not values:   # greedy: passed or failed, from the match lengths; no draws
             return [(tested, [None] * cand_len) for tested in greedy_tries(verdict.match_lengths, cand_len)]
         half = cand_len * count
@@ -176,21 +209,47 @@ class LookaheadDecoder(Decoder):
         return [([as_kept(values[j * count + k]) for j in range(cand_len)],
                  [as_kept(values[half + j * count + k]) for j in range(cand_len)]) for k in range(n_real)]
 
-    def _candidates(self, t0: int) -> tuple[list[tuple[int, ...]], int]:
-        """This step's candidates (the copies, then the pool's n-grams they do not repeat) and how many
-        are copies. A copy shorter than N-1 (its match near the text's end) is padded with t0: a wrong
-        guess costs a verified row, never a token."""
+    def _candidates(self, t0: int) -> tuple[list[tuple[int, ...]], int, object]:
+        """This step's candidates (the copies, then the pool's n-grams they do not repeat), how many are
+        copies, and the first copy as found (its rates learn from the verdict; None where no copy was priced).
+        Every candidate is as long as the step's: N-1, or a priced copy's length; a shorter one (a copy
+        near the text's end, a pool n-gram beside a long copy) is padded with t0: a wrong guess costs a
+        verified row, never a token."""
         self.index.extend(self.generated[len(self.index) - len(self.prompt_ids):])
-        width = self.N - 1
-        copied = [c.tokens + (t0,) * (width - len(c.tokens)) for c in self.index.copies(width, self.copies)]
-        pooled = [c for c in self.pool.candidates(t0, self.G + len(copied)) if c not in copied][:self.G]
-        return copied + pooled, len(copied)
+        short = self.N - 1
+        pooled = self.pool.candidates(t0, self.G + self.copies)
+        if self.copy_curve is None:
+            found, width, priced = self.index.copies(short, self.copies), short, None
+        else:
+            found, width = self._priced_copies(min(self.G, len(pooled)))
+            priced = found[0] if found else None
+        pad = lambda c: tuple(c) + (t0,) * (width - len(c))   # noqa: E731
+        copied = [pad(c.tokens[:width]) for c in found]
+        pooled = [c for c in map(pad, pooled) if c not in copied][:self.G]
+        return copied + pooled, len(copied), priced
+
+    def _priced_copies(self, pool_count: int) -> tuple[list, int]:
+        """The step's copies and candidate length: the first copy's tokens that pay for their rows by the
+        measured t(n) and the run's copy rates (`prompt_lookup.sizing.best_length`, the rule prompt lookup
+        steps by), priced over this step's window and its `pool_count` n-grams; no copy where none pays."""
+        room = self.max_new_tokens - len(self.generated) - 1
+        found = self.index.copies(min(MAX_TOKENS, room), self.copies) if room > 0 else []
+        short = self.N - 1
+        if not found:
+            return [], short
+        window = self.layout(self.fill).n_lookahead
+
+        def rows(k: int) -> int:   # k copied tokens: every candidate as long as the longest
+            return window + pool_count * short if k == 0 else window + (pool_count + len(found)) * max(short, k)
+
+        length = best_length(self.copy_curve, self.copy_rates.reaches(found[0]), 0.0, rows)
+        return (found, max(short, length)) if length else ([], short)
 
     def _greedy_on_host(self, layout: LookaheadLayout, count: int, logits: torch.Tensor,
                         candidates: list[tuple[int, ...]], t0: int) -> list[int]:
         """What `_verdict_on_device(...).tolist()` gives a greedy step, the argmax read and the rule followed on
         the host (`verify.greedy_verdict_on_host`); rows past the real `candidates` are t0's padding."""
-        cand_len, rows = self.N - 1, layout.n_kept_fixed
+        cand_len, rows = layout.cand_len, layout.n_kept_fixed
         preds = logit_summary(logits, 1)[1][:, 0].tolist()
         padded = [list(c) for c in candidates] + [[t0] * cand_len] * (count - len(candidates))
         after = [preds[rows + k * cand_len:rows + (k + 1) * cand_len] for k in range(count)]
@@ -201,7 +260,7 @@ class LookaheadDecoder(Decoder):
         """[the new window level's argmax | the packed verdict] as one long tensor, nothing read yet.
         `staged` is [candidate count, the step's ids]; of the `count` candidate rows, those past the
         pool's candidates are padding."""
-        cand_len, rows = self.N - 1, layout.n_kept_fixed
+        cand_len, rows = layout.cand_len, layout.n_kept_fixed
         start = 1 + layout.candidate_start
         candidates = staged[start:start + count * cand_len].view(count, cand_len)
         valid = self.candidate_numbers[:count] < staged[0]
@@ -211,7 +270,7 @@ class LookaheadDecoder(Decoder):
             return torch.cat([preds[:layout.new_level_rows], verdict])
         first_probs = probs_from_logits(logits[layout.t0_row], self.sampling)
         cand_probs = probs_from_logits(logits[rows:], self.sampling).view(count, cand_len, logits.shape[-1])
-        # Drawn at (N-1, rows) whatever the shape's candidate count, so a seed gives the same tokens padded or not.
+        # Drawn at (L, rows) whatever the shape's candidate count, so a seed gives the same tokens padded or not.
         uniforms = torch.rand(cand_len, self.rows, generator=self.generator, device=self.device,
                               dtype=torch.float64)
         verdict, tries = sampled_verdict(candidates, valid, first_probs, cand_probs, uniforms[:, :count],
@@ -231,7 +290,8 @@ class LookaheadDecoder(Decoder):
 
         # The cache keeps t0 and the accepted candidate tokens; the window's K/V go.
         if reason is None:
-            self._keep_accepted(ctx + layout.candidate_start + (verdict.best or 0) * (self.N - 1), ctx, n_acc)
+            self._keep_accepted(ctx + layout.candidate_start + (verdict.best or 0) * layout.cand_len, ctx, n_acc,
+                                layout.cand_len)
             self.cache_len = ctx + 1 + n_acc
             self.t0 = verdict.tokens[-1]
         harvested = self._advance_window(t0, new_level)
@@ -248,11 +308,14 @@ class LookaheadDecoder(Decoder):
         payload.step_ms = round(sum(times.values()), 4)
         return self._emit(kept, sources, n_in, times, payload)
 
-    def _keep_accepted(self, first_slot: int, ctx: int, n_acc: int) -> None:
+    def _keep_accepted(self, first_slot: int, ctx: int, n_acc: int, cand_len: int) -> None:
         """Move the accepted candidate's K/V (from first_slot) to right after t0's slot ctx."""
         if n_acc:
-            # A fixed-length index (N-1): slots past the accepted ones move too, masked until rewritten.
-            self.forward.keep(ctx + 1, self.ngram_slots + first_slot)
+            # A fixed-length index (L): slots past the accepted ones move too, masked until rewritten.
+            slots = self.slots.get(cand_len)
+            if slots is None:
+                slots = self.slots[cand_len] = torch.arange(cand_len, device=self.device)
+            self.forward.keep(ctx + 1, slots + first_slot)
 
     def _prefill(self) -> StepRecord:
         """The prompt's forward into the cache; the first token is drawn on the device and read once."""

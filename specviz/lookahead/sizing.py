@@ -28,7 +28,8 @@ with probability `COPY_ACCEPT`^k; uncaptured its rows run only in those steps, s
 cost is (1 - m) t(n) + m t(n + N - 1). Both numbers are measured: prompt lookup alone over `ar`'s
 own greedy texts of the 12 bench prompts (4 suites, 128 tokens, fp32) matched in 0.43-0.60 of
 steps and gave 1.09 (chat) to 1.45 (math) tokens per forward at N-1 = 3, which this model
-fits with m = 0.5, c = 0.42.
+fits with m = 0.5, c = 0.42. Here a copy is N-1 tokens; the decoder then prices each step's copy length
+on the same curve (`decoder._priced_copies`), so a good match verifies more, and the choice errs small.
 
 Graphs: a decoder whose step is captured (`engine.graphs.capture_wanted`: CUDA under
 `auto`, never a CPU) pays graph replays, whose t(n) is far flatter than eager launches', so its
@@ -169,6 +170,15 @@ def choose(pair, refresh: bool = False, graphs: bool = False) -> dict:
     return result
 
 
+def auto_curve(pair, graphs="auto") -> dict[int, float]:
+    """The target's forward curve `auto` chose the window on (cached with the choice), which the decoder prices
+    each step's copy length on."""
+    from ..engine import graphs as graph_modes
+
+    result = choose(pair, graphs=graph_modes.capture_wanted(graphs, pair.device))
+    return {int(n): float(ms) for n, ms in result["curve"].items()}
+
+
 def _asks_auto(window=None, ngram=None, guesses=None, **_) -> bool:
     return window is None and ngram is None and guesses is None
 
@@ -208,9 +218,10 @@ def first_sizes(pair, sampling=None, graphs="auto", **options) -> tuple[dict, st
     warmup, repeats = QUICK_ROUNDS
     raw = measure_forward_times(pair.target, CURVE_SIZES, repeats=repeats, warmup=warmup, graphs=graphs,
                                 label="a first estimate of the target's forward times")
-    choice = _result(_auto_key(pair, graphs)[0], monotone(raw), graphs)["choice"]
+    curve = monotone(raw)
+    choice = _result(_auto_key(pair, graphs)[0], curve, graphs)["choice"]
     sizes = {k: choice[k] for k in ("window", "ngram", "guesses")}
-    return ({**options, **sizes}, f"Lookahead W={sizes['window']}, N={sizes['ngram']}, G={sizes['guesses']} "
+    return ({**options, **sizes, "copy_curve": curve}, f"Lookahead W={sizes['window']}, N={sizes['ngram']}, G={sizes['guesses']} "
                                   f"from a one-round estimate of the forward times")
 
 

@@ -38,9 +38,12 @@ def inputs(trace: RaceTrace | None, plan: dict, from_run: bool, profile: dict | 
         steps = len(rates["candidates"])
         mean_copies = sum(rates["copies"]) / steps
         mean_pooled = sum(rates["candidates"]) / steps - mean_copies
-        # The pool's and the copies' rates apart (`measured.lookahead_rates`), and the copies a step verified.
+        copied = [w for w, c in zip(rates["widths"], rates["copies"]) if c]
+        # The pool's and the copies' rates apart (`measured.lookahead_rates`), the copies a step verified and
+        # how long they were (a priced copy may outrun N-1).
         out.update(lookahead_rate=rates["pool_rates"] or plan.get("accept_rate"),
-                   pool_fill=min(mean_pooled / useful, 1.0), copy_rate=rates["copy_rates"], copies=mean_copies)
+                   pool_fill=min(mean_pooled / useful, 1.0), copy_rate=rates["copy_rates"], copies=mean_copies,
+                   copy_len=sum(copied) / len(copied) if copied else 0.0)
     return out
 
 
@@ -56,8 +59,10 @@ def point(inp: dict, window: int, ngram: int, guesses: int) -> dict | None:
     candidates = min(int(guesses), int(window)) * (inp.get("pool_fill") or 1.0)
     # Copies (prompt lookup): the run's own rate and count where it had them, else the sizing's prior.
     copies = inp["copies"] if "copies" in inp else COPY_MATCH * COPY_ROWS
-    e = measured.lookahead_expected(rate, int(ngram), candidates, inp.get("copy_rate") or COPY_ACCEPT, copies)
-    n_rows = n + copies * (int(ngram) - 1)   # a copy's rows run in the steps that have one
+    copy_len = max(int(ngram) - 1, round(inp.get("copy_len") or 0))
+    e = measured.lookahead_expected(rate, int(ngram), candidates, inp.get("copy_rate") or COPY_ACCEPT, copies,
+                                    copy_len)
+    n_rows = n + copies * copy_len   # a copy's rows run in the steps that have one
     target_ms, other = interpolate(target, max(n_rows, 1)), other_ms(inp, METHOD.id)
     return {"window": window, "ngram": ngram, "guesses": guesses, "step_tokens": n, "tokens_per_step": e,
             "target_ms": target_ms, "draft_ms": 0.0, "other_ms": other, "step_ms": target_ms + other,

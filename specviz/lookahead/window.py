@@ -2,9 +2,10 @@
 
 One step's input (notes/lookahead.md section 2), in order:
     t0 (the last committed token), level 0 (W-1 guesses), levels 1..N-2 (W each),
-    then up to G candidate n-grams of N-1 tokens from pool[t0].
+    then up to G candidates of L tokens: the pool[t0]'s n-grams (N-1 tokens) and copies.
 Positions are relative to t0 (= 0): level 0 column j at j+1, level l column i at
-l+i, every candidate's tokens at 1..N-1. `allowed` covers only the step's new
+l+i, every candidate's tokens at 1..L. L is N-1 unless a step verifies a longer
+copy (`decoder.LookaheadDecoder._candidates`): a copy's length is its own, not the window's. `allowed` covers only the step's new
 tokens; every row also sees the whole committed cache (the static shape's block
 over its slots, `engine.static`).
 
@@ -12,7 +13,7 @@ During warm-up (`fill` < N-2 levels beyond level 0 filled) the window is wider:
 level 0 has L-1 tokens and levels 1..fill have L = W + (N-2-fill) each, so that
 dropping one column per warm-up step leaves exactly W-1 and W when it is full.
 
-Everything here is built once per (W, N, G, fill); a step with fewer than G
+Everything here is built once per (W, N, G, fill, L); a step with fewer than G
 candidates uses the leading `n_tokens(g)` rows and columns, because candidates
 come last and never see each other.
 """
@@ -40,6 +41,7 @@ class LookaheadLayout:
     t0_row: int                  # row of the kept logits that predicts the token after t0
     n_kept_fixed: int            # kept logits rows before the candidates' rows
     candidate_start: int         # input index of the first candidate token
+    cand_len: int                # L: tokens per candidate (N-1 unless a longer copy is verified)
 
     @property
     def steady(self) -> bool:
@@ -47,13 +49,13 @@ class LookaheadLayout:
 
     @property
     def n_max(self) -> int:
-        return self.n_lookahead + self.guesses * (self.ngram - 1)
+        return self.n_lookahead + self.guesses * self.cand_len
 
     def n_tokens(self, n_candidates: int) -> int:
-        return self.n_lookahead + n_candidates * (self.ngram - 1)
+        return self.n_lookahead + n_candidates * self.cand_len
 
     def n_kept(self, n_candidates: int) -> int:
-        return self.n_kept_fixed + n_candidates * (self.ngram - 1)
+        return self.n_kept_fixed + n_candidates * self.cand_len
 
 
 def level_lengths(window: int, ngram: int, fill: int) -> list[int]:
@@ -61,18 +63,21 @@ def level_lengths(window: int, ngram: int, fill: int) -> list[int]:
     return [width - 1] + [width] * fill
 
 
-def build_layout(window: int, ngram: int, guesses: int, fill: int | None = None) -> LookaheadLayout:
-    """The input layout for one (W, N, G) and warm-up fill level (default: the full window)."""
+def build_layout(window: int, ngram: int, guesses: int, fill: int | None = None,
+                 cand_len: int | None = None) -> LookaheadLayout:
+    """The input layout for one (W, N, G), warm-up fill level (default: the full window) and candidate
+    length L (default N-1)."""
     if fill is None:
         fill = ngram - 2
-    assert window >= 1 and ngram >= 2 and guesses >= 0 and 0 <= fill <= ngram - 2
+    if cand_len is None:
+        cand_len = ngram - 1
+    assert window >= 1 and ngram >= 2 and guesses >= 0 and 0 <= fill <= ngram - 2 and cand_len >= ngram - 1
     lengths = level_lengths(window, ngram, fill)
     starts, index = [], 1
     for n in lengths:
         starts.append(index)
         index += n
     n_lookahead = index
-    cand_len = ngram - 1
     n_max = n_lookahead + guesses * cand_len
     allowed = torch.zeros(n_max, n_max, dtype=torch.bool)
     offsets = torch.zeros(n_max, dtype=torch.long)
@@ -114,4 +119,4 @@ def build_layout(window: int, ngram: int, guesses: int, fill: int | None = None)
         window=window, ngram=ngram, guesses=guesses, fill=fill, level_lengths=lengths,
         level_starts=starts, n_lookahead=n_lookahead, allowed=allowed, offsets=offsets,
         logits_index=torch.tensor(keep, dtype=torch.long), new_level_rows=len(last_rows),
-        t0_row=t0_row, n_kept_fixed=n_kept_fixed, candidate_start=n_lookahead)
+        t0_row=t0_row, n_kept_fixed=n_kept_fixed, candidate_start=n_lookahead, cand_len=cand_len)

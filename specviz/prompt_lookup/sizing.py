@@ -39,13 +39,16 @@ def step_overhead(curve_source: str) -> float:
     return PRIOR_OVERHEAD if curve_source == "prior" else VERIFY_MS
 
 
-def best_length(t: Curve, reaches: list[float], overhead: float) -> int:
+def best_length(t: Curve, reaches: list[float], overhead: float, rows=None) -> int:
     """The number of leading copied tokens (0..len(reaches)) with the most expected tokens per unit of time:
-    t(1 + L) from the curve `t` (prepared once per run), plus `overhead` for a step that verifies any."""
-    best, length, tokens = 1.0 / t.at(1), 0, 1.0
+    t(rows(L)) from the curve `t` (prepared once per run), plus `overhead` for a step that verifies any.
+    `rows(L)`: the forward's rows with L copied tokens, L + 1 for a chain (t0 and the copy); a Lookahead step
+    passes its window's and pool's rows around the copy (`lookahead.decoder`)."""
+    rows = rows or (lambda k: k + 1)
+    best, length, tokens = 1.0 / t.at(rows(0)), 0, 1.0
     for k, reach in enumerate(reaches, 1):
         tokens += reach
-        rate = tokens / (t.at(k + 1) + overhead)
+        rate = tokens / (t.at(rows(k)) + overhead)
         if rate > best:
             best, length = rate, k
     return length

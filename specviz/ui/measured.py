@@ -261,17 +261,19 @@ def lookahead_rates(run: RunTrace | None) -> dict | None:
         return None
     longest = 1
     counts = {origin: ({}, {}) for origin in (ORIGIN_POOL, ORIGIN_COPY)}   # origin -> (hits, tries) by position
-    per_step, copies = [], []
+    per_step, copies, widths = [], [], []
     for rec in run.steps[1:]:
         p = rec.payload
         if not isinstance(p, LookaheadPayload):
             continue
-        longest = max(longest, (p.ngram_size or 2) - 1)
+        longest = max([longest, (p.ngram_size or 2) - 1] + [len(c.tokens) for c in p.candidates])
         per_step.append(len(p.candidates))
         copies.append(sum(c.origin == ORIGIN_COPY for c in p.candidates))
+        widths.append(len(p.candidates[0].tokens) if p.candidates else (p.ngram_size or 2) - 1)
         for cand in p.candidates:
             hits, tries = counts[cand.origin]
-            for k in range(1, min(cand.match_length + 1, (p.ngram_size or 2) - 1) + 1):
+            # A candidate is as long as its step's longest (a copy may outrun N-1): tested up to its own end.
+            for k in range(1, min(cand.match_length + 1, len(cand.tokens) or (p.ngram_size or 2) - 1) + 1):
                 tries[k] = tries.get(k, 0) + 1
                 hits[k] = hits.get(k, 0) + (k <= cand.match_length)
     if not per_step:
@@ -289,22 +291,25 @@ def lookahead_rates(run: RunTrace | None) -> dict | None:
     pool_rate, pool_rates = rates_of(ORIGIN_POOL)
     _, copy_rates = rates_of(ORIGIN_COPY)
     return {"rate": rate, "rates": rates, "candidates": per_step, "pool_rate": pool_rate, "pool_rates": pool_rates,
-            "copy_rates": copy_rates, "copies": copies}
+            "copy_rates": copy_rates, "copies": copies, "widths": widths}
 
 
-def _per_position(rate, ngram: int) -> list[float]:
-    rates = [float(rate)] * (ngram - 1) if isinstance(rate, (int, float)) else list(rate)
-    return rates + [rates[-1] if rates else 0.0] * (ngram - 1 - len(rates))
+def _per_position(rate, positions: int) -> list[float]:
+    rates = [float(rate)] * positions if isinstance(rate, (int, float)) else list(rate)
+    return rates + [rates[-1] if rates else 0.0] * (positions - len(rates))
 
 
-def lookahead_expected(rate, ngram: int, candidates: float, copy_rate=0.0, copies: float = 0) -> float:
-    """1 + sum over k < N of P(some candidate matches k tokens), candidates independent; `rate` is one
+def lookahead_expected(rate, ngram: int, candidates: float, copy_rate=0.0, copies: float = 0,
+                       copy_len: float = 0) -> float:
+    """1 + sum over k of P(some candidate matches k tokens), candidates independent; `rate` is one
     per-token rate or one per position (a candidate matches k tokens with the product of the first k);
-    `copies` copied candidates match at `copy_rate` likewise."""
-    rates, copy_rates = _per_position(rate, ngram), _per_position(copy_rate, ngram)
+    `copies` copied candidates match at `copy_rate` likewise, over `copy_len` tokens where a priced copy
+    outruns the pool's N-1 (`lookahead.decoder`)."""
+    longest = max(ngram - 1, int(round(copy_len)) if copies else 0)
+    rates, copy_rates = _per_position(rate, ngram - 1), _per_position(copy_rate, longest)
     expected, whole, copy_whole = 1.0, 1.0, 1.0
-    for k in range(1, ngram):
-        whole *= rates[k - 1]
+    for k in range(1, longest + 1):
+        whole = whole * rates[k - 1] if k < ngram else 0.0
         copy_whole *= copy_rates[k - 1]
         expected += 1.0 - (1.0 - whole) ** candidates * (1.0 - copy_whole) ** copies
     return expected
@@ -316,8 +321,8 @@ def lookahead_tokens_per_step(run: RunTrace | None) -> float | None:
     if rates is None:
         return None
     ngram = int(run.settings.get("ngram") or 2) if isinstance(run.settings, dict) else 2
-    return _mean(lookahead_expected(rates["pool_rates"], ngram, n - c, rates["copy_rates"], c)
-                 for n, c in zip(rates["candidates"], rates["copies"]))
+    return _mean(lookahead_expected(rates["pool_rates"], ngram, n - c, rates["copy_rates"], c, width)
+                 for n, c, width in zip(rates["candidates"], rates["copies"], rates["widths"]))
 
 
 # ----------------------------------------------------------------------------- the run's own prediction
