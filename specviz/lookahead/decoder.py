@@ -38,7 +38,7 @@ from ..engine.static import cache_capacity, checkout, release
 from ..errors import InvalidInput
 from ..engine.curve import Curve
 from ..prompt_lookup.match import CopyRates, NgramIndex
-from ..prompt_lookup.sizing import MAX_TOKENS, best_length
+from ..prompt_lookup.sizing import MAX_TOKENS, VERIFY_MS, best_length
 from ..trace import (
     PHASE_TARGET,
     PHASE_VERIFY,
@@ -242,7 +242,7 @@ class LookaheadDecoder(Decoder):
         def rows(k: int) -> int:   # k copied tokens: every candidate as long as the longest
             return window + pool_count * short if k == 0 else window + (pool_count + len(found)) * max(short, k)
 
-        length = best_length(self.copy_curve, self.copy_rates.reaches(found[0]), 0.0, rows)
+        length = best_length(self.copy_curve, self.copy_rates.reaches(found[0]), VERIFY_MS, rows)
         return (found, max(short, length)) if length else ([], short)
 
     def _greedy_on_host(self, layout: LookaheadLayout, count: int, logits: torch.Tensor,
@@ -310,7 +310,7 @@ class LookaheadDecoder(Decoder):
 
     def _keep_accepted(self, first_slot: int, ctx: int, n_acc: int, cand_len: int) -> None:
         """Move the accepted candidate's K/V (from first_slot) to right after t0's slot ctx."""
-        if n_acc:
+        if n_acc and first_slot != ctx + 1:   # in place already where the candidates follow t0 (no window)
             # A fixed-length index (L): slots past the accepted ones move too, masked until rewritten.
             slots = self.slots.get(cand_len)
             if slots is None:
