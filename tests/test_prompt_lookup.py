@@ -12,7 +12,7 @@ from specviz.engine.methods import make_decoder
 from specviz.errors import InvalidInput
 from specviz.methodspec import parse_spec
 from specviz.prompt_lookup.match import FIRST_RIGHT, Copy, CopyRates
-from specviz.prompt_lookup.sizing import best_length
+from specviz.prompt_lookup.match import best_length
 from specviz.trace import ORIGIN_COPY, SOURCE_AR, SOURCE_BONUS, SOURCE_COPY, RunTrace, TreePayload
 
 FLAT = {1: 1.0, 64: 1.0}   # rows cost nothing: every likely copied token is worth verifying

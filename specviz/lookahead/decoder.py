@@ -12,7 +12,7 @@ what followed them there is verified first, in up to `copies` rows of their own 
 copy is deterministic given the text, as a pool n-gram is, so the one-hot verification keeps the output
 exact; on code or a rewrite it is the candidate the pool's Jacobi harvest rarely has. Uncaptured, a
 copy's rows run only in the steps that found one. Where `auto` sized the window (or a first estimate did),
-the step prices its copy's length as prompt lookup does (`prompt_lookup.sizing.best_length` over the
+the step prices its copy's length as prompt lookup does (`prompt_lookup.match.best_length` over the
 measured t(n), the run's own copy rates), so a good match verifies more than N-1 tokens: the step's
 candidates are then that long, the pool's n-grams padded with t0 (a wrong guess costs a row, never a token).
 
@@ -38,7 +38,7 @@ from ..engine.static import cache_capacity, checkout, release
 from ..errors import InvalidInput
 from ..engine.curve import Curve
 from ..prompt_lookup.match import CopyRates, NgramIndex
-from ..prompt_lookup.sizing import MAX_TOKENS, VERIFY_MS, best_length
+from ..prompt_lookup.match import MAX_TOKENS, VERIFY_MS, best_length
 from ..trace import (
     PHASE_TARGET,
     PHASE_VERIFY,
@@ -230,7 +230,7 @@ class LookaheadDecoder(Decoder):
 
     def _priced_copies(self, pool_count: int) -> tuple[list, int]:
         """The step's copies and candidate length: the first copy's tokens that pay for their rows by the
-        measured t(n) and the run's copy rates (`prompt_lookup.sizing.best_length`, the rule prompt lookup
+        measured t(n) and the run's copy rates (`prompt_lookup.match.best_length`, the rule prompt lookup
         steps by), priced over this step's window and its `pool_count` n-grams; no copy where none pays."""
         room = self.max_new_tokens - len(self.generated) - 1
         found = self.index.copies(min(MAX_TOKENS, room), self.copies) if room > 0 else []

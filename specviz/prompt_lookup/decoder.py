@@ -33,8 +33,8 @@ from ..lookahead.verify import (NOT_TRIED, greedy_tries, greedy_verdict, greedy_
                                unpack, verdict_width)
 from ..trace import (ORIGIN_COPY, PHASE_TARGET, PHASE_VERIFY, SOURCE_AR, SOURCE_BONUS, SOURCE_COPY,
                      StepRecord, TreeNode, TreePayload)
-from .match import CopyRates, NgramIndex
-from .sizing import MAX_TOKENS, best_length, check_tokens, step_overhead
+from .match import MAX_TOKENS, CopyRates, NgramIndex, best_length
+from .sizing import check_tokens, step_overhead
 
 
 class PromptLookupDecoder(Decoder):

@@ -9,7 +9,9 @@ a decoder may verify them alone.
 The index is incremental: each committed token adds the n-grams (n = 1..max_ngram) that end at it, so
 a lookup costs a few dictionary reads whatever the text's length. Matches are ranked longest first,
 then most recent first (the nearest earlier occurrence is the likeliest pattern in code), and a
-continuation already offered is not offered twice. Pure Python, no model: tested alone.
+continuation already offered is not offered twice. `best_length` prices how many of a copy's tokens a step
+verifies on the target's measured forward curve (prompt lookup's and Lookahead's steps). Pure Python, no model:
+tested alone.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from dataclasses import dataclass
 MAX_NGRAM = 4     # the longest suffix looked for (transformers' default max_matching_ngram_size is 2)
 MIN_NGRAM = 1     # one token of context still guesses well in code and rewrites (longer matches are tried first)
 OCCURRENCES = 8   # the most recent earlier occurrences of a suffix looked at, per length
+MAX_TOKENS = 10      # copied tokens a step verifies at most (transformers' prompt_lookup_num_tokens default)
+# A copy step's own work besides the forward: the verdict's ops and its longer read (~0.3 ms on a 2-core Zen 4
+# at q4, where `ar`'s step is ~3 ms); so a one-token match right a quarter of the time does not pay there.
+VERIFY_MS = 0.3
 
 
 # How often a copy is right, by the length of the match it came from (1..MAX_NGRAM): its first token, and
@@ -143,3 +149,18 @@ class NgramIndex:
                 if len(found) >= limit:
                     return found
         return found
+
+
+def best_length(t, reaches: list[float], overhead: float, rows=None) -> int:
+    """The number of leading copied tokens (0..len(reaches)) with the most expected tokens per unit of time:
+    t(rows(L)) from the curve `t` (an `engine.curve.Curve`, prepared once per run), plus `overhead` for a step that verifies any.
+    `rows(L)`: the forward's rows with L copied tokens, L + 1 for a chain (t0 and the copy); a Lookahead step
+    passes its window's and pool's rows around the copy (`lookahead.decoder`)."""
+    rows = rows or (lambda k: k + 1)
+    best, length, tokens = 1.0 / t.at(rows(0)), 0, 1.0
+    for k, reach in enumerate(reaches, 1):
+        tokens += reach
+        rate = tokens / (t.at(rows(k)) + overhead)
+        if rate > best:
+            best, length = rate, k
+    return length

@@ -7,20 +7,16 @@ hardware: where rows are nearly free (a GPU; a CPU's q4 kernel up to ~8 rows) a 
 itself, and where each row costs, only its likely head.
 
 The curve is the one Lookahead's `auto` measures (the same cache key, so the app's worker measures it once
-for both); until it is measured a race starts on a prior (`PRIOR_CURVES`) and says so. Pure arithmetic
-below the line; the curve's reading and measuring above it.
+for both); until it is measured a race starts on a prior (`PRIOR_CURVES`) and says so. The pricing itself is
+pure arithmetic, `match.best_length` (Lookahead prices its copies with it too); here the curve is read or measured.
 """
 
 from __future__ import annotations
 
-from ..engine.curve import Curve
+from .match import VERIFY_MS
 from ..errors import InvalidInput
 
-# A copy step's own work besides the forward: the verdict's ops and its longer read (~0.3 ms on a 2-core Zen 4
-# at q4, where `ar`'s step is ~3 ms); so a one-token match right a quarter of the time does not pay there.
-VERIFY_MS = 0.3
 PRIOR_OVERHEAD = 0.1   # the same against a prior's t(1) = 1
-MAX_TOKENS = 10      # copied tokens a step verifies at most (transformers' prompt_lookup_num_tokens default)
 CURVE_SIZES = [1, 2, 4, 8, 16, 32, 64]   # Lookahead's: one measurement serves both
 # t(n) / t(1) before anything is measured: a CPU's q4 forward on SpecViz's kernel (Zen 4 EPYC, 2 threads,
 # `python -m specviz floors`), and a GPU's, where a few rows cost what one does.
@@ -37,21 +33,6 @@ def check_tokens(tokens) -> int:
 def step_overhead(curve_source: str) -> float:
     """A copy step's own work in the curve's units: ms for a measured curve, t(1) = 1 for a prior."""
     return PRIOR_OVERHEAD if curve_source == "prior" else VERIFY_MS
-
-
-def best_length(t: Curve, reaches: list[float], overhead: float, rows=None) -> int:
-    """The number of leading copied tokens (0..len(reaches)) with the most expected tokens per unit of time:
-    t(rows(L)) from the curve `t` (prepared once per run), plus `overhead` for a step that verifies any.
-    `rows(L)`: the forward's rows with L copied tokens, L + 1 for a chain (t0 and the copy); a Lookahead step
-    passes its window's and pool's rows around the copy (`lookahead.decoder`)."""
-    rows = rows or (lambda k: k + 1)
-    best, length, tokens = 1.0 / t.at(rows(0)), 0, 1.0
-    for k, reach in enumerate(reaches, 1):
-        tokens += reach
-        rate = tokens / (t.at(rows(k)) + overhead)
-        if rate > best:
-            best, length = rate, k
-    return length
 
 
 # -- the curve: cached, measured, or the prior ------------------------------------------------------------
