@@ -69,16 +69,26 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+# How far a decoder may run ahead of the one most behind before the turn passes (ms of its own compute). Stepped
+# one forward each in turn, a speculative decoder found its draft's weights and its caches evicted by the others'
+# steps: Sequoia's own steps took 1.16x as long beside `ar` and Lookahead (q4, one thread, 8 prompts, 1.14x alone
+# against 1.01x raced), which is most of why the page showed it below its standalone speed. A turn of a few steps
+# keeps them warm, and the page, sent the texts every 0.15 s (`SPECVIZ_TEXT_INTERVAL`), still shows all racing.
+TURN_MS = 30.0
+
+
 class Race:
-    """Advance several decoders in turn, least accumulated compute first.
+    """Advance several decoders in turn, least accumulated compute first, a turn of up to `turn_ms` at a time.
 
     `decoders` maps method -> a built `Decoder`, or the exception that building
     it raised (shown in that method's column). Use `start_race` to build one.
     """
 
     def __init__(self, decoders: dict[str, Any], prompt: str, prompt_ids: list[int], *,
-                 sampling: dict | None = None, options: dict | None = None, pair=None):
+                 sampling: dict | None = None, options: dict | None = None, pair=None, turn_ms: float = TURN_MS):
         self.methods = list(decoders)
+        self.turn_ms = float(turn_ms)
+        self.last: str | None = None   # the decoder whose turn it is
         self.decoders = {}
         self.runs: dict[str, RunTrace] = {}
         self.compute: dict[str, float] = {}
@@ -117,9 +127,15 @@ class Race:
         return not self.live
 
     def next_method(self) -> str | None:
-        """The live decoder with the least compute of its own (ties: the order given)."""
+        """The decoder whose turn goes on (less than `turn_ms` ahead of the one most behind), else the live decoder
+        with the least compute of its own (ties: the order given)."""
         live = self.live
-        return min(live, key=lambda m: self.compute[m]) if live else None
+        if not live:
+            return None
+        behind = min(live, key=lambda m: self.compute[m])
+        if self.last in live and self.compute[self.last] < self.compute[behind] + self.turn_ms:
+            return self.last
+        return behind
 
     def step(self) -> tuple[str, StepRecord | None] | None:
         """One target forward of the most-behind decoder: (method, record), record None on error."""
@@ -128,6 +144,7 @@ class Race:
             if method is None:
                 return None
             decoder = self.decoders[method]
+            self.last = method
             try:
                 record = decoder.step()
             except Exception as exc:  # one decoder's failure must not stop the others
