@@ -42,8 +42,8 @@ TERMS: tuple[Term, ...] = (
     Term("step", "One target forward of one method and the tokens it commits: autoregressive's writes 1 token, "
          "Sequoia's its tree's accepted path + 1, Lookahead's an accepted n-gram + 1. A method's first step is "
          "the prompt's forward (prefill), which writes 1 token."),
-    Term("global step", "One step of any method, in the order the race ran them (the methods take turns, the "
-         "one with the least compute so far first); the page's stepper counts these."),
+    Term("global step", "One step of any method, in the order the race ran them (the methods take turns of a few "
+         "forwards, the one with the least compute so far first); the page's stepper counts these."),
     Term("target forwards", "Forwards of the target model a method ran, the prompt's included: one per step.",
          field="target_forwards"),
     Term("tokens per forward", "tokens ÷ target forwards, the prompt's forward included. Autoregressive's is "

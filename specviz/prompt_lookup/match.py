@@ -153,7 +153,8 @@ class NgramIndex:
 
 def best_length(t, reaches: list[float], overhead: float, rows=None) -> int:
     """The number of leading copied tokens (0..len(reaches)) with the most expected tokens per unit of time:
-    t(rows(L)) from the curve `t` (an `engine.curve.Curve`, prepared once per run), plus `overhead` for a step that verifies any.
+    t(rows(L)) from the curve `t` (an `engine.curve.Curve`, prepared once per run), plus `overhead` for a step
+    that verifies any.
     `rows(L)`: the forward's rows with L copied tokens, L + 1 for a chain (t0 and the copy); a Lookahead step
     passes its window's and pool's rows around the copy (`lookahead.decoder`)."""
     rows = rows or (lambda k: k + 1)
