@@ -345,6 +345,7 @@ def test_lookahead_auto_chooses_from_the_graphed_curve_when_the_decoder_runs_gra
     eager = resolve_settings(pair, graphs="on")   # a CPU never captures: the eager curve
     monkeypatch.setattr(graph_modes, "capture_wanted", lambda mode, device: mode != "off")   # as on a GPU
     graphed = resolve_settings(pair, graphs="on")
-    assert eager[3] and graphed[3]   # both chosen automatically
+    assert eager[3] and graphed[3]   # both chosen automatically, each on its own curve
+    assert graphed[3][64] == 4.0 and eager[3][64] == 640.0
     w, n, g = graphed[:3]
     assert (n - 1) * (w + g) > 4 and eager[2] == 0   # flat replays buy a wide window; the steep curve none

@@ -55,7 +55,7 @@ from ..trace import (
 from .verify import (NOT_TRIED, greedy_tries, greedy_verdict, greedy_verdict_on_host, sampled_verdict, unpack,
                      verdict_width)
 from .pool import NgramPool
-from .sizing import COPY_ROWS, auto_curve, resolve_settings
+from .sizing import COPY_ROWS, resolve_settings
 from .window import LookaheadLayout, build_layout
 
 
@@ -90,9 +90,9 @@ class LookaheadDecoder(Decoder):
             raise InvalidInput("the prompt is empty; give at least one token")
         if copy_curve is not None and (not isinstance(copy_curve, dict) or not copy_curve):
             raise InvalidInput("a Lookahead copy curve must map row counts to milliseconds")
-        window, ngram, guesses, auto = resolve_settings(pair, window, ngram, guesses, graphs=graphs)
-        if auto and copy_curve is None:
-            copy_curve = auto_curve(pair, graphs)
+        window, ngram, guesses, auto_curve = resolve_settings(pair, window, ngram, guesses, graphs=graphs)
+        auto = auto_curve is not None
+        copy_curve = auto_curve if copy_curve is None else copy_curve
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens, settings={
             "window": window, "ngram": ngram, "guesses": guesses, "pool_from_prompt": pool_from_prompt,
             "copies": copies, "auto": auto, "copy_tokens": ngram - 1 if copy_curve is None else MAX_TOKENS},

@@ -65,18 +65,22 @@ def _check(name: str, value) -> int:
     return value
 
 
-def resolve_settings(pair, window=None, ngram=None, guesses=None, graphs="auto") -> tuple[int, int, int, bool]:
-    """(W, N, G, chosen_automatically) from user options; all None means auto, sized for the path the
-    decoder runs (`graphs`: its mode, 'auto' | 'on' | 'off')."""
+def resolve_settings(pair, window=None, ngram=None, guesses=None, graphs="auto"
+                     ) -> tuple[int, int, int, dict[int, float] | None]:
+    """(W, N, G, the curve `auto` chose them on) from user options; all None means auto, sized for the path the
+    decoder runs (`graphs`: its mode, 'auto' | 'on' | 'off'); the curve is None where the sizes were given. The
+    decoder prices its copies on that curve: one measurement (a contended one is used for this run only and
+    not cached, so asking `choose` twice would measure twice)."""
     from ..engine import graphs as graph_modes
 
     given = [v is not None for v in (window, ngram, guesses)]
     if not any(given):
-        choice = choose(pair, graphs=graph_modes.capture_wanted(graphs, pair.device))["choice"]
-        return choice["window"], choice["ngram"], choice["guesses"], True
+        result = choose(pair, graphs=graph_modes.capture_wanted(graphs, pair.device))
+        choice, curve = result["choice"], {int(n): float(ms) for n, ms in result["curve"].items()}
+        return choice["window"], choice["ngram"], choice["guesses"], curve
     if not all(given):
         raise InvalidInput("give all of window, ngram and guesses, or none of them (auto)")
-    return _check("window", window), _check("ngram", ngram), _check("guesses", guesses), False
+    return _check("window", window), _check("ngram", ngram), _check("guesses", guesses), None
 
 
 def step_tokens(window: int, ngram: int, guesses: int) -> int:
@@ -168,15 +172,6 @@ def choose(pair, refresh: bool = False, graphs: bool = False) -> dict:
     if cached_forward_curve(pair.target, curve_key, sizes=CURVE_SIZES, graphs=graphs) == raw:
         save_cached("lookahead-auto", key, result)
     return result
-
-
-def auto_curve(pair, graphs="auto") -> dict[int, float]:
-    """The target's forward curve `auto` chose the window on (cached with the choice), which the decoder prices
-    each step's copy length on."""
-    from ..engine import graphs as graph_modes
-
-    result = choose(pair, graphs=graph_modes.capture_wanted(graphs, pair.device))
-    return {int(n): float(ms) for n, ms in result["curve"].items()}
 
 
 def _asks_auto(window=None, ngram=None, guesses=None, **_) -> bool:
