@@ -70,10 +70,10 @@ def _error_text(exc: BaseException) -> str:
 
 
 # How far a decoder may run ahead of the one most behind before the turn passes (ms of its own compute). Stepped
-# one forward each in turn, a speculative decoder found its draft's weights and its caches evicted by the others'
-# steps: Sequoia's own steps took 1.16x as long beside `ar` and Lookahead (q4, one thread, 8 prompts, 1.14x alone
-# against 1.01x raced), which is most of why the page showed it below its standalone speed. A turn of a few steps
-# keeps them warm, and the page, sent the texts every 0.15 s (`SPECVIZ_TEXT_INTERVAL`), still shows all racing.
+# one forward each in turn, a speculative decoder finds its draft's weights and its caches evicted by the others'
+# steps (q4, one thread: Sequoia's steps 1.16x as long beside `ar` and Lookahead as alone). A turn of a few steps
+# keeps them warm (a whole race, 12 prompts, three runs: Sequoia ~2% faster raced, `experiments/raced_or_alone.py`),
+# and the page, sent the texts every 0.15 s (`SPECVIZ_TEXT_INTERVAL`), still shows all of them racing.
 TURN_MS = 30.0
 
 
