@@ -37,8 +37,7 @@ from ..engine.sampling import next_token_on_device, probs_from_logits
 from ..engine.static import cache_capacity, checkout, release
 from ..errors import InvalidInput
 from ..engine.curve import Curve
-from ..prompt_lookup.match import CopyRates, NgramIndex
-from ..prompt_lookup.match import MAX_TOKENS, VERIFY_MS, best_length
+from ..prompt_lookup.match import MAX_TOKENS, VERIFY_MS, CopyRates, NgramIndex, best_length
 from ..trace import (
     PHASE_TARGET,
     PHASE_VERIFY,
@@ -108,9 +107,8 @@ class LookaheadDecoder(Decoder):
         self.copy_curve = None if copy_curve is None else Curve(copy_curve)
         self.copy_rates = CopyRates()
         longest = ngram - 1 if copy_curve is None or not copies else max(ngram - 1, MAX_TOKENS)
-        self.layouts = {(fill, length): build_layout(window, ngram, self.rows, fill, length)
-                        for fill in range(ngram - 1) for length in (ngram - 1, longest)}
-        n_max = max(lay.n_max for lay in self.layouts.values())
+        self.layouts = {(fill, ngram - 1): build_layout(window, ngram, self.rows, fill) for fill in range(ngram - 1)}
+        n_max = max(lay.n_lookahead for lay in self.layouts.values()) + self.rows * longest   # the longest step
         self.max_position = pair.max_context - 1
         target = pair.target
         capacity = cache_capacity(len(self.prompt_ids) + self.max_new_tokens + n_max)

@@ -216,8 +216,9 @@ def first_sizes(pair, sampling=None, graphs="auto", **options) -> tuple[dict, st
     curve = monotone(raw)
     choice = _result(_auto_key(pair, graphs)[0], curve, graphs)["choice"]
     sizes = {k: choice[k] for k in ("window", "ngram", "guesses")}
-    return ({**options, **sizes, "copy_curve": curve}, f"Lookahead W={sizes['window']}, N={sizes['ngram']}, G={sizes['guesses']} "
-                                  f"from a one-round estimate of the forward times")
+    words = f"Lookahead W={sizes['window']}, N={sizes['ngram']}, G={sizes['guesses']} from a one-round estimate of " \
+            "the forward times"
+    return {**options, **sizes, "copy_curve": curve}, words
 
 
 AUTO_WHAT = "Lookahead's W, N, G"   # what `auto_size_words` names (`runtime.auto_notes`)

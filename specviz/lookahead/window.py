@@ -5,9 +5,9 @@ One step's input (notes/lookahead.md section 2), in order:
     then up to G candidates of L tokens: the pool[t0]'s n-grams (N-1 tokens) and copies.
 Positions are relative to t0 (= 0): level 0 column j at j+1, level l column i at
 l+i, every candidate's tokens at 1..L. L is N-1 unless a step verifies a longer
-copy (`decoder.LookaheadDecoder._candidates`): a copy's length is its own, not the window's. `allowed` covers only the step's new
-tokens; every row also sees the whole committed cache (the static shape's block
-over its slots, `engine.static`).
+copy (`decoder.LookaheadDecoder._candidates`: a copy's length is its own, not the
+window's). `allowed` covers only the step's new tokens; every row also sees the
+whole committed cache (the static shape's block over its slots, `engine.static`).
 
 During warm-up (`fill` < N-2 levels beyond level 0 filled) the window is wider:
 level 0 has L-1 tokens and levels 1..fill have L = W + (N-2-fill) each, so that

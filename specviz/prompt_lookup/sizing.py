@@ -13,8 +13,8 @@ pure arithmetic, `match.best_length` (Lookahead prices its copies with it too); 
 
 from __future__ import annotations
 
-from .match import VERIFY_MS
 from ..errors import InvalidInput
+from .match import VERIFY_MS
 
 PRIOR_OVERHEAD = 0.1   # the same against a prior's t(1) = 1
 CURVE_SIZES = [1, 2, 4, 8, 16, 32, 64]   # Lookahead's: one measurement serves both

@@ -138,7 +138,8 @@ class Race:
         return behind
 
     def step(self) -> tuple[str, StepRecord | None] | None:
-        """One target forward of the most-behind decoder: (method, record), record None on error."""
+        """One target forward of the decoder whose turn it is (`next_method`): (method, record), record None on
+        error."""
         with self._lock:
             method = self.next_method()
             if method is None:
