@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from contextlib import closing, contextmanager
+from functools import cached_property
 
 import gradio as gr
 
@@ -64,20 +65,15 @@ class PageHandlers:
         self.trace_files = TraceFiles()
         self.presets = presets
         self.demo: gr.Blocks | None = None   # set once the Blocks exist (sessions' state lives there)
-        self._q4_here: bool | None = None
 
+    @cached_property
     def q4_here(self) -> bool:
         """Whether q4 races here (a CPU with a 4-bit kernel): asked once, when a preset is first picked."""
-        if self._q4_here is None:
-            from ..engine.models import q4_runs_here
+        from ..engine.models import q4_runs_here
 
-            self._q4_here = q4_runs_here()
-        return self._q4_here
+        return q4_runs_here()
 
     # -- the views -------------------------------------------------------------------------------
-
-    def status_only(self, text: str) -> list:
-        return self.outputs.pack(status=text)
 
     def full_view(self, trace: RaceTrace | None, upto: int | None = None, status_text: str | None = None,
                   with_file: bool = True) -> dict:
@@ -145,9 +141,6 @@ class PageHandlers:
         session (a script calling the handler itself) is not counted; a hosted server exempts nobody."""
         return (session == "local" and not self.limits.hosted) or self.visitors.begin(session)
 
-    def end_race(self, session: str) -> None:
-        self.visitors.end(session)
-
     def _register(self, session: str) -> RaceControl:
         """The session's control for Stop. Every host has one: its stop flag crosses ZeroGPU's process
         boundary (`racing.StopFlag`), so Stop ends a race there too."""
@@ -159,7 +152,7 @@ class PageHandlers:
         if self.controls.get(session) is control:
             self.controls.pop(session, None)
         control.release()
-        self.end_race(session)
+        self.visitors.end(session)
 
     def client_gone(self, request: gr.Request | None) -> bool:
         """Whether the client of this call has disconnected (Gradio let go of its event): its race should end."""
@@ -180,7 +173,7 @@ class PageHandlers:
             if control is not None and control.stop.is_set():
                 return None   # Stop has rendered the final view; a late yield must not overwrite it
             if event[0] == "status":
-                yield self.status_only(event[1])
+                yield self.outputs.pack(status=event[1])
                 continue
             _, trace, done = event
             latest[:] = [trace]
@@ -214,7 +207,7 @@ class PageHandlers:
         if control is not None:
             control.close()
         if trace is None:
-            return self.status_only("Stopped.")
+            return self.outputs.pack(status="Stopped.")
         return self.outputs.pack(**self.full_view(trace, status_text="Stopped. The run so far is kept for replay."))
 
     # -- stepping and replay -------------------------------------------------------------------------
@@ -285,15 +278,13 @@ class PageHandlers:
         """A workshop preset's prompt, sizes, temperature and precision (and pair), with its question; by
         component."""
         page = self.page
-        settings = preset_settings(name, current_pair, self.presets, self.q4_here())
+        settings = preset_settings(name, current_pair, self.presets, self.q4_here)
         if settings is None:
             return {box: gr.Markdown("", visible=False) for box in (page.question, page.presenter_question)}
         question, runs = settings.pop("question"), settings.pop("runs")
         values = {getattr(page, key): value for key, value in settings.items()}
         words = f"**Question.** {question}\n\n*Races in {runs}.*"
-        values[page.question] = gr.Markdown(words, visible=True)
-        values[page.presenter_question] = gr.Markdown(words, visible=True)
-        return values
+        return values | {box: gr.Markdown(words, visible=True) for box in (page.question, page.presenter_question)}
 
 
 # The race settings a workshop preset sets (the rest stay as the page has them).
@@ -318,13 +309,9 @@ def preset_settings(name, current_pair, presets, q4_here: bool = True) -> dict |
         model = DEFAULT_PRESET
     sizes = {**ILLUSTRATIVE_TREE, **ILLUSTRATIVE_LOOKAHEAD}
     sizes.update({k: preset[k] for k in sizes if k in preset})
-    dtype = preset["dtype"]
-    if dtype == "q4" and not q4_here:
-        dtype = "auto"
-    settings = {"prompt": preset["prompt"], "temperature": preset["temperature"],
-                "max_new_tokens": preset["max_new_tokens"], "dtype": dtype,
-                "tree": preset["tree"], "lookahead": preset["lookahead"],
-                **sizes, "question": preset["question"]}
+    dtype = "auto" if preset["dtype"] == "q4" and not q4_here else preset["dtype"]
+    settings = {**{k: preset[k] for k in ("prompt", "temperature", "max_new_tokens", "tree", "lookahead", "question")},
+                "dtype": dtype, **sizes}
     if model in presets:
         settings["model"] = model
     settings["runs"] = preset_terms(preset, dtype, sizes)

@@ -257,14 +257,7 @@ def pool_entry_html(payload: LookaheadPayload | None, key_text: str | None = Non
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
     """Index of the first differing token over the common length, None when one is a prefix of the other."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None
-
-
-def _token_texts(run: RunTrace) -> list[str]:
-    return [t for s in run.steps for t in s.new_token_texts]
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
 def losslessness(race, method: str) -> dict:
@@ -282,7 +275,7 @@ def losslessness(race, method: str) -> dict:
         common = min(len(a), len(b))
         note = "" if len(a) == len(b) else f" (compared on the first {common} tokens: one run stopped early)"
         return {"status": "identical", "message": f"identical to autoregressive, {common} tokens{note}"}
-    ta, tb = _token_texts(ar), _token_texts(run)
+    ta, tb = ([t for s in r.steps for t in s.new_token_texts] for r in (ar, run))
     low_precision = race.dtype in ("bf16", "fp16", "q4", "int8")
     return {"status": "differs", "index": idx, "ar_token": ta[idx] if idx < len(ta) else "",
             "token": tb[idx] if idx < len(tb) else "",
@@ -315,15 +308,13 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
         shown = (upto or {}).get(m)
         # Stepping back through a race: how a run ended is not known yet at that step.
         finish = "…" if shown is not None and shown < len(run.steps) else finish_words(run.finish_reason)
+        cells = (f'{st["tokens_per_second"]:.1f}', f'{st["tokens_per_forward"]:.2f}', accepted, share, st["tokens"],
+                 esc(finish))
         rows.append(
             f'<tr><td style="padding:4px 10px;font-weight:700;color:{METHOD_COLORS.get(m)}">'
             f'{esc(METHOD_LABELS.get(m, m))}</td>'
             f'<td style="padding:4px 10px;font-size:20px;font-weight:700">{speedup}</td>'
-            f'<td style="padding:4px 10px">{st["tokens_per_second"]:.1f}</td>'
-            f'<td style="padding:4px 10px">{st["tokens_per_forward"]:.2f}</td>'
-            f'<td style="padding:4px 10px">{accepted}</td><td style="padding:4px 10px">{share}</td>'
-            f'<td style="padding:4px 10px">{st["tokens"]}</td>'
-            f'<td style="padding:4px 10px">{esc(finish)}</td></tr>')
+            + "".join(f'<td style="padding:4px 10px">{cell}</td>' for cell in cells) + "</tr>")
     head = "".join(f'<th style="padding:4px 10px">{term_html(c) if c in SUMMARY_TERMS else esc(c)}</th>'
                    for c in SUMMARY_COLUMNS)
     table = ('<table style="border-collapse:collapse;font-size:16px;margin-top:6px"><tr style="color:#6b7280;'

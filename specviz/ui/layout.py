@@ -22,44 +22,12 @@ from ..runtime.race import PairCache
 from ..runtime.worker import WorkerSlot
 from ..errors import SpecVizError
 # The names the app's callers and tests know it by (the tables themselves live with the request).
-from ..request import (  # noqa: F401
-    CUSTOM,
-    DEFAULT_PRESET,
-    FEATURE_PRESET,
-    INDEPENDENT_PRESET,
-    METHOD_IDS,
-    METHOD_NAMES,
-    PRESETS,
-    RaceRequest,
-    allowed_presets,
-)
-from .content import (  # noqa: F401
-    CSS,
-    EXAMPLES,
-    KEYS_JS,
-    LIVE_VIEW_INTERVAL_S,
-    PAGE_JS,
-    REPEATING_PROMPT,
-    SIZING_CHOICES,
-    SIZING_NOTE,
-    TEXT_INTERVAL_S,
-    TREE_CHOICES,
-    WORKSHOP,
-)
+from ..request import CUSTOM, DEFAULT_PRESET, FEATURE_PRESET, METHOD_NAMES, PRESETS, RaceRequest  # noqa: F401
+from ..request import allowed_presets
+from .content import CSS, EXAMPLES, KEYS_JS, PAGE_JS, SIZING_CHOICES, TREE_CHOICES, WORKSHOP  # noqa: F401
 from .controls import build_page
 from .handlers import PageHandlers
-from .racing import (  # noqa: F401
-    RaceControl,
-    Racer,
-    TraceFiles,
-    WorkerOutOfMemory,
-    WorkerRunFailed,
-    contention_note,
-    prune_session_config,
-    race_events,
-    use_worker,
-    worker_race_events,
-)
+from .racing import Racer, prune_session_config, race_events, use_worker  # noqa: F401
 from .places import PlacesPolicy, guard_queue
 from .wiring import wire
 
