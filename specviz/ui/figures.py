@@ -7,6 +7,8 @@ run drew.
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import networkx as nx
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -364,11 +366,8 @@ def cumulative_figure(runs: dict[str, RunTrace], upto: dict[str, int] | None = N
         if not steps:
             continue
         any_points = True
-        xs, ys, elapsed = [0.0], [0], 0.0
-        for s in steps:
-            elapsed += s.total_ms / 1000
-            xs.append(round(elapsed, 4))
-            ys.append(s.cumulative_tokens)
+        xs = [round(t, 4) for t in accumulate((s.total_ms / 1000 for s in steps), initial=0.0)]
+        ys = [0] + [s.cumulative_tokens for s in steps]
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=_esc(METHOD_LABELS.get(method, method)),
                                  line=dict(color=METHOD_COLORS.get(method), width=4, shape="hv")))
     if not any_points:

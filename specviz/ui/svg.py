@@ -11,6 +11,8 @@ versions for notebooks and exports. Pure functions of trace data.
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 from ..trace import ORIGIN_COPY, PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, LookaheadPayload, RunTrace, TreePayload
 from .figures import (BONUS_COLOR, COPY_COLOR, METHOD_COLORS, METHOD_LABELS, NODE_COLORS, PHASE_COLORS, PHASE_LABELS, _show,
                       draft_saw, rejected_before, tested_as, tree_positions, window_grid)
@@ -76,16 +78,6 @@ def _overlaps(a, b, gap: float = 2.0) -> bool:
     return a[0] < b[2] + gap and b[0] < a[2] + gap and a[1] < b[3] + gap and b[1] < a[3] + gap
 
 
-def _bonus_line(start: tuple[float, float], sx: float, sy: float) -> tuple[float, float, float, float]:
-    """The dashed line from the end of the last node's label to the star, as (x1, y1, x2, y2)."""
-    return (start[0], start[1], sx - 14, sy)
-
-
-def _line_box(line: tuple[float, float, float, float], half: float = 2.0) -> tuple[float, float, float, float]:
-    x1, y1, x2, y2 = line
-    return (min(x1, x2), min(y1, y2) - half, max(x1, x2), max(y1, y2) + half)
-
-
 def _bonus_place(start: tuple[float, float], column_end: float, drawn: list, bonus: str, right_edge: float,
                  height: float) -> tuple[float, float, float, float]:
     """(star x, star y, label x, label baseline) for the bonus star after the last node, whose label ends at
@@ -94,9 +86,9 @@ def _bonus_place(start: tuple[float, float], column_end: float, drawn: list, bon
     whole drawing as the last resort."""
     x0, y0 = start
 
-    def boxes(sx, sy, lx, ly):
+    def boxes(sx, sy, lx, ly):   # the star, its label, and the dashed line to the star (it ends at sx - 14)
         return [_text_box(sx - 10, sy + 8, "★", STAR_PX), _text_box(lx, ly, bonus),
-                _line_box(_bonus_line(start, sx, sy))]
+                (min(x0, sx - 14), min(y0, sy) - 2.0, max(x0, sx - 14), max(y0, sy) + 2.0)]
 
     def fits(sx, sy, lx, ly):
         inside = all(b[1] >= 2 and b[3] <= height - 2 for b in boxes(sx, sy, lx, ly))
@@ -172,9 +164,8 @@ def tree_svg(payload: TreePayload | None, step: int | None = None, method: str |
         start = (label_box[last][2] + 3, y0)
         sx, sy, lx, ly = _bonus_place(start, label_end[x0], drawn, bonus, right_edge, height)
         right_edge = max(right_edge, _text_box(sx - 10, sy + 8, "★", STAR_PX)[2], _text_box(lx, ly, bonus)[2])
-        x1, y1, x2, y2 = _bonus_line(start, sx, sy)
-        edges.append(f'<line class="sv-bonus-edge" x1="{x1:.0f}" y1="{y1:.0f}" x2="{x2:.0f}" y2="{y2:.0f}" '
-                     f'stroke="{BONUS_COLOR}" stroke-width="4" stroke-dasharray="7 5"/>')
+        edges.append(f'<line class="sv-bonus-edge" x1="{start[0]:.0f}" y1="{start[1]:.0f}" x2="{sx - 14:.0f}" '
+                     f'y2="{sy:.0f}" stroke="{BONUS_COLOR}" stroke-width="4" stroke-dasharray="7 5"/>')
         marks.append(f'<g class="sv-bonus"><title>{esc(f"bonus / corrected token: {bonus} (id {payload.bonus_token_id}), sampled by the target after the accepted path")}</title>'
                      f'<text x="{sx - 10:.0f}" y="{sy + 8:.0f}" fill="{BONUS_COLOR}" font-size="{STAR_PX}">★</text>'
                      f'<text x="{lx:.0f}" y="{ly:.0f}" fill="#92400e" font-weight="600" font-size="{LABEL_PX}" '
@@ -329,10 +320,8 @@ def cumulative_svg(runs: dict[str, RunTrace], upto: dict[str, int] | None = None
         steps = run.steps[:(upto or {}).get(method, len(run.steps))]
         if not steps:
             continue
-        pts, elapsed = [(0.0, 0.0)], 0.0
-        for s in steps:
-            elapsed += s.total_ms / 1000
-            pts.append((elapsed, float(s.cumulative_tokens)))
+        seconds = accumulate((s.total_ms / 1000 for s in steps), initial=0.0)
+        pts = list(zip(seconds, [0.0] + [float(s.cumulative_tokens) for s in steps]))
         series.append((METHOD_LABELS.get(method, method), METHOD_COLORS.get(method, "#111"), pts))
     if not series:
         return _empty(title, "cumulative tokens appear here")
