@@ -17,7 +17,7 @@ import json
 import math
 import types
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from . import safejson
@@ -128,17 +128,9 @@ class LookaheadPayload:
 PAYLOAD_KINDS = {"tree": TreePayload, "lookahead": LookaheadPayload}
 
 
-def _payload_to_dict(payload) -> dict | None:
-    if payload is None:
-        return None
-    kind = "tree" if isinstance(payload, TreePayload) else "lookahead"
-    return {"kind": kind, **asdict(payload)}
-
-
-def _payload_from_dict(data: dict | None, at: "_At | None" = None):
+def _payload_from_dict(data: dict | None, at: "_At"):
     if data is None:
         return None
-    at = at or _At("the trace's step payload")
     if not isinstance(data, dict):
         raise InvalidInput(f"{at.field('payload')} should be an object, got {safejson.json_kind(data)}")
     cls = PAYLOAD_KINDS.get(data.get("kind")) if isinstance(data.get("kind"), str) else None
@@ -175,7 +167,9 @@ class StepRecord:
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data["payload"] = _payload_to_dict(self.payload)
+        if self.payload is not None:
+            data["payload"] = {"kind": "tree" if isinstance(self.payload, TreePayload) else "lookahead",
+                               **data["payload"]}
         return data
 
     @staticmethod
@@ -240,27 +234,9 @@ class RunTrace:
         }
 
     def to_dict(self) -> dict:
-        return {
-            "schema_version": self.schema_version,
-            "method": self.method,
-            "prompt": self.prompt,
-            "prompt_token_ids": self.prompt_token_ids,
-            "settings": self.settings,
-            "target_name": self.target_name,
-            "draft_name": self.draft_name,
-            "device": self.device,
-            "dtype": self.dtype,
-            "finish_reason": self.finish_reason,
-            "error": self.error,
-            "graphs": self.graphs,
-            # Derived fields: handy for readers of the JSON, ignored on load.
-            "token_ids": self.token_ids,
-            "text": self.text,
-            "target_forwards": self.target_forwards,
-            "tokens_per_second": self.tokens_per_second,
-            "wall_seconds": self.wall_seconds,
-            "steps": [s.to_dict() for s in self.steps],
-        }
+        kept = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("steps", "schema_version")}
+        derived = {name: getattr(self, name) for name in RUN_DERIVED}   # for readers of the JSON, ignored on load
+        return {"schema_version": self.schema_version, **kept, **derived, "steps": [s.to_dict() for s in self.steps]}
 
     @staticmethod
     def from_dict(data: dict) -> "RunTrace":
@@ -279,10 +255,6 @@ MAX_TRACE_STEPS = 20_000             # per method
 MAX_NODES_PER_STEP = 4096
 MAX_WINDOW_SIZE = 4096               # W, N, G: a view draws a row of W cells, so a size is a size, not a bomb
 RACE_METHODS = method_ids()
-
-
-def _check_size(size: int, max_bytes: int) -> None:
-    safejson.check_size(size, max_bytes, "the trace file")
 
 
 @dataclass
@@ -331,31 +303,14 @@ class RaceTrace:
         return counts
 
     def to_dict(self) -> dict:
-        data = {
-            "kind": "specviz-race",
-            "schema_version": self.schema_version,
-            "prompt": self.prompt,
-            "prompt_token_ids": self.prompt_token_ids,
-            "methods": self.methods,
-            "sampling": self.sampling,
-            "options": self.options,
-            "target_name": self.target_name,
-            "draft_name": self.draft_name,
-            "device": self.device,
-            "dtype": self.dtype,
-            "vocab_size": self.vocab_size,
-            "cancelled": self.cancelled,
-            "order": self.order,
-            "runs": {m: t.to_dict() for m, t in self.runs.items()},
-        }
-        if self.request is not None:
-            data["request"] = self.request
-        if self.machine:
-            data["machine"] = self.machine
-        if self.precision_choice:
-            data["precision_choice"] = self.precision_choice
-        if self.floors:
-            data["floors"] = self.floors
+        shared = ("prompt", "prompt_token_ids", "methods", "sampling", "options", "target_name", "draft_name",
+                  "device", "dtype", "vocab_size", "cancelled", "order")
+        data = {"kind": "specviz-race", "schema_version": self.schema_version,
+                **{name: getattr(self, name) for name in shared}, "runs": {m: t.to_dict() for m, t in self.runs.items()}}
+        for name in ("request", "machine", "precision_choice", "floors"):   # written only when set
+            value = getattr(self, name)
+            if value or (name == "request" and value is not None):
+                data[name] = value
         return data
 
     def to_json(self, **kwargs) -> str:
@@ -365,7 +320,8 @@ class RaceTrace:
     def from_json(text: str | bytes, vocab_size: int | None = None,
                   max_bytes: int = MAX_TRACE_BYTES) -> "RaceTrace":
         """Parse and validate an uploaded trace; every problem is an `InvalidInput`."""
-        _check_size(len(text.encode("utf-8", errors="replace")) if isinstance(text, str) else len(text), max_bytes)
+        size = len(text.encode("utf-8", errors="replace")) if isinstance(text, str) else len(text)
+        safejson.check_size(size, max_bytes, "the trace file")
         return RaceTrace.from_dict(safejson.loads(text, "the trace file"), vocab_size=vocab_size)
 
     @staticmethod
@@ -450,9 +406,7 @@ def _shown(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-@lru_cache(maxsize=None)
-def _hints(cls) -> dict:
-    return get_type_hints(cls)
+_hints = cache(get_type_hints)   # a dataclass's field annotations, resolved once
 
 
 def _load(cls, data: Any, at: _At):
