@@ -80,7 +80,7 @@ class PageHandlers:
         """Every output's value at step `upto` of `trace` (None: its end), by output name."""
         total = len(trace.order) if trace else 0
         upto = total if upto is None else max(0, min(int(upto), total))
-        curve, hw = hardware.panel(trace, self.racer.pairs)
+        curve, hw = hardware.panel(trace)
         values = {**views.text_views(trace, upto), **views.plot_views(trace, upto),
                   "summary": html.summary_html(trace, trace.steps_done(upto)) + hardware.auto_notes_html(trace)
                   if trace else "", "trace": trace,

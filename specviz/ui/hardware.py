@@ -315,7 +315,7 @@ def pays_html(trace) -> str:
             + html.table_html(rows, "Why it pays, or not, on this machine"))
 
 
-def panel(trace, pairs=None):
+def panel(trace):
     """(t_target(n) chart as SVG, panel HTML) for the trace's pair; nothing is measured here."""
     plans = plans_for(trace)
     curve = target_curve(plans)

@@ -12,22 +12,21 @@ from ..methods import method_views
 from ..trace import LookaheadPayload, RaceTrace, StepRecord, TreePayload
 from .figures import METHOD_COLORS, METHOD_LABELS, _show
 from .html import esc
+from .svg import plural, short
 
 MAX_LIST = 6   # at most this many tokens / candidates listed in one sentence
 
 
 def plain_token(text: str | None, limit: int = 18) -> str:
     """The visible text of a token in a caption: whitespace drawn, cut to `limit` characters."""
-    shown = _show(text or "")
-    return shown if len(shown) <= limit else shown[:limit - 1] + "…"
+    return short(_show(text or ""), limit)
 
 
 def tok(text: str | None, limit: int = 18) -> str:
     """A token as the captions show it: whitespace visible, long ones shortened (full text on hover)."""
-    shown = _show(text or "")
-    short = plain_token(text, limit)
-    title = f' title="{esc(shown)}"' if short != shown else ""
-    return f'<code class="sv-ctok"{title}>{esc(short)}</code>'
+    shown, cut = _show(text or ""), plain_token(text, limit)
+    title = f' title="{esc(shown)}"' if cut != shown else ""
+    return f'<code class="sv-ctok"{title}>{esc(cut)}</code>'
 
 
 def prob(x: float) -> str:
@@ -59,7 +58,7 @@ def token_texts(trace: RaceTrace) -> dict[int, str]:
 def emitted(rec: StepRecord) -> str:
     n = len(rec.new_token_ids)
     shown = [tok(t) for t in rec.new_token_texts[:MAX_LIST]]
-    return f"{n} token{'s' if n != 1 else ''} ({listed(shown, n - MAX_LIST)})" if n else "no token"
+    return f"{plural(n, 'token')} ({listed(shown, n - MAX_LIST)})" if n else "no token"
 
 
 def finish(rec: StepRecord) -> str:
@@ -79,7 +78,7 @@ def narrate_step(trace: RaceTrace, method: str, step: int, texts: dict[int, str]
     None and a narrator that needs them reads them), or what any step did."""
     run = trace.runs[method]
     views = method_views(method)
-    if views is not None and hasattr(views, "narrate"):
+    if hasattr(views, "narrate"):
         return views.narrate(trace, run, step, texts)
     return f"{emitted(run.steps[step])}."
 

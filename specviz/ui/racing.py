@@ -326,11 +326,8 @@ class TraceFiles:
             folder = Path(tempfile.mkdtemp(dir=self.folder))   # one folder each: the download keeps its name
             path = folder / "specviz-trace.json"
             path.write_text(trace.to_json())
-            old = sorted(self.folder.iterdir(), key=lambda p: p.stat().st_mtime)[:-self.keep]
-            for stale in old:
-                for f in stale.iterdir():
-                    f.unlink(missing_ok=True)
-                stale.rmdir()
+            for stale in sorted(self.folder.iterdir(), key=lambda p: p.stat().st_mtime)[:-self.keep]:
+                shutil.rmtree(stale)
             return str(path)
 
 
