@@ -84,10 +84,6 @@ class TreePayload:
     draft_ms: float
     verify_ms: float
 
-    @staticmethod
-    def from_dict(data: dict) -> "TreePayload":
-        return _load(TreePayload, data, _At("the trace's tree payload"))
-
 
 @dataclass
 class NgramCandidate:
@@ -119,10 +115,6 @@ class LookaheadPayload:
     ngram_size: int = 0                  # N
     guesses: int = 0                     # G
     copies: int = 0                      # rows for copied candidates, besides the pool's G
-
-    @staticmethod
-    def from_dict(data: dict) -> "LookaheadPayload":
-        return _load(LookaheadPayload, data, _At("the trace's lookahead payload"))
 
 
 PAYLOAD_KINDS = {"tree": TreePayload, "lookahead": LookaheadPayload}
@@ -171,10 +163,6 @@ class StepRecord:
             data["payload"] = {"kind": "tree" if isinstance(self.payload, TreePayload) else "lookahead",
                                **data["payload"]}
         return data
-
-    @staticmethod
-    def from_dict(data: dict) -> "StepRecord":
-        return _load(StepRecord, data, _At("the trace's step"))
 
 
 @dataclass
