@@ -4,12 +4,9 @@ Every setting but the prompt has the page's default, so
 
     Client(url).predict("Write a haiku about trees", api_name="/race")
 
-runs a race, and its result names each method's text, token ids, speed and
-verdict, and the race's trace (a served file; gradio_client downloads it and
-gives its local path). docs/api.md documents the contract; keep the names.
-
-`takes_race_settings` gives a function the 19 settings as its signature, built
-from `RaceRequest`, so the page's event and this endpoint list them once.
+runs a race, and its result names each method's text, token ids, speed and verdict, and the race's trace (a
+served file; gradio_client downloads it and gives its local path). docs/api.md documents the contract; keep the
+names. The page's event and this endpoint list the settings once, from `RaceRequest` (`takes_race_settings`).
 """
 
 import inspect

@@ -92,13 +92,6 @@ class PageHandlers:
             values["status"] = status_text
         return values
 
-    def live_view(self, trace: RaceTrace, with_plots: bool) -> dict:
-        """The streamed update: texts always, the views when their (slower) turn has come."""
-        values = {**views.text_views(trace, None, running=True), "trace": trace}   # Stop and replay see it
-        if with_plots:
-            values.update(views.plot_views(trace, live=True))
-        return values
-
     # -- the race ----------------------------------------------------------------------------------
 
     def race(self, settings: dict, request: gr.Request | None = None):
@@ -161,35 +154,33 @@ class PageHandlers:
         return queue is not None and session is not None and not session_connected(queue, session)
 
     def _stream(self, request: RaceRequest, control: RaceControl, latest: list):
-        """Yield the page's updates while the race runs; return its final trace (None if stopped)."""
-        with closing(self.racer.events(request, control)) as events:   # closed at once, also on Stop
-            return (yield from self._updates(events, control, latest))
-
-    def _updates(self, events, control: RaceControl | None, latest: list):
+        """Yield the page's updates while the race runs: texts always, the views when their (slower) turn has
+        come; return its final trace (None if stopped)."""
         last_text = last_plot = 0.0
-        captioned = False
-        trace = None
-        for event in events:
-            if control is not None and control.stop.is_set():
-                return None   # Stop has rendered the final view; a late yield must not overwrite it
-            if event[0] == "status":
-                yield self.outputs.pack(status=event[1])
-                continue
-            _, trace, done = event
-            latest[:] = [trace]
-            if done:
-                return trace
-            now = time.monotonic()
-            if now - last_text < TEXT_INTERVAL_S:
-                continue   # the next update carries these tokens too
-            last_text = now
-            with_plots = now - last_plot >= LIVE_VIEW_INTERVAL_S
-            last_plot = now if with_plots else last_plot
-            values = self.live_view(trace, with_plots)
-            if not captioned:   # the step-through waits for the race; say so once, not per update
-                captioned = True
-                values["caption"] = narrate.racing_caption_html()
-            yield self.outputs.pack(**values)
+        captioned, trace = False, None
+        with closing(self.racer.events(request, control)) as events:   # closed at once, also on Stop
+            for event in events:
+                if control.stop.is_set():
+                    return None   # Stop has rendered the final view; a late yield must not overwrite it
+                if event[0] == "status":
+                    yield self.outputs.pack(status=event[1])
+                    continue
+                _, trace, done = event
+                latest[:] = [trace]
+                if done:
+                    return trace
+                now = time.monotonic()
+                if now - last_text < TEXT_INTERVAL_S:
+                    continue   # the next update carries these tokens too
+                last_text = now
+                values = {**views.text_views(trace, None, running=True), "trace": trace}   # Stop and replay see it
+                if now - last_plot >= LIVE_VIEW_INTERVAL_S:
+                    last_plot = now
+                    values.update(views.plot_views(trace, live=True))
+                if not captioned:   # the step-through waits for the race; say so once, not per update
+                    captioned = True
+                    values["caption"] = narrate.racing_caption_html()
+                yield self.outputs.pack(**values)
         return trace
 
     def measurement(self, trace):

@@ -60,19 +60,13 @@ def tokens_html(run: RunTrace | None, upto: int | None = None) -> str:
     """The generated text coloured by source; the latest step's tokens outlined."""
     if run is None:
         return _panel('<span style="color:#9ca3af">not run</span>')
-    steps = run.steps if upto is None else run.steps[:upto]
-    parts = []
-    for i, rec in enumerate(steps):
-        latest = i == len(steps) - 1
-        for text, source in zip(rec.new_token_texts, rec.token_sources):
-            parts.append(_token_span(text, source, latest))
-    body = "".join(parts) or '<span style="color:#9ca3af">waiting…</span>'
-    error = ""
-    if run.error:
-        error = (f'<div class="sv-error" style="background:#fee2e2;color:#991b1b;border:1px solid #fca5a5;'
-                 f'border-radius:6px;padding:8px;margin-bottom:8px;white-space:normal">'
-                 f'<b>error:</b> {esc(run.error)}</div>')
-    return _panel(error + body)
+    steps = run.steps[:upto]
+    body = "".join(_token_span(text, source, i == len(steps) - 1) for i, rec in enumerate(steps)
+                   for text, source in zip(rec.new_token_texts, rec.token_sources))
+    error = (f'<div class="sv-error" style="background:#fee2e2;color:#991b1b;border:1px solid #fca5a5;'
+             f'border-radius:6px;padding:8px;margin-bottom:8px;white-space:normal">'
+             f'<b>error:</b> {esc(run.error)}</div>' if run.error else "")
+    return _panel(error + (body or '<span style="color:#9ca3af">waiting…</span>'))
 
 
 def _panel(inner: str) -> str:
@@ -83,7 +77,7 @@ def _panel(inner: str) -> str:
 
 
 def run_stats(run: RunTrace | None, upto: int | None = None) -> dict:
-    steps = [] if run is None else (run.steps if upto is None else run.steps[:upto])
+    steps = [] if run is None else run.steps[:upto]
     tokens = sum(len(s.new_token_ids) for s in steps)
     seconds = sum(s.total_ms for s in steps) / 1000
     speculated = sum(1 for s in steps for src in s.token_sources if src in (SOURCE_DRAFT, SOURCE_NGRAM, SOURCE_COPY))

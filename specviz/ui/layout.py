@@ -1,13 +1,8 @@
 """The Gradio app: controls, three racing columns, tree / pool / latency views, replay, hardware panel.
 
-One generator event runs the whole race (`Race` steps the decoders in turn, least
-compute first), streaming texts every step and figures at most a few times a
-second. Per-visitor state is only the finished/streaming `RaceTrace` in a
-`gr.State`; loaded model pairs are shared read-only through a small cache.
-
-The app is built in three parts: `controls` (the components, by name), `handlers`
-(what each event does) and `wiring` (which event runs which handler, and the HTTP
-API's `/race`, see `api`). The race's settings are one `specviz.request.RaceRequest`.
+Built in three parts: `controls` (the components, by name), `handlers` (what each event does) and `wiring`
+(which event runs which handler, and the HTTP API's `/race`, see `api`). Per-visitor state is only the
+`RaceTrace` in a `gr.State`; loaded model pairs are shared read-only through a small cache.
 """
 
 from __future__ import annotations

@@ -10,11 +10,8 @@ measures it, tokens per second over autoregressive's:
 
 so a prediction that is right in every part is right in the whole. The run's own
 prediction takes every cost from the run (machine load shifts them from run to run)
-and predicts only accepted length: Sequoia's from acceptance counted on the run's own
-trees (per level and rank, evaluated on each step's tree by `tree_dp.tree_value`; for
-an adaptive tree, per node from the acceptance its draft confidence earned),
-Lookahead's from the rates its verified n-grams matched at, position by position,
-and how many were verified each step. Pure functions of trace data.
+and predicts only accepted length (`sequoia_tokens_per_step`, `lookahead_tokens_per_step`).
+Pure functions of trace data.
 """
 
 from __future__ import annotations

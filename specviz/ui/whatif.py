@@ -3,11 +3,9 @@
 Each sized method draws its own column from its folder (its record's `whatif` module: Sequoia's tree DP over
 budget and depth, Lookahead's E(W, N, G)); this module gathers what they price with and lays the panel out.
 
-Inputs, best first: a finished race's own measurements, then the plans `auto` cached for the trace's pair
-(`hardware.plans_for`), else what the trace itself holds (the acceptance vector the decoder used; t(n) as the
-mean target-forward time per input size the run actually took). A saved profile (a GPU's t(n), e.g. a
-`forward-*.json` / `sequoia-plan-*.json` from another machine's ~/.cache/specviz/profiles) replaces the target
-curve, so a learner sees what changes there. Pure functions: no model, no gradio.
+What they price with comes from `inputs`; a saved profile (a GPU's t(n), from another machine's
+~/.cache/specviz/profiles) replaces the target curve, so a learner sees what changes there. Pure functions: no
+model, no gradio.
 """
 
 from __future__ import annotations
@@ -106,8 +104,9 @@ def inputs(trace: RaceTrace | None, profile: dict | None = None) -> dict:
 
     With a finished race, its own measurements come first: t(n), each method's other per-step costs, the
     prompt's forward and the baseline's step (`measured`), and what each method's module counts on its run
-    (a tree's acceptance and draft cost, the rate n-grams matched at); the plans `auto` cached fill in the rest.
-    An uploaded profile replaces the target's costs, and then the run's CPU times are not mixed in."""
+    (a tree's acceptance and draft cost, the rate n-grams matched at); the plans `auto` cached fill in the rest,
+    else what the trace holds (t(n) as the mean target forward per input size the run took). An uploaded profile
+    replaces the target's costs, and then the run's CPU times are not mixed in."""
     plans = hardware.plans_for(trace)
     run = _run_costs(trace) if not profile else {}
     plan_curve = next((c for m, module in whatifs().items() if (c := module.plan_curve(plans.get(m) or {}))), {})
