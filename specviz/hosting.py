@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from .errors import InvalidInput
@@ -31,7 +31,6 @@ GATED_MODEL_IDS = ("meta-llama/Llama-2-7b-chat-hf",)
 # ("No candidate PyTorch version found for ZeroGPU"); tests/test_hosting.py checks ours against these.
 ZEROGPU_SUPPORTED_TORCH = ("2.8.0", "2.9.1", "2.10.0", "2.11.0")
 ZEROGPU_SUPPORTED_PYTHON = ("3.10.13", "3.12.12")
-ZEROGPU_SUPPORTED_SOURCE = "huggingface/hub-docs docs/hub/spaces-zerogpu.md, read 2026-11-27"
 
 # ZeroGPU: the most one race may ask `spaces.GPU` for (SPECVIZ_ZEROGPU_DURATION changes it). Each
 # call is checked against the visitor's remaining daily quota (2 minutes for a visitor who is not
@@ -189,15 +188,11 @@ def graphs_captured(model, methods) -> bool:
 
     state = found_state(model)
     sessions = state.graph_sessions if state is not None else {}
+    # A runner's captured graphs, by shape key (`engine.graphs.GraphRunner`): any one means this method's
+    # shapes were captured in this process (its fixed shapes are all captured in a first race).
     have = {method for (method, _capacity, capture), kept in sessions.items()
-            if capture and any(_has_graphs(session) for session in kept)}
+            if capture and any(getattr(session.runner, "_graphs", None) for session in kept)}
     return bool(methods) and all(m in have for m in methods)
-
-
-def _has_graphs(session) -> bool:
-    # The runner's captured graphs, by shape key (`engine.graphs.GraphRunner`): any one means this
-    # method's shapes were captured in this process (its fixed shapes are all captured in a first race).
-    return bool(getattr(session.runner, "_graphs", None))
 
 
 def hub_token_available(env: Mapping[str, str] | None = None) -> bool:
@@ -276,7 +271,6 @@ class HostingLimits:
     worker_grace_s: float = WORKER_GRACE_S   # past a race's deadline, before its worker is killed
     allowed_models_explicit: bool = False   # SPECVIZ_ALLOWED_MODELS was set: it binds custom ids too
     hub_token: bool = False                  # HF_TOKEN is set: gated models (GATED_MODEL_IDS) may load
-    extra: dict = field(default_factory=dict)
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> "HostingLimits":
