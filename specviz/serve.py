@@ -26,16 +26,6 @@ from .hosting import (
 from .methods import sized
 
 
-def zerogpu_spaces(env: Mapping[str, str] | None = None):
-    """The `spaces` module on ZeroGPU, else None. Imported only there, and before anything in SpecViz
-    touches CUDA (`spaces` must patch torch first)."""
-    if not on_zerogpu(env):
-        return None
-    import spaces
-
-    return spaces
-
-
 class ZeroGpu:
     """ZeroGPU's `spaces.GPU` around the race generator, asking per race for what that race needs.
 
@@ -43,11 +33,8 @@ class ZeroGpu:
     `seconds(request)`. The seconds come from the request (methods, new tokens, whether an `auto` size
     still has to be measured on this GPU) and this GPU's t(1) once a race has measured it, at most `cap`
     (SPECVIZ_ZEROGPU_DURATION); the race's own clock stops it ZEROGPU_SETUP_S before that, with its
-    tokens kept (`HostingLimits.within_gpu_call`).
-
-    Graphs (`graphs_decision`): for `auto`, `hosting.zerogpu_graphs` decides per race whether capture
-    pays (graphs already captured in a reused worker are always replayed); the seconds asked for
-    include the capture when graphs will be captured.
+    tokens kept (`HostingLimits.within_gpu_call`). The seconds include graph capture where
+    `graphs_decision` (`hosting.zerogpu_graphs`) will capture.
     """
 
     def __init__(self, spaces, pairs, cap: float):
@@ -66,19 +53,13 @@ class ZeroGpu:
                    for m in options if m in sized())
         target, draft = request.models()
         pair = self.pairs.loaded(target, draft, request.dtype or "auto")
-        forward_ms = self.measured_forward_ms(request)
+        # This GPU's t(1) once a race here has measured it; None: an `auto` size still has to be measured.
+        forward_ms = target_t1(pair, False) if pair is not None else None
         # Outside the GPU call nothing is captured (graphs live in the worker): capture is counted in.
         graphs = self.graphs_decision(pair, request) if pair is not None else zerogpu_graphs(
             request.graphs, request.methods, int(request.max_new_tokens))
         return zerogpu_race_seconds(request.methods, int(request.max_new_tokens), forward_ms=forward_ms,
                                     sizing=auto and forward_ms is None, cap=self.cap, graphs=graphs)
-
-    def measured_forward_ms(self, request, graphs: bool = False) -> float | None:
-        """This GPU's t(1) for the request's target when a race here has measured it, else None (and
-        then an `auto` size still has to be measured); `graphs`: the replayed forward's."""
-        target, draft = request.models()
-        pair = self.pairs.loaded(target, draft, request.dtype or "auto")
-        return target_t1(pair, graphs) if pair is not None else None
 
     def graphs_decision(self, pair, request) -> GraphsDecision:
         """Graphs for this race on ZeroGPU (`hosting.zerogpu_graphs`), from this GPU's measured forwards
@@ -104,26 +85,23 @@ def target_t1(pair, graphs: bool) -> float | None:
     return curve.get(1) if curve else None
 
 
-def preload_pairs(pairs, limits: HostingLimits) -> list[tuple]:
+def preload_pairs(pairs, limits: HostingLimits) -> None:
     """Load every preset pair this deployment serves (gated ones only with a token) now. A pair that
     fails to load is reported and left to load when a race asks for it: the app still starts."""
     from .request import PRESETS, allowed_presets
 
-    loaded = []
     for label in allowed_presets(limits):
-        target, draft = PRESETS[label]
         try:
-            pairs.get(target, draft, "auto")
+            pairs.get(*PRESETS[label], "auto")
         except Exception as exc:   # the Hub unreachable at start-up, say: the page says so on first use
             print(f"specviz: could not preload {label}: {exc}", file=sys.stderr)
-            continue
-        loaded.append((target, draft))
-    return loaded
 
 
 def make_demo(env: Mapping[str, str] | None = None):
     """The app for this host: under ZeroGPU with its hooks, elsewhere as it runs locally."""
-    spaces = zerogpu_spaces(env)
+    spaces = None
+    if on_zerogpu(env):
+        import spaces   # only there, and before anything in SpecViz touches CUDA (`spaces` must patch torch first)
     from .runtime.race import PairCache
     from .ui import build_demo
 
