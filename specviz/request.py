@@ -190,8 +190,9 @@ class RaceRequest:
         check_choice("dtype", self.dtype or "auto", DTYPES)
         check_choice("graphs", self.graphs or "auto", GRAPHS_MODES)
         sizes = {}   # each method's settings, checked by its own options module (`request_sizes`)
-        for module in _request_modules(method_ids()):
-            sizes.update(module.request_sizes(self))
+        for module in map(args_module, method_ids()):
+            if module is not None and hasattr(module, "request_sizes"):
+                sizes.update(module.request_sizes(self))
         request = replace(self, methods=tuple(methods), dtype=self.dtype or "auto", graphs=self.graphs or "auto",
                           seed=seed,
                           custom_target=(self.custom_target or "").strip(),
@@ -258,12 +259,6 @@ class RaceRequest:
         if "methods" in known:
             known["methods"] = tuple(known["methods"])
         return cls(**known)
-
-
-def _request_modules(methods) -> list:
-    """The options modules (`Method.args`) of the methods that take settings in a race request."""
-    modules = [args_module(m) for m in methods]
-    return [module for module in modules if module is not None and hasattr(module, "request_sizes")]
 
 
 def _method_ids(methods) -> list[str]:
