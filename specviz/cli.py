@@ -23,7 +23,7 @@ from .cliargs import (
     sampling_from_args,
     spec_options,
 )
-from .errors import SpecVizError
+from .errors import InvalidInput, SpecVizError
 from .methods import baseline
 from .methodspec import parse_spec, spec_help
 
@@ -76,8 +76,6 @@ def cmd_floors(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     pair = load_pair_for(args, [baseline()])
     if pair.device.type != "cpu":
-        from .errors import InvalidInput
-
         raise InvalidInput("floors measures a CPU's read bandwidth and int8 peak; this pair runs on "
                            f"{pair.device.type}")
     work = floors.forward_work(pair.target)

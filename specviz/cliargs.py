@@ -7,6 +7,7 @@ method's own `cli.py` import this module and never each other.
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from .errors import InvalidInput
 from .methods import args_module, method_ids
@@ -53,10 +54,8 @@ def graphs_from_args(args: argparse.Namespace) -> str:
 def add_method_args(p: argparse.ArgumentParser) -> None:
     """--graphs, and each method's own size flags (`Method.args`)."""
     add_graphs_arg(p)
-    for method in method_ids():
-        module = args_module(method)
-        if module is not None:
-            module.add_args(p)
+    for module in filter(None, map(args_module, method_ids())):
+        module.add_args(p)
 
 
 def check_ranges(args: argparse.Namespace, *names: str) -> None:
@@ -171,20 +170,15 @@ class CliMeasuring:
                   file=self.stream)
 
 
+@contextlib.contextmanager
 def cli_measuring(args: argparse.Namespace):
     """The measurement reporter a command runs under (`engine.measuring`): bars on stderr unless --quiet."""
-    import contextlib
-
     from .engine.measuring import Measuring, measuring
 
-    @contextlib.contextmanager
-    def scope():
-        quiet = bool(getattr(args, "quiet", False))
-        shown = CliMeasuring(quiet)
-        with measuring(None if quiet else Measuring(report=shown.report, interval_s=0.2)):
-            try:
-                yield shown
-            finally:
-                shown.finish()
-
-    return scope()
+    quiet = bool(getattr(args, "quiet", False))
+    shown = CliMeasuring(quiet)
+    with measuring(None if quiet else Measuring(report=shown.report, interval_s=0.2)):
+        try:
+            yield shown
+        finally:
+            shown.finish()
