@@ -24,6 +24,8 @@ METHOD_COLORS = colours()
 NODE_COLORS = {"root": "#374151", "accepted": "#2563eb", "rejected": "#dc2626", "not_reached": "#d1d5db"}
 BONUS_COLOR = "#f59e0b"
 COPY_COLOR = "#db2777"   # a tree node copied from the text (prompt lookup): its ring
+TREE_LEGEND = (("accepted", NODE_COLORS["accepted"]), ("rejected", NODE_COLORS["rejected"]),
+               ("not reached", NODE_COLORS["not_reached"]), ("bonus", BONUS_COLOR))
 PHASE_COLORS = {PHASE_DRAFT: "#60a5fa", PHASE_TARGET: "#1e3a8a", PHASE_VERIFY: "#a3a3a3"}
 PHASE_LABELS = {PHASE_DRAFT: "draft", PHASE_TARGET: "target forward", PHASE_VERIFY: "verify / other"}
 FONT = dict(family="Inter, Segoe UI, Arial, sans-serif", size=15)
@@ -197,12 +199,9 @@ def tree_figure(payload: TreePayload | None, step: int | None = None, height: in
             hoverinfo="text"))
 
     # Legend as invisible markers so the colours are explained on the projector.
-    for label, color, symbol in (("accepted", NODE_COLORS["accepted"], "circle"),
-                                 ("rejected", NODE_COLORS["rejected"], "circle"),
-                                 ("not reached", NODE_COLORS["not_reached"], "circle"),
-                                 ("bonus", BONUS_COLOR, "star")):
+    for label, color in TREE_LEGEND:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label, showlegend=True,
-                                 marker=dict(color=color, size=14, symbol=symbol)))
+                                 marker=dict(color=color, size=14, symbol="star" if label == "bonus" else "circle")))
     accepted = len(payload.accepted_path)
     subtitle = (f"{len(nodes)} nodes (budget {_esc(payload.budget)}, depth {_esc(payload.depth)}); "
                 f"{accepted} accepted + 1 bonus = {accepted + (payload.bonus_token_id is not None)} tokens")

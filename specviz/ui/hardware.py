@@ -64,10 +64,8 @@ def _recorded_plan(run) -> dict | None:
 def _matching(plans: list[dict], sampling: dict) -> dict | None:
     # Plans are kept per sampling mode, not per temperature (`sequoia.sizing._plan_key`): greedy or not.
     greedy = not float(sampling.get("temperature", 0.0) or 0.0)
-    for plan in plans:
-        if (not float(plan.get("temperature", 0.0) or 0.0)) == greedy:
-            return plan
-    return plans[0] if plans else None
+    return next((plan for plan in plans if (not float(plan.get("temperature", 0.0) or 0.0)) == greedy),
+                plans[0] if plans else None)
 
 
 def plans_for(trace) -> dict[str, dict | None]:

@@ -16,6 +16,7 @@ Pure functions of trace data.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 
 from ..methods import baseline, drafting, method_views
@@ -173,15 +174,14 @@ def confidence_calibration(run: RunTrace | None):
     trees (binned by q; a bin it never saw keeps q itself)."""
     import bisect
 
-    offered: dict[int, int] = {}
-    taken: dict[int, int] = {}
+    offered, taken = Counter(), Counter()   # q's bin -> children offered, and accepted
     for payload in _trees(run):
         reached = {n.id for n in payload.nodes if n.status in ("root", "accepted")}
         for node in payload.nodes:
             if node.parent in reached:
                 b = bisect.bisect(CONFIDENCE_EDGES, node.draft_prob)
-                offered[b] = offered.get(b, 0) + 1
-                taken[b] = taken.get(b, 0) + (node.status == "accepted")
+                offered[b] += 1
+                taken[b] += node.status == "accepted"
 
     def calibrated(q: float) -> float:
         b = bisect.bisect(CONFIDENCE_EDGES, q)

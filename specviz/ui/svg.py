@@ -14,8 +14,8 @@ from __future__ import annotations
 from itertools import accumulate
 
 from ..trace import ORIGIN_COPY, PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, LookaheadPayload, RunTrace, TreePayload
-from .figures import (BONUS_COLOR, COPY_COLOR, METHOD_COLORS, METHOD_LABELS, NODE_COLORS, PHASE_COLORS, PHASE_LABELS, _show,
-                      draft_saw, rejected_before, tested_as, tree_positions, window_grid)
+from .figures import (BONUS_COLOR, COPY_COLOR, METHOD_COLORS, METHOD_LABELS, NODE_COLORS, PHASE_COLORS, PHASE_LABELS,
+                      TREE_LEGEND, _show, draft_saw, rejected_before, tested_as, tree_positions, window_grid)
 from .html import esc
 
 LIVE_LATENCY_STEPS = 48   # while a race streams, the latency strip shows the latest steps only
@@ -180,10 +180,8 @@ def tree_svg(payload: TreePayload | None, step: int | None = None, method: str |
     else:
         note = (f"{plural(len(payload.nodes), 'node')} (budget {payload.budget}, depth {payload.depth}); "
                 f"{accepted} accepted + 1 bonus = {plural(made, 'token')} from one target forward")
-    legend = _legend([("accepted", NODE_COLORS["accepted"]), ("rejected", NODE_COLORS["rejected"]),
-                      ("not reached", NODE_COLORS["not_reached"]), ("bonus", BONUS_COLOR)]
-                     + ([("copied from the text (ring)", COPY_COLOR)] if any(n.origin == ORIGIN_COPY
-                                                                           for n in payload.nodes) else []))
+    copied = any(n.origin == ORIGIN_COPY for n in payload.nodes)
+    legend = _legend([*TREE_LEGEND, *([("copied from the text (ring)", COPY_COLOR)] if copied else [])])
     # A small tree keeps about its drawn size instead of being blown up to the column's width.
     svg = (f'<svg viewBox="0 0 {width:.0f} {height}" width="100%" '
            f'style="max-height:560px;max-width:{int(1.6 * width)}px">' + "".join(edges) + "".join(marks) + "</svg>")

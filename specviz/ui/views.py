@@ -14,22 +14,13 @@ COLUMNS = method_ids()
 DEFAULT_COLUMNS = raced_by_default()   # shown before any race; a race shows the methods it runs
 
 
-def latest_payload(run, upto: int, kind) -> tuple[object | None, int | None]:
-    """The newest payload of `kind` among the first `upto` steps of `run`, with its step number."""
-    if run is None:
-        return None, None
-    for rec in reversed(run.steps[:upto]):
-        if isinstance(rec.payload, kind):
-            return rec.payload, rec.step
-    return None, None
-
-
 def first_payload(trace: RaceTrace | None, counts: dict[str, int], kind) -> tuple[object | None, int | None, str | None]:
     """The newest payload of `kind` of the first raced method that has one so far, its step and the method."""
     for m in (trace.methods if trace else ()):
-        payload, step = latest_payload(trace.runs.get(m), counts.get(m, 0), kind)
-        if payload is not None:
-            return payload, step, m
+        run = trace.runs.get(m)
+        for rec in reversed(run.steps[:counts.get(m, 0)] if run is not None else []):
+            if isinstance(rec.payload, kind):
+                return rec.payload, rec.step, m
     return None, None, None
 
 
