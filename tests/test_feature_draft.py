@@ -620,7 +620,7 @@ def test_comb_with_lower_ranked_children_counts_each_class_apart():
     counts, reached = [[0] * 3 for _ in range(3)], [0] * 3
     lower_counts, lower_reached = [[0] * 2 for _ in range(3)], [0] * 3
     for path in ([], [1], [2], [2, 7], [1, 4], [1, 5, 14], [1, 4, 11], [3, 10], [1, 6, 17]):
-        _count_step(path, chain, lower, 3, 2, counts, reached, lower_counts, lower_reached)
+        _count_step(path, chain, lower, 2, counts, reached, lower_counts, lower_reached)
     assert counts == [[5, 2, 1], [2, 1, 1], [1, 0, 0]] and reached == [9, 5, 2]
     # Depth 2 under nodes 2 and 3: reached by [2], [2, 7], [3, 10], which accepted ranks 1 and 2;
     # depth 3 under nodes 5 and 6 (node 4 is the chain's): ranks 1 and 2 again.

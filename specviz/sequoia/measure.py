@@ -1,9 +1,10 @@
-"""Measuring an acceptance vector: the Sequoia decoder itself on a star tree.
+"""Measuring an acceptance vector: the Sequoia decoder itself on a star tree (a comb of one level).
 
 p[k-1] is the probability that the k-th child drawn without replacement at a
 node is the one the target accepts. Each verification step of a star tree
 (root + W children) accepts rank k or none; the normalised histogram over a few
-hundred steps is the vector, cached for `acceptance.acceptance_for`.
+hundred steps is the vector, cached for `acceptance.acceptance_for`. A comb of
+several levels measures one vector per level the same way.
 """
 
 from __future__ import annotations
@@ -17,10 +18,6 @@ from ..errors import InvalidInput
 from .acceptance import model_id, profile_key
 from .decoder import SequoiaDecoder
 from .sizing import tree_choice
-
-
-def star_tree(width: int) -> list[int]:
-    return [-1] + [0] * width
 
 
 # The nodes of each comb level whose children measure the lower class (`tree_dp.acceptance_rows`),
@@ -75,6 +72,10 @@ def profile_acceptance_by_depth(pair, prompts: list[str], width: int, depths: in
         raise InvalidInput(f"depths must be a whole number from 1 to 8, got {depths!r}")
     if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= 64:
         raise InvalidInput(f"width must be a whole number from 1 to 64, got {width!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InvalidInput(f"steps must be a positive whole number, got {steps!r}")
+    if not prompts:
+        raise InvalidInput("no prompts to profile on")
     sampling = sampling.validated()
     lower_width = min(lower_width, width)   # a row leans on the rank-1 row's first ranks
     parents, chain, lower = _comb(width, depths, lower_width)
@@ -87,21 +88,23 @@ def profile_acceptance_by_depth(pair, prompts: list[str], width: int, depths: in
     if show_progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=steps, desc="acceptance by depth", unit="step", file=sys.stderr)
+        bar = tqdm(total=steps, desc="acceptance by depth" if depths > 1 else "acceptance", unit="step",
+                   file=sys.stderr)
     while done < steps:
         prompt = prompts[run % len(prompts)]
         seed = None if sampling.seed is None else sampling.seed + run
         cfg = SamplingConfig(sampling.temperature, sampling.top_p, sampling.top_k, seed)
         ids = encode_prompt(pair.tokenizer, prompt)
         room = min(max_new_tokens, pair.max_context - len(ids))
+        if room < 2:
+            raise InvalidInput("a prompt fills the model's context; use shorter prompts")
         # No copies: the draft's own acceptance, level by level.
         decoder = SequoiaDecoder(pair, prompt, ids, cfg, room, tree_choice(pair, cfg, tree_parents=parents), copies=0)
         while not decoder.done and done < steps:
             payload = decoder.step().payload
             if payload is None or payload.depth < depths:
                 continue   # the prefill, or a tree cut near the end
-            _count_step(payload.accepted_path, chain, lower, width, lower_width,
-                        counts, reached, lower_counts, lower_reached)
+            _count_step(payload.accepted_path, chain, lower, lower_width, counts, reached, lower_counts, lower_reached)
             done += 1
             if bar is not None:
                 bar.update(1)
@@ -113,10 +116,10 @@ def profile_acceptance_by_depth(pair, prompts: list[str], width: int, depths: in
     result = {
         "target": model_id(pair.target_name), "draft": model_id(pair.draft_name),
         "temperature": sampling.temperature, "top_p": sampling.top_p, "width": width, "steps": done,
-        "counts": counts[0], "rejected_all": reached[0] - sum(counts[0]), "acceptance": by_depth[0],
-        "acceptance_by_depth": by_depth, "counts_by_depth": counts, "reached_by_depth": reached,
-        "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""),
-    }
+        "counts": counts[0], "rejected_all": reached[0] - sum(counts[0]), "acceptance": by_depth[0]}
+    if depths > 1:
+        result |= {"acceptance_by_depth": by_depth, "counts_by_depth": counts, "reached_by_depth": reached}
+    result |= {"device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", "")}
     if lower_width and depths > 1:
         result |= {"lower_ranks": list(LOWER_RANKS), "lower_width": lower_width,
                    "lower_prior_steps": LOWER_PRIOR_STEPS, "counts_under_lower_ranks": lower_counts,
@@ -128,7 +131,7 @@ def profile_acceptance_by_depth(pair, prompts: list[str], width: int, depths: in
     return result
 
 
-def _count_step(path, chain, lower, width, lower_width, counts, reached, lower_counts, lower_reached) -> None:
+def _count_step(path, chain, lower, lower_width, counts, reached, lower_counts, lower_reached) -> None:
     """Add one step's accepted path to the comb's counts (see `profile_acceptance_by_depth`)."""
     for k in range(len(counts)):
         # Here every rank-1 node above level k was accepted (else the loop broke below).
@@ -153,53 +156,6 @@ def lower_row(counts: list[int], reached: int, rank1_row: list[float]) -> list[f
 
 def profile_acceptance(pair, prompts: list[str], width: int, sampling: SamplingConfig, steps: int = 300,
                        max_new_tokens: int = 128, show_progress: bool = True, save: bool = True) -> dict:
-    """Measure p on real prompts with a star tree of `width` children; cache and return it."""
-    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= 64:
-        raise InvalidInput(f"width must be a whole number from 1 to 64, got {width!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise InvalidInput(f"steps must be a positive whole number, got {steps!r}")
-    if not prompts:
-        raise InvalidInput("no prompts to profile on")
-    sampling = sampling.validated()
-    counts = [0] * width
-    done = 0
-    bar = None
-    if show_progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=steps, desc="acceptance", unit="step", file=sys.stderr)
-    run = 0
-    while done < steps:
-        prompt = prompts[run % len(prompts)]
-        seed = None if sampling.seed is None else sampling.seed + run
-        cfg = SamplingConfig(sampling.temperature, sampling.top_p, sampling.top_k, seed)
-        ids = encode_prompt(pair.tokenizer, prompt)
-        room = min(max_new_tokens, pair.max_context - len(ids))
-        if room < 2:
-            raise InvalidInput("a prompt fills the model's context; use shorter prompts")
-        decoder = SequoiaDecoder(pair, prompt, ids, cfg, room, tree_choice(pair, cfg, tree_parents=star_tree(width)),
-                                 copies=0)
-        while not decoder.done and done < steps:
-            record = decoder.step()
-            payload = record.payload
-            if payload is None or payload.depth == 0:
-                continue  # the prefill, or a step cut to the root near the end
-            if payload.accepted_path:
-                counts[payload.accepted_path[0] - 1] += 1  # children are nodes 1..W in rank order
-            done += 1
-            if bar is not None:
-                bar.update(1)
-        decoder.close()
-        run += 1
-    if bar is not None:
-        bar.close()
-    result = {
-        "target": model_id(pair.target_name), "draft": model_id(pair.draft_name),
-        "temperature": sampling.temperature, "top_p": sampling.top_p, "width": width, "steps": done,
-        "counts": counts, "rejected_all": done - sum(counts),
-        "acceptance": [round(c / done, 6) for c in counts],
-        "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""),
-    }
-    if save:
-        save_cached("acceptance", profile_key(pair.target_name, pair.draft_name, sampling), result)
-    return result
+    """Measure p on real prompts with a star tree of `width` children (a comb of one level); cache and
+    return it."""
+    return profile_acceptance_by_depth(pair, prompts, width, 1, sampling, steps, max_new_tokens, show_progress, save)
