@@ -113,18 +113,15 @@ def tree_positions(payload: TreePayload) -> dict[int, tuple[float, float]]:
 def parent_positions(edges: list[tuple[int, int]]) -> dict[int, tuple[float, float]]:
     """`tree_positions` for (node id, parent id) pairs, the parent -1 for the root."""
     graph = nx.DiGraph()
-    for nid, parent in edges:
-        graph.add_node(nid)
-        if parent >= 0:
-            graph.add_edge(parent, nid)
+    graph.add_nodes_from(nid for nid, _ in edges)
+    graph.add_edges_from((parent, nid) for nid, parent in edges if parent >= 0)
     roots = [nid for nid, parent in edges if parent < 0]
     if not roots:
         return {}
-    layers = [list(layer) for layer in nx.bfs_layers(graph, roots[:1])]
+    # Siblings ordered by node id (breadth-first numbering keeps children of a node together).
+    layers = [sorted(layer) for layer in nx.bfs_layers(graph, roots[:1])]
     pos = {}
     for depth, layer in enumerate(layers):
-        # Order siblings by node id (breadth-first numbering keeps children of a node together).
-        layer.sort()
         span = max(len(layer) - 1, 1)
         for i, nid in enumerate(layer):
             pos[nid] = (float(depth), 1.0 - 2.0 * i / span if len(layer) > 1 else 0.0)
@@ -152,9 +149,7 @@ def tree_figure(payload: TreePayload | None, step: int | None = None, height: in
     for accepted in (False, True):
         xs, ys = [], []
         for node in payload.nodes:
-            if node.parent < 0 or node.parent not in pos:
-                continue
-            if (node.id in on_path) != accepted:
+            if node.parent < 0 or node.parent not in pos or (node.id in on_path) != accepted:
                 continue
             (x0, y0), (x1, y1) = pos[node.parent], pos[node.id]
             xs += [x0, x1, None]
@@ -283,10 +278,7 @@ def window_grid(payload: LookaheadPayload) -> tuple[list[list[str]], int, int]:
     """The window as a levels x W grid of texts (level 0 has W-1 tokens: its first cell is blank)."""
     rows = payload.window_text or [[str(t) for t in row] for row in payload.window]
     width = max([payload.window_size] + [len(r) for r in rows]) if rows else payload.window_size
-    grid = []
-    for row in rows:
-        pad = width - len(row)
-        grid.append([""] * pad + [_show(t) for t in row])
+    grid = [[""] * (width - len(row)) + [_show(t) for t in row] for row in rows]
     return grid, len(grid), width
 
 

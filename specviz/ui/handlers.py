@@ -210,16 +210,11 @@ class PageHandlers:
         values = self.full_view(trace, upto, with_file=False)
         return self.outputs.pack(**{name: values[name] for name in STEP_OUTPUTS})
 
-    def shift(self, trace, upto, delta: int):
-        if trace is None:
-            return self.outputs.pack()
-        return self.show_step(trace, max(0, min(len(trace.order), int(upto or 0) + delta)))
-
     def previous(self, trace, upto):
-        return self.shift(trace, upto, -1)
+        return self.show_step(trace, int(upto or 0) - 1)   # full_view keeps a step within the race
 
     def next(self, trace, upto):
-        return self.shift(trace, upto, 1)
+        return self.show_step(trace, int(upto or 0) + 1)
 
     def load_trace(self, path):
         if not path:

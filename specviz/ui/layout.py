@@ -22,7 +22,7 @@ from ..request import allowed_presets
 from .content import CSS, EXAMPLES, KEYS_JS, PAGE_JS, SIZING_CHOICES, TREE_CHOICES, WORKSHOP  # noqa: F401
 from .controls import build_page
 from .handlers import PageHandlers
-from .racing import Racer, prune_session_config, race_events, use_worker  # noqa: F401
+from .racing import Racer, prune_session_config, race_events, switched_on  # noqa: F401
 from .places import PlacesPolicy, guard_queue
 from .wiring import wire
 
@@ -43,15 +43,6 @@ def initial_request(defaults: dict | None, limits, presets: list[str]) -> RaceRe
     if init.model not in presets and presets:
         init = replace(init, model=presets[0])
     return replace(init, max_new_tokens=min(init.max_new_tokens, limits.max_new_tokens))
-
-
-def warm_up_wanted(env=None) -> bool:
-    """Measure this machine for the page's initial race as soon as the app is served, unless
-    SPECVIZ_WARMUP=0 (the test suite's default: its apps race explicit sizes)."""
-    import os
-
-    env = os.environ if env is None else env
-    return env.get("SPECVIZ_WARMUP", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = None,
@@ -80,7 +71,7 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
     if gpu is not None:
         compute = gpu(compute)
     if worker is None:
-        worker = gpu is None and use_worker()
+        worker = gpu is None and switched_on("SPECVIZ_WORKER")
     # ZeroGPU hands the race a GPU inside the process `spaces.GPU` runs it in: no worker there.
     slot = WorkerSlot() if worker else None
     if slot is not None:
@@ -92,7 +83,7 @@ def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = Non
     with gr.Blocks(title="SpecViz: speculative decoding, side by side", analytics_enabled=False,
                    delete_cache=(3600, 3600)) as demo:
         page = build_page(init, limits, presets)
-        warm = slot is not None and (warm_up_wanted() if warm_up is None else warm_up)
+        warm = slot is not None and (switched_on("SPECVIZ_WARMUP") if warm_up is None else warm_up)
         page.measure_timer.active = warm
         racer = Racer(pairs, limits, slot, compute)
         handlers = PageHandlers(page, racer, presets=presets)

@@ -358,10 +358,11 @@ def prune_session_config(demo: gr.Blocks, session_hash: str | None) -> int:
         return 0
 
 
-def use_worker(env=None) -> bool:
-    """Decode in a worker process unless SPECVIZ_WORKER=0 (see specviz.runtime.worker)."""
-    env = os.environ if env is None else env
-    return env.get("SPECVIZ_WORKER", "1").strip().lower() not in ("0", "false", "no", "off")
+def switched_on(name: str) -> bool:
+    """Whether SpecViz's environment switch `name` is on: unset, or anything but 0 / false / no / off.
+    SPECVIZ_WORKER=0 decodes in the app's own process (see specviz.runtime.worker); SPECVIZ_WARMUP=0 (the test
+    suite's default: its apps race explicit sizes) does not measure this machine for the initial race at start."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def contention_note(trace: RaceTrace) -> str:
