@@ -22,11 +22,10 @@ EXAMPLES = {
     "story": "Tell a short story about a robot who learns to paint.",
     "repeats itself": REPEATING_PROMPT,
 }
-# Streaming rates, chosen so a browser on the same machine stays nearly idle (issue 12):
-# texts about 7 times a second (each update carries every step since the last), the
-# views (inline SVG/HTML, see svg.py) once a second. Measured with scripts/app_speed.py
-# on 2 cores: at 12/s and 2/s the renderer took 38% of a core and Lookahead showed
-# 0.84x its standalone speed; at these rates 31% and 0.98x.
+# Streaming rates, chosen so a browser on the same machine stays nearly idle (issue 12): texts about 7 times a
+# second (each update carries every step since the last), the views (inline SVG/HTML, see svg.py) once a second.
+# Measured with scripts/app_speed.py on 2 cores: at 12/s and 2/s the renderer took 38% of a core and Lookahead
+# showed 0.84x its standalone speed; at these rates 31% and 0.98x.
 TEXT_INTERVAL_S = float(os.environ.get("SPECVIZ_TEXT_INTERVAL", "0.15"))
 LIVE_VIEW_INTERVAL_S = float(os.environ.get("SPECVIZ_LIVE_VIEW_INTERVAL", "1.0"))
 

@@ -1,8 +1,7 @@
 """Plotly figures from traces: pure functions, no model, no gradio.
 
-Every function takes plain trace data (payloads, `RunTrace`, `RaceTrace`) and
-returns a `go.Figure`, so replay of an uploaded trace draws exactly what the live
-run drew.
+Every function takes plain trace data (payloads, `RunTrace`, `RaceTrace`) and returns a `go.Figure`, so replay of
+an uploaded trace draws exactly what the live run drew.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The hardware-aware panel: the measured t_target(n) curve and the predicted-speedup tables behind 'auto'.
 
-It never measures anything (that would stall the page): it shows what the
-trace recorded, else the plans the optimisers cached on this machine for the
-trace's model pair (each sized method's, found through its `whatif` module's `PLAN`),
-else says that nothing was measured yet.
+It never measures anything (that would stall the page): it shows what the trace recorded, else the plans the
+optimisers cached on this machine for the trace's model pair (each sized method's, found through its `whatif`
+module's `PLAN`), else says that nothing was measured yet.
 """
 
 from __future__ import annotations

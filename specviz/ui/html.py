@@ -121,10 +121,9 @@ UNRACED = '<div class="sv-unraced"></div>'   # a method the race does not run: i
 
 def stats_html(method: str, run: RunTrace | None, upto: int | None = None, running: bool = False,
                waiting: bool = False, raced: bool = True) -> str:
-    """The column header: method name, live tokens/s, tokens per forward, steps, tokens, time (each label
-    with its glossary definition on hover). `waiting`:
-    before any race, this method's 'auto' size is still being measured on this machine. `raced` False: the
-    race does not run it, and the page hides its column."""
+    """The column header: method name, live tokens/s, tokens per forward, steps, tokens, time (each label with its
+    glossary definition on hover). `waiting`: before any race, this method's 'auto' size is still being measured on
+    this machine. `raced` False: the race does not run it, and the page hides its column."""
     if not raced:
         return UNRACED
     color = METHOD_COLORS.get(method, "#111827")

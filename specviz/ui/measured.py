@@ -1,17 +1,15 @@
 """What a race measured, in the parts the what-if panel predicts, and the prediction for the run itself.
 
-A decoding step's time is its target forward + its draft forwards + everything else
-(verification, cache compaction, the trace): `StepParts` holds the means of each over a
-run's decoding steps, and the prompt's forward (step 0) apart, since in a short race on a
-CPU it is a tenth of the wall time. A speedup is then predicted the way the summary
-measures it, tokens per second over autoregressive's:
+A decoding step's time is its target forward + its draft forwards + everything else (verification, cache
+compaction, the trace): `StepParts` holds the means of each over a run's decoding steps, and the prompt's forward
+(step 0) apart, since in a short race on a CPU it is a tenth of the wall time. A speedup is then predicted the way
+the summary measures it, tokens per second over autoregressive's:
 
     wall = prompt's forward + (tokens - its tokens) / accepted length x step ms
 
-so a prediction that is right in every part is right in the whole. The run's own
-prediction takes every cost from the run (machine load shifts them from run to run)
-and predicts only accepted length (`sequoia_tokens_per_step`, `lookahead_tokens_per_step`).
-Pure functions of trace data.
+so a prediction that is right in every part is right in the whole. The run's own prediction takes every cost from
+the run (machine load shifts them from run to run) and predicts only accepted length (`sequoia_tokens_per_step`,
+`lookahead_tokens_per_step`). Pure functions of trace data.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Places in the race queue, counted per client, so that no visitor can hold the room.
 
-Gradio's own session hash is chosen by the client: a script that sends a new one with every request
-looks like a new visitor each time, and could fill the whole queue. So a hosted server counts a
-client's places by what the client cannot choose: the logged-in user where there is one, else the
-network address the request came from (behind a Space's proxy, the address that proxy saw). A client
-already holding its share of places is refused at the queue's door, before it takes a place, with
-SpecViz's message.
+Gradio's own session hash is chosen by the client: a script that sends a new one with every request looks like a
+new visitor each time, and could fill the whole queue. So a hosted server counts a client's places by what the
+client cannot choose: the logged-in user where there is one, else the network address the request came from (behind
+a Space's proxy, the address that proxy saw). A client already holding its share of places is refused at the
+queue's door, before it takes a place, with SpecViz's message.
 
 The counts are read from the queue itself each time (its waiting events and its running ones), never
 kept beside it, so a place is free again the moment Gradio lets go of the event (finished, cancelled,

@@ -1,10 +1,9 @@
 """Running a race for the app: in the worker process, in this process, or under ZeroGPU.
 
-`Racer` is what the page's handlers and the HTTP API share: it takes a validated
-`RaceRequest` and yields ("status", text) and ("trace", RaceTrace, done) events
-wherever the race runs, and turns what can go wrong into one message for a visitor
-(`Racer.failure`). `RaceControl` lets Stop end a session's race; `TraceFiles`
-keeps the downloadable traces; `prune_session_config` keeps a session's state bounded.
+`Racer` is what the page's handlers and the HTTP API share: it takes a validated `RaceRequest` and yields
+("status", text) and ("trace", RaceTrace, done) events wherever the race runs, and turns what can go wrong into one
+message for a visitor (`Racer.failure`). `RaceControl` lets Stop end a session's race; `TraceFiles` keeps the
+downloadable traces; `prune_session_config` keeps a session's state bounded.
 """
 
 from __future__ import annotations
@@ -334,13 +333,12 @@ class TraceFiles:
 def prune_session_config(demo: gr.Blocks, session_hash: str | None) -> int:
     """Drop the stale component copies Gradio leaves in one session's config; returns how many.
 
-    Gradio 6 answers each `gr.skip()` for an output by building a new component (with a
-    fresh id) as this session's copy of it; the next real value for that output then files
-    that copy under its fresh id too, with the serialised value (a whole Plotly figure) in
-    `config_values`. Nothing removes those entries, and a streamed race skips the throttled
-    figures on most steps, so one session's state grew by ~2 MB per run (issue #8's soak).
-    Only the ids of the app's own components are ever looked up again, so every other entry
-    is dropped: a session's state stays bounded however many races it runs.
+    Gradio 6 answers each `gr.skip()` for an output by building a new component (with a fresh id) as this session's
+    copy of it; the next real value for that output then files that copy under its fresh id too, with the
+    serialised value (a whole Plotly figure) in `config_values`. Nothing removes those entries, and a streamed race
+    skips the throttled figures on most steps, so one session's state grew by ~2 MB per run (issue #8's soak). Only
+    the ids of the app's own components are ever looked up again, so every other entry is dropped: a session's
+    state stays bounded however many races it runs.
     """
     try:
         session = demo.state_holder.session_data.get(session_hash)

@@ -1,11 +1,9 @@
 """The app's race views as inline SVG/HTML: tree, Jacobi window, latency, tokens over time, pool size, t(n).
 
-Why not plotly in the app: measured in Chromium (issue 12), every `gr.Plot`
-update leaves about 65 event listeners behind that garbage collection never
-frees, and redrawing six figures a second kept a same-machine renderer at half
-a core, taking those cycles from the decoders. These views are a few kilobytes
-of static markup each (no scripts; hover details come from SVG `<title>`
-tooltips), cheap to redraw live and in replay. `figures.py` keeps the plotly
+Why not plotly in the app: measured in Chromium (issue 12), every `gr.Plot` update leaves about 65 event listeners
+behind that garbage collection never frees, and redrawing six figures a second kept a same-machine renderer at half
+a core, taking those cycles from the decoders. These views are a few kilobytes of static markup each (no scripts;
+hover details come from SVG `<title>` tooltips), cheap to redraw live and in replay. `figures.py` keeps the plotly
 versions for notebooks and exports. Pure functions of trace data.
 """
 

@@ -1,9 +1,8 @@
 """Which event of which component runs which handler, and which endpoints the HTTP API lists.
 
-Public endpoints: `/race` (one race as JSON, see `api`), and the page's own events:
-`/race_stream` (the Start button's streaming race, whose outputs are the page's
-components), `/stop`, `/show_step`, `/prev`, `/next`, `/load_trace`. Everything else
-(what-if, workshop, examples) is private to the page.
+Public endpoints: `/race` (one race as JSON, see `api`), and the page's own events: `/race_stream` (the Start
+button's streaming race, whose outputs are the page's components), `/stop`, `/show_step`, `/prev`, `/next`,
+`/load_trace`. Everything else (what-if, workshop, examples) is private to the page.
 """
 
 from __future__ import annotations
