@@ -119,19 +119,15 @@ def tree_acceptance(run: RunTrace | None) -> dict | None:
     for payload in _trees(run):
         parents, ranks, accepted = _tree_parents(payload)
         level = [0] * len(parents)
-        children: dict[int, list[int]] = {}
-        for i, par in enumerate(parents):
-            if par >= 0:
-                level[i] = level[par] + 1
-                children.setdefault(par, []).append(i)
-        for par, kids in children.items():
+        for i, par in enumerate(parents):   # ids in breadth-first order: a parent before its children
+            if par < 0:
+                continue
+            level[i] = level[par] + 1
             if par != 0 and not accepted[par]:
                 continue   # only a reached node's children had their turn
-            klass = 1 if ranks[par] >= 2 else 0
-            for kid in kids:
-                cell = counts[klass].setdefault(level[kid], {}).setdefault(ranks[kid], [0, 0])
-                cell[0] += accepted[kid]
-                cell[1] += 1
+            cell = counts[1 if ranks[par] >= 2 else 0].setdefault(level[i], {}).setdefault(ranks[i], [0, 0])
+            cell[0] += accepted[i]
+            cell[1] += 1
     if not counts[0]:
         return None
     pooled: dict[int, list[int]] = {}

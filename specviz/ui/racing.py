@@ -16,6 +16,7 @@ import threading
 import time
 import traceback
 import weakref
+from contextlib import suppress
 from pathlib import Path
 
 import gradio as gr
@@ -40,10 +41,8 @@ class StopFlag:
         self.path = os.path.join(self.folder, "stop")
 
     def set(self) -> None:
-        try:
+        with suppress(OSError):   # released already: the race is over
             Path(self.path).touch()
-        except OSError:   # released already: the race is over
-            pass
 
     def is_set(self) -> bool:
         return os.path.exists(self.path)
