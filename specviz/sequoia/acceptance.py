@@ -62,8 +62,9 @@ def _shipped(target: str, draft: str) -> list[dict]:
     return found
 
 
-def _by_depth(data: dict) -> list[list[float]] | None:
-    rows = data.get("acceptance_by_depth")
+def _by_depth(data: dict, key: str = "acceptance_by_depth") -> list[list[float]] | None:
+    """The per-level rows stored under `key`, where there are several."""
+    rows = data.get(key)
     if isinstance(rows, list) and len(rows) > 1 and all(isinstance(r, list) and r for r in rows):
         return rows
     return None
@@ -72,10 +73,8 @@ def _by_depth(data: dict) -> list[list[float]] | None:
 def _vectors(data: dict, source: str) -> dict:
     """What `acceptance_for` returns for a stored measurement: the vector, its per-depth rows and the
     rows under lower-ranked parents where it has them (those only beside per-depth rows)."""
-    by_depth, lower = _by_depth(data), data.get("acceptance_under_lower_ranks")
-    if not (by_depth and isinstance(lower, list) and len(lower) > 1
-            and all(isinstance(r, list) and r for r in lower)):
-        lower = None
+    by_depth = _by_depth(data)
+    lower = _by_depth(data, "acceptance_under_lower_ranks") if by_depth else None
     return {"acceptance": data["acceptance"], "by_depth": by_depth, "under_lower_ranks": lower, "source": source}
 
 

@@ -54,7 +54,7 @@ def _comb(width: int, depths: int, lower_width: int) -> tuple[list[int], list[in
 
 def profile_acceptance_by_depth(pair, prompts: list[str], width: int, depths: int, sampling: SamplingConfig,
                                 steps: int = 300, max_new_tokens: int = 128, show_progress: bool = True,
-                                save: bool = True, lower_width: int = LOWER_WIDTH) -> dict:
+                                save: bool = True) -> dict:
     """Acceptance vectors per tree level, measured with the decoder on a comb tree.
 
     At each level k the rank-1 node (reached only if every rank-1 node above it was
@@ -63,7 +63,7 @@ def profile_acceptance_by_depth(pair, prompts: list[str], width: int, depths: in
     it, which is what the tree DP's per-level value needs. Row 0 is the plain
     star-tree vector; the result also stores it as `acceptance`.
 
-    The rank-2 and rank-3 nodes of each level get `lower_width` children too: counted
+    The rank-2 and rank-3 nodes of each level get LOWER_WIDTH children too: counted
     the same way when one of them is accepted, they give `acceptance_under_lower_ranks`
     (row k for depth k + 1; row 0, under the root, is row 0 above). A row leans on
     LOWER_PRIOR_STEPS steps of the rank-1 row, since few steps reach a rank-2 node.
@@ -77,7 +77,7 @@ def profile_acceptance_by_depth(pair, prompts: list[str], width: int, depths: in
     if not prompts:
         raise InvalidInput("no prompts to profile on")
     sampling = sampling.validated()
-    lower_width = min(lower_width, width)   # a row leans on the rank-1 row's first ranks
+    lower_width = min(LOWER_WIDTH, width)   # a row leans on the rank-1 row's first ranks
     parents, chain, lower = _comb(width, depths, lower_width)
     counts = [[0] * width for _ in range(depths)]
     reached = [0] * depths
@@ -120,7 +120,7 @@ def profile_acceptance_by_depth(pair, prompts: list[str], width: int, depths: in
     if depths > 1:
         result |= {"acceptance_by_depth": by_depth, "counts_by_depth": counts, "reached_by_depth": reached}
     result |= {"device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", "")}
-    if lower_width and depths > 1:
+    if depths > 1:   # lower_width is at least 1
         result |= {"lower_ranks": list(LOWER_RANKS), "lower_width": lower_width,
                    "lower_prior_steps": LOWER_PRIOR_STEPS, "counts_under_lower_ranks": lower_counts,
                    "reached_under_lower_ranks": lower_reached,

@@ -62,11 +62,8 @@ from .tree_dp import build_tables, optimal_tree
 DRAFT_SIZES = [1, 2, 4, 8, 16, 32, 64]
 MAX_TREE_BUDGET = 1024
 # Bump when the cost model changes, or what a step costs outside its forwards does, so plans and step
-# costs cached under an older one are made again (3: the app's softmax over a tree's parents only, one
-# gather for the whole cache's compaction, and greedy picks only on the rows the walk reads; 4: step
-# work fitted against each step's own timed target forward, not the curve; 5: a cost per node drawn from;
-# 6: the one step program: a root that re-reads two committed tokens, device-side walks, one host read;
-# 7: the target's forward priced as a step sees it, `StepCosts.in_step`, and `ar` timed on its own decoder).
+# costs cached under an older one are made again (7: the target's forward priced as a step sees it,
+# `StepCosts.in_step`, and `ar` timed on its own decoder).
 COST_MODEL = 7
 # (budget, depth) of the trees whose real steps the step costs are fitted from: one level, a few, many.
 CALIBRATION_TREES = ((4, 1), (12, 3), (32, 5))
@@ -139,22 +136,18 @@ class StepCosts:
                 for k, v in asdict(self).items()}
 
 
-def draft_forwards_ms(shape: TreeShape, draft_ms: dict, pending: int = 1) -> float:
-    """The profiled draft forwards of one step: one per level that has children."""
-    total = 0.0
-    for level in range(shape.depth):
-        start, end = shape.level_ranges[level]
-        total += interpolate(draft_ms, pending if level == 0 else end - start)
-    return total
+def draft_forwards_ms(shape: TreeShape, draft_ms: dict) -> float:
+    """The profiled draft forwards of one step: one per level that has children (the root's over one row)."""
+    return sum(interpolate(draft_ms, 1 if level == 0 else end - start)
+               for level, (start, end) in enumerate(shape.level_ranges[:shape.depth]))
 
 
-def tree_cost_ms(parents: list[int], target_ms: dict, draft_ms: dict, pending: int = 1,
-                 costs: StepCosts | None = None) -> float:
+def tree_cost_ms(parents: list[int], target_ms: dict, draft_ms: dict, costs: StepCosts | None = None) -> float:
     """Predicted ms of one step: a draft forward per level that has children, the target, the overheads."""
     shape = TreeShape.from_parents(parents)
     costs = costs or StepCosts()
     parents_drawn = sum(1 for c in shape.children if c)
-    return (draft_forwards_ms(shape, draft_ms, pending) + interpolate(target_ms, shape.size) * costs.target_ratio(shape.size)
+    return (draft_forwards_ms(shape, draft_ms) + interpolate(target_ms, shape.size) * costs.target_ratio(shape.size)
             + costs.per_level * shape.depth + costs.per_parent * parents_drawn + costs.per_step
             + costs.per_node * shape.size)
 
@@ -225,10 +218,6 @@ def _draft_costs(levels: np.ndarray, drawn: np.ndarray, residual: np.ndarray) ->
     if a >= 0 and b >= 0:
         return float(a), float(b)
     return (one(levels), 0.0) if b < 0 else (0.0, one(drawn))
-
-
-def default_limits(pair) -> tuple[int, int]:
-    return (128, 12) if pair.device.type == "cpu" else (256, 16)
 
 
 def plan_from_curves(acceptance: list[float], target_ms: dict, draft_ms: dict, max_budget: int,
@@ -476,8 +465,7 @@ def race_interval(ratios: list[float], z: float = RACE_Z) -> tuple[float, float]
     return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
 
 
-def race_settled(ratios: list[float], rounds_done: int, sampling: SamplingConfig,
-                 margin: float = ADAPTIVE_MARGIN) -> bool:
+def race_settled(ratios: list[float], rounds_done: int, sampling: SamplingConfig) -> bool:
     """Whether a race may stop after `rounds_done` rounds: greedy after one; sampled once the interval lies
     wholly above or below the margin (not before the least rounds), and at the most rounds whatever it shows."""
     if sampling.greedy:
@@ -486,11 +474,10 @@ def race_settled(ratios: list[float], rounds_done: int, sampling: SamplingConfig
     if rounds_done >= most:
         return True
     interval = race_interval(ratios)
-    return rounds_done >= least and interval is not None and not interval[0] <= margin <= interval[1]
+    return rounds_done >= least and interval is not None and not interval[0] <= ADAPTIVE_MARGIN <= interval[1]
 
 
-def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int = RACE_TOKENS,
-               graphs: bool = False) -> dict:
+def race_trees(pair, sampling: SamplingConfig, parents: list[int], graphs: bool = False) -> dict:
     """Tokens per second of the DP tree `parents` and of the adaptive tree, decoding the same prompts here.
 
     The DP tree is optimal for the *average* acceptance; the adaptive tree follows the draft's
@@ -507,7 +494,7 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int =
 
     def makers(seeded: SamplingConfig) -> dict:
         # The trees raced as the draft grows them (copies would join either alike).
-        return {k: (lambda p, c=c: SequoiaDecoder(pair, p, ids[p], seeded, tokens, c, graphs=mode, copies=0))
+        return {k: (lambda p, c=c: SequoiaDecoder(pair, p, ids[p], seeded, RACE_TOKENS, c, graphs=mode, copies=0))
                 for k, c in choices.items()}
 
     def run_prompt(prompt: str, seeded: SamplingConfig) -> dict:
@@ -539,7 +526,7 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], tokens: int =
             seeded = sampling if sampling.greedy else replace(sampling, seed=rounds)
             rounds += 1
             measuring.phase(f"Sequoia's DP tree against its adaptive tree (round {rounds})",
-                            2 * tokens * len(RACE_PROMPTS))
+                            2 * RACE_TOKENS * len(RACE_PROMPTS))
             for prompt in RACE_PROMPTS:
                 done = run_prompt(prompt, seeded)
                 for k, (n, ms) in done.items():
@@ -590,7 +577,7 @@ def _plan_key(pair, sampling: SamplingConfig, max_budget, max_depth, graphs: boo
     # (shipped or measured by `profile-acceptance`, at the nearest temperature; visitors add none): a plan
     # measured at one temperature is the plan for every temperature that reads the same vector, its race
     # (run at the first one's) deciding for them all.
-    default_n, default_d = default_limits(pair)
+    default_n, default_d = (128, 12) if pair.device.type == "cpu" else (256, 16)
     max_budget, max_depth = int(max_budget or default_n), int(max_depth or default_d)
     kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"   # curves belong to the forwards timed
     key = (f"{pair.key}|{kinds}|{sampling.mode}|acc-{_acceptance_id(acc)}"
@@ -646,13 +633,15 @@ def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | No
     return plan
 
 
-def _check_int(name: str, value, low: int) -> int:
+def _check_int(name: str, value, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (
             isinstance(value, float) and not value.is_integer()):
         raise InvalidInput(f"{name} must be a whole number, got {value!r}")
     value = int(value)
     if value < low:
         raise InvalidInput(f"{name} must be at least {low}, got {value}")
+    if high is not None and value > high:
+        raise InvalidInput(f"tree budget {value} is too large (at most {high})")
     return value
 
 
@@ -676,21 +665,15 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents,
             "plan": plan}  # the app's hardware panel shows it
     if tree_budget is None or tree_depth is None:
         raise InvalidInput("give both a tree budget and a tree depth, or neither (auto)")
-    budget = _check_int("tree budget (nodes including the root)", tree_budget, 1)
+    budget = _check_int("tree budget (nodes including the root)", tree_budget, 1, MAX_TREE_BUDGET)
     depth = _check_int("tree depth", tree_depth, 0)
-    if budget > MAX_TREE_BUDGET:
-        raise InvalidInput(f"tree budget {budget} is too large (at most {MAX_TREE_BUDGET})")
     depth = min(depth, budget - 1)
     acc = acceptance_for(pair, sampling)
-    if acc.get("by_depth"):
-        tables = build_tables(acc["acceptance"], budget, depth, by_depth=acc["by_depth"],
-                              under_lower_ranks=acc.get("under_lower_ranks"))
-        if not np.isfinite(tables.best[depth, budget]):
-            optimal_tree(acc["acceptance"], budget, depth)   # raises the explanatory error
-        parents, value = tables.parents(budget, depth), float(tables.best[depth, budget])
-    else:
-        result = optimal_tree(acc["acceptance"], budget, depth)
-        parents, value = result.parents, result.value
+    tables = build_tables(acc["acceptance"], budget, depth, by_depth=acc.get("by_depth"),
+                          under_lower_ranks=acc.get("under_lower_ranks"))
+    if not np.isfinite(tables.best[depth, budget]):
+        optimal_tree(acc["acceptance"], budget, depth)   # raises the explanatory error
+    parents, value = tables.parents(budget, depth), float(tables.best[depth, budget])
     return parents, {"tree": "manual", "acceptance": acc["acceptance"], "acceptance_by_depth": acc.get("by_depth"),
                      "acceptance_under_lower_ranks": acc.get("under_lower_ranks"),
                      "acceptance_source": acc["source"], "predicted_tokens_per_step": value}
@@ -769,17 +752,14 @@ ADAPTIVE_THRESHOLD = 0.05
 # Below four nodes a budget from the target's curve would forbid even the nodes the draft is sure of.
 ADAPTIVE_MIN_NODES = 4
 # What the adaptive tree does by default: its `auto` race against the DP tree is rerun when this changes.
-ADAPTIVE_RULE = 4   # 2: the budget is the target's free rows (`adaptive_plan`); 3: counted from the floor,
-#                     raced on the four suites' kinds; 4: a sampled race runs until settled (`race_settled`)
+ADAPTIVE_RULE = 4   # 4: a sampled race runs until settled (`race_settled`)
 
 
 def adaptive_settings(tree_budget=None, tree_depth=None, tree_parents=None, threshold=None) -> dict:
     """Limits and threshold of an adaptive tree; budget and depth, when given, cap its size."""
     if tree_parents is not None:
         raise InvalidInput("an adaptive tree is grown each step: it cannot be combined with a fixed tree")
-    budget = ADAPTIVE_MAX_NODES if tree_budget is None else _check_int("tree budget", tree_budget, 2)
-    if budget > MAX_TREE_BUDGET:
-        raise InvalidInput(f"tree budget {budget} is too large (at most {MAX_TREE_BUDGET})")
+    budget = ADAPTIVE_MAX_NODES if tree_budget is None else _check_int("tree budget", tree_budget, 2, MAX_TREE_BUDGET)
     depth = ADAPTIVE_MAX_DEPTH if tree_depth is None else _check_int("tree depth", tree_depth, 1)
     tau = ADAPTIVE_THRESHOLD if threshold is None else threshold
     if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not 0 < tau <= 1:
@@ -833,10 +813,8 @@ def adaptive_costs(pair, max_nodes: int, graphs: bool = False) -> dict:
     run's trees do not depend on a timing.
     """
     target = cached_forward_curve(pair.target, _model_key(pair.target_name, pair), graphs=graphs)
-    if pair.draft_is_target:
-        draft = target
-    else:
-        draft = cached_forward_curve(pair.draft, _model_key(pair.draft_name, pair), sizes=DRAFT_SIZES, graphs=graphs)
+    draft = target if pair.draft_is_target else cached_forward_curve(
+        pair.draft, _model_key(pair.draft_name, pair), sizes=DRAFT_SIZES, graphs=graphs)
     if target and draft:
         target, draft, source = monotone(target), monotone(draft), "measured"
     else:
@@ -853,7 +831,7 @@ AUTO_WHAT = "Sequoia's tree"   # what `auto_size_words` names (`runtime.auto_not
 
 def auto_size_words(settings: dict) -> str | None:
     """The tree `auto` ran (also a first size), in words; None where the tree was asked for."""
-    if not (settings.get("tree") == "auto" or settings.get("tree_sizing") == "auto" or settings.get("sizing") == "first"):
+    if "auto" not in (settings.get("tree"), settings.get("tree_sizing")) and settings.get("sizing") != "first":
         return None
     if settings.get("tree") == "adaptive":
         return f"the adaptive tree of up to {settings.get('tree_budget')} nodes"
