@@ -90,8 +90,7 @@ class LastRaces:
     """What `auto` chose at the last race of each set of settings (`race.measure_key`), for `change_words`;
     bounded (`KEPT_STATES`)."""
 
-    def __init__(self, keep: int = KEPT_STATES):
-        self.keep = keep
+    def __init__(self):
         self.states: OrderedDict = OrderedDict()
         self.lock = threading.Lock()   # races started in threads of one process share the pair cache
 
@@ -100,7 +99,7 @@ class LastRaces:
         with self.lock:
             before = self.states.pop(key, None)
             self.states[key] = state
-            while len(self.states) > self.keep:
+            while len(self.states) > KEPT_STATES:
                 self.states.popitem(last=False)
             return before
 

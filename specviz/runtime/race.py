@@ -303,9 +303,6 @@ class PairCache:
             return (target, draft, f"auto:{chosen}" if chosen else "auto"), words
         return (target, draft, dtype), None
 
-    def _key(self, target: str, draft: str | None, dtype: str) -> tuple:
-        return self._resolved(target, draft, dtype)[0]
-
     def get(self, target: str, draft: str | None, dtype: str):
         from ..engine.models import load_pair
 
@@ -324,7 +321,7 @@ class PairCache:
 
     def loaded(self, target: str, draft: str | None, dtype: str):
         """The pair if it is loaded already, else None (never loads)."""
-        key = self._key(target, draft, dtype)
+        key = self._resolved(target, draft, dtype)[0]
         with self.lock:
             return self.pairs.get(key)
 
@@ -460,7 +457,16 @@ def race_events(pairs, request, should_stop: Callable[[], bool] = lambda: False,
         yield ("status", f"Racing with first sizes: {'; '.join(first.values())}. ({FIRST_SIZES_NOTE.capitalize()}.)"
                if first else "Racing…")
         yield ("start", race.trace)
-        yield from _race_steps(race, should_stop, deadline, max_run_seconds)
+        while not race.done and not should_stop():   # one ("step", ...) per target forward
+            if deadline is not None and time.monotonic() > deadline:
+                yield ("status", f"Stopped at this server's time limit of {float(max_run_seconds):g} s per run.")
+                break
+            stepped = race.step()
+            if stepped is None:
+                break
+            method, record = stepped
+            run = race.runs[method]
+            yield ("step", method, record, run.finish_reason, run.error)
     finally:
         race.close()   # frees every decoder's cache, also on Stop or a closed tab
     yield ("end", race.trace)
@@ -479,23 +485,6 @@ def run_race(request, pairs: PairCache | None = None, on_status: Callable[[str],
         elif event[0] == "end":
             trace = event[1]
     return trace
-
-
-def _race_steps(race: Race, should_stop: Callable[[], bool], deadline: float | None, max_run_seconds: float | None):
-    """One ("step", ...) event per target forward until the race ends, is stopped or its time (`deadline`,
-    monotonic) runs out."""
-    import time
-
-    while not race.done and not should_stop():
-        if deadline is not None and time.monotonic() > deadline:
-            yield ("status", f"Stopped at this server's time limit of {float(max_run_seconds):g} s per run.")
-            return
-        stepped = race.step()
-        if stepped is None:
-            return
-        method, record = stepped
-        run = race.runs[method]
-        yield ("step", method, record, run.finish_reason, run.error)
 
 
 CONTENDED_RATIO = 2.0   # a target forward this many times its profiled cost: the CPU was shared
