@@ -92,27 +92,26 @@ def colours() -> dict[str, str]:
     return {m.id: m.colour for m in registered().values()}
 
 
+def _module(method: str, part: str):
+    """The module a method's record names as `part` ("views", "whatif", "args"), or None where it names none
+    (or the method is not registered)."""
+    path = getattr(registered().get(method), part, None)
+    return importlib.import_module(path) if path else None
+
+
 def method_views(method: str):
-    """The method's views module (`Method.views`), or None for a method without one (or not registered)."""
-    record = registered().get(method)
-    return importlib.import_module(record.views) if record and record.views else None
-
-
-def method_whatif(method: str):
-    """The method's what-if module (`Method.whatif`), or None."""
-    record = registered().get(method)
-    return importlib.import_module(record.whatif) if record and record.whatif else None
+    """The method's views module (`Method.views`), or None."""
+    return _module(method, "views")
 
 
 def whatifs() -> dict:
     """method id -> its what-if module, for each method that has one (`Method.whatif`), in the page's order."""
-    return {m: module for m in registered() if (module := method_whatif(m)) is not None}
+    return {m: module for m in registered() if (module := _module(m, "whatif")) is not None}
 
 
 def args_module(method: str):
     """The method's command-line module (`Method.args`), or None for a method without sizes."""
-    record = registered().get(method)
-    return importlib.import_module(record.args) if record and record.args else None
+    return _module(method, "args")
 
 
 def raced_by_default() -> tuple[str, ...]:
