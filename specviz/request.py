@@ -248,9 +248,7 @@ class RaceRequest:
                 for m, module in modules.items()}
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data["methods"] = list(self.methods)
-        return data
+        return {**asdict(self), "methods": list(self.methods)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "RaceRequest":
