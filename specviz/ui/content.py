@@ -57,49 +57,45 @@ SIZING_NOTE = (
 # precision, and the page says so (`preset_settings`). The adaptive tree's node limit is the one size left to
 # the machine: it is that preset's lesson.
 SLOW_FAST_PROMPT = EXAMPLES["math"]   # the suite where the q4 race wins most (bench: Sequoia 1.44x `ar`)
+ILLUSTRATIVE = dict(tree="illustrative", lookahead="illustrative")
 SLOW_FAST_TREE = dict(tree="manual", tree_budget=6, tree_depth=4, lookahead="manual", window=2, ngram=3, guesses=2)
 WORKSHOP = {
     "Repetitive text: where Lookahead's guesses come true": dict(
         # The offline default sings this chorus over and over for 64 tokens and more (a list to "repeat three
         # times" it wrote once and ended, 16 tokens: nothing left for the pool to win).
-        prompt=REPEATING_PROMPT,
-        temperature=0.0, max_new_tokens=64, dtype="q4", tree="illustrative", lookahead="illustrative",
+        prompt=REPEATING_PROMPT, temperature=0.0, max_new_tokens=64, dtype="q4", **ILLUSTRATIVE,
         question="After the chorus's first line, how many tokens does one Lookahead step write? Step to such "
                  "a step: did those tokens come from the window, from the pool or from a copy of the text, and who "
                  "put them there?"),
     "Code: what does a small draft get right?": dict(
-        prompt="Write a Python function that checks whether a string is a palindrome.",
-        temperature=0.0, max_new_tokens=64, dtype="q4", tree="illustrative", lookahead="illustrative",
+        prompt=EXAMPLES["code"], temperature=0.0, max_new_tokens=64, dtype="q4", **ILLUSTRATIVE,
         question="Step through Sequoia: which tokens does the draft get accepted — keywords, punctuation and "
                  "indentation, or names? Why would that be?"),
     "Open chat, greedy (T = 0)": dict(
-        prompt="What are three tips for giving a good talk?", temperature=0.0, max_new_tokens=48, dtype="fp32",
-        tree="illustrative", lookahead="illustrative",
+        prompt=EXAMPLES["chat"], temperature=0.0, max_new_tokens=48, dtype="fp32", **ILLUSTRATIVE,
         question="Note Sequoia's tokens per forward and check the three texts are identical (this preset runs "
                  "in fp32, where greedy speculation is exact token for token; on a CPU fp32 is slower than the "
                  "default q4, so read tokens per forward rather than speed). Will the T = 1.0 preset keep "
                  "them identical — and will its tree accept as much?"),
     "Open chat, sampled (T = 1.0)": dict(
-        prompt="What are three tips for giving a good talk?", temperature=1.0, max_new_tokens=48, dtype="fp32",
-        tree="illustrative", lookahead="illustrative",
+        prompt=EXAMPLES["chat"], temperature=1.0, max_new_tokens=48, dtype="fp32", **ILLUSTRATIVE,
         question="The texts now differ from autoregressive, yet the method is exact. Step to a Sequoia rejection: "
                  "read its q and P — where did the bonus token come from, and why does that keep the output exact?"),
     "A draft that reads the target's hidden states": dict(
         model=FEATURE_PRESET,
-        prompt="Write a Python function that checks whether a string is a palindrome.",
-        temperature=0.0, max_new_tokens=48, dtype="q4", tree="illustrative", lookahead="illustrative",
+        prompt=EXAMPLES["code"], temperature=0.0, max_new_tokens=48, dtype="q4", **ILLUSTRATIVE,
         question="Hover a level-1 node, then a level-3 node: what did the draft read for each? Does its "
                  "acceptance fall with depth as it feeds on its own predictions? Then pick *Model pair → "
                  "+ independent draft* (a 4-layer model of its own) and race again: which draft writes more "
                  "tokens per forward, and which is faster?"),
     "A tree that follows the draft's confidence": dict(
-        prompt="Write a Python function that checks whether a string is a palindrome.", temperature=0.0,
-        max_new_tokens=64, dtype="q4", tree="adaptive", lookahead="illustrative",
+        prompt=EXAMPLES["code"], temperature=0.0, max_new_tokens=64, dtype="q4", tree="adaptive",
+        lookahead="illustrative",
         question="Step through Sequoia: where does the adaptive tree grow deep, and where does it stay short and "
                  "wide? Read the q of its first level in each case: what does the draft's confidence predict?"),
     "A tree too big for this hardware": dict(
-        prompt="Tell a short story about a robot who learns to paint.", temperature=0.0, max_new_tokens=48,
-        dtype="q4", tree="manual", tree_budget=96, tree_depth=8, lookahead="illustrative",
+        prompt=EXAMPLES["story"], temperature=0.0, max_new_tokens=48, dtype="q4", tree="manual", tree_budget=96,
+        tree_depth=8, lookahead="illustrative",
         question="Tokens per forward go up with a huge tree — do tokens per second? Open *What if*: where does "
                  "the predicted speedup peak on this machine, and where would it peak on a GPU?"),
     "A slow target: the same race in bf16": dict(
