@@ -51,10 +51,9 @@ def _cached_plans(kind_prefix: str, key: str) -> list[dict]:
 
 def _recorded_plan(run) -> dict | None:
     """A plan the decoder stored in its settings (travels with an uploaded trace)."""
-    if run is None:
-        return None
+    settings = run.settings if run is not None and isinstance(run.settings, dict) else {}
     for name in ("plan", "auto_plan", "auto"):
-        value = run.settings.get(name) if isinstance(run.settings, dict) else None
+        value = settings.get(name)
         if isinstance(value, dict) and ("table" in value or "choice" in value):
             return value
     return None

@@ -290,11 +290,9 @@ def panel_html(trace: RaceTrace | None, sizes: dict | None = None, profile: dict
               'forward and its one token are left out, so it reads a little above the summary\'s tokens per '
               'forward) · '
               'dashed line: 1x = autoregressive speed</div>')
-    parts = [f'<div class="sv-whatif" style="font-size:15px"><div>Costs from {esc(inp["curve_source"])}.</div>',
-             legend]
-    parts.append(run_parts_html(trace))
     cols = [col for module in whatifs().values() if (col := module.column(inp, done, sizes))]
-    parts.append('<div class="sv-whatif-cols">' + "".join(cols) + "</div>")
+    parts = [f'<div class="sv-whatif" style="font-size:15px"><div>Costs from {esc(inp["curve_source"])}.</div>',
+             legend, run_parts_html(trace), '<div class="sv-whatif-cols">' + "".join(cols) + "</div>"]
     notes = [module.NOTE for module in whatifs().values() if getattr(module, "NOTE", "")]
     parts.append('<div style="font-size:13px;color:#4b5563;margin-top:4px">' + " ".join(notes) + (
         ' On a GPU, t(n) stays nearly flat to n = 64 or more, so the best sizes grow: upload a profile measured '
