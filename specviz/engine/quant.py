@@ -82,9 +82,6 @@ class Q4Weight(BlockWeight):
         zero = self.m.float() + MIDPOINT * d   # exact in fp32: two fp16 numbers and a power of two
         return torch.stack([d, zero], dim=-1).transpose(0, 1).contiguous().to(dtype)
 
-    def rows(self, index: torch.Tensor) -> "Q4Weight":
-        return Q4Weight(self.codes[index], self.d[index], self.m[index])
-
     @staticmethod
     def stacked(parts: list["Q4Weight"]) -> "Q4Weight":
         """One matrix whose rows are the parts' in order (q|k|v, gate|up): each row keeps its own blocks."""
@@ -153,7 +150,7 @@ def unpermute_rows(weight: Q4Weight, n_head: int) -> Q4Weight:
     out = weight.shape[0]
     dim = out // n_head // 2
     index = torch.arange(out).view(n_head, dim, 2).transpose(1, 2).reshape(out)
-    return weight.rows(index)
+    return Q4Weight(weight.codes[index], weight.d[index], weight.m[index])
 
 
 def read_q4_1(path: str | Path, unpermute: bool = True) -> dict[str, Q4Weight | Q8Weight]:
@@ -226,22 +223,17 @@ def calibrate_outliers(model, k: int = OUTLIERS) -> dict[str, torch.Tensor]:
                              ("gate_up", layer.mlp.gate_proj), ("down", layer.mlp.down_proj)):
             handles.append(module.register_forward_pre_hook(watch(f"{i}.{part}")))
     handles.append(model.lm_head.register_forward_pre_hook(watch("head")))
+    # `CALIBRATION_TEXT`'s bytes as token ids (folded into the vocabulary): no tokenizer is at hand where the
+    # layers are built, and a byte-level BPE's first ids are its byte tokens; the large dimensions are the
+    # model's, whatever the tokens (the 4 found from these bytes gave the KL above).
     try:
-        ids = calibration_ids(model)
-        model(input_ids=ids)
+        ids = torch.tensor(list(CALIBRATION_TEXT.encode()), dtype=torch.long) % model.config.vocab_size
+        model(input_ids=ids.unsqueeze(0).to(model.device))
     finally:
         for handle in handles:
             handle.remove()
     return {name: values.topk(min(k, values.numel())).indices.sort().values.to(torch.int32)
             for name, values in largest.items()}
-
-
-def calibration_ids(model) -> torch.Tensor:
-    """`CALIBRATION_TEXT`'s bytes as token ids (folded into the vocabulary): no tokenizer is at hand where the
-    layers are built, and a byte-level BPE's first ids are its byte tokens; the large dimensions are the
-    model's, whatever the tokens (the 4 found from these bytes gave the KL above)."""
-    codes = torch.tensor(list(CALIBRATION_TEXT.encode()), dtype=torch.long)
-    return (codes % model.config.vocab_size).unsqueeze(0).to(model.device)
 
 
 @dataclass
@@ -369,21 +361,18 @@ def kernel_copy(draft: torch.nn.Module) -> torch.nn.Module:
 
 def kernel_copy_fits(draft: torch.nn.Module) -> bool:
     """Whether `kernel_copy` reads this draft: plain linears without biases in its layers, in whole tiles and blocks."""
+    shapes = []   # every product as `kernel_copy` stacks it (q|k|v, o, gate|up, down), and the fusion
     for layer in draft.decoder_layers():
-        for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
-            linear = getattr(layer, name, None)
-            if not isinstance(linear, torch.nn.Linear) or linear.bias is not None:
-                return False
-        if not native.RowAttention.fits(layer.head_dim):
+        linears = [getattr(layer, name, None)
+                   for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")]
+        if not (all(isinstance(m, torch.nn.Linear) and m.bias is None for m in linears)
+                and native.RowAttention.fits(layer.head_dim)):
             return False
-    # Every product as `kernel_copy` stacks it (q|k|v, o, gate|up, down), and the fusion.
-    shapes = [tuple(linear.weight.shape) for linear in (draft.fc, getattr(draft, "fc_taps", None))
-              if isinstance(linear, torch.nn.Linear)]
-    for layer in draft.decoder_layers():
-        shapes += [(layer.q_proj.out_features + layer.k_proj.out_features + layer.v_proj.out_features,
-                    layer.q_proj.in_features), tuple(layer.o_proj.weight.shape),
-                   (layer.gate_proj.out_features + layer.up_proj.out_features, layer.gate_proj.in_features),
-                   tuple(layer.down_proj.weight.shape)]
+        q, k, v, o, gate, up, down = linears
+        shapes += [(q.out_features + k.out_features + v.out_features, q.in_features), tuple(o.weight.shape),
+                   (gate.out_features + up.out_features, gate.in_features), tuple(down.weight.shape)]
+    shapes += [tuple(linear.weight.shape) for linear in (draft.fc, getattr(draft, "fc_taps", None))
+               if isinstance(linear, torch.nn.Linear)]
     return all(Q4Rows.fits(shape) for shape in shapes)
 
 
@@ -483,22 +472,18 @@ def attach_q4(model, gguf_path: str | Path, dtype: torch.dtype = torch.bfloat16)
     if cache.exists():
         layers = WeightOnlyLayers.from_tensors(load_file(cache), n_layers, str(gguf_path), kernel)
     else:
-        layers = _convert(gguf_path, n_layers, dtype, kernel, calibrate_outliers(model) if kernel else None)
+        weights = read_q4_1(gguf_path)
+        names = [f"model.layers.{i}.{linear}" for i in range(n_layers) for linear in LINEARS.values()]
+        missing = [name for name in names if name not in weights]
+        if missing:
+            raise ValueError(f"{gguf_path}: {len(missing)} linears are not Q4_1 (first: {missing[0]})")
+        layers = WeightOnlyLayers.build(weights, n_layers, dtype, str(gguf_path), kernel,
+                                        calibrate_outliers(model) if kernel else None)
         staged = cache.with_suffix(".partial")
         save_file(layers.tensors(), staged)
         staged.rename(cache)   # last, so a crash never leaves a half-written cache under the final name
     layers.attach(model)
     return layers
-
-
-def _convert(gguf_path: Path, n_layers: int, dtype: torch.dtype, kernel: str,
-             outliers: dict[str, torch.Tensor] | None = None) -> WeightOnlyLayers:
-    weights = read_q4_1(gguf_path)
-    missing = [f"model.layers.{i}.{name}" for i in range(n_layers) for name in LINEARS.values()
-               if f"model.layers.{i}.{name}" not in weights]
-    if missing:
-        raise ValueError(f"{gguf_path}: {len(missing)} linears are not Q4_1 (first: {missing[0]})")
-    return WeightOnlyLayers.build(weights, n_layers, dtype, str(gguf_path), kernel, outliers)
 
 
 # What the summary line says of a kernel that is built, loaded and passed `self_test` (`engine.precision`).
