@@ -11,6 +11,7 @@ Nothing here imports gradio or plotly: the runtime is usable from scripts and te
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from typing import Any, Callable
@@ -53,10 +54,8 @@ def release_freed_memory() -> None:
     import gc
 
     gc.collect()
-    try:
+    with contextlib.suppress(OSError, AttributeError):   # not glibc (macOS, Windows, musl): nothing to do
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):   # not glibc (macOS, Windows, musl): nothing to do
-        pass
 
 
 def _error_text(exc: BaseException) -> str:
@@ -193,10 +192,8 @@ class Race:
 
 
 def _close_quietly(decoder) -> None:
-    try:
+    with contextlib.suppress(Exception):   # freeing memory must never mask the real outcome
         decoder.close()
-    except Exception:  # freeing memory must never mask the real outcome
-        pass
 
 
 def graphs_reason(mode: str, device) -> str:

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Iterator
@@ -86,18 +87,14 @@ def thread_policy(env=None, cores: int | None = None, measured: dict | None = No
     policy = _threads(env, cores, hosted, measured)
     pinned = (not hosted and policy.reason != BY_HAND and policy.threads < cores
               and _one_race_at_a_time(env) and hasattr(os, "sched_setaffinity"))
-    if not pinned:
-        return policy
-    return ThreadPolicy(policy.threads, policy.reason, tuple(cpus[-policy.threads:]))
+    return replace(policy, cpus=tuple(cpus[-policy.threads:])) if pinned else policy
 
 
 def _threads(env, cores: int, hosted: bool, measured: dict | None) -> ThreadPolicy:
     explicit = env.get("SPECVIZ_THREADS", "").strip()
     if explicit:
-        try:
+        with contextlib.suppress(ValueError):   # not a number: the count is chosen as if unset
             return ThreadPolicy(max(1, int(explicit)), BY_HAND)
-        except ValueError:
-            pass
     if hosted:
         return ThreadPolicy(max(1, cores), "hosted: the browser is elsewhere, every core decodes")
     measured = measured_threads(cores) if measured is None else measured
@@ -189,8 +186,7 @@ def worker_env(policy: ThreadPolicy, base=None) -> dict:
 class RaceWorker:
     """The app's handle on one worker process. One race at a time (the app queues races)."""
 
-    def __init__(self, policy: ThreadPolicy | None = None, start_timeout: float = START_TIMEOUT_S,
-                 command: list[str] | None = None):
+    def __init__(self, policy: ThreadPolicy | None = None, command: list[str] | None = None):
         self.policy = policy or thread_policy()
         ours, theirs = socket.socketpair()
         # SPECVIZ_WORKER_PYTHON: another interpreter for the worker (e.g. a venv with CUDA torch).
@@ -212,17 +208,16 @@ class RaceWorker:
         self._send_lock = threading.Lock()
         self._recv_lock = threading.RLock()   # a race's reader and the page's poll of the measurement
         self.busy = False   # a race is under way (the app's end of it)
-        self.info: dict = {}
         # The worker's background measurement of this machine (`Measurer`): its latest progress report
         # (`measuring.Progress.to_dict()`), None when nothing is being measured; `measured`: what the last
         # finished job measured, or its error.
         self.measuring: dict | None = None
         self.measured: dict | None = None
         try:
-            kind, *rest = self._recv(start_timeout)
+            kind, *rest = self._recv(START_TIMEOUT_S)
             if kind != "ready":
                 raise WorkerUnavailable(f"the decoding worker said {kind!r} instead of ready")
-            self.info = rest[0]
+            self.info: dict = rest[0]   # the worker's threads and CPUs
         except WorkerUnavailable:
             self.close()
             raise
@@ -245,26 +240,25 @@ class RaceWorker:
     def _recv(self, timeout: float | None = None, quiet_after: float | None = None):
         """The next message, past the measurement's own reports (kept in `measuring`/`measured`).
         `quiet_after`: return None when nothing came for that long (a waiting race shows its seconds)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        quiet = None if quiet_after is None else time.monotonic() + quiet_after
+        start = time.monotonic()
+        deadline = start + (math.inf if timeout is None else timeout)
+        quiet = start + (math.inf if quiet_after is None else quiet_after)
         while True:
-            wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
-            if quiet is not None:
-                wait = max(0.0, min(wait, quiet - time.monotonic()))
+            wait = max(0.0, min(POLL_S, deadline - time.monotonic(), quiet - time.monotonic()))
             try:
                 with self._recv_lock:
                     message = self.conn.recv() if self.conn.poll(wait) else None
             except (EOFError, OSError) as exc:
                 raise WorkerUnavailable(f"the decoding worker exited (code {self.proc.poll()})") from exc
-            if message is not None and self._measurement_report(message):
-                continue
             if message is not None:
-                return message
+                if not self._measurement_report(message):
+                    return message
+                continue
             if self.proc.poll() is not None:
                 raise WorkerUnavailable(f"the decoding worker exited (code {self.proc.returncode})")
-            if deadline is not None and time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 raise WorkerUnavailable("the decoding worker did not answer in time")
-            if quiet is not None and time.monotonic() >= quiet:
+            if time.monotonic() >= quiet:
                 return None
 
     def _measurement_report(self, message) -> bool:
@@ -348,10 +342,8 @@ class RaceWorker:
 
     def stop(self) -> None:
         """Ask the running race to end after its current step (safe from any thread)."""
-        try:
+        with contextlib.suppress(WorkerUnavailable):
             self._send(("stop",))
-        except WorkerUnavailable:
-            pass
 
     def _drain(self, timeout: float = 30.0) -> None:
         try:
@@ -370,11 +362,8 @@ class RaceWorker:
     def close(self, timeout: float = 5.0) -> None:
         """End the worker (idempotent): ask, then terminate, then kill."""
         if not self.conn.closed:
-            try:
-                with self._send_lock:
-                    self.conn.send(("exit",))
-            except (OSError, ValueError):
-                pass
+            with contextlib.suppress(OSError, ValueError), self._send_lock:
+                self.conn.send(("exit",))
             self.conn.close()
         if self.proc.poll() is None:
             try:
@@ -403,10 +392,14 @@ def _serve(conn: Connection) -> None:
     if threads > 0:
         torch.set_num_threads(threads)
     pairs = PairCache()
-    send = _Sender(conn)
+    lock = threading.Lock()
+
+    def send(message) -> None:   # from two threads, the race's and the measurement's: one message at a time
+        with lock:
+            conn.send(message)
+
     measurer = Measurer(pairs, send)
-    send(("ready", {"pid": os.getpid(), "threads": torch.get_num_threads(), "cpus": sorted(os.sched_getaffinity(0)),
-                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}))
+    send(("ready", {"threads": torch.get_num_threads(), "cpus": sorted(os.sched_getaffinity(0))}))
     try:
         while True:
             try:
@@ -421,7 +414,7 @@ def _serve(conn: Connection) -> None:
                 stop = _StopWatch(conn, measurer)
                 request, max_run_seconds = message[1], message[2]
                 first = False
-                with measurer.paused(send):
+                with measurer.paused():
                     # No race waits for a measurement: an 'auto' size this machine has not measured yet
                     # starts with its method's first sizes, and the measurer measures it after the race.
                     events = race_events(pairs, request, stop, max_run_seconds=max_run_seconds, first_sizes=True)
@@ -436,18 +429,6 @@ def _serve(conn: Connection) -> None:
         measurer.close()
 
 
-class _Sender:
-    """conn.send for two threads (the race's and the measurement's): one message at a time."""
-
-    def __init__(self, conn: Connection):
-        self.conn = conn
-        self.lock = threading.Lock()
-
-    def __call__(self, message) -> None:
-        with self.lock:
-            self.conn.send(message)
-
-
 # Measurements queued or under way at most: what visitors ask for must not pile up work. A request beyond
 # them is dropped (its race runs on first sizes, and a later race on them asks again).
 MAX_MEASUREMENTS = 4
@@ -459,10 +440,10 @@ class Measurer:
     One thread takes requests in order and measures what each needs that is not cached (the app asks for
     its initial request as soon as it is served, and for any race that ran on first sizes). A request
     whose measurement (`race.measure_key`) is queued or under way already is not queued again, and at
-    most `MAX_MEASUREMENTS` are. Progress goes to the app as ("measuring", Progress dict) and
-    ("measured", {...}) when a request is done. A race
-    pauses it (`paused`): the measurement stops at its next tick, between two timed forwards, and goes on
-    after the race, so no measurement runs beside a timed race and none is timed with a race beside it.
+    most `MAX_MEASUREMENTS` are. Progress goes to the app as ("measuring", Progress dict) and ("measured",
+    {...}) when a request is done. A race pauses it (`paused`): the measurement stops at its next tick, between
+    two timed forwards, and goes on after the race, so no measurement runs beside a timed race and none is
+    timed with a race beside it.
     """
 
     def __init__(self, pairs, send):
@@ -516,10 +497,8 @@ class Measurer:
         self.jobs.put(None)
 
     def _report(self, progress) -> None:
-        try:
+        with contextlib.suppress(OSError, ValueError):   # the app is gone; the worker's main loop ends it
             self.send(("measuring", progress.to_dict()))
-        except (OSError, ValueError):
-            pass   # the app is gone; the worker's main loop ends it
 
     def _run(self) -> None:
         from ..errors import SpecVizError
@@ -550,7 +529,7 @@ class Measurer:
                     return
 
     @contextlib.contextmanager
-    def paused(self, send):
+    def paused(self):
         """Hold the measurement at its next tick for the block (a race), waiting until it is held."""
         self.gate.clear()
         try:
@@ -558,8 +537,8 @@ class Measurer:
             while self.active and not self.reporter.paused.is_set() and time.monotonic() - start < PAUSE_TIMEOUT_S:
                 if self.reporter.paused.wait(WAITING_TICK_S):
                     break
-                send(("status", f"Pausing this machine's measurement for the race… "
-                                f"({time.monotonic() - start:.0f} s)"))
+                self.send(("status", f"Pausing this machine's measurement for the race… "
+                                     f"({time.monotonic() - start:.0f} s)"))
             yield
         finally:
             self.gate.set()
@@ -655,10 +634,8 @@ class WorkerSlot:
                     self.worker, self.failed = None, str(exc)
                     return None
                 if self.warm_up_request is not None:
-                    try:
+                    with contextlib.suppress(WorkerUnavailable):   # it died at once: the next get() replaces it
                         self.worker.measure(self.warm_up_request)
-                    except WorkerUnavailable:
-                        pass   # it died at once: the next get() replaces it
             return self.worker
 
     def ready(self) -> bool:
