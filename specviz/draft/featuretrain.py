@@ -40,6 +40,7 @@ from ..engine.lean import attention_kernels, tapped_features
 from ..errors import InvalidInput
 from .data import DistillData, log, read_jsonl, write_json
 from .feature import FeatureDraft, save_feature_draft
+from .train import log_step, lr_at, resumed_history
 from .vocab import VOCAB_FILE, load_vocab
 
 SHARD_BATCHES = 10
@@ -137,9 +138,7 @@ def unroll_mask(n: int, step: int, device) -> torch.Tensor:
     the predicted key K_r at slot j - step + r (its ancestors and itself).
     """
     j = torch.arange(n, device=device)
-    blocks = [j[None, :] <= (j[:, None] - step)]
-    for r in range(1, step + 1):
-        blocks.append(j[None, :] == (j[:, None] - step + r))
+    blocks = [j[None, :] <= (j[:, None] - step)] + [j[None, :] == (j[:, None] - step + r) for r in range(1, step + 1)]
     allowed = torch.cat(blocks, dim=1)
     allowed[:, 0] |= ~allowed.any(dim=1)   # slots j < step have nothing valid: keep softmax finite
     return allowed
@@ -226,22 +225,13 @@ def _written_rows(vocab_ids: torch.Tensor, ids: torch.Tensor, n_prompt: int) -> 
 # ---------------------------------------------------------------------------
 
 
-def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
-    return lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
 class ShardStream:
     """Batches of (ids, feats) drawn from the shards; batch k is a pure function of (seed, k)."""
 
     def __init__(self, shards: list[Path], batch: int, seed: int):
         self.shards, self.batch, self.seed = shards, batch, seed
-        self._cache: dict[int, dict] = {}
-        first = torch.load(shards[0], weights_only=False)
-        self.rows_per_shard = first["ids"].shape[0]
-        self._cache[0] = first
+        self._cache: dict[int, dict] = {0: torch.load(shards[0], weights_only=False)}
+        self.rows_per_shard = self._cache[0]["ids"].shape[0]
 
     def _shard(self, i: int) -> dict:
         if i not in self._cache:
@@ -388,9 +378,7 @@ def _feature_optimizer(draft: FeatureDraft, settings: dict) -> tuple[list, torch
     fc's scale. Their own, higher rate (taps_lr_scale x lr) lets them catch up. Added layers start
     with zeroed outputs, the same story (`new_layers_lr_scale`).
     """
-    params = [p for p in draft.parameters()]
-    for p in params:
-        p.requires_grad_(True)
+    params = list(draft.requires_grad_(True).parameters())
     tap_params = [p for name, p in draft.named_parameters() if "tap" in name]
     layer_params = [p for name, p in draft.named_parameters() if name.startswith("more_layers.")]
     base_params = [p for name, p in draft.named_parameters() if "tap" not in name and
@@ -419,8 +407,7 @@ def _resume_feature_run(state_path: Path, work_dir: Path, draft: FeatureDraft, o
     # What a checkpoint cost before: a resumed run reserves it for its final one from its first step.
     checkpoint_seconds = float(state.get("checkpoint_seconds", 0.0))
     steps_before = state["settings"].get("steps_before", 0)
-    previous = {k: v for k, v in state["settings"].items() if k != "history"}
-    settings["history"] = state["settings"].get("history", []) + [{**previous, "until_step": start}]
+    resumed_history(settings, state["settings"], start)
     log(f"resumed at step {steps_before + start}")
     return start, metrics, checkpoint_seconds, steps_before
 
@@ -461,7 +448,6 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     device = target.device
     torch.manual_seed(settings["seed"])
     draft = _new_feature_draft(target, settings, init_from)
-    taps = draft.taps
     params, optimizer = _feature_optimizer(draft, settings)
     metrics: dict = {"loss": [], "agreement": [], "tokens_seen": 0}
     start = 0
@@ -476,12 +462,12 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
     settings["steps_before"] = steps_before
 
     if stream is None:
-        shards = [p for p in sorted((work_dir / "features").glob("feat-*.pt"))][:settings["feature_shards"] or None]
+        shards = sorted((work_dir / "features").glob("feat-*.pt"))[:settings["feature_shards"] or None]
         if not shards:
             raise InvalidInput(f"no feature shards in {work_dir / 'features'}")
         stream = ShardStream(shards, settings["batch"], settings["seed"])
         log(f"training on {len(shards)} shards ({len(shards) * stream.rows_per_shard} rows of {settings['seq_len']})")
-    heldout = heldout_features(target, work_dir, taps=taps)
+    heldout = heldout_features(target, work_dir, taps=draft.taps)
     head = draft.head.float()
     # Feature scale for the input noise: the RMS of stored features.
     sample = stream.batch_at(0)[1][..., :draft.hidden].float()
@@ -522,7 +508,7 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         draft.train()
         for group in optimizer.param_groups:
             # .get: a run resumed from before the taps saved one group without a scale
-            group["lr"] = group.get("scale", 1.0) * lr_at(step, steps, settings["lr"], settings["warmup"])
+            group["lr"] = group.get("scale", 1.0) * lr_at(step, steps, settings["lr"], settings["warmup"], 0.05)
         ids, feats = stream.batch_at(step)
         ids, feats = ids.to(device), feats.to(device).float()
         loss, parts = _feature_loss(draft, ids, feats, head, settings, feat_rms)
@@ -532,14 +518,11 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         optimizer.step()
         metrics["loss"].append([steps_before + step + 1, parts])
         metrics["tokens_seen"] += ids.numel()
-        done = step + 1 - start
-        per_step = (time.perf_counter() - t_start) / done
         if pace is not None:
             steps = settings["steps"] = pace.steps_after(step, time.perf_counter() - t_step, steps,
                                                          checkpoint_seconds)
-        if done == 1 or (step + 1) % settings["log_every"] == 0:
-            log(f"step {step + 1}/{steps} loss/step {parts} lr {optimizer.param_groups[0]['lr']:.1e} "
-                f"{ids.numel() / per_step:.0f} tok/s, eta {per_step * (steps - step - 1) / 60:.1f} min")
+        log_step(step, start, steps, t_start, ids.numel(), f"loss/step {parts}", optimizer.param_groups[0]["lr"],
+                 settings["log_every"])
         if (step + 1) % settings["save_every"] == 0 or step + 1 == steps:
             checkpoint(step + 1)
     return metrics

@@ -30,15 +30,28 @@ def kl_to_teacher(draft_logits: torch.Tensor, teacher_logits: torch.Tensor) -> t
     return (t_logp.exp() * (t_logp - d_logp)).sum(-1).mean()
 
 
-def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
+def lr_at(step: int, steps: int, lr: float, warmup: int, floor: float = 0.1) -> float:
+    """Linear warmup, then a cosine down to `floor` x lr."""
     if step < warmup:
         return lr * (step + 1) / warmup
     progress = (step - warmup) / max(1, steps - warmup)
-    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+    return lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def _own_params(draft) -> dict[str, torch.nn.Parameter]:
-    return {n: p for n, p in draft.named_parameters() if not n.startswith(SHARED_PREFIXES)}
+def resumed_history(settings: dict, saved: dict, start: int) -> None:
+    """Settings may change on resume (steps, data mix): keep each phase's settings for reproducing it."""
+    previous = {k: v for k, v in saved.items() if k != "history"}
+    settings["history"] = saved.get("history", []) + [{**previous, "until_step": start}]
+
+
+def log_step(step: int, start: int, steps: int, t_start: float, tokens: int, loss: str, lr: float,
+             log_every: int) -> None:
+    """Step `step` (0-based) done: its loss, the rate since `start` and the time left, now and then."""
+    done = step + 1 - start
+    if done == 1 or (step + 1) % log_every == 0:
+        per_step = (time.perf_counter() - t_start) / done
+        log(f"step {step + 1}/{steps} {loss} lr {lr:.1e} {tokens / per_step:.0f} tok/s, "
+            f"eta {per_step * (steps - step - 1) / 60:.1f} min")
 
 
 def train(target, tokenizer, settings: dict, out_dir: Path, work_dir: Path, resume: bool) -> dict:
@@ -46,7 +59,7 @@ def train(target, tokenizer, settings: dict, out_dir: Path, work_dir: Path, resu
     torch.manual_seed(settings["seed"])
     layers = settings["layers"]
     draft = build_draft(target, layers, torch.float32)
-    params = _own_params(draft)
+    params = {n: p for n, p in draft.named_parameters() if not n.startswith(SHARED_PREFIXES)}
     for p in params.values():
         p.requires_grad_(True)
     optimizer = torch.optim.AdamW(params.values(), lr=settings["lr"], betas=(0.9, 0.95), weight_decay=0.0)
@@ -62,9 +75,7 @@ def train(target, tokenizer, settings: dict, out_dir: Path, work_dir: Path, resu
                 params[name].copy_(tensor)
         optimizer.load_state_dict(state["optimizer"])
         start, metrics = state["step"], state["metrics"]
-        # Settings may change on resume (steps, data mix): keep each phase's settings for reproducing it.
-        previous = {k: v for k, v in state["settings"].items() if k != "history"}
-        settings["history"] = state["settings"].get("history", []) + [{**previous, "until_step": start}]
+        resumed_history(settings, state["settings"], start)
         log(f"resumed at step {start}")
 
     answers = read_jsonl(work_dir / "answers.jsonl")
@@ -108,11 +119,8 @@ def train(target, tokenizer, settings: dict, out_dir: Path, work_dir: Path, resu
         optimizer.step()
         metrics["loss"].append([step + 1, round(float(loss.detach()), 4)])
         metrics["tokens_seen"] += ids.numel()
-        done = step + 1 - start
-        per_step = (time.perf_counter() - t_start) / done
-        if done == 1 or (step + 1) % settings["log_every"] == 0:
-            log(f"step {step + 1}/{steps} loss {float(loss.detach()):.3f} lr {optimizer.param_groups[0]['lr']:.1e} "
-                f"{ids.numel() / per_step:.0f} tok/s, eta {per_step * (steps - step - 1) / 60:.1f} min")
+        log_step(step, start, steps, t_start, ids.numel(), f"loss {float(loss.detach()):.3f}",
+                 optimizer.param_groups[0]["lr"], settings["log_every"])
         if (step + 1) % settings["save_every"] == 0 or step + 1 == steps:
             checkpoint(step + 1)
     return metrics
