@@ -310,8 +310,6 @@ class Fbgemm(Product):
         return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
 
 
-
-
 def int4_kernel_available() -> bool:
     return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and hasattr(
         torch.ops.aten, "_convert_weight_to_int4pack_for_cpu")

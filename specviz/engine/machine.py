@@ -53,11 +53,6 @@ def cpu_model() -> str:
 
 
 @functools.cache
-def _flags() -> tuple[str, ...]:
-    return tuple(f for f in FLAGS_OF_NOTE if f in all_cpu_flags())
-
-
-@functools.cache
 def all_cpu_flags() -> frozenset[str]:
     """Every flag /proc/cpuinfo lists for this CPU (empty where it cannot be read)."""
     return frozenset((_cpuinfo_field("flags") or "").split())
@@ -65,7 +60,7 @@ def all_cpu_flags() -> frozenset[str]:
 
 def cpu_flags() -> list[str]:
     """This CPU's `FLAGS_OF_NOTE` (from /proc/cpuinfo; empty where it cannot be read)."""
-    return list(_flags())
+    return [f for f in FLAGS_OF_NOTE if f in all_cpu_flags()]
 
 
 def cpu_words(threads: int | None = None) -> str:

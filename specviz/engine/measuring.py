@@ -19,7 +19,7 @@ import contextlib
 import contextvars
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -41,9 +41,8 @@ class Progress:
         return min(1.0, self.done / self.total) if self.total else 0.0
 
     def to_dict(self) -> dict:
-        return {"what": self.what, "done": self.done, "total": self.total, "part": self.part,
-                "elapsed_s": round(self.elapsed_s, 2), "left_s": None if self.left_s is None else round(self.left_s, 1),
-                "cached_in": self.cached_in}
+        return {**asdict(self), "elapsed_s": round(self.elapsed_s, 2),
+                "left_s": None if self.left_s is None else round(self.left_s, 1)}
 
 
 @dataclass

@@ -18,7 +18,6 @@ from .sampling import SamplingConfig
 from .text import encode_prompt
 
 
-
 def sizing(method: str, what: str):
     """A method's sizing function `what` (`Method.sizing`), or None for a method that measures nothing."""
     record = registered().get(method)

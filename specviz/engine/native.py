@@ -113,8 +113,6 @@ def q4_rows_available() -> str | None:
     return None
 
 
-
-
 def logit_summary(logits: torch.Tensor, k: int, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per row of logits (n, V): the k largest of scale * logits (descending; index 0 the first maximum, the
     greedy token), their indices, and logsumexp(scale * logits), fp32. One op over fp32 CPU rows where the

@@ -59,6 +59,3 @@ def limit_per_suite(prompts: list[dict], n: int) -> list[dict]:
         if seen[item["suite"]] <= n:
             kept.append(item)
     return kept
-
-
-# -- methods -----------------------------------------------------------------------------
