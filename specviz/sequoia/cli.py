@@ -65,17 +65,14 @@ def acceptance_prompts(path: str | None) -> list[str]:
 
 def cmd_profile_acceptance(args: argparse.Namespace) -> int:
     from ..engine.sampling import SamplingConfig
-    from .measure import profile_acceptance, profile_acceptance_by_depth
+    from .measure import profile_acceptance_by_depth
 
     prompts = acceptance_prompts(args.prompts)
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed).validated()
     pair = load_pair_for(args, ["sequoia"])
-    if args.depths > 1:
-        result = profile_acceptance_by_depth(pair, prompts, args.width, args.depths, sampling, steps=args.steps,
-                                             max_new_tokens=args.max_new_tokens)
-    else:
-        result = profile_acceptance(pair, prompts, args.width, sampling, steps=args.steps,
-                                    max_new_tokens=args.max_new_tokens)
+    # One level (the default, or less asked for): the star tree's vector.
+    result = profile_acceptance_by_depth(pair, prompts, args.width, max(1, args.depths), sampling, steps=args.steps,
+                                         max_new_tokens=args.max_new_tokens)
     # Where the vector came from travels with it: the prompts, the draft and the command that remeasures it.
     result |= {"prompts": args.prompts or "assets/prompts/distill.jsonl split heldout", "draft": pair.draft_name,
                "draft_checkpoint_step": pair.draft_checkpoint_step,
