@@ -34,15 +34,15 @@ def _load_target(target_name: str, device: str | None):
     from ..engine.models import choose_device, load_model, load_tokenizer
 
     dev = choose_device(device)
-    # The teacher runs in bf16 (fp16 on GPUs without bf16 would overflow less gracefully; bf16 is the norm).
     tokenizer = load_tokenizer(target_name)
-    target = load_model(target_name, dev, torch.bfloat16)
-    return target, tokenizer
+    # The teacher runs in bf16 (fp16 on GPUs without bf16 would overflow less gracefully; bf16 is the norm).
+    return load_model(target_name, dev, torch.bfloat16), tokenizer
 
 
-def prompt_files() -> list[str]:
-    """The prompt files `distill` reads, as paths relative to the checkout, for settings.json."""
-    return [str(p.relative_to(p.parent.parent.parent)) for p in PROMPTS_FILES if p.exists()]
+# Settings of either kind that are the arguments of the same name, recorded in settings.json.
+RUN_ARGS = ("steps", "batch", "seq_len", "lr", "warmup", "seed", "answer_rows", "chat_wrap", "save_every",
+            "log_every", "gen_batch", "gen_tokens", "heldout_tokens")
+FEATURE_ARGS = ("feature_batches", "feature_shards", "online_features", "minutes", "unroll", "noise", "ce_weight")
 
 
 def cmd_distill(args: argparse.Namespace) -> int:
@@ -57,25 +57,32 @@ def cmd_distill(args: argparse.Namespace) -> int:
         if getattr(args, name) <= 0:
             raise InvalidInput(f"--{name.replace('_', '-')} must be positive")
     target, tokenizer = _load_target(args.target, args.device)
+    key = "default" if is_default(args.target) else Path(args.target).name
     if args.kind == "feature":
-        return _distill_feature(args, target, tokenizer, started)
-    layers = parse_layers(args.layers, target.config.num_hidden_layers)
+        kind = _feature_settings(args, target)   # its mistakes are refused before anything is written
+        work_name = f"feature-{key}"
+    else:
+        layers = parse_layers(args.layers, target.config.num_hidden_layers)
+        kind = {"layers": layers, "loss": "KL(target || draft), temperature 1, full vocabulary"}
+        work_name = f"{key}-{'_'.join(map(str, layers))}"
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    key = "default" if is_default(args.target) else Path(args.target).name
-    work_dir = Path(args.work) if args.work else cache_dir() / "distill" / f"{key}-{'_'.join(map(str, layers))}"
+    work_dir = Path(args.work) if args.work else cache_dir() / "distill" / work_name
     work_dir.mkdir(parents=True, exist_ok=True)
-    settings = {"target": "default" if is_default(args.target) else args.target, "layers": layers,
-                "steps": args.steps, "batch": args.batch, "seq_len": args.seq_len, "lr": args.lr,
-                "warmup": args.warmup, "seed": args.seed, "answer_rows": args.answer_rows,
-                "chat_wrap": args.chat_wrap, "save_every": args.save_every, "log_every": args.log_every,
-                "gen_batch": args.gen_batch, "gen_tokens": args.gen_tokens, "heldout_tokens": args.heldout_tokens,
-                "loss": "KL(target || draft), temperature 1, full vocabulary",
+    settings = {"target": "default" if is_default(args.target) else args.target,
+                **{name: getattr(args, name) for name in RUN_ARGS}, **kind,
                 "device": str(target.device), "threads": torch.get_num_threads(), "work_dir": str(work_dir),
-                "prompts": prompt_files()}
-    log(f"target {settings['target']} on {target.device}, draft = target layers {layers}; work dir {work_dir}")
-    generate_answers(target, tokenizer, work_dir, args.seed, args.gen_batch, args.gen_tokens, args.heldout_tokens)
+                "prompts": [str(p.relative_to(p.parent.parent.parent)) for p in PROMPTS_FILES if p.exists()]}
+    draft = "feature draft" if args.kind == "feature" else f"draft = target layers {settings['layers']}"
+    log(f"{draft} for {settings['target']} on {target.device}; work dir {work_dir}")
+    generate_answers(target, tokenizer, work_dir, args.seed, args.gen_batch, args.gen_tokens, args.heldout_tokens,
+                     tuple(settings.get("answer_temperatures", (0.0, 0.7))))
     if args.answers_only:
+        # A GPU lease is too short to spend on answers: make them on a CPU first, carry the work dir's files.
+        log(f"answers in {work_dir / 'answers.jsonl'} and {work_dir / 'heldout.jsonl'}; --answers-only: no training")
+        return 0
+    if args.kind == "feature":
+        _train_feature(args, target, tokenizer, settings, out_dir, work_dir, started)
         return 0
     train(target, tokenizer, settings, out_dir, work_dir, resume=args.resume)
     if args.vocab_rows:
@@ -83,53 +90,37 @@ def cmd_distill(args: argparse.Namespace) -> int:
     return 0
 
 
-def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float) -> int:
-    from ..engine.models import OFFLINE_DRAFT_DIR, is_default
-    from ..paths import cache_dir
+def _feature_settings(args: argparse.Namespace, target) -> dict:
+    """What settings.json records of a feature draft's run, its arguments checked."""
+    from ..engine.models import OFFLINE_DRAFT_DIR
     from .feature import is_feature_draft_dir
-    from .featuretrain import online_features, precompute, train_feature
 
     if args.init_from and args.resume:
         raise InvalidInput("--init-from starts a new run from a shipped draft; --resume continues the work dir's "
                            "run: choose one")
     if args.init_from and not is_feature_draft_dir(args.init_from):
         raise InvalidInput(f"--init-from {args.init_from}: not a feature-draft directory")
-    taps, shipped_taps = _feature_taps(args, target.config.num_hidden_layers)
+    shipped = json.loads((Path(args.init_from) / "feature.json").read_text()) if args.init_from else {}
+    taps, shipped_taps = _feature_taps(args, target.config.num_hidden_layers, tuple(shipped.get("taps", ())))
+    layers, shipped_layers = _feature_layers(args, shipped.get("layers", 1))
     # Taps that start at zero weight need a higher rate to catch up; trained ones continue at the base rate.
     taps_lr_scale = args.taps_lr_scale if args.taps_lr_scale is not None else (
         10.0 if taps and taps != shipped_taps else 1.0)
-    layers, shipped_layers = _feature_layers(args)
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    key = "default" if is_default(args.target) else Path(args.target).name
-    work_dir = Path(args.work) if args.work else cache_dir() / "distill" / f"feature-{key}"
-    work_dir.mkdir(parents=True, exist_ok=True)
-    settings = {"kind": "feature", "target": "default" if is_default(args.target) else args.target,
-                "steps": args.steps, "batch": args.batch, "seq_len": args.seq_len, "lr": args.lr,
-                "warmup": args.warmup, "seed": args.seed, "answer_rows": args.answer_rows,
-                "chat_wrap": args.chat_wrap, "save_every": args.save_every, "log_every": args.log_every,
-                "gen_batch": args.gen_batch, "gen_tokens": args.gen_tokens, "heldout_tokens": args.heldout_tokens,
-                "feature_batches": args.feature_batches, "feature_shards": args.feature_shards,
-                "online_features": args.online_features, "minutes": args.minutes,
-                "unroll": args.unroll, "unroll_weights": [1.0, 0.8, 0.64, 0.5][:args.unroll],
-                "noise": args.noise, "ce_weight": args.ce_weight, "taps": list(taps),
-                "taps_lr_scale": taps_lr_scale, "layers": layers,
-                "new_layers_lr_scale": (args.new_layers_lr_scale if args.new_layers_lr_scale is not None else
-                                        (3.0 if layers > shipped_layers else 1.0)),
-                "vocab_from": str(args.vocab_from or OFFLINE_DRAFT_DIR),
-                "loss": "per unrolled step: SmoothL1(f_hat, f) + ce_weight x soft CE vs softmax(head(f)) over the "
-                        "head's vocabulary subset; uniform input-feature noise (+-noise x feature RMS)",
-                "device": str(target.device), "threads": torch.get_num_threads(), "work_dir": str(work_dir),
-                "prompts": prompt_files()}
-    log(f"feature draft for {settings['target']} on {target.device}; work dir {work_dir}")
-    temps = tuple(float(t) for t in args.answer_temperatures.split(",") if t.strip())
-    settings["answer_temperatures"] = list(temps)
-    generate_answers(target, tokenizer, work_dir, args.seed, args.gen_batch, args.gen_tokens, args.heldout_tokens,
-                     temps)
-    if args.answers_only:
-        # A GPU lease is too short to spend on answers: make them on a CPU first, carry the work dir's files.
-        log(f"answers in {work_dir / 'answers.jsonl'} and {work_dir / 'heldout.jsonl'}; --answers-only: no training")
-        return 0
+    return {"kind": "feature", **{name: getattr(args, name) for name in FEATURE_ARGS},
+            "unroll_weights": [1.0, 0.8, 0.64, 0.5][:args.unroll], "taps": list(taps),
+            "taps_lr_scale": taps_lr_scale, "layers": layers,
+            "new_layers_lr_scale": (args.new_layers_lr_scale if args.new_layers_lr_scale is not None else
+                                    (3.0 if layers > shipped_layers else 1.0)),
+            "vocab_from": str(args.vocab_from or OFFLINE_DRAFT_DIR),
+            "loss": "per unrolled step: SmoothL1(f_hat, f) + ce_weight x soft CE vs softmax(head(f)) over the "
+                    "head's vocabulary subset; uniform input-feature noise (+-noise x feature RMS)",
+            "answer_temperatures": [float(t) for t in args.answer_temperatures.split(",") if t.strip()]}
+
+
+def _train_feature(args: argparse.Namespace, target, tokenizer, settings: dict, out_dir: Path, work_dir: Path,
+                   started: float) -> None:
+    from .featuretrain import online_features, precompute, train_feature
+
     if args.online_features:
         stream = online_features(target, tokenizer, work_dir, settings, args.workers or os.cpu_count() or 1)
     else:
@@ -138,15 +129,11 @@ def _distill_feature(args: argparse.Namespace, target, tokenizer, started: float
     train_feature(target, tokenizer, settings, out_dir, work_dir, resume=args.resume, stream=stream,
                   deadline=started + 60 * args.minutes if args.minutes > 0 else None,
                   init_from=Path(args.init_from) if args.init_from else None)
-    return 0
 
 
-def _feature_layers(args: argparse.Namespace) -> tuple[int, int]:
-    """(--feature-layers checked, --init-from's layer count). A warm start keeps its draft's layers and may
-    add some (they start as the identity), never drop any."""
-    shipped = 1
-    if args.init_from:
-        shipped = json.loads((Path(args.init_from) / "feature.json").read_text()).get("layers", 1)
+def _feature_layers(args: argparse.Namespace, shipped: int) -> tuple[int, int]:
+    """(--feature-layers checked, --init-from's layer count `shipped`). A warm start keeps its draft's layers and
+    may add some (they start as the identity), never drop any."""
     layers = shipped if args.feature_layers is None else args.feature_layers
     if not 1 <= layers <= 8:
         raise InvalidInput(f"--feature-layers {layers}: between 1 and 8 (each one costs a draft level a layer)")
@@ -156,13 +143,11 @@ def _feature_layers(args: argparse.Namespace) -> tuple[int, int]:
     return layers, shipped
 
 
-def _feature_taps(args: argparse.Namespace, n_layers: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(--taps checked, --init-from's taps). Without --taps a warm start keeps its draft's taps. A warm start
-    may add taps to a draft that has none (they start at zero weight), never change the ones it was trained
-    with."""
-    shipped: tuple[int, ...] = ()
-    if args.init_from:
-        shipped = tuple(json.loads((Path(args.init_from) / "feature.json").read_text()).get("taps", ()))
+def _feature_taps(args: argparse.Namespace, n_layers: int,
+                  shipped: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(--taps checked, --init-from's taps `shipped`). Without --taps a warm start keeps its draft's taps. A warm
+    start may add taps to a draft that has none (they start at zero weight), never change the ones it was
+    trained with."""
     if args.taps is None:
         return shipped, shipped
     try:
@@ -192,25 +177,34 @@ def cmd_draft_vocab(args: argparse.Namespace) -> int:
 
 
 def cmd_draft_eval(args: argparse.Namespace) -> int:
-    from ..engine.lean import VocabSubsetHead
-    from ..engine.models import offline_default_draft_dir
-    from ..engine.profiler import measure_forward_times
-    from .pruned import draft_display_name, is_draft_dir, load_offline_draft
+    from ..engine.models import offline_default_draft_dir, offline_feature_draft_dir
+    from .feature import is_feature_draft_dir
+    from .pruned import is_draft_dir
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from .feature import is_feature_draft_dir
-
-    if args.draft in (None, "", "feature") or (args.draft and is_feature_draft_dir(args.draft)):
-        from ..engine.models import offline_feature_draft_dir
-
-        feature_dir = Path(args.draft) if args.draft not in (None, "", "feature") else offline_feature_draft_dir()
-        if feature_dir is not None:
-            return _eval_feature(args, feature_dir)
-    draft_dir = Path(args.draft) if args.draft not in (None, "", "independent") else offline_default_draft_dir()
-    if draft_dir is None or not is_draft_dir(draft_dir):
-        raise InvalidInput(f"no SpecViz draft in {args.draft or 'assets/draft-smollm2-135m'}")
+    evaluate, draft_dir = _eval_feature, None
+    if args.draft in (None, "", "feature") or is_feature_draft_dir(args.draft):
+        draft_dir = Path(args.draft) if args.draft not in (None, "", "feature") else offline_feature_draft_dir()
+    if draft_dir is None:
+        evaluate = _eval_pruned
+        draft_dir = Path(args.draft) if args.draft not in (None, "", "independent") else offline_default_draft_dir()
+        if draft_dir is None or not is_draft_dir(draft_dir):
+            raise InvalidInput(f"no SpecViz draft in {args.draft or 'assets/draft-smollm2-135m'}")
     target, tokenizer = _load_target(args.target, args.device)
+    result, agree, level_cost = evaluate(args, draft_dir, target, tokenizer)
+    print(json.dumps(result, indent=1))
+    if args.record:
+        record_eval(draft_dir, agree, level_cost, result)
+    return 0
+
+
+def _eval_pruned(args: argparse.Namespace, draft_dir: Path, target, tokenizer) -> tuple[dict, float, float]:
+    """(result, held-out agreement, one draft forward over one target forward)."""
+    from ..engine.lean import VocabSubsetHead
+    from ..engine.profiler import measure_forward_times
+    from .pruned import draft_display_name, load_offline_draft
+
     draft = load_offline_draft(target, draft_dir)
     rows = heldout_answers(target, tokenizer, args.limit, args.tokens)
     seqs = heldout_sequences(target, rows)
@@ -224,10 +218,7 @@ def cmd_draft_eval(args: argparse.Namespace) -> int:
               "draft_head_rows": int(draft.lm_head.vocab_ids.numel()) if isinstance(draft.lm_head, VocabSubsetHead)
               else len(tokenizer),
               "device": str(target.device), "threads": torch.get_num_threads()}
-    print(json.dumps(result, indent=1))
-    if args.record:
-        record_eval(draft_dir, result["agreement"], result["draft_over_target"], result)
-    return 0
+    return result, result["agreement"], result["draft_over_target"]
 
 
 def record_eval(draft_dir: Path, agreement: float, level_cost: float, result: dict) -> None:
@@ -253,15 +244,13 @@ def heldout_answers(target, tokenizer, limit: int | None, tokens: int) -> list[d
     return rows
 
 
-def _eval_feature(args: argparse.Namespace, feature_dir: Path) -> int:
-    """Held-out top-1 agreement per depth and the cost of one draft level against one target forward."""
+def _eval_feature(args: argparse.Namespace, feature_dir: Path, target, tokenizer) -> tuple[dict, float, float]:
+    """Held-out top-1 agreement per depth and the cost of one draft level against one target forward
+    (the result, and those two figures at depth 1)."""
     from ..engine.profiler import measure_forward_times
     from .feature import load_feature_draft
     from .featuretrain import evaluate_depths, heldout_features
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    target, tokenizer = _load_target(args.target, args.device)
     draft = load_feature_draft(target, feature_dir)
     rows = heldout_answers(target, tokenizer, args.limit, args.tokens)
     feats = heldout_features(target, None, rows, draft.taps)
@@ -286,10 +275,7 @@ def _eval_feature(args: argparse.Namespace, feature_dir: Path) -> int:
               "draft_level16_over_target": round(t_draft[16] / t_target[1], 3),
               "draft_head_rows": int(draft.vocab_ids.numel()), "dtype": str(target.dtype).replace("torch.", ""),
               "device": str(target.device), "threads": torch.get_num_threads()}
-    print(json.dumps(result, indent=1))
-    if args.record:
-        record_eval(feature_dir, agree["depth1"], result["draft_level_over_target"], result)
-    return 0
+    return result, agree["depth1"], result["draft_level_over_target"]
 
 
 def _add_vocab_args(p: argparse.ArgumentParser) -> None:
