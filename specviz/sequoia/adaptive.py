@@ -109,12 +109,9 @@ def padded_levels(max_nodes: int, max_depth: int, max_children: int, tau: float)
 def padded_block(rows: list[list[bool]], first: int, width: int) -> list[list[bool]]:
     """A level's block (`read_block`) held to `width` rows: a padding row sees the root and its own slot
     only (its K/V and logits are never read)."""
-    real = len(rows)
     columns = first + width
-    block = [row + [False] * (columns - len(row)) for row in rows]
-    for j in range(real, width):
-        block.append([c == 0 or c == first + j for c in range(columns)])
-    return block
+    return ([row + [False] * (columns - len(row)) for row in rows]
+            + [[c == 0 or c == first + j for c in range(columns)] for j in range(len(rows), width)])
 
 
 def level_pays(frontier_scores: list[float], child_share: float, expected_tokens: float, level_cost: float,

@@ -9,6 +9,7 @@ tensors that scatter each level's top-c draws to its child nodes.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import torch
@@ -57,10 +58,8 @@ class TreeShape:
             depths[i] = depths[par] + 1
             children[par].append(i)
             ranks[i] = len(children[par])
-        level_ranges = []
-        for d in range(max(depths) + 1):
-            ids = [i for i in range(n) if depths[i] == d]
-            level_ranges.append((ids[0], ids[-1] + 1))
+        # Breadth first, depths never decrease: each level is one run of them.
+        level_ranges = [(bisect_left(depths, d), bisect_right(depths, d)) for d in range(depths[-1] + 1)]
         return TreeShape(parents, depths, ranks, children, level_ranges)
 
     @property
@@ -97,7 +96,6 @@ class TreeTensors:
     """
 
     def __init__(self, shape: TreeShape, device: torch.device):
-        self.shape, self.device = shape, device
         self.parents = torch.tensor([max(p, 0) for p in shape.parents], dtype=torch.long, device=device)
         self.level_width = [max(len(c) for c in shape.children[s:e]) for s, e in shape.level_ranges]
         self.draw_row = [torch.tensor([shape.parents[i] - shape.level_ranges[d][0]

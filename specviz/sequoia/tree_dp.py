@@ -136,7 +136,7 @@ class _Tables:
     def __init__(self, rows: np.ndarray, budget: int, depth: int, total: int | None = None):
         total = depth if total is None else total
         n_max, width = budget, min(rows.shape[2], budget - 1)
-        self.classes, self.n_max, self.depth = rows.shape[1], n_max, depth
+        self.classes = rows.shape[1]
         best = np.full((self.classes, depth + 1, n_max + 1), NEG)
         best[:, :, 1] = 1.0
         # split[c, d, b, m] = y, the nodes left to the root and its first b-1 subtrees.
@@ -199,7 +199,6 @@ class _DepthTables:
     """`_Tables`' interface over per-depth vectors: one table per total depth D."""
 
     def __init__(self, rows: np.ndarray, budget: int, depth: int):
-        self.p, self.n_max, self.depth = rows, budget, depth
         self.by_total = [_Tables(rows, budget, d, total=d) for d in range(depth + 1)]
         self.best = np.stack([self.by_total[d].best[d] for d in range(depth + 1)])
 
