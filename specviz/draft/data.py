@@ -45,8 +45,8 @@ def log(msg: str) -> None:
     print(f"[distill {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def load_prompts(split: str, paths: tuple[Path, ...] = PROMPTS_FILES) -> list[dict]:
-    rows = [json.loads(line) for path in paths if path.exists() for line in path.read_text().splitlines()
+def load_prompts(split: str) -> list[dict]:
+    rows = [json.loads(line) for path in PROMPTS_FILES if path.exists() for line in path.read_text().splitlines()
             if line.strip()]
     return [r for r in rows if r.get("split", "train") == split]
 
@@ -99,11 +99,7 @@ def generate_batch(target, tokenizer, prompt_ids: list[list[int]], max_new_token
         out = target(input_ids=tok[:, None], attention_mask=mask, position_ids=positions, past_key_values=cache,
                      use_cache=True)
         logits = out.logits[:, -1].float()
-    rows = torch.stack(new_tokens, 1).tolist()
-    result = []
-    for row in rows:
-        result.append(row[:row.index(eos) + 1] if eos in row else row)
-    return result
+    return [row[:row.index(eos) + 1] if eos in row else row for row in torch.stack(new_tokens, 1).tolist()]
 
 
 def generate_answers(target, tokenizer, out_dir: Path, seed: int, batch: int, max_new_tokens: int,

@@ -112,18 +112,14 @@ class Drafter(Protocol):
     def input_label(self, depth: int) -> str: ...
 
 
-def drafter_class(pair) -> type:
-    kind = getattr(pair.draft, "drafter_kind", None)
-    if kind is None:
-        return ModelDrafter
-    module_name, _, class_name = DRAFTERS[kind].partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
-
-
 def make_drafter(pair, prompt_ids: list[int], session, max_nodes: int, max_depth: int) -> Drafter:
     """The drafter of `pair.draft` for one decoder, its forwards in the decoder's `GraphSession`, for
     trees of up to `max_nodes` nodes and `max_depth` levels."""
-    return drafter_class(pair)(pair, prompt_ids, session, max_nodes, max_depth)
+    kind, cls = getattr(pair.draft, "drafter_kind", None), ModelDrafter
+    if kind is not None:
+        module_name, _, class_name = DRAFTERS[kind].partition(":")
+        cls = getattr(importlib.import_module(module_name), class_name)
+    return cls(pair, prompt_ids, session, max_nodes, max_depth)
 
 
 def whole_head_wanted(device: torch.device) -> bool:

@@ -26,13 +26,10 @@ def heldout_sequences(target, heldout: list[dict]) -> list[tuple[torch.Tensor, i
 def agreement(draft, seqs) -> float:
     """Greedy top-1 agreement of the draft with the target along the target's greedy continuations."""
     hits = total = 0
+    trained_in_fp32 = any(p.dtype == torch.float32 for p in draft.parameters() if p.requires_grad)
     for ids, n_prompt, target_top1 in seqs:
-        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=_autocast(draft)):
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=trained_in_fp32):
             logits = draft(input_ids=ids).logits[0, n_prompt - 1:-1]
         hits += int((logits.argmax(-1) == target_top1).sum())
         total += target_top1.numel()
     return hits / max(total, 1)
-
-
-def _autocast(draft) -> bool:
-    return any(p.dtype == torch.float32 for p in draft.parameters() if p.requires_grad)

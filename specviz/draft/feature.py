@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -113,13 +114,6 @@ def _layer_params(layer, cfg, **kw) -> None:
     layer.down_proj = torch.nn.Linear(inter, H, bias=False, **kw)
 
 
-class _HeadInfo:
-    """Not a module: only says which rows the head keeps (for cache keys and reports)."""
-
-    def __init__(self, vocab_ids: torch.Tensor):
-        self.vocab_ids = vocab_ids
-
-
 class FeatureDraft(torch.nn.Module):
     """fc -> Llama decoder layer(s) -> RMSNorm -> the target's head over a vocabulary subset."""
 
@@ -161,8 +155,8 @@ class FeatureDraft(torch.nn.Module):
                              persistent=False)
         self.attention_scaling = float(getattr(target.model.rotary_emb, "attention_scaling", 1.0))
         self.generation_config = target.generation_config
-        # What the profiler's cache key reads (`engine.profiler.forward_kind`): the head's rows.
-        self.lm_head = _HeadInfo(self.vocab_ids)
+        # What the profiler's cache key reads (`engine.profiler.forward_kind`): the head's rows. Not a module.
+        self.lm_head = SimpleNamespace(vocab_ids=self.vocab_ids)
 
     def int8_parts(self) -> tuple["FeatureDraft", Int8Rows | Q8Rows, Int8Rows | Q8Rows]:
         """This draft with int8 linears, the target's whole head in int8 (rows cut per decoder for the
@@ -214,16 +208,12 @@ class FeatureDraft(torch.nn.Module):
         (`q8_head`, `quant.kernel_head`), where `quant.kernel_copy` reads the draft."""
         return q8_head is not None and kernel_copy_fits(self)
 
-    @property
-    def embed_weight(self) -> torch.Tensor:
-        return self._target[0].model.embed_tokens.weight
-
     # -- construction ---------------------------------------------------------------------------
 
-    def init_from_target(self, target, layer_index: int = -1) -> None:
+    def init_from_target(self, target) -> None:
         """Layer from the target's last layer, norm = the target's final norm, fc = [I | I] (embed + feature);
         later layers from the same layer with their outputs zeroed (they start as the identity)."""
-        src = target.model.layers[layer_index]
+        src = target.model.layers[-1]
         DraftLayer.copy_from(self, src, zero_output=False)
         for layer in self.decoder_layers()[1:]:
             layer.copy_from(src, zero_output=True)
@@ -234,7 +224,7 @@ class FeatureDraft(torch.nn.Module):
             self.fc.bias.zero_()
 
     def own_state(self) -> dict[str, torch.Tensor]:
-        return {k: v for k, v in self.state_dict().items()}
+        return dict(self.state_dict())
 
     # -- the layers -----------------------------------------------------------------------------
 
@@ -264,7 +254,7 @@ class FeatureDraft(torch.nn.Module):
 
     def fuse(self, token_ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         H = self.hidden
-        emb = F.embedding(token_ids, self.embed_weight).to(features.dtype)
+        emb = F.embedding(token_ids, self._target[0].model.embed_tokens.weight).to(features.dtype)
         x = self.fc(torch.cat([emb, features[..., :H]], dim=-1))
         if features.shape[-1] > H:   # a true position: the tapped layers join in
             taps = features[..., H:].unflatten(-1, (len(self.taps), H))
@@ -276,9 +266,9 @@ class FeatureDraft(torch.nn.Module):
         shape = features.shape
         return F.linear(features.reshape(-1, shape[-1]), self.head.to(features.dtype)).view(*shape[:-1], -1)
 
-    def decoding_forward(self, max_len: int, vocab_ids: torch.Tensor | None = None) -> "FeatureDraftForward":
+    def decoding_forward(self, max_len: int) -> "FeatureDraftForward":
         """The batch-1 forward over a preallocated cache that the decoding loops use."""
-        return FeatureDraftForward(self, max_len, vocab_ids)
+        return FeatureDraftForward(self, max_len)
 
     def timing_forward(self, max_len: int) -> "FeatureLevelTiming":
         """What the profiler times as one of this draft's tree levels (`engine.profiler.timing_forward`)."""
@@ -303,21 +293,17 @@ def is_feature_draft_dir(path: str | Path | None) -> bool:
 
 
 def save_feature_draft(draft: FeatureDraft, out_dir: str | Path, target_name: str, extra: dict | None = None) -> None:
-    from safetensors.torch import save_file
+    from .pruned import save_weights
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in draft.own_state().items()}
-    tmp = out / (FEATURE_WEIGHTS + ".tmp")
-    save_file(tensors, str(tmp), metadata={"format": "pt"})
-    tmp.chmod(0o644)
-    tmp.replace(out / FEATURE_WEIGHTS)
+    save_weights({k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in draft.own_state().items()},
+                 out / FEATURE_WEIGHTS)
     meta = {"kind": KIND, "target": target_name, "hidden_size": draft.hidden,
             "vocab_size": int(draft.config.vocab_size), "head_rows": int(draft.vocab_ids.numel()),
             "shared_from_target": ["model.embed_tokens.weight", "lm_head.weight", "rotary_emb"],
             "taps": list(draft.taps), "layers": draft.n_layers,
-            "note": "assemble with specviz.draft.feature.load_feature_draft(target_model, dir)"}
-    meta.update(extra or {})
+            "note": "assemble with specviz.draft.feature.load_feature_draft(target_model, dir)", **(extra or {})}
     (out / FEATURE_META).write_text(json.dumps(meta, indent=2))
 
 
@@ -487,8 +473,8 @@ class FeatureLevelTiming:
     its head's logits: the cost of one tree level as Sequoia runs it.
     """
 
-    def __init__(self, model: FeatureDraft, max_len: int, vocab_ids: torch.Tensor | None = None):
-        self.inner = model.decoding_forward(max_len, vocab_ids)
+    def __init__(self, model: FeatureDraft, max_len: int):
+        self.inner = model.decoding_forward(max_len)
         self.vocab_ids = self.inner.vocab_ids
         gen = torch.Generator().manual_seed(0)
         self.features = torch.randn(max_len, model.hidden, generator=gen).to(self.inner.device, self.inner.dtype)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from . import feature
-from .drafter import HeadRows, TreeLevel, session_role, with_prompt_tokens
+from .drafter import HeadRows, ModelDrafter, TreeLevel, session_role, with_prompt_tokens
 from .feature_static import FeatureStaticForward
 
 
@@ -106,9 +106,7 @@ class FeatureDrafter:
         self.predicted.index_copy_(0, level.nodes, out)
         return self._logits(logits)
 
-    def _logits(self, logits: torch.Tensor) -> torch.Tensor:
-        """Logits over the head's rows, or the real vocabulary (no padding rows)."""
-        return logits if self.vocab_ids is not None else logits[:, :self.vocab]
+    _logits = ModelDrafter._logits   # over the head's rows, or the real vocabulary (no padding rows)
 
     def commit(self, path: torch.Tensor, path_slots: torch.Tensor, root_slot: int,
                target_features: torch.Tensor | None) -> None:

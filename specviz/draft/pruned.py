@@ -39,49 +39,37 @@ META_FILE = "draft.json"
 SHARED_PREFIXES = ("model.embed_tokens.", "lm_head.")
 
 
-def parse_layers(spec: str | list[int], n_target_layers: int) -> list[int]:
-    """'0,1,28,29' or [0, 1, 28, 29] -> sorted unique target layer indices (negatives count from the end)."""
-    if isinstance(spec, str):
-        try:
-            items = [int(s) for s in spec.replace(" ", "").split(",") if s]
-        except ValueError as exc:
-            raise InvalidInput(f"--layers must be comma-separated integers, got '{spec}'") from exc
-    else:
-        items = list(spec)
+def parse_layers(spec: str, n_target_layers: int) -> list[int]:
+    """'0,1,28,29' -> sorted unique target layer indices (negatives count from the end)."""
+    try:
+        items = [int(s) for s in spec.replace(" ", "").split(",") if s]
+    except ValueError as exc:
+        raise InvalidInput(f"--layers must be comma-separated integers, got '{spec}'") from exc
     layers = sorted({i % n_target_layers if -n_target_layers <= i < n_target_layers else i for i in items})
     if not layers or layers[0] < 0 or layers[-1] >= n_target_layers:
         raise InvalidInput(f"--layers must name 1..{n_target_layers} layers in 0..{n_target_layers - 1}, got {items}")
     return layers
 
 
-def draft_config(target_config, n_layers: int):
-    cfg = target_config.__class__.from_dict(target_config.to_dict())
-    cfg.num_hidden_layers = n_layers
-    if getattr(cfg, "layer_types", None):
-        cfg.layer_types = list(cfg.layer_types[:n_layers])
-    cfg.tie_word_embeddings = True
-    return cfg
-
-
-def share_embeddings(draft, target) -> None:
-    """Point the draft's embedding and lm_head at the target's (same tensors, no copy)."""
-    draft.model.embed_tokens = target.model.embed_tokens
-    draft.lm_head = target.lm_head
-
-
 def _empty_draft(cfg, target):
+    """The draft of config `cfg`, its embedding and lm_head the target's (same tensors, no copy)."""
     from transformers import AutoModelForCausalLM
 
     # Built on the meta device: no 28M-parameter random embedding is ever allocated.
     with torch.device("meta"):
         draft = AutoModelForCausalLM.from_config(cfg)
-    share_embeddings(draft, target)
+    draft.model.embed_tokens = target.model.embed_tokens
+    draft.lm_head = target.lm_head
     return draft
 
 
 def build_draft(target, layers: list[int], dtype: torch.dtype = torch.float32):
     """A new draft whose layer i starts as target layer layers[i]; embeddings shared with the target."""
-    cfg = draft_config(target.config, len(layers))
+    cfg = target.config.__class__.from_dict(target.config.to_dict())
+    cfg.num_hidden_layers = len(layers)
+    if getattr(cfg, "layer_types", None):
+        cfg.layer_types = list(cfg.layer_types[:len(layers)])
+    cfg.tie_word_embeddings = True
     draft = _empty_draft(cfg, target)
     own = {}
     for i, src in enumerate(layers):
@@ -106,34 +94,31 @@ def own_state_dict(draft) -> dict[str, torch.Tensor]:
     return {k: v for k, v in draft.state_dict().items() if not k.startswith(SHARED_PREFIXES)}
 
 
-def save_draft(draft, out_dir: str | Path, layers: list[int], target_name: str, extra: dict | None = None) -> None:
+def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
     from safetensors.torch import save_file
 
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    tmp.chmod(0o644)  # safetensors writes 0600
+    tmp.replace(path)  # atomic: a crash never leaves half a checkpoint
+
+
+def save_draft(draft, out_dir: str | Path, layers: list[int], target_name: str, extra: dict | None = None) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # clone(): a lean forward may have stacked q|k|v into one storage (`lean.rows_together`), and
     # safetensors refuses tensors that share memory.
-    tensors = {k: v.detach().to(torch.bfloat16).cpu().clone() for k, v in own_state_dict(draft).items()}
-    tmp = out / (WEIGHTS_FILE + ".tmp")
-    save_file(tensors, str(tmp), metadata={"format": "pt"})
-    tmp.chmod(0o644)  # safetensors writes 0600
-    tmp.replace(out / WEIGHTS_FILE)  # atomic: a crash never leaves half a checkpoint
-    cfg = draft.config.to_dict()
-    cfg["dtype"] = "bfloat16"
-    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    save_weights({k: v.detach().to(torch.bfloat16).cpu().clone() for k, v in own_state_dict(draft).items()},
+                 out / WEIGHTS_FILE)
+    (out / "config.json").write_text(json.dumps({**draft.config.to_dict(), "dtype": "bfloat16"}, indent=2))
     meta = {"target": target_name, "target_layers": layers,
             "shared_from_target": ["model.embed_tokens.weight", "lm_head.weight", "rotary_emb"],
-            "note": "assemble with specviz.draft.pruned.load_offline_draft(target_model, dir)"}
-    meta.update(extra or {})
+            "note": "assemble with specviz.draft.pruned.load_offline_draft(target_model, dir)", **(extra or {})}
     (out / META_FILE).write_text(json.dumps(meta, indent=2))
 
 
 def is_draft_dir(path: str | Path | None) -> bool:
     return path is not None and (Path(path) / META_FILE).exists() and (Path(path) / WEIGHTS_FILE).exists()
-
-
-def draft_layers(dir_: str | Path) -> list[int]:
-    return list(json.loads((Path(dir_) / META_FILE).read_text())["target_layers"])
 
 
 def load_offline_draft(target_model, dir_: str | Path, dtype: torch.dtype | None = None):
@@ -169,7 +154,8 @@ def load_offline_draft(target_model, dir_: str | Path, dtype: torch.dtype | None
 
 
 def draft_display_name(dir_: str | Path) -> str:
-    return f"SpecViz distilled draft ({len(draft_layers(dir_))} layers)"
+    layers = json.loads((Path(dir_) / META_FILE).read_text())["target_layers"]
+    return f"SpecViz distilled draft ({len(layers)} layers)"
 
 
 # How the engine finds, loads and names this draft (`engine.drafts`).

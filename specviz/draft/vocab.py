@@ -19,13 +19,6 @@ from .data import DistillData, log, read_jsonl
 VOCAB_FILE = "vocab.json"   # optional in a draft directory: the token ids the draft's head keeps
 
 
-def save_vocab(out_dir: str | Path, vocab_ids: list[int], info: dict) -> None:
-    path = Path(out_dir) / VOCAB_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**info, "vocab_ids": list(vocab_ids)}))
-    tmp.replace(path)
-
-
 def load_vocab(dir_: str | Path, vocab_size: int) -> torch.Tensor | None:
     path = Path(dir_) / VOCAB_FILE
     if not path.exists():
@@ -77,7 +70,9 @@ def write_vocab(tokenizer, work_dir: Path, out_dir: Path, seed: int, bpe_rows: i
     ids = build_vocab(tokenizer, read_jsonl(work_dir / "answers.jsonl"), seed, bpe_rows, text_rows)
     info = {"rows": len(ids), "bpe_rows": bpe_rows, "text_rows": text_rows, "seed": seed,
             **vocab_coverage(ids, read_jsonl(work_dir / "heldout.jsonl"))}
-    save_vocab(out_dir, ids, info)
+    tmp = out_dir / (VOCAB_FILE + ".tmp")
+    tmp.write_text(json.dumps({**info, "vocab_ids": ids}))   # compact: 12k ids
+    tmp.replace(out_dir / VOCAB_FILE)
     log(f"draft head: {len(ids)} of {len(tokenizer)} tokens, held-out coverage {info['coverage']:.3f} "
         f"({info['coverage_with_prompt']:.3f} with the prompt's tokens)")
     return info
