@@ -187,11 +187,9 @@ def write_report(run: dict, out_dir: str | Path, png: bool = True) -> list[Path]
     out_dir.mkdir(parents=True, exist_ok=True)
     methods, rows, records = run["methods"], run["summary"], run["records"]
     figures = {SPEEDUP_FIGURE: speedup_figure(rows, methods), SIZE_FIGURE: size_figure(records, methods)}
-    written = []
-    for name, fig in figures.items():
-        path = out_dir / f"{name}.html"
+    written = [out_dir / f"{name}.html" for name in figures]
+    for fig, path in zip(figures.values(), written):
         fig.write_html(path, include_plotlyjs="cdn")
-        written.append(path)
     png_paths, png_error = _write_pngs(figures, out_dir) if png else ([], "not asked for")
     written += png_paths
 

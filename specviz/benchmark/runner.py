@@ -50,12 +50,8 @@ from ..engine.profiler import load_cached, save_cached
 from ..engine.sampling import SamplingConfig
 from ..engine.text import encode_prompt
 from ..errors import InvalidInput
-from ..methods import args_module, baseline, method_ids, sized
+from ..methods import args_module, baseline, sized
 from ..methodspec import HF_METHODS, LLAMA_METHODS, MethodSpec, parse_spec
-
-ALL_METHODS = method_ids() + HF_METHODS + LLAMA_METHODS
-
-# Sizes `--sweep` adds: Sequoia (tree budget, depth) and Lookahead (W, N, G).
 
 # The peers' knobs when no tuning has been run (`--tune` measures and caches better ones).
 # num_assistant_tokens: transformers' own default is 20 with a 0.4 confidence cut; a
@@ -103,12 +99,8 @@ class BenchRecord:
         return statistics.median(self.forward_sizes) if self.forward_sizes else 1.0
 
     def to_dict(self) -> dict:
-        data = dict(self.__dict__)
-        data["new_tokens"] = len(self.token_ids)
-        data["tokens_per_forward"] = self.tokens_per_forward
-        data["accepted_length"] = self.accepted_length
-        data["forward_size"] = self.forward_size
-        return data
+        return {**self.__dict__, "new_tokens": len(self.token_ids), "tokens_per_forward": self.tokens_per_forward,
+                "accepted_length": self.accepted_length, "forward_size": self.forward_size}
 
 
 def draft_kind(pair: ModelPair) -> str:
@@ -136,8 +128,7 @@ def pair_with_draft(pair: ModelPair, draft: str | None) -> ModelPair:
 
 
 def _load_named_draft(pair: ModelPair, draft: str) -> ModelPair:
-    from ..draft.feature import feature_draft_display_name, load_feature_draft
-    from ..draft.pruned import draft_display_name, load_offline_draft
+    from ..engine.drafts import draft_format
     from ..engine.models import DEFAULT_DISPLAY_NAME, offline_default_draft_dir, offline_feature_draft_dir
 
     if draft == "self":
@@ -145,17 +136,13 @@ def _load_named_draft(pair: ModelPair, draft: str) -> ModelPair:
                          pair.device, pair.dtype)
     if pair.target_name != DEFAULT_DISPLAY_NAME:
         raise InvalidInput(f"the {draft} draft is trained for the offline default, not {pair.target_name}")
-    if draft == "independent":
-        where = offline_default_draft_dir()
-        if where is None:
-            raise InvalidInput("no independent draft is shipped (assets/draft-smollm2-135m)")
-        model, name = load_offline_draft(pair.target, where), draft_display_name(where)
-    else:
-        where = offline_feature_draft_dir()
-        if where is None:
-            raise InvalidInput("no feature draft is shipped (assets/draft-feature-smollm2-135m)")
-        model, name = load_feature_draft(pair.target, where), feature_draft_display_name(where)
-    return ModelPair(pair.target, model, pair.tokenizer, pair.target_name, name, pair.device, pair.dtype, where)
+    where = offline_default_draft_dir() if draft == "independent" else offline_feature_draft_dir()
+    if where is None:
+        shipped = "draft-smollm2-135m" if draft == "independent" else "draft-feature-smollm2-135m"
+        raise InvalidInput(f"no {draft} draft is shipped (assets/{shipped})")
+    fmt = draft_format(draft)
+    return ModelPair(pair.target, fmt.load(pair.target, where), pair.tokenizer, pair.target_name,
+                     fmt.display_name(where), pair.device, pair.dtype, where)
 
 
 def parse_method(spec: str) -> tuple[str, dict]:
@@ -164,7 +151,7 @@ def parse_method(spec: str) -> tuple[str, dict]:
     return parsed.method, parsed.sizes
 
 
-def check_methods(methods: list[str]) -> list[str]:
+def check_methods(methods: list[str]) -> None:
     for m in methods:
         base = parse_spec(m).method
         if base in LLAMA_METHODS:
@@ -173,7 +160,6 @@ def check_methods(methods: list[str]) -> list[str]:
             llama_cpp_module()   # an extra not installed fails here, before models load
         elif base not in HF_METHODS:
             decoder_class(base)  # a method not written yet fails here, before models load
-    return methods
 
 
 def sweep_methods(methods: list[str]) -> list[str]:
@@ -245,29 +231,19 @@ def hf_settings(method: str, options: dict) -> dict:
     return {}
 
 
-def _hf_kwargs(method: str, pair: ModelPair, sampling: SamplingConfig, settings: dict) -> dict:
+def run_hf(method: str, pair: ModelPair, prompt_ids: list[int], sampling: SamplingConfig,
+           max_new_tokens: int, options: dict) -> tuple[list[int], list[int], float, dict]:
+    settings = hf_settings(method, options)
     kwargs: dict = {"do_sample": not sampling.greedy}
     if not sampling.greedy:
         kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None)
     if method == "hf-assisted":
-        assistant = _assistant(pair)
+        kwargs["assistant_model"] = assistant = _assistant(pair)
         # The knobs of assisted generation live on the draft's generation_config.
-        gen_cfg = assistant.generation_config
-        gen_cfg.num_assistant_tokens = settings["num_assistant_tokens"]
-        gen_cfg.num_assistant_tokens_schedule = settings["num_assistant_tokens_schedule"]
-        gen_cfg.assistant_confidence_threshold = settings["assistant_confidence_threshold"]
-        kwargs["assistant_model"] = assistant
-    elif method == "hf-prompt-lookup":
-        kwargs["prompt_lookup_num_tokens"] = settings["prompt_lookup_num_tokens"]
-    elif method == "hf-static":
+        for name, value in settings.items():
+            setattr(assistant.generation_config, name, value)
+    else:
         kwargs.update({k: v for k, v in settings.items() if v is not None})
-    return kwargs
-
-
-def run_hf(method: str, pair: ModelPair, prompt_ids: list[int], sampling: SamplingConfig,
-           max_new_tokens: int, options: dict) -> tuple[list[int], list[int], float, dict]:
-    settings = hf_settings(method, options)
-    kwargs = _hf_kwargs(method, pair, sampling, settings)
     ids = torch.tensor([prompt_ids], device=pair.device)
     if sampling.seed is not None:
         torch.manual_seed(sampling.seed)
@@ -310,21 +286,19 @@ def run_one(method: str, pair: ModelPair, item: dict, prompt_ids: list[int], sam
     pair = pair_with_draft(pair, spec.draft)
     ran = _drafted_by(spec, pair)
     drafted = {"draft": ran.draft_name, "draft_kind": draft_kind(ran)} if ran is not None else {}
-    if base in HF_METHODS:
-        tokens, forward_sizes, wall, settings = run_hf(base, pair, prompt_ids, sampling, max_new_tokens,
-                                                       options.get(base, {}))
+    if base in HF_METHODS or base in LLAMA_METHODS:   # the peers: (tokens, tokens per forward, wall, settings)
+        if base in HF_METHODS:
+            tokens, forward_sizes, wall, settings = run_hf(base, pair, prompt_ids, sampling, max_new_tokens,
+                                                           options.get(base, {}))
+        else:
+            from .peers import run_llama
+
+            tokens, forward_sizes, wall, settings = run_llama(base, pair, prompt_ids, max_new_tokens,
+                                                              options.get(base, {}))
         text = pair.tokenizer.decode(tokens, skip_special_tokens=True)
         return BenchRecord(item["id"], item["suite"], method, tokens, text, len(forward_sizes), wall,
                            len(tokens) / wall if wall > 0 else 0.0, settings, forward_sizes=forward_sizes[1:],
                            **drafted)
-    if base in LLAMA_METHODS:
-        from .peers import run_llama
-
-        tokens, forward_sizes, wall, settings = run_llama(base, pair, prompt_ids, max_new_tokens,
-                                                          options.get(base, {}))
-        text = pair.tokenizer.decode(tokens, skip_special_tokens=True)
-        return BenchRecord(item["id"], item["suite"], method, tokens, text, len(forward_sizes), wall,
-                           len(tokens) / wall if wall > 0 else 0.0, settings, forward_sizes=forward_sizes[1:])
     kwargs = {**options.get(base, {}), **sizes}
     if pair.device.type == "cuda":
         torch.cuda.synchronize()
@@ -433,8 +407,7 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
                 rec.same_as_ar = all(r.token_ids == by_method[baseline()].token_ids for r in runs[m])
                 rec.agreement_with_ar = min(leading_agreement(r.token_ids, by_method[baseline()].token_ids)
                                             for r in runs[m])
-        for method in methods:
-            records.append(by_method[method])
+        records += [by_method[m] for m in methods]
         progress(f"[{i + 1}/{len(prompts)}] {item['id']}: " + "  ".join(
             f"{m} {by_method[m].tokens_per_second:.1f}" for m in methods) + " tokens/s")
     watch.close()
@@ -443,12 +416,8 @@ def run_bench(pair: ModelPair, prompts: list[dict], methods: list[str], sampling
 
 def leading_agreement(tokens: list[int], ar_tokens: list[int]) -> int:
     """How many leading tokens equal ar's, up to the first that differs (greedy agreement)."""
-    n = 0
-    for mine, theirs in zip(tokens, ar_tokens):
-        if mine != theirs:
-            break
-        n += 1
-    return n
+    return next((n for n, (mine, theirs) in enumerate(zip(tokens, ar_tokens)) if mine != theirs),
+                min(len(tokens), len(ar_tokens)))
 
 
 def format_agreement(records: list[BenchRecord], methods: list[str]) -> str:
@@ -527,11 +496,9 @@ def tune_hf(pair: ModelPair, prompts: list[dict], sampling: SamplingConfig, max_
                    for item, ids in zip(prompts, encoded)]
             scores.append((statistics.median(tps), opts))
             progress(f"tune {method} {opts}: {scores[-1][0]:.1f} tokens/s")
-        best = max(scores, key=lambda s: s[0])
-        chosen[method] = best[1]
+        chosen[method] = max(scores, key=lambda s: s[0])[1]
         results[method] = [{"options": o, "tokens_per_second": t} for t, o in scores]
-    previous = tuned_options(pair, sampling)
-    merged = {**previous, **chosen}
+    merged = {**tuned_options(pair, sampling), **chosen}
     save_cached("hf-tuning", tune_key(pair, sampling),
                 {"options": merged, "results": results, "prompts": [p["id"] for p in prompts],
                  "max_new_tokens": max_new_tokens})
@@ -647,25 +614,16 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         speed = f"{r['speedup_vs_ar']:.2f}x" if r["speedup_vs_ar"] is not None else "-"
         speed_iqr = (f"{r['speedup_q1']:.2f}-{r['speedup_q3']:.2f}" if r["speedup_vs_ar"] is not None else "-")
+        capture = "-" if r.get("capture_ms") is None else f"{r['capture_ms']:.0f} ms"
         lines.append(f"{r['suite']:<8} {r['method']:<20} {r.get('draft') or '-':<11} {r['tokens_per_second']:>8.1f} "
                      f"{r['tokens_per_second_q1']:>6.1f}-{r['tokens_per_second_q3']:<6.1f} {speed:>8} "
                      f"{speed_iqr:>11} {r['tokens_per_forward']:>18.2f} {r['accepted_length']:>15.2f} "
-                     f"{r['same_as_ar'] or '-':>15} {r.get('graphs') or '-':>12} {_capture_text(r):>9}"
+                     f"{r['same_as_ar'] or '-':>15} {r.get('graphs') or '-':>12} {capture:>9}"
                      + (f"  {r['tree']}, depth {r['tree_depth_mean']:.1f}" if r.get("tree_depth_mean") else "")
-                     + (f"  {host_share_text(r)}" if r.get("host_ms_per_step") is not None else "")
+                     + (f"  host {r['host_ms_per_step']:.2f} ms/step" if r.get("host_ms_per_step") is not None
+                        else "")
                      + (f"  {r['note']}" if r.get("note") else ""))
     return "\n".join(lines)
-
-
-def _capture_text(row: dict) -> str:
-    capture = row.get("capture_ms")
-    return "-" if capture is None else f"{capture:.0f} ms"
-
-
-def host_share_text(row: dict) -> str:
-    """'host 0.42 ms/step' where graphs replayed (see `_host_share`), else ''."""
-    share = row.get("host_ms_per_step")
-    return "" if share is None else f"host {share:.2f} ms/step"
 
 
 # -- what ran where ----------------------------------------------------------------------
@@ -678,15 +636,11 @@ def machine_info(device: torch.device) -> dict:
 
     from ..engine.machine import cpu_flags, cpu_model, cpu_words
 
-    info = {"torch": torch.__version__, "transformers": transformers.__version__,
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "threads": torch.get_num_threads(),
-            "cpu": cpu_model(), "cpu_flags": cpu_flags()}
-    if device.type == "cuda":
-        info["machine"] = torch.cuda.get_device_name(device)
-    else:
-        # Figures differ by CPU (AMD EPYC vs Intel Xeon with AMX), so the model and flags print beside them.
-        info["machine"] = cpu_words()
-    return info
+            "cpu": cpu_model(), "cpu_flags": cpu_flags(),
+            # Figures differ by CPU (AMD EPYC vs Intel Xeon with AMX), so the model and flags print beside them.
+            "machine": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_words()}
 
 
 def method_drafts(pair: ModelPair, methods: list[str]) -> dict[str, str]:
