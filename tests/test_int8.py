@@ -16,7 +16,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from specviz.engine.kernels import Int8Rows, int8_kernel_available, int8_per_channel
 from specviz.engine.lean import LeanLlama, decoder_layers
 from specviz.engine.llama import layer_stack
-from specviz.engine.models import auto_candidates, check_int8, load_pair
+from specviz.engine.models import auto_candidates, check_weight_only, load_pair
 from specviz.engine.profiler import forward_kind
 from specviz.engine.quant import WeightOnlyLayers, attach_int8
 from specviz.errors import InvalidInput
@@ -111,7 +111,7 @@ def test_int8_is_refused_where_the_lean_forward_does_not_run(tmp_path):
     with pytest.raises(InvalidInput, match="int8.*'gpt2'"):
         load_pair(gpt2_dir(tmp_path), "self", dtype="int8")
     with pytest.raises(InvalidInput, match="int8.*--device cpu"):
-        check_int8(torch.device("meta"))
+        check_weight_only("int8", None, torch.device("meta"))
 
 
 def test_auto_offers_int8_to_llama_family_models_but_not_the_offline_default(tmp_path):

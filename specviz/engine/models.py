@@ -151,9 +151,7 @@ def offline_default_dir(progress: Progress = _stderr) -> Path:
 
 def offline_default_draft_dir() -> Path | None:
     """The shipped independent (layer-pruned, distilled) draft, or None while the repo has none."""
-    if (OFFLINE_DRAFT_DIR / "config.json").exists():
-        return OFFLINE_DRAFT_DIR
-    return None
+    return OFFLINE_DRAFT_DIR if (OFFLINE_DRAFT_DIR / "config.json").exists() else None
 
 
 def offline_feature_draft_dir() -> Path | None:
@@ -286,18 +284,17 @@ OFFLINE_WAYS = f": `--model default` on the command line, or the Model pair '{DE
 OFFLINE_HINT = " Use the offline default" + OFFLINE_WAYS
 
 
-def _resolve(name: str | None, progress: Progress) -> tuple[str, str]:
-    """Map a user-facing name to (source to load from, display name)."""
+def _resolve(name: str | None, progress: Progress) -> str:
+    """Map a user-facing name to the source to load from."""
     if is_default(name):
-        return str(offline_default_dir(progress)), DEFAULT_DISPLAY_NAME
-    assert name is not None
+        return str(offline_default_dir(progress))
     name = name.strip()
     if Path(name).expanduser().is_dir():
-        return str(Path(name).expanduser()), name
+        return str(Path(name).expanduser())
     if Path(name).expanduser().exists():
         raise ModelLoadError(f"'{name}' is a file; pass the directory that holds config.json")
     _check_hub_reachable(name)
-    return name, name
+    return name
 
 
 def _check_hub_reachable(repo_id: str) -> None:
@@ -337,7 +334,7 @@ def _load_error(name: str, exc: Exception) -> ModelLoadError:
 def load_tokenizer(name: str | None, progress: Progress = _stderr):
     from transformers import AutoTokenizer
 
-    source, _ = _resolve(name, progress)
+    source = _resolve(name, progress)
     try:
         return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     except Exception as exc:  # transformers raises OSError, ValueError, HF errors...
@@ -348,7 +345,7 @@ def load_model(name: str | None, device: torch.device, dtype: torch.dtype,
                progress: Progress = _stderr):
     from transformers import AutoModelForCausalLM
 
-    source, _ = _resolve(name, progress)
+    source = _resolve(name, progress)
     try:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, trust_remote_code=False)
     except Exception as exc:
@@ -362,17 +359,11 @@ def load_model(name: str | None, device: torch.device, dtype: torch.dtype,
 def check_same_tokenizer(target_tok, draft_tok, target_name: str, draft_name: str) -> None:
     """Refuse a pair whose token ids would mean different strings."""
     t_vocab, d_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
-    if len(t_vocab) != len(d_vocab):
-        raise ModelLoadError(
-            f"target '{target_name}' and draft '{draft_name}' have different tokenizers "
-            f"(vocabulary sizes {len(t_vocab)} and {len(d_vocab)}); speculative decoding needs "
-            "a draft that shares the target's tokenizer")
     if t_vocab != d_vocab:
-        differing = sum(1 for tok, idx in t_vocab.items() if d_vocab.get(tok) != idx)
-        raise ModelLoadError(
-            f"target '{target_name}' and draft '{draft_name}' have different tokenizers "
-            f"({differing} tokens map to different ids); speculative decoding needs a draft "
-            "that shares the target's tokenizer")
+        why = (f"vocabulary sizes {len(t_vocab)} and {len(d_vocab)}" if len(t_vocab) != len(d_vocab) else
+               f"{sum(1 for tok, idx in t_vocab.items() if d_vocab.get(tok) != idx)} tokens map to different ids")
+        raise ModelLoadError(f"target '{target_name}' and draft '{draft_name}' have different tokenizers ({why}); "
+                             "speculative decoding needs a draft that shares the target's tokenizer")
 
 
 def q4_runs_here(device: str | None = None) -> bool:
@@ -381,45 +372,24 @@ def q4_runs_here(device: str | None = None) -> bool:
     return "q4" in auto_candidates(None, choose_device(device))
 
 
-def check_q4(target: str | None, device: torch.device) -> None:
+def check_weight_only(name: str, target: str | None, device: torch.device) -> None:
     """`q4` runs a GGUF's own Q4_1 blocks on a CPU (SpecViz's kernel, else torch's int4 one): only the offline
-    default ships one."""
+    default ships one. `int8` runs gpt-fast's weight-only int8 kernel on a CPU (the model is checked once loaded)."""
+    from .kernels import int8_kernel_available
     from .quant import q4_kernel_available
 
-    if not is_default(target):
+    if name == Q4 and not is_default(target):
         raise InvalidInput(
             f"dtype 'q4' runs the 4-bit (Q4_1) GGUF weights the offline default ships; '{target.strip()}' has "
             f"none here: use fp32, bf16, int8 or auto for it, or q4 with the offline default{OFFLINE_WAYS}")
-    _check_weight_only_kernel(Q4, "int4", "_weight_int4pack_mm_for_cpu", q4_kernel_available(), device)
-
-
-def check_int8(device: torch.device) -> None:
-    """`int8` runs gpt-fast's weight-only int8 kernel on a CPU (the model is checked once loaded)."""
-    from .kernels import int8_kernel_available
-
-    _check_weight_only_kernel(INT8, "int8", "_weight_int8pack_mm", int8_kernel_available(), device)
-
-
-def _check_weight_only_kernel(name: str, kind: str, op: str, available: bool, device: torch.device) -> None:
+    kind, op, available = (("int4", "_weight_int4pack_mm_for_cpu", q4_kernel_available()) if name == Q4 else
+                           ("int8", "_weight_int8pack_mm", int8_kernel_available()))
     if device.type != "cpu":
         raise InvalidInput(f"dtype '{name}' runs torch's weight-only {kind} CPU kernel, not on '{device.type}': use "
                            "--device cpu, or bf16/fp16 on a GPU")
     if not available:
         raise InvalidInput(f"dtype '{name}' needs torch's weight-only {kind} CPU kernel ({op}), which this torch "
                            f"{torch.__version__} lacks: use fp32 or bf16")
-
-
-def attach_int8_checked(model, name: str) -> None:
-    """The model's layers in int8 (`quant.attach_int8`), where the lean forward runs it (Llama, Qwen2)."""
-    from .lean import LEAN_MODEL_TYPES, lean_llama_supported
-    from .quant import attach_int8
-
-    if not lean_llama_supported(model):
-        kind = getattr(model.config, "model_type", "?")
-        raise InvalidInput(f"dtype 'int8' runs the lean forward of Llama-family models ({', '.join(LEAN_MODEL_TYPES)} "
-                           f"with plain rotary positions); '{name}' is a '{kind}' model it does not run: use fp32 "
-                           "or bf16 for it")
-    attach_int8(model)
 
 
 def int8_runs(target: str | None) -> bool:
@@ -576,13 +546,20 @@ def measure_precisions(target: str | None, device: torch.device, progress: Progr
 
 def attach_weight_only(model, precision_name: str | None, target: str | None, progress: Progress) -> None:
     """Give a loaded target its weight-only layers: q4's from the offline default's GGUF, int8's quantised
-    from its own weights; nothing for a dense precision."""
-    if precision_name == Q4:
-        from .quant import attach_q4
+    from its own weights where the lean forward runs the model (Llama, Qwen2); nothing for a dense precision."""
+    from .lean import LEAN_MODEL_TYPES, lean_llama_supported
+    from .quant import attach_int8, attach_q4
 
+    if precision_name == Q4:
         attach_q4(model, offline_default_gguf(progress))
     elif precision_name == INT8:
-        attach_int8_checked(model, _display_name(target))
+        if not lean_llama_supported(model):
+            kind = getattr(model.config, "model_type", "?")
+            raise InvalidInput(f"dtype 'int8' runs the lean forward of Llama-family models "
+                               f"({', '.join(LEAN_MODEL_TYPES)} with plain rotary positions); "
+                               f"'{_display_name(target)}' is a '{kind}' model it does not run: use fp32 or bf16 "
+                               "for it")
+        attach_int8(model)
 
 
 def ensure_precisions_measured(target: str | None, device: torch.device, progress: Progress = _stderr) -> None:
@@ -595,37 +572,31 @@ def _load_pair(target: str | None, draft: str | None, dev: torch.device, dtype: 
                progress: Progress) -> ModelPair:
     dt = choose_dtype(dev, dtype)
     wanted = weight_only(dtype)
-    if wanted == Q4:
-        check_q4(target, dev)
-    elif wanted == INT8:
-        check_int8(dev)
+    if wanted:
+        check_weight_only(wanted, target, dev)
     target_name = _display_name(target)
     tokenizer = load_tokenizer(target, progress)
     target_model = load_model(target, dev, dt, progress)
     attach_weight_only(target_model, wanted, target, progress)
 
     alias = draft.strip().lower() if isinstance(draft, str) else None
-    if is_default(target) and draft is None:
-        found = offline_default_drafts_dir()
+    if is_default(target) and (draft is None or alias in FEATURE_DRAFT_ALIASES | INDEPENDENT_DRAFT_ALIASES):
+        feature = alias in FEATURE_DRAFT_ALIASES
+        found = (offline_default_drafts_dir() if draft is None else
+                 offline_feature_draft_dir() if feature else offline_default_draft_dir())
+        if found is None and draft is not None:
+            raise ModelLoadError("no feature draft is shipped in assets/ (train one: distill --kind feature)" if feature
+                                 else "no independent draft is shipped in assets/draft-smollm2-135m")
         draft = str(found) if found is not None else None
-    elif is_default(target) and alias in FEATURE_DRAFT_ALIASES:
-        if offline_feature_draft_dir() is None:
-            raise ModelLoadError("no feature draft is shipped in assets/ (train one: distill --kind feature)")
-        draft = str(offline_feature_draft_dir())
-    elif is_default(target) and alias in INDEPENDENT_DRAFT_ALIASES:
-        if offline_default_draft_dir() is None:
-            raise ModelLoadError("no independent draft is shipped in assets/draft-smollm2-135m")
-        draft = str(offline_default_draft_dir())
     fmt = format_of(draft)
     if fmt is not None:   # a SpecViz draft: the target's embedding and head are shared, not loaded again
         return ModelPair(target_model, fmt.load(target_model, draft), tokenizer, target_name, fmt.display_name(draft),
                          dev, dt, Path(draft))
-    if draft is None or draft.strip() == "" or draft.strip() == "self" or (
-            is_default(draft) and is_default(target)) or draft == target:
+    if draft is None or draft.strip() in ("", "self") or (is_default(draft) and is_default(target)) or draft == target:
         return ModelPair(target_model, target_model, tokenizer, target_name, target_name + " (self)",
                          dev, dt)
 
-    draft_name = DEFAULT_DISPLAY_NAME if is_default(draft) else draft.strip()
+    draft_name = _display_name(draft)
     draft_tok = load_tokenizer(draft, progress)
     check_same_tokenizer(tokenizer, draft_tok, target_name, draft_name)
     draft_model = load_model(draft, dev, dt, progress)
