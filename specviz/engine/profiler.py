@@ -32,12 +32,8 @@ from .machine import fingerprint, fingerprint_tag
 
 
 def default_sizes(device: torch.device) -> list[int]:
-    top = 1024 if device.type == "cuda" else 256
-    sizes, n = [], 1
-    while n <= top:
-        sizes.append(n)
-        n *= 2
-    return sizes
+    """1, 2, 4, ... up to 1024 rows on a GPU, 256 on a CPU."""
+    return [1 << i for i in range(11 if device.type == "cuda" else 9)]
 
 
 def _sync(device: torch.device) -> None:
@@ -155,23 +151,17 @@ def static_forward_times(model, sizes: list[int], context_len: int = 200, repeat
     session = GraphSession(device, capture=device.type == "cuda", capacity=cache_capacity(context_len + max(sizes)))
     forward = session.forward("timing", model, full_vocabulary_head(model))
     forward.prefill(torch.randint(0, vocab, (1, context_len), generator=gen).to(device))
-    shapes = {}
+    calls = {}
     for n in sizes:
-        shapes[n] = forward.shape(("causal", n), **causal_shape_spec(n))
-        shapes[n].ids.copy_(torch.randint(0, vocab, (1, n), generator=gen))
-    times: dict[int, list[float]] = {n: [] for n in sizes}
+        shape = forward.shape(("causal", n), **causal_shape_spec(n))
+        shape.ids.copy_(torch.randint(0, vocab, (1, n), generator=gen))
+        calls[n] = functools.partial(shape, None, context_len)
+    warmup = max(1, warmup)
     measuring.phase(f"{label} (static shapes), t(n) for n = {min(sizes)}..{max(sizes)}",
-                    (max(1, warmup) + repeats) * len(sizes))
-    for i in range(max(1, warmup) + repeats):
-        for n in sorted(sizes, reverse=True):   # largest first, as `measure_forward_times` says why
-            _sync(device)
-            start = time.perf_counter()
-            shapes[n](None, context_len)
-            _sync(device)
-            if i >= max(1, warmup):
-                times[n].append((time.perf_counter() - start) * 1000)
-            measuring.tick()
-    return {n: statistics.median(times[n]) for n in sizes}
+                    (warmup + repeats) * len(sizes))
+    # Largest first, as `measure_forward_times` says why.
+    times = timed_in_rounds(dict(sorted(calls.items(), reverse=True)), device, repeats, warmup)
+    return {n: times[n] for n in sizes}
 
 
 def timing_forward(model, max_len: int):
@@ -306,7 +296,11 @@ def forward_curve(model, key: str, sizes: list[int] | None = None, context_len: 
     cached = None if refresh else cached_forward_curve(model, key, sizes, context_len, graphs)
     if cached:
         return cached
-    curve, contention = measured_with_contention(model, sizes, context_len, device, graphs, curve_label(key))
+    # What a progress bar calls the curve: key 'SmolLM2-135M-Instruct|cpu|bf16:target' is
+    # "SmolLM2-135M-Instruct's forward times".
+    label = f"{key.split('|')[0].split('/')[-1]}'s forward times"
+    curve, contention = with_contention(
+        lambda: measure_forward_times(model, sizes, context_len, graphs=graphs, label=label), device)
     if contention is None or contention <= CONTENDED_SHARE:
         save_cached("forward", cache_key, {"key": key, "context_len": context_len, "graphs": bool(graphs),
                                            "ms": {str(n): v for n, v in curve.items()}, "waiting_share": contention})
@@ -328,16 +322,3 @@ def with_contention(measure, device: torch.device):
     if device.type != "cpu" or wait0 is None or wait1 is None:
         return result, None
     return result, (wait1 - wait0) / (wall * max(1, torch.get_num_threads()))
-
-
-def measured_with_contention(model, sizes: list[int], context_len: int, device: torch.device,
-                             graphs: bool = False, label: str = "forward times") -> tuple[dict[int, float], float | None]:
-    """t(n), and the share of the measuring threads' time spent waiting for a core (None off Linux)."""
-    return with_contention(lambda: measure_forward_times(model, sizes, context_len, graphs=graphs, label=label),
-                           device)
-
-
-def curve_label(key: str) -> str:
-    """What a progress bar calls the curve cached under `key` ('SmolLM2-135M-Instruct|cpu|bf16:target'):
-    "SmolLM2-135M-Instruct's forward times"."""
-    return f"{key.split('|')[0].split('/')[-1]}'s forward times"

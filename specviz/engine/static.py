@@ -43,10 +43,7 @@ _CHECKOUT = threading.Lock()
 def cache_capacity(max_len: int) -> int:
     """Slots a static cache allocates for a run needing `max_len`: the next power of two (at least 256),
     so a handful of capacities (and their graphs) serve every race length."""
-    capacity = MIN_CAPACITY
-    while capacity < max_len:
-        capacity *= 2
-    return capacity
+    return max(MIN_CAPACITY, 1 << (max_len - 1).bit_length())
 
 
 class StaticShape:
