@@ -61,15 +61,6 @@ def capture_wanted(mode: str, device: torch.device) -> bool:
     return check_graphs(mode) != "off" and torch.device(device).type == "cuda"
 
 
-def compile_wanted() -> bool:
-    """Fuse each graphed function with torch.compile (inductor) before capturing it.
-
-    Off by default: ZeroGPU does not support torch.compile, and the first compile of a
-    forward takes tens of seconds. SPECVIZ_GRAPHS_COMPILE=1 turns it on (bench on a dedicated GPU).
-    """
-    return os.environ.get("SPECVIZ_GRAPHS_COMPILE") == "1"
-
-
 @dataclass
 class _Captured:
     graph: "torch.cuda.CUDAGraph"
@@ -113,7 +104,10 @@ class GraphRunner:
     def __init__(self, device: torch.device, capture: bool = True, max_shapes: int = MAX_SHAPES):
         self.device = torch.device(device)
         self.capture = capture and self.device.type == "cuda"
-        self.compile = self.capture and compile_wanted()
+        # Fuse each graphed function with torch.compile (inductor) before capturing it: off by default, since
+        # ZeroGPU does not support torch.compile and the first compile of a forward takes tens of seconds.
+        # SPECVIZ_GRAPHS_COMPILE=1 turns it on (bench on a dedicated GPU).
+        self.compile = self.capture and os.environ.get("SPECVIZ_GRAPHS_COMPILE") == "1"
         self.max_shapes = max_shapes
         self._graphs: OrderedDict = OrderedDict()   # least recently replayed first
         self._eager: set = set()
@@ -173,7 +167,11 @@ class GraphRunner:
             self._eager.add(key)
             self.stats.failed.append(f"{key}: {type(exc).__name__}: {exc}"[:300])
             return None
-        self._keep(key, entry)
+        # Kept, releasing the least recently replayed beyond `max_shapes`. A released graph's outputs are not
+        # read again: outputs hold only until the runner's next replay.
+        self._graphs[key] = entry
+        while len(self._graphs) > self.max_shapes:
+            self._graphs.popitem(last=False)
         self._seen.add(key)
         self.stats.shapes_captured += 1
         self.stats.capture_ms += (time.perf_counter() - started) * 1000
@@ -195,13 +193,6 @@ class GraphRunner:
             outputs = target()
         torch.cuda.synchronize(self.device)
         return _Captured(graph, outputs)
-
-    def _keep(self, key, entry: _Captured) -> None:
-        """Keep a captured shape, releasing the least recently replayed beyond `max_shapes`. A released
-        graph's outputs are not read again: outputs hold only until the runner's next replay (above)."""
-        self._graphs[key] = entry
-        while len(self._graphs) > self.max_shapes:
-            self._graphs.popitem(last=False)
 
     def captured(self, key) -> bool:
         return key in self._graphs

@@ -87,10 +87,8 @@ def _number(name: str, value) -> float:
 def _integer(name: str, value) -> int:
     if isinstance(value, bool):
         raise InvalidInput(f"{name} must be an integer, got {value!r}")
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise InvalidInput(f"{name} must be an integer, got {value!r}")
-        return int(value)
+    if isinstance(value, float) and not value.is_integer():   # nan and inf too
+        raise InvalidInput(f"{name} must be an integer, got {value!r}")
     try:
         return int(value)
     except (TypeError, ValueError):
