@@ -17,10 +17,6 @@ def new_cache(model) -> DynamicCache:
     return DynamicCache(config=model.config)
 
 
-def cache_length(cache: DynamicCache) -> int:
-    return cache.get_seq_length()
-
-
 def keep_positions(cache: DynamicCache, prefix_len: int, keep: torch.Tensor) -> None:
     """Keep the first `prefix_len` slots plus the slots `keep` (absolute indices, ascending).
 

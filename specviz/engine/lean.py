@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .kernels import Dense, Q4Layer, biases_together, pack, packed_weights, rows_together
-from .kvcache import cache_length, crop, keep_positions, new_cache
+from .kvcache import crop, keep_positions, new_cache
 from .llama import DecoderLayer, LayerStack, layer_stack, rms_norm, rotary_tables
 from .model_state import state_of
 from . import native
@@ -327,7 +327,7 @@ class ModelForward:
     def forward(self, input_ids: torch.Tensor, start: int, positions: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1, hidden: bool = False,
                 taps: tuple[int, ...] = ()):
-        if cache_length(self.cache) > start:
+        if self.cache.get_seq_length() > start:
             crop(self.cache, start)
         with attention_kernels(input_ids.device):
             return self._forward(input_ids, positions, mask, rows, hidden, taps)
@@ -350,7 +350,7 @@ class ModelForward:
     def keep(self, prefix_len: int, slots: torch.Tensor) -> None:
         """As `LeanLlama.keep`; a fixed-length index may name slots past this cache's end (a path node the
         draft never read, or the padding after it): only the slots it holds move."""
-        length = cache_length(self.cache)
+        length = self.cache.get_seq_length()
         keep_positions(self.cache, prefix_len, slots[slots < length][:max(0, length - prefix_len)])
 
     def copy_prefix(self, other: "ModelForward", n: int) -> None:
