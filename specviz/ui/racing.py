@@ -334,7 +334,7 @@ def prune_session_config(demo: gr.Blocks, session_hash: str | None) -> int:
 
     Gradio 6 answers each `gr.skip()` for an output by building a new component (with a fresh id) as this session's
     copy of it; the next real value for that output then files that copy under its fresh id too, with the
-    serialised value (a whole Plotly figure) in `config_values`. Nothing removes those entries, and a streamed race
+    serialised value (a whole view) in `config_values`. Nothing removes those entries, and a streamed race
     skips the throttled figures on most steps, so one session's state grew by ~2 MB per run (issue #8's soak). Only
     the ids of the app's own components are ever looked up again, so every other entry is dropped: a session's
     state stays bounded however many races it runs.
