@@ -295,10 +295,11 @@ class RaceTrace:
                   "device", "dtype", "vocab_size", "cancelled", "order")
         data = {"kind": "specviz-race", "schema_version": self.schema_version,
                 **{name: getattr(self, name) for name in shared}, "runs": {m: t.to_dict() for m, t in self.runs.items()}}
-        for name in ("request", "machine", "precision_choice", "floors"):   # written only when set
-            value = getattr(self, name)
-            if value or (name == "request" and value is not None):
-                data[name] = value
+        if self.request is not None:
+            data["request"] = self.request
+        for name in ("machine", "precision_choice", "floors"):   # written only when set
+            if getattr(self, name):
+                data[name] = getattr(self, name)
         return data
 
     def to_json(self, **kwargs) -> str:

@@ -580,14 +580,16 @@ def _load_pair(target: str | None, draft: str | None, dev: torch.device, dtype: 
     attach_weight_only(target_model, wanted, target, progress)
 
     alias = draft.strip().lower() if isinstance(draft, str) else None
-    if is_default(target) and (draft is None or alias in FEATURE_DRAFT_ALIASES | INDEPENDENT_DRAFT_ALIASES):
+    if is_default(target) and draft is None:   # the better of the shipped drafts, or none
+        found = offline_default_drafts_dir()
+        draft = str(found) if found is not None else None
+    elif is_default(target) and alias in FEATURE_DRAFT_ALIASES | INDEPENDENT_DRAFT_ALIASES:
         feature = alias in FEATURE_DRAFT_ALIASES
-        found = (offline_default_drafts_dir() if draft is None else
-                 offline_feature_draft_dir() if feature else offline_default_draft_dir())
-        if found is None and draft is not None:
+        found = offline_feature_draft_dir() if feature else offline_default_draft_dir()
+        if found is None:
             raise ModelLoadError("no feature draft is shipped in assets/ (train one: distill --kind feature)" if feature
                                  else "no independent draft is shipped in assets/draft-smollm2-135m")
-        draft = str(found) if found is not None else None
+        draft = str(found)
     fmt = format_of(draft)
     if fmt is not None:   # a SpecViz draft: the target's embedding and head are shared, not loaded again
         return ModelPair(target_model, fmt.load(target_model, draft), tokenizer, target_name, fmt.display_name(draft),

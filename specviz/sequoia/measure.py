@@ -116,12 +116,11 @@ def profile_acceptance_by_depth(pair, prompts: list[str], width: int, depths: in
     result = {
         "target": model_id(pair.target_name), "draft": model_id(pair.draft_name),
         "temperature": sampling.temperature, "top_p": sampling.top_p, "width": width, "steps": done,
-        "counts": counts[0], "rejected_all": reached[0] - sum(counts[0]), "acceptance": by_depth[0]}
-    if depths > 1:
-        result |= {"acceptance_by_depth": by_depth, "counts_by_depth": counts, "reached_by_depth": reached}
-    result |= {"device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", "")}
-    if depths > 1:   # lower_width is at least 1
-        result |= {"lower_ranks": list(LOWER_RANKS), "lower_width": lower_width,
+        "counts": counts[0], "rejected_all": reached[0] - sum(counts[0]), "acceptance": by_depth[0],
+        "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", "")}
+    if depths > 1:   # a comb of several levels: a vector per level, and under the lower ranks
+        result |= {"acceptance_by_depth": by_depth, "counts_by_depth": counts, "reached_by_depth": reached,
+                   "lower_ranks": list(LOWER_RANKS), "lower_width": lower_width,
                    "lower_prior_steps": LOWER_PRIOR_STEPS, "counts_under_lower_ranks": lower_counts,
                    "reached_under_lower_ranks": lower_reached,
                    "acceptance_under_lower_ranks": [by_depth[0]] + [

@@ -641,7 +641,7 @@ def _check_int(name: str, value, low: int, high: int | None = None) -> int:
     if value < low:
         raise InvalidInput(f"{name} must be at least {low}, got {value}")
     if high is not None and value > high:
-        raise InvalidInput(f"tree budget {value} is too large (at most {high})")
+        raise InvalidInput(f"{name} must be at most {high}, got {value}")
     return value
 
 
