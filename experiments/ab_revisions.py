@@ -40,6 +40,8 @@ CONFIGS = {   # name: (method, temperature, decoder options)
     # measure their own and race different windows.
     "lookahead 4x3x4": ("lookahead", 0.0, {"window": 4, "ngram": 3, "guesses": 4}),
     "lookahead auto": ("lookahead", 0.0, {}),   # each revision's own sizing from the same cached curve
+    "lookahead 4x3x4 T0.6": ("lookahead", 0.6, {"window": 4, "ngram": 3, "guesses": 4}),
+    "lookahead auto T0.6": ("lookahead", 0.6, {}),
     "sequoia adaptive": ("sequoia", 0.0, {"tree": "adaptive"}),
     "sequoia adaptive T0.6": ("sequoia", 0.6, {"tree": "adaptive"}),
     "sequoia adaptive=0.03": ("sequoia", 0.0, {"tree": "adaptive", "tree_threshold": 0.03}),
@@ -49,6 +51,7 @@ CONFIGS = {   # name: (method, temperature, decoder options)
     "sequoia auto T0.6": ("sequoia", 0.6, {}),
     # Each step's copied length priced on the target's cached curve (both revisions read the same one).
     "prompt lookup": ("prompt-lookup", 0.0, {}),
+    "prompt lookup T0.6": ("prompt-lookup", 0.6, {}),
 }
 
 

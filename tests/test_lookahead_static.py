@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import ar_token_ids, chi_square_pvalue, target_forward_rows, tiny_pair
 from lookahead_reference import greedy_verify, sampling_verify
-from mutants import BY_NAME, _mutated_function, _resolve
+from mutants import BY_NAME, mutated
 
 from specviz.engine.methods import make_decoder
 from specviz.engine.sampling import SamplingConfig
@@ -140,12 +140,8 @@ def _draw_outcomes(seed: int) -> list[tuple]:
 def test_device_sampled_verdict_is_exact_and_a_planted_bug_is_not(one_thread):
     assert chi_square_pvalue(_draw_outcomes(1), EXACT) > 1e-3
     # Negative control, same check and sample size: the fallback keeps the rejected tokens' mass.
-    owner, name, original = _resolve(FALLBACK_FROM_RAW_P)
-    setattr(owner, name, _mutated_function(FALLBACK_FROM_RAW_P, original))
-    try:
+    with mutated(FALLBACK_FROM_RAW_P.name):
         control = _draw_outcomes(1)
-    finally:
-        setattr(owner, name, original)
     assert chi_square_pvalue(control, EXACT, control=True) < 1e-3
 
 
@@ -357,7 +353,8 @@ def test_device_sampled_verdict_records_each_try_as_it_happened():
             assert got.tokens[j] == took, case
             survivors = [k for k in survivors if int(cands[k, j]) == took]
             probs = after[survivors[0], j].double()
-        torch.testing.assert_close(tries, want, atol=1e-9, rtol=0, msg=lambda m: f"case {case}: {m}")
+        # The walk renormalises P in its own precision (float32 here), the reference in float64.
+        torch.testing.assert_close(tries, want, atol=1e-6, rtol=0, msg=lambda m: f"case {case}: {m}")
     assert renormalised >= 10
 
 
@@ -391,12 +388,6 @@ def test_priced_copies_longer_than_the_ngram_sample_exactly_and_a_planted_bug_do
     samples, long_accepts = _priced_copy_samples(pair, 1200)
     assert chi_square_pvalue(samples, exact) > 1e-3
     assert long_accepts > 100, long_accepts
-    from specviz.lookahead import decoder
-
-    _, _, original = _resolve(FALLBACK_FROM_RAW_P)
-    decoder.sampled_verdict = _mutated_function(FALLBACK_FROM_RAW_P, original)   # the name the decoder calls
-    try:
+    with mutated(FALLBACK_FROM_RAW_P.name):
         control, _ = _priced_copy_samples(pair, 1200)
-    finally:
-        decoder.sampled_verdict = original
     assert chi_square_pvalue(control, exact, control=True) < 1e-3

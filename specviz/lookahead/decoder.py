@@ -272,7 +272,7 @@ class LookaheadDecoder(Decoder):
         uniforms = torch.rand(cand_len, self.rows, generator=self.generator, device=self.device,
                               dtype=torch.float64)
         verdict, tries = sampled_verdict(candidates, valid, first_probs, cand_probs, uniforms[:, :count],
-                                         self.generator)
+                                         self.generator, prune=self.host_reads_free)
         # Token ids are exact in float64: the tries' floats come back in the step's one read.
         return torch.cat([logit_summary(logits[:layout.new_level_rows], 1)[1][:, 0].double(), verdict.double(),
                           tries.flatten()])

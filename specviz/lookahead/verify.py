@@ -1,7 +1,9 @@
 """Verifying Lookahead's candidates against the target, greedy and exact sampling, on the device.
 
 Greedy: the longest self-consistent match wins, the first on ties. Sampling: the one-hot drafts'
-recursive rejection, so the output is distributed exactly as sampling from the target. Both are
+recursive rejection, which is Sequoia's sampled walk over the candidates' trie with a one-hot q
+(`candidate_trie`, `sequoia.verify.sampled_walk`), so the output is distributed exactly as sampling from
+the target. Both are
 written so nothing depends on the data's values: the step verifies `count` candidate rows of
 L = N-1 tokens (under capture always G, the padding rows marked invalid by `valid`), with fixed
 loops over positions and `torch.where` in place of host branches. The result is one packed long
@@ -18,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..draws import first_argmax, race_sample
+from ..draws import race_sample
+from ..sequoia.verify import WalkTables, sampled_walk
 
 NO_CANDIDATE = -1   # `best` when nothing was accepted, and the tokens past the emitted ones
 NOT_TRIED = -1.0    # a try's probability and draw where the candidate's token was not tried
@@ -48,11 +51,6 @@ def unpack(values: list[int], n_candidates: int, cand_len: int) -> Verdict:
     best = values[cand_len + 2]
     lengths = values[cand_len + 3:cand_len + 3 + n_candidates]
     return Verdict(values[:n_accepted + 1], n_accepted, None if best == NO_CANDIDATE else best, lengths)
-
-
-def _first_true(flags: torch.Tensor) -> torch.Tensor:
-    """Index of the first True of a 1-D bool tensor (0 when none): max's first-maximum rule."""
-    return first_argmax(flags.to(torch.int8))
 
 
 def _pick(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -122,22 +120,47 @@ def _pick_row(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return rows.index_select(0, index.view(1))[0]
 
 
+def candidate_trie(candidates: torch.Tensor, valid: torch.Tensor) -> WalkTables:
+    """The candidates as a trie, in the sampled walk's tables (`sequoia.verify.WalkTables.of_children`).
+
+    Node 0 is t0; node 1 + j * G + k is candidate k's token j, a node of the trie where k is the first valid
+    candidate with its first j + 1 tokens (a later one with the same prefix shares that node, so each token
+    is tried once). A node's child of rank k' is candidate k''s next token: ranks are pool order, so a
+    level's tries and their draws (`uniforms[j, k']`) are those of the candidates, in their order."""
+    guesses, cand_len = candidates.shape
+    device = candidates.device
+    both = valid.view(-1, 1, 1) & valid.view(1, -1, 1)
+    # [k, k', j]: candidates k and k' agree on their first j + 1 tokens
+    agree = (candidates.unsqueeze(1) == candidates.unsqueeze(0)).long().cumprod(2).bool() & both
+    earlier = torch.ones(guesses, guesses, dtype=torch.bool, device=device).tril(-1)   # [k, k']: k' before k
+    first = valid.view(-1, 1) & ~(agree & earlier.unsqueeze(2)).any(1)                 # (G, L)
+    # (k, j)'s child of rank k': (k', j + 1), where k and k' agree through j and each is first with its prefix
+    inner = first[:, None, :-1] & agree[:, :, :-1] & first[None, :, 1:]               # [k, k', j]
+    has_child = torch.cat([first[:, 0].view(1, -1), inner.permute(2, 0, 1).reshape(-1, guesses),
+                           torch.zeros(guesses, guesses, dtype=torch.bool, device=device)])
+    level = torch.cat([torch.zeros(1, dtype=torch.long, device=device),
+                       torch.arange(1, cand_len + 1, device=device).repeat_interleave(guesses)])
+    children = 1 + torch.arange(guesses, device=device).view(1, -1) + guesses * level.view(-1, 1)
+    return WalkTables.of_children(torch.where(has_child, children, 0), has_child, [guesses] * cand_len + [0])
+
+
 def sampled_verdict(candidates: torch.Tensor, valid: torch.Tensor, first_probs: torch.Tensor,
-                    cand_probs: torch.Tensor, uniforms: torch.Tensor, generator: torch.Generator
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+                    cand_probs: torch.Tensor, uniforms: torch.Tensor, generator: torch.Generator,
+                    prune: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The sampled verdict, exact in distribution, and its tries as they happened.
 
     candidates (G, L) long, valid (G,) bool, first_probs (V,) = P after t0, cand_probs (G, L, V) = P after
     candidate k's token j, uniforms (L, G) float64 on [0, 1): the pre-drawn acceptance draw of each try.
-    At position j the surviving candidates offer their tokens in pool order, each distinct token tried
-    once: the i-th try x_i is accepted with probability P(x_i) / (1 - P(x_1) - ... - P(x_{i-1})), which
-    is what the renormalised residual gives; the first accepted try wins. When every try fails,
-    the token is drawn from P with the tried tokens zeroed and the walk stops; after a full match the
-    bonus token is drawn from P after the last one. The one draw at the end is `race_sample`'s.
+    The candidates are proposals made for certain, so verifying them is Sequoia's walk over their trie with
+    a one-hot q (`sequoia.verify.sampled_walk` with no `draft_q`): at position j the surviving candidates
+    offer their tokens in pool order, each distinct token tried once, the i-th try x_i accepted with
+    probability P(x_i) / (1 - P(x_1) - ... - P(x_{i-1})), the first accepted try winning. When every try fails
+    the token is drawn from P without the tried tokens and the walk stops; after a full match the bonus
+    token is drawn from P after the last one. `prune` as the walk's.
 
     Returns (the packed verdict, tries (2, L, G) float64): each candidate's try at each position, its
-    acceptance probability P(x_i) / (1 - P(x_1) - ... - P(x_{i-1})) capped at 1, then its draw; NOT_TRIED
-    where the token was not tried (repeated, no longer a survivor, past an accepted try or the walk's end).
+    acceptance probability capped at 1, then its draw; NOT_TRIED where the token was not tried (repeated,
+    no longer a survivor, past an accepted try or the walk's end).
     """
     guesses, cand_len = candidates.shape
     device = first_probs.device
@@ -146,45 +169,14 @@ def sampled_verdict(candidates: torch.Tensor, valid: torch.Tensor, first_probs: 
         last = race_sample(first_probs.view(1, -1), generator)[0]
         return (pack(_emitted(zero.new_zeros(cand_len), zero, last), zero, zero + NO_CANDIDATE, zero.new_zeros(0)),
                 torch.empty(2, cand_len, 0, dtype=torch.float64, device=device))
-    earlier = torch.ones(guesses, guesses, dtype=torch.bool, device=device).tril(-1)   # [k, k']: k' before k
-    flat = cand_probs.reshape(guesses * cand_len, -1)
-    survivors = valid.clone()
-    alive = torch.ones((), dtype=torch.bool, device=device)
-    n_accepted = torch.zeros((), dtype=torch.long, device=device)
-    probs, final = first_probs, first_probs
-    accepted, reached, tried_probs = [], [], []
-    order = torch.arange(guesses, device=device)
-    for j in range(cand_len):
-        offered = candidates[:, j]
-        # A token an earlier survivor already offered was tried (and rejected) there: its P is now 0.
-        repeated = ((offered.view(-1, 1) == offered.view(1, -1)) & earlier & survivors.view(1, -1)).any(1)
-        tries = survivors & ~repeated & alive
-        p_offered = probs.index_select(0, offered).double() * tries
-        tried_before = p_offered.cumsum(0) - p_offered
-        accept = tries & (uniforms[j] * (probs.double().sum() - tried_before) < p_offered)
-        took = alive & accept.any()
-        first = _first_true(accept)
-        token = _pick(offered, first)
-        # Tries past the first accepted one were never reached, as the pool-order reading has it.
-        reached.append(tries & (~took | (order <= first)))
-        tried_probs.append(p_offered / (probs.double().sum() - tried_before).clamp_min(1e-300))
-        # Every try failed: the token comes from P without the tried tokens, and the walk stops here.
-        tried = torch.zeros_like(probs).index_add_(0, offered, tries.to(probs.dtype))
-        final = torch.where(alive & ~took, torch.where(tried > 0, 0.0, probs), final)
-        accepted.append(torch.where(took, token, NO_CANDIDATE))
-        n_accepted = n_accepted + took.long()
-        survivors = torch.where(took, survivors & (offered == token), survivors)
-        row = _pick_row(flat, _first_true(survivors) * cand_len + j)
-        probs = torch.where(took, row, probs)
-        alive = took
-    final = torch.where(alive, probs, final)            # a full match: the bonus token after it
-    last = race_sample(final.view(1, -1), generator)[0]
-    tokens = _emitted(torch.stack(accepted), n_accepted, last)
-    best = torch.where(n_accepted > 0, _first_true(survivors), NO_CANDIDATE)
-    was_tried = torch.stack(reached)
-    tries = torch.stack([torch.where(was_tried, torch.stack(tried_probs).clamp(max=1.0), NOT_TRIED),
-                         torch.where(was_tried, uniforms.double(), NOT_TRIED)])
-    return pack(tokens, n_accepted, best, _prefix_lengths(candidates, tokens, n_accepted)), tries
+    tokens = torch.cat([candidates.new_zeros(1), candidates.T.reshape(-1)])   # each node's, position-major
+    target_probs = torch.cat([first_probs.view(1, -1), cand_probs.transpose(0, 1).reshape(guesses * cand_len, -1)])
+    walk = sampled_walk(candidate_trie(candidates, valid), tokens, target_probs, None, uniforms, cand_len,
+                        generator, prune)
+    emitted = _emitted(tokens.index_select(0, walk.path[1:]), walk.accepted, walk.bonus)
+    best = torch.where(walk.accepted > 0, (walk.path[-1] - 1) % guesses, NO_CANDIDATE)   # the deepest node's
+    tries = walk.tests[:2, 1:].reshape(2, cand_len, guesses)
+    return pack(emitted, walk.accepted, best, _prefix_lengths(candidates, emitted, walk.accepted)), tries
 
 
 def greedy_tries(match_lengths: list[int], cand_len: int) -> list[list[float | None]]:

@@ -69,21 +69,34 @@ class WalkTables:
     """
 
     def __init__(self, shape: TreeShape, device):
-        self.n, self.depth = shape.size, shape.depth
         width = max(1, max(len(c) for c in shape.children))
-        self.children = torch.tensor([c + [0] * (width - len(c)) for c in shape.children], dtype=torch.long,
-                                     device=device)
-        self.has_child = torch.tensor([[r < len(c) for r in range(width)] for c in shape.children],
-                                      dtype=torch.bool, device=device)
-        self.level_width = [max(len(shape.children[i]) for i in range(s, e)) for s, e in shape.level_ranges]
-        self.node_ids = torch.arange(self.n, device=device)
-        self.levels = torch.arange(self.depth, device=device)
+        children = torch.tensor([c + [0] * (width - len(c)) for c in shape.children], dtype=torch.long, device=device)
+        has_child = torch.tensor([[r < len(c) for r in range(width)] for c in shape.children], dtype=torch.bool,
+                                 device=device)
+        level_width = [max(len(shape.children[i]) for i in range(s, e)) for s, e in shape.level_ranges]
+        self._for_sampling(children, has_child, level_width)
         self.path_depths = torch.arange(self.depth + 1, device=device)
         self.depths = torch.tensor(shape.depths, dtype=torch.long, device=device)
         self.parents = torch.tensor([max(p, 0) for p in shape.parents], dtype=torch.long, device=device)
         below_root = shape.ancestor_matrix()   # (i, j): j is i or an ancestor of i
         below_root[:, 0] = False
         self.ancestors_below_root = below_root.to(device)
+
+    @classmethod
+    def of_children(cls, children: torch.Tensor, has_child: torch.Tensor, level_width: list[int]) -> "WalkTables":
+        """The sampled walk's tables for a tree whose edges are data on the device (`lookahead.verify`'s trie of
+        candidates): `children` and `has_child` (n, width), level d's nodes testing `level_width[d]` ranks (depth + 1
+        widths, the leaves' last). No greedy walk reads them."""
+        tables = cls.__new__(cls)
+        tables._for_sampling(children, has_child, level_width)
+        return tables
+
+    def _for_sampling(self, children: torch.Tensor, has_child: torch.Tensor, level_width: list[int]) -> None:
+        device = children.device
+        self.children, self.has_child, self.level_width = children, has_child, level_width
+        self.n, self.depth = children.shape[0], len(level_width) - 1   # one width a level, the last level's 0
+        self.node_ids = torch.arange(self.n, device=device)
+        self.levels = torch.arange(self.depth, device=device)
         self.codes = torch.arange(len(STATUS_NAMES), device=device)
         self.zero = torch.zeros((), dtype=torch.long, device=device)
         self.true = torch.ones((), dtype=torch.bool, device=device)
@@ -179,8 +192,15 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > RESIDUAL_EPS, r / mass.clamp_min(RESIDUAL_EPS), p)
 
 
+def residual_one_hot(p: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+    """`residual` for a q that is one token for certain: P without that token, renormalised."""
+    r = p.index_fill(0, token, 0.0)
+    mass = r.sum()
+    return torch.where(mass > RESIDUAL_EPS, r / mass.clamp_min(RESIDUAL_EPS), p)
+
+
 def sampled_walk(tables: WalkTables, tokens: torch.Tensor, target_probs: torch.Tensor,
-                 draft_q: torch.Tensor, uniforms: torch.Tensor, limit: int,
+                 draft_q: torch.Tensor | None, uniforms: torch.Tensor, limit: int,
                  generator: torch.Generator | None, prune: bool = False) -> DeviceWalk:
     """The sampled walk.
 
@@ -188,9 +208,14 @@ def sampled_walk(tables: WalkTables, tokens: torch.Tensor, target_probs: torch.T
     from (row = node id; m covers every such node); uniforms (depth, width): the U(0, 1) of the child
     of each rank tested at each level (at most one node is tested per level, so each is used once).
 
-    `prune` (uncaptured, on a CPU, where reading a 0-d flag costs nothing): skip the updates that would
-    leave P and q as they are (no child rejected) and the levels after the walk stopped. The outcome and
-    the random numbers used are the same; what is skipped is a few passes over the vocabulary per child.
+    `draft_q` None: every child was proposed for certain, not drawn (Lookahead's and prompt lookup's
+    candidates as a trie, `lookahead.verify`): each child's own q is one-hot, so a test accepts with
+    probability P'(x) and a rejection leaves P without x, the same rule with q(x) = 1.
+
+    `prune` (uncaptured, on a CPU, where reading a 0-d flag costs nothing): skip the ranks with nothing to
+    test, the updates that would leave P and q as they are (no child rejected) and the levels after the
+    walk stopped. The outcome and the random numbers used are the same; what is skipped is a few passes
+    over the vocabulary per child.
     """
     cur, alive, accepted = tables.zero, tables.true, tables.zero
     rejected = torch.zeros(tables.n, dtype=torch.bool, device=tokens.device)
@@ -198,21 +223,26 @@ def sampled_walk(tables: WalkTables, tokens: torch.Tensor, target_probs: torch.T
     # into per-node tables once, after the loop.
     tested_at, tested_values = [], []
     beyond = torch.full((), tables.n, dtype=torch.long, device=tokens.device)
+    certain = torch.ones((), dtype=target_probs.dtype, device=tokens.device)   # a one-hot q's q(x)
     p = target_probs[0]
     path = [cur]
-    last_q_row = draft_q.shape[0] - 1
     for level in range(min(limit, tables.depth)):
         if prune and not alive:   # every later level would leave the walk where it is
             break
         p = torch.where(alive, _row(target_probs, cur), p)
-        q = _row(draft_q, cur.clamp(max=last_q_row))       # a leaf's row is never tested (has_child False)
+        # A leaf's row is never tested (has_child False).
+        q = None if draft_q is None else _row(draft_q, cur.clamp(max=draft_q.shape[0] - 1))
         kids, has = _row(tables.children, cur), _row(tables.has_child, cur)
         moved, nxt = ~tables.true, cur
         for rank in range(tables.level_width[level]):
+            offered = alive & ~moved & has[rank]
+            if prune and not offered:   # the walk moved on, or no child of this rank
+                continue
             kid = kids[rank]
             tok = tokens.index_select(0, kid.view(1))
-            q_tok, p_tok = q.index_select(0, tok)[0], p.index_select(0, tok)[0]
-            tested = alive & ~moved & has[rank] & (q_tok > 0)
+            p_tok = p.index_select(0, tok)[0]
+            q_tok = certain if q is None else q.index_select(0, tok)[0]
+            tested = offered & (q_tok > 0)
             u = uniforms[level, rank]
             hit = tested & (u * q_tok < p_tok)
             tested_at.append(torch.where(tested, kid, beyond))
@@ -223,6 +253,9 @@ def sampled_walk(tables: WalkTables, tokens: torch.Tensor, target_probs: torch.T
             if prune and not miss:   # nothing rejected: P and q stay as they are
                 continue
             rejected = rejected | ((tables.node_ids == kid) & miss)
+            if q is None:
+                p = torch.where(miss, residual_one_hot(p, tok), p)
+                continue
             p = torch.where(miss, residual(p, q), p)
             q = torch.where(miss, q.index_fill(0, tok, 0.0), q)
             q_mass = q.sum()
