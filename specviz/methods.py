@@ -60,9 +60,8 @@ class Method:
     views: str | None = None
     # The module of its column in the what-if panel (`ui.whatif`), for a method `auto` sizes: `PLAN` (the plan
     # cache it reads: prefix, and "pair" or "target"), `SLIDERS` (its sliders: name -> least, most, default,
-    # label), `SWEEP` (its main size, that size's words, the curve's title), `plan_curve(plan)`, `inputs(trace,
-    # plan, from_run, profile)`, `point(inp, ...)`, `line(inp, sizes)`, `column(inp, done, sizes)` and optionally
-    # `NOTE`; None: no column.
+    # label), `plan_curve(plan)`, `inputs(trace, plan, from_run, profile)`, `point(inp, ...)`,
+    # `column(inp, done, sizes)` and optionally `NOTE`; None: no column.
     whatif: str | None = None
 
 

@@ -292,12 +292,11 @@ def planted_findings(markup: str) -> dict:
 
 def unescaped(monkeypatch) -> None:
     """Escaping turned off in every view module (each imported `esc` by name), for the negative control."""
-    from specviz.ui import figures, hardware, html, narrate, svg, whatif
+    from specviz.ui import hardware, html, narrate, svg, whatif
 
     identity = lambda text, quote=True: str(text)   # noqa: E731
     for module in (html, svg, narrate, whatif, hardware):
         monkeypatch.setattr(module, "esc", identity)
-    monkeypatch.setattr(figures, "_esc", identity)
 
 
 def test_views_of_a_planted_trace_hold_no_markup_of_the_upload():
@@ -321,13 +320,3 @@ def test_a_status_the_loader_never_sees_is_escaped_in_the_tree():
     payload = sample_race().runs["sequoia"].steps[1].payload
     payload.nodes[2].status = BREAKOUT
     assert planted_findings(svg.tree_svg(payload, 1)) == {"tags": set(), "handlers": []}
-
-
-def test_plotly_figures_escape_the_upload():
-    from specviz.ui import figures
-
-    race = sample_race(MARK)
-    tree = figures.tree_figure(race.runs["sequoia"].steps[1].payload, 1)
-    window = figures.window_figure(race.runs["lookahead"].steps[1].payload, 1)
-    texts = json.dumps([tree.to_plotly_json()["data"], window.to_plotly_json()["data"]])
-    assert "<img" not in texts and "<image" not in texts and "&lt;img" in texts

@@ -5,7 +5,6 @@ from __future__ import annotations
 import html as htmllib
 import re
 
-import plotly.graph_objects as go
 
 from specviz.trace import LookaheadPayload, NgramCandidate, RaceTrace, RunTrace, StepRecord, TreeNode, TreePayload
 from specviz.ui import figures, hardware, html, svg, views
@@ -61,30 +60,6 @@ def race_trace(dtype="fp32", temperature=0.0, differ=False) -> RaceTrace:
                      dtype=dtype, vocab_size=100)
 
 
-def node_trace(fig: go.Figure):
-    return next(t for t in fig.data if t.name == "tree nodes")
-
-
-def test_tree_figure_has_one_marker_per_node_coloured_by_status():
-    payload = tree_payload()
-    fig = figures.tree_figure(payload, step=1)
-    nodes = node_trace(fig)
-    assert len(nodes.x) == len(payload.nodes) == len(nodes.marker.color)
-    expected = [figures.NODE_COLORS[n.status] for n in payload.nodes]
-    assert list(nodes.marker.color) == expected
-    # Labels are the token texts (whitespace made visible), hover carries both probabilities.
-    assert "·cat" in nodes.text[1] and "⏎" in nodes.text[4]
-    assert "draft q = 0.600" in nodes.hovertext[1] and "target P = 0.700" in nodes.hovertext[1]
-    # The accepted path is drawn as its own thick edge trace covering exactly the path's edges.
-    path = next(t for t in fig.data if t.name == "accepted path")
-    assert sum(x is None for x in path.x) == len(payload.accepted_path)
-    bonus = next(t for t in fig.data if t.name == "bonus token")
-    assert bonus.marker.symbol == "star" and "on" in bonus.text[0]
-    # The bonus star sits one level right of the last accepted node.
-    pos = figures.tree_positions(payload)
-    assert bonus.x[0] == pos[3][0] + 1
-
-
 def test_tree_layout_places_depths_left_to_right():
     pos = figures.tree_positions(tree_payload())
     assert [pos[i][0] for i in range(5)] == [0, 1, 1, 2, 2]
@@ -92,10 +67,6 @@ def test_tree_layout_places_depths_left_to_right():
 
 
 def test_empty_views_do_not_fail():
-    assert isinstance(figures.tree_figure(None), go.Figure)
-    assert isinstance(figures.window_figure(None), go.Figure)
-    assert isinstance(figures.latency_figure({}), go.Figure)
-    assert isinstance(figures.cumulative_figure({}), go.Figure)
     assert "appears here" in html.pool_entry_html(None)
     assert "not run" in html.tokens_html(None)
     v = views.plot_views(None)
@@ -107,10 +78,6 @@ def test_window_grid_is_levels_by_w():
     grid, levels, width = figures.window_grid(payload)
     assert (levels, width) == (2, 3)
     assert grid[0] == ["", "a", "b"]   # level 0 has W-1 tokens
-    fig = figures.window_figure(payload)
-    heat = fig.data[0]
-    assert len(heat.z) == 2 and all(len(row) == 3 for row in heat.z)
-    assert heat.z[0][0] == 0 and heat.z[1][0] > 0
 
 
 def test_pool_entry_highlights_match_lengths():
@@ -120,23 +87,6 @@ def test_pool_entry_highlights_match_lengths():
     assert rows[0].count("#bbf7d0") == 1 and rows[1].count("#bbf7d0") == 2   # matched prefix cells
     assert "accepted" in rows[1] and "accepted" not in rows[0]
     assert "·" not in text and "cat" in text and "pool holds 9" in text
-
-
-def test_pool_size_and_latency_and_cumulative():
-    trace = race_trace()
-    fig = figures.pool_size_figure(trace.runs["lookahead"])
-    assert list(fig.data[0].y) == [9, 9]
-    lat = figures.latency_figure(trace.runs)
-    bars = [t for t in lat.data if isinstance(t, go.Bar)]
-    assert len(bars) == 9 and lat.layout.barmode == "stack"
-    sq_draft = [b for b in bars if b.name == "draft" and b.yaxis == "y2"][0]
-    assert list(sq_draft.y) == [0.0, 3.0]
-    cum = figures.cumulative_figure(trace.runs)
-    ar_line = next(t for t in cum.data if t.name == "Autoregressive")
-    assert list(ar_line.y) == [0, 1, 2, 3] and abs(ar_line.x[-1] - 0.033) < 1e-9
-    # Replay: only the steps done so far are drawn.
-    cum2 = figures.cumulative_figure(trace.runs, trace.steps_done(4))
-    assert list(next(t for t in cum2.data if t.name == "Autoregressive").y) == [0, 1, 2]
 
 
 def strip(fragment):
@@ -323,8 +273,6 @@ def test_tree_hover_says_what_a_feature_draft_saw():
     drawn = htmllib.unescape(svg.tree_svg(payload, step=1))
     assert "draft saw: 'The' + target's hidden state at the root" in drawn
     assert "draft saw: '·cat' + draft's predicted hidden state (1 step from the target's)" in drawn
-    hover = " ".join(node_trace(figures.tree_figure(payload)).hovertext)
-    assert "draft saw: '·cat' + draft's predicted" in hover
 
 
 def test_svg_views_from_a_race_and_in_replay():

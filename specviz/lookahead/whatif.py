@@ -16,7 +16,6 @@ from .method import METHOD
 
 PLAN = ("lookahead-auto", "target")   # the plans `auto` caches for it: per target, device and dtype (no draft)
 SLIDERS = {"window": (1, 32, 4, "W (window)"), "ngram": (2, 8, 3, "N (n-gram)"), "guesses": (0, 32, 4, "G (guesses)")}
-SWEEP = ("window", "window W", "Lookahead: window W (N={ngram}, G={guesses})")
 # Said under the panel's columns: what its accepted length is a model of.
 NOTE = ("Lookahead's accepted length is a model: each verified n-gram's next token is right at the rate this run's "
         "n-grams matched at that position (before a run, a prior calibrated on the offline default, see "

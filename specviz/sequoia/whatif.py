@@ -23,7 +23,6 @@ PLAN = ("sequoia-plan", "pair")     # the plans `auto` caches for it: per model 
 # The panel's sliders it reads: option name -> (least, most, default, label). They span sizes worth predicting,
 # not every size a race accepts.
 SLIDERS = {"tree_budget": (2, 128, 16, "Tree budget n"), "tree_depth": (1, 12, 4, "Tree depth d")}
-SWEEP = ("tree_budget", "tree budget n", "Sequoia: tree budget n (depth {tree_depth})")
 
 
 def plan_curve(plan: dict) -> dict[int, float]:

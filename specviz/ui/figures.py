@@ -1,20 +1,17 @@
-"""Plotly figures from traces: pure functions, no model, no gradio.
+"""What every view draws with: the methods' and statuses' colours, the labels' text, the tree's layout and the
+window's grid; and the two plotly figures only the notebook shows (the acceptance vector, a planned tree).
 
-Every function takes plain trace data (payloads, `RunTrace`, `RaceTrace`) and returns a `go.Figure`, so replay of
-an uploaded trace draws exactly what the live run drew.
+The race's views themselves are `svg.py`'s, in the page, in replay and in the notebook alike: one renderer
+per view, so the lesson's figures cannot disagree with the page's. Pure functions, no model, no gradio.
 """
 
 from __future__ import annotations
 
-from itertools import accumulate
-
 import networkx as nx
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from ..methods import colours, labels
-from ..trace import PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, LookaheadPayload, RunTrace, TreePayload
-from .escape import esc
+from ..trace import PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, LookaheadPayload, TreePayload
 
 METHOD_LABELS = labels()
 METHOD_COLORS = colours()
@@ -44,13 +41,6 @@ def empty_figure(title: str, message: str, height: int = 300) -> go.Figure:
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return _base_layout(fig, title, height)
-
-
-def _esc(text) -> str:
-    """`html.esc`, for plotly's text: its labels, hover texts and titles are HTML too (`<b>`, `<a href>`), so a
-    trace's strings go through the same escaping as every other view's (quotes kept: plotly writes its text as
-    text, never into an attribute of ours)."""
-    return esc(text, quote=False)
 
 
 def _show(text: str) -> str:
@@ -130,83 +120,6 @@ def parent_positions(edges: list[tuple[int, int]]) -> dict[int, tuple[float, flo
     return pos
 
 
-def tree_figure(payload: TreePayload | None, step: int | None = None, height: int | None = None) -> go.Figure:
-    """The speculated tree of one Sequoia step: one marker per node, coloured by outcome."""
-    title = "Sequoia token tree" + (f" — step {step}" if step is not None else "")
-    if payload is None or not payload.nodes:
-        return empty_figure(title, "the tree appears here when Sequoia runs", height or 460)
-    pos = tree_positions(payload)
-    # Tall enough that the widest level's labels do not overlap (about 24 px per node).
-    widest = max((sum(1 for p in pos.values() if p[0] == x) for x in {p[0] for p in pos.values()}), default=1)
-    height = height or max(460, 24 * widest + 120)
-    on_path = set(payload.accepted_path)
-    by_id = {n.id: n for n in payload.nodes}
-    root_id = next((n.id for n in payload.nodes if n.parent < 0), payload.nodes[0].id)
-
-    fig = go.Figure()
-    # Edges: plain grey, the accepted path thick green.
-    for accepted in (False, True):
-        xs, ys = [], []
-        for node in payload.nodes:
-            if node.parent < 0 or node.parent not in pos or (node.id in on_path) != accepted:
-                continue
-            (x0, y0), (x1, y1) = pos[node.parent], pos[node.id]
-            xs += [x0, x1, None]
-            ys += [y0, y1, None]
-        fig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
-            name="accepted path" if accepted else "edges",
-            line=dict(color=NODE_COLORS["accepted"] if accepted else "#cbd5e1", width=5 if accepted else 1.5)))
-
-    nodes = payload.nodes
-    colors = [NODE_COLORS.get(n.status, NODE_COLORS["not_reached"]) for n in nodes]
-    sizes = [30 if n.id in on_path or n.parent < 0 else 22 for n in nodes]
-    # Built as plain text with newlines, escaped whole, then the newlines made <br>: no upload's text is markup.
-    after = rejected_before(payload)
-    hover = [
-        f"<b>{_esc(_show(n.text))}</b> " + _esc(
-            f"(id {n.token_id})\nstatus: {n.status}\ndepth {n.depth}\ndraft q = {n.draft_prob:.3f}\n"
-            f"target P = {n.target_prob:.3f}{draft_saw(n, by_id.get(n.parent), chr(10))}"
-            f"{tested_as(n, after.get(n.id, 0), chr(10))}").replace("\n", "<br>")
-        for n in nodes]
-    fig.add_trace(go.Scatter(
-        x=[pos[n.id][0] for n in nodes], y=[pos[n.id][1] for n in nodes], mode="markers+text",
-        name="tree nodes", showlegend=False,
-        marker=dict(color=colors, size=sizes, line=dict(color="white", width=1.5)),
-        text=[_esc(_show(n.text) if n.parent >= 0 else "▶ " + _show(n.text)) for n in nodes],
-        textposition="middle right", textfont=dict(size=16, color="#111827"), hovertext=hover,
-        hoverinfo="text"))
-
-    if payload.bonus_token_id is not None:
-        last = payload.accepted_path[-1] if payload.accepted_path else root_id
-        lx, ly = pos.get(last, (0.0, 0.0))
-        bx, by = lx + 1.0, ly
-        fig.add_trace(go.Scatter(x=[lx, bx], y=[ly, by], mode="lines", hoverinfo="skip", showlegend=False,
-                                 name="bonus edge", line=dict(color=BONUS_COLOR, width=4, dash="dot")))
-        fig.add_trace(go.Scatter(
-            x=[bx], y=[by], mode="markers+text", name="bonus token", showlegend=False,
-            marker=dict(symbol="star", color=BONUS_COLOR, size=34, line=dict(color="#92400e", width=1)),
-            text=[_esc(_show(payload.bonus_text or ""))], textposition="middle right",
-            textfont=dict(size=14, color="#92400e"),
-            hovertext=[f"<b>bonus / corrected token</b><br>{_esc(_show(payload.bonus_text or ''))} "
-                       f"(id {_esc(payload.bonus_token_id)})<br>sampled by the target after the accepted path"],
-            hoverinfo="text"))
-
-    # Legend as invisible markers so the colours are explained on the projector.
-    for label, color in TREE_LEGEND:
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label, showlegend=True,
-                                 marker=dict(color=color, size=14, symbol="star" if label == "bonus" else "circle")))
-    accepted = len(payload.accepted_path)
-    subtitle = (f"{len(nodes)} nodes (budget {_esc(payload.budget)}, depth {_esc(payload.depth)}); "
-                f"{accepted} accepted + 1 bonus = {accepted + (payload.bonus_token_id is not None)} tokens")
-    fig = _base_layout(fig, f"{title}<br><sup>{subtitle}</sup>", height)
-    max_x = max((p[0] for p in pos.values()), default=0) + (2.2 if payload.bonus_token_id is not None else 1.2)
-    fig.update_xaxes(visible=False, range=[-0.4, max_x])
-    fig.update_yaxes(visible=False, range=[-1.25, 1.25])
-    fig.update_layout(margin=dict(l=10, r=10, t=70, b=10))
-    return fig
-
-
 def acceptance_figure(acceptance: list[float], by_depth: list[list[float]] | None = None,
                       title: str = "Acceptance vector", height: int = 340) -> go.Figure:
     """p[k]: how often the k-th child drawn at a node is the one the target accepts (per level, if measured)."""
@@ -279,114 +192,3 @@ def window_grid(payload: LookaheadPayload) -> tuple[list[list[str]], int, int]:
     width = max([payload.window_size] + [len(r) for r in rows]) if rows else payload.window_size
     grid = [[""] * (width - len(row)) + [_show(t) for t in row] for row in rows]
     return grid, len(grid), width
-
-
-def window_figure(payload: LookaheadPayload | None, step: int | None = None, height: int = 300) -> go.Figure:
-    title = "Lookahead Jacobi window" + (f" — step {step}" if step is not None else "")
-    if payload is None or not payload.window:
-        return empty_figure(title, "the window appears here when Lookahead runs", height)
-    grid, levels, width = window_grid(payload)
-    z = [[(lvl + 1) if cell else 0 for cell in row] for lvl, row in enumerate(grid)]
-    fig = go.Figure(go.Heatmap(
-        z=z, text=[[_esc(cell) for cell in row] for row in grid], texttemplate="%{text}", textfont=dict(size=14),
-        showscale=False,
-        colorscale=[[0, "#ffffff"], [0.001, "#fef3c7"], [1, "#f59e0b"]], zmin=0, zmax=max(levels, 1),
-        xgap=3, ygap=3, hovertemplate="level %{y}, column %{x}: %{text}<extra></extra>"))
-    warm = " (warm-up)" if payload.warmup else ""
-    fig = _base_layout(fig, f"{title}{warm}<br><sup>{levels} levels × W={width}; each column is one Jacobi "
-                            f"trajectory, newest guesses at the bottom</sup>", height)
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(levels)),
-                     ticktext=[f"level {i}" for i in range(levels)], showgrid=False)
-    fig.update_xaxes(tickmode="array", tickvals=list(range(width)), ticktext=[str(i) for i in range(width)],
-                     showgrid=False, title="column (future position)")
-    fig.update_layout(margin=dict(l=70, r=10, t=70, b=40))
-    return fig
-
-
-def pool_size_figure(run: RunTrace | None, upto: int | None = None, height: int = 260) -> go.Figure:
-    title = "n-gram pool size"
-    steps = [] if run is None else run.steps[:upto]
-    points = [(s.step, s.payload.pool_size) for s in steps if isinstance(s.payload, LookaheadPayload)]
-    if not points:
-        return empty_figure(title, "pool size over time appears here", height)
-    fig = go.Figure(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
-                               line=dict(color=METHOD_COLORS.get(run.method, "#111"), width=3), name="pool size"))
-    fig = _base_layout(fig, title, height)
-    fig.update_xaxes(title=f"{METHOD_LABELS.get(run.method, run.method)} step", gridcolor="#eee")
-    fig.update_yaxes(title="n-grams", gridcolor="#eee", rangemode="tozero")
-    return fig
-
-
-# ---------------------------------------------------------------------------
-# Latency and the race
-# ---------------------------------------------------------------------------
-
-
-def latency_figure(runs: dict[str, RunTrace], upto: dict[str, int] | None = None, height: int | None = None):
-    """Per-step latency per method, stacked draft / target / verify (one row per method)."""
-    methods = [m for m, r in runs.items() if r.steps]
-    if not methods:
-        return empty_figure("Per-step latency", "latency per step appears here", 300)
-    fig = make_subplots(rows=len(methods), cols=1, shared_xaxes=False, vertical_spacing=0.12,
-                        subplot_titles=[_esc(METHOD_LABELS.get(m, m)) for m in methods])
-    for row, method in enumerate(methods, start=1):
-        steps = runs[method].steps[:(upto or {}).get(method, len(runs[method].steps))]
-        for phase in (PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY):
-            fig.add_trace(go.Bar(
-                x=[s.step for s in steps], y=[s.time_ms.get(phase, 0.0) for s in steps],
-                name=PHASE_LABELS[phase], marker_color=PHASE_COLORS[phase], legendgroup=phase,
-                showlegend=row == 1, hovertemplate=f"{PHASE_LABELS[phase]}: %{{y:.1f}} ms<extra></extra>"),
-                row=row, col=1)
-        fig.update_yaxes(title_text="ms", row=row, col=1, gridcolor="#eee")
-    fig.update_layout(barmode="stack", bargap=0.1)
-    fig.update_xaxes(title_text="step (one target forward)", row=len(methods), col=1)
-    fig = _base_layout(fig, "Per-step latency (ms, stacked by phase)", height or 180 * len(methods) + 110)
-    # Legend above the first subplot's title, not on it.
-    fig.update_layout(legend=dict(y=1.1, yanchor="bottom", x=1.0, xanchor="right"), margin=dict(t=110))
-    fig.update_annotations(yshift=4, font=dict(size=15))
-    return fig
-
-
-def cumulative_figure(runs: dict[str, RunTrace], upto: dict[str, int] | None = None, height: int = 360):
-    """Tokens generated against each method's own compute time, all methods on one axis."""
-    fig = go.Figure()
-    any_points = False
-    for method, run in runs.items():
-        steps = run.steps[:(upto or {}).get(method, len(run.steps))]
-        if not steps:
-            continue
-        any_points = True
-        xs = [round(t, 4) for t in accumulate((s.total_ms / 1000 for s in steps), initial=0.0)]
-        ys = [0] + [s.cumulative_tokens for s in steps]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=_esc(METHOD_LABELS.get(method, method)),
-                                 line=dict(color=METHOD_COLORS.get(method), width=4, shape="hv")))
-    if not any_points:
-        return empty_figure("Tokens over time", "cumulative tokens appear here", height)
-    fig = _base_layout(fig, "Tokens over time (steeper = faster)", height)
-    fig.update_xaxes(title="seconds of the method's own compute", gridcolor="#eee", rangemode="tozero")
-    fig.update_yaxes(title="tokens generated", gridcolor="#eee", rangemode="tozero")
-    return fig
-
-
-def forward_curve_figure(curve: dict, title: str = "Measured target forward time t(n)", height: int = 320,
-                         floors: dict | None = None):
-    """The measured cost of one target forward over n new tokens; with `floors` (n -> (bandwidth floor ms,
-    arithmetic floor ms), `hardware.curve_floors`), the two floors this CPU's rates set beside it."""
-    if not curve:
-        return empty_figure(title, "no forward-time profile measured yet for this model pair "
-                                   "(run once with 'auto' sizes)", height)
-    ns = sorted(int(n) for n in curve)
-    ms = [float(curve[n] if n in curve else curve[str(n)]) for n in ns]
-    fig = go.Figure(go.Scatter(x=ns, y=ms, mode="lines+markers", line=dict(color="#1e3a8a", width=3),
-                               hovertemplate="n=%{x}: %{y:.1f} ms<extra></extra>", name="t(n)"))
-    at = [n for n in ns if n in (floors or {})]
-    for index, (name, colour) in enumerate((("bytes read / bandwidth", "#059669"),
-                                            ("int8 MACs / int8 peak", "#d97706"))):
-        if at:
-            fig.add_trace(go.Scatter(x=at, y=[floors[n][index] for n in at], mode="lines", name=name,
-                                     line=dict(color=colour, width=2, dash="dash"),
-                                     hovertemplate="n=%{x}: %{y:.1f} ms<extra>" + name + "</extra>"))
-    fig = _base_layout(fig, title, height)
-    fig.update_xaxes(type="log", title="new tokens in one forward (n)", gridcolor="#eee", tickvals=ns)
-    fig.update_yaxes(title="ms", gridcolor="#eee", rangemode="tozero")
-    return fig

@@ -3,8 +3,8 @@
 Why not plotly in the app: measured in Chromium (issue 12), every `gr.Plot` update leaves about 65 event listeners
 behind that garbage collection never frees, and redrawing six figures a second kept a same-machine renderer at half
 a core, taking those cycles from the decoders. These views are a few kilobytes of static markup each (no scripts;
-hover details come from SVG `<title>` tooltips), cheap to redraw live and in replay. `figures.py` keeps the plotly
-versions for notebooks and exports. Pure functions of trace data.
+hover details come from SVG `<title>` tooltips), cheap to redraw live and in replay. The notebook shows these same
+views (one renderer per view: what the lesson draws is what the page draws). Pure functions of trace data.
 """
 
 from __future__ import annotations

@@ -178,43 +178,6 @@ def slider_sizes(sizes: dict | None = None) -> dict:
     return {**{name: spec[2] for name, spec in sliders().items()}, **(sizes or {})}
 
 
-def sweep_figure(trace: RaceTrace | None, sizes: dict | None = None, profile: dict | None = None, height: int = 380):
-    """The panel's curves as one plotly figure (for notebooks): each method's predicted speedup against its
-    main size (a tree's budget, Lookahead's window W) at `sizes`' others, with the last run's speedup marked."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    from .figures import _base_layout, empty_figure
-
-    inp, sizes = inputs(trace, profile), slider_sizes(sizes)
-    if not inp["target_ms"]:
-        return empty_figure("What if", "nothing measured yet: run a race first", height)
-    shown = whatifs()
-    fig = make_subplots(rows=1, cols=len(shown), subplot_titles=[module.SWEEP[2].format(**sizes)
-                                                                 for module in shown.values()])
-    done = actual(trace)
-    for col, (method, module) in enumerate(shown.items(), start=1):
-        line, size_key = module.line(inp, sizes), module.SWEEP[0]
-        fig.add_trace(go.Scatter(x=[x for x, _ in line], y=[y for _, y in line], mode="lines",
-                                 name=f"{method}: predicted", line=dict(color=METHOD_COLORS[method], width=3)),
-                      row=1, col=col)
-        got = done.get(method)
-        size = (got or {}).get("settings", {}).get(size_key)
-        if got and got["speedup"] is not None and size:
-            fig.add_trace(go.Scatter(x=[size], y=[got["speedup"]], mode="markers", name=f"{method}: last run",
-                                     marker=dict(symbol="diamond", size=14, color="#111827")), row=1, col=col)
-        fig.add_hline(y=1.0, line=dict(dash="dash", color="#9ca3af"), row=1, col=col)
-        fig.update_yaxes(title_text="predicted speedup" if col == 1 else None, rangemode="tozero",
-                         gridcolor="#eee", row=1, col=col)
-    fig = _base_layout(fig, f"What if: predicted speedup over autoregressive<br><sup>costs from "
-                            f"{esc(inp['curve_source'])}</sup>", height)
-    # The legend under the plots: above them it would cover the subplot titles.
-    fig.update_layout(margin=dict(t=90, b=90), legend=dict(orientation="h", yanchor="top", y=-0.12, x=0.0,
-                                                           xanchor="left"))
-    fig.update_annotations(yshift=4)
-    return fig
-
-
 # ----------------------------------------------------------------------------- drawing
 
 
