@@ -159,6 +159,15 @@ def test_a_method_races_when_chosen_and_only_then_has_a_column(app_url):
         boxes = [page.locator(f"#sv-stats-{m}").bounding_box() for m in ("ar", "sequoia", "lookahead",
                                                                           "prompt-lookup")]
         assert len({round(b["y"]) for b in boxes}) == 1, boxes   # four columns side by side
+        # Four columns on a projector's 1280 px: each column's numbers on one line each and inside the column.
+        page.set_viewport_size({"width": 1280, "height": 720})
+        page.wait_for_timeout(300)
+        fit = page.evaluate("""() => [...document.querySelectorAll('.sv-stats')].filter(e => e.offsetParent).map(e =>
+            [e.scrollWidth - e.clientWidth, Math.max(...[...e.querySelectorAll('.sv-stat-value')].map(v =>
+                v.getBoundingClientRect().height / parseFloat(getComputedStyle(v).fontSize)))])""")
+        assert len(fit) == 4 and all(over <= 1 and lines < 1.6 for over, lines in fit), fit
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "four-columns-1280.png"))
     assert not errors, errors
 
 
@@ -186,6 +195,10 @@ def test_starting_a_race_brings_its_columns_into_view_at_1280x720(app_url):
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "race-started-1280x720.png"))
         page.wait_for_selector("#sv-summary .sv-summary", timeout=280_000)   # the race ends before the next test
+        # Each column's numbers stay on one line each at 1280 px (a time of "0.41 s" had wrapped its unit).
+        heights = page.evaluate("""() => [...document.querySelectorAll('.sv-stat-value')].map(e =>
+            [e.innerText, e.getBoundingClientRect().height / parseFloat(getComputedStyle(e).fontSize)])""")
+        assert len(heights) >= 15 and all(lines < 1.6 for _, lines in heights), heights
 
 
 # The smallest text on screen: every visible element holding text, in CSS pixels as drawn (an SVG label's

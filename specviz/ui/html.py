@@ -139,11 +139,16 @@ def stats_html(method: str, run: RunTrace | None, upto: int | None = None, runni
     else:
         state = finish_words(run.finish_reason) or ("…" if running else "")
     st = run_stats(run, upto)
+    # The time's unit in small type: "0.41 s" at 22 px wrapped onto two lines in a 1280 px page's columns.
     cells = [("tokens/s", f"{st['tokens_per_second']:.1f}"),
              ("tokens per forward", f"{st['tokens_per_forward']:.2f}"),
-             ("steps", str(st["steps"])), ("tokens", str(st["tokens"])), ("time", f"{st['seconds']:.2f} s")]
+             ("steps", str(st["steps"])), ("tokens", str(st["tokens"])),
+             ("time", f'{st["seconds"]:.2f}<span style="font-size:14px;font-weight:400"> s</span>')]
+    # Sized by the column's width (cqi: the header is an inline-size container), at most 22 px: four columns on a
+    # 1280 px projector overflowed their column by 30-40 px at a fixed 22 px.
     stat_cells = "".join(
-        f'<div style="text-align:center;padding:0 6px"><div style="font-size:22px;font-weight:700">{v}</div>'
+        f'<div style="text-align:center;padding:0 clamp(2px, 1.5cqi, 6px)"><div class="sv-stat-value" '
+        f'style="font-size:22px;font-size:clamp(15px, 6.4cqi, 22px);font-weight:700;white-space:nowrap">{v}</div>'
         f'<div class="sv-stat-label" style="font-size:12px;color:#6b7280">{term_html(k)}</div></div>'
         for k, v in cells)
     ran = what_ran(run.settings if run is not None and isinstance(run.settings, dict) else {})
@@ -152,7 +157,7 @@ def stats_html(method: str, run: RunTrace | None, upto: int | None = None, runni
     ran_span = (f'<span class="sv-ran" style="flex:1;min-width:0;margin:0 8px;font-size:13px;color:#374151;'
                 f'white-space:nowrap;overflow:hidden;text-overflow:ellipsis" title="{esc(ran)}">{esc(ran)}</span>'
                 if ran else "")
-    return (f'<div class="sv-stats" style="border-top:6px solid {color};padding:6px 4px">'
+    return (f'<div class="sv-stats" style="border-top:6px solid {color};padding:6px 4px;container-type:inline-size">'
             f'<div style="display:flex;justify-content:space-between;align-items:baseline">'
             f'<span style="font-size:22px;font-weight:700;color:{color};white-space:nowrap">{esc(label)}</span>{ran_span}'
             # Cut short rather than drawn over the name where four columns share a projector's 1280 px.
