@@ -317,11 +317,17 @@ def test_no_lookahead_candidates_are_explained_by_the_numbers_the_sizing_used():
     words = lookahead_sizing.lookahead_words(result)
     assert words.startswith(f"auto chose no Lookahead candidates from its n-gram pool (G=0, W={choice['window']}, "
                             f"N={choice['ngram']})")
-    assert f"t(1) = 10.0 ms and t({choice['step_tokens']}) = {choice['forward_ms']:.1f} ms" in words
+    # t(n) is the curve's at the step's tokens (a step's expected forward, with a copy's rows, is not t(n)).
+    curve = {int(k): v for k, v in result["curve"].items()}
+    n, m = choice["step_tokens"], best["step_tokens"]
+    assert n == 1 and m == 2, (n, m)   # this curve's choices, so the expected t(n) are the curve's own points
+    assert "t(1) = 10.0 ms and its step forwards 1 token," in words
     assert (f"with pool candidates, W={best['window']}, N={best['ngram']}, G={best['guesses']}, forwards "
-            f"{best['step_tokens']} tokens at t({best['step_tokens']}) = {best['forward_ms']:.1f} ms for {best['expected_tokens']:.2f} tokens "
+            f"2 tokens at t(2) = {curve[2]:.1f} ms for {best['expected_tokens']:.2f} tokens "
             f"expected per forward: predicted {best['predicted_speedup']:.2f}x against "
             f"{choice['predicted_speedup']:.2f}x without pool candidates") in words
+    # Control: the chosen step's expected forward (10.05 ms here, a copy's rows in some steps) is not called t(1).
+    assert choice["forward_ms"] != curve[1] and f"t(1) = {choice['forward_ms']:.1f} ms" not in words
     # Control: a flat curve's choice has candidates, and nothing is said.
     flat = lookahead_result({1: 10.0, 2: 10.0, 4: 10.1, 8: 10.2, 16: 10.5, 32: 11.0, 64: 12.0})
     assert flat["choice"]["guesses"] > 0 and lookahead_sizing.lookahead_words(flat) == ""

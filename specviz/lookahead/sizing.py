@@ -233,24 +233,30 @@ def auto_size_words(settings: dict) -> str | None:
 
 def lookahead_words(result: dict) -> str:
     """Why `auto` chose no Lookahead candidates from its pool (G = 0), from `lookahead.sizing.choose`'s result:
-    t(1) and t(n) of the chosen forward, and of the best setting with pool candidates, its expected tokens per
-    forward, and both predicted speedups. "" where the choice has pool candidates."""
+    t(1), the tokens the chosen step forwards and their t(n), the same for the best setting with pool candidates,
+    its expected tokens per forward, and both predicted speedups. "" where the choice has pool candidates.
+    A row's `forward_ms` is a step's expected forward (`step_ms`: a copied candidate's rows in the steps that
+    find one), not t(n): the sentence says t(n) from the curve and leaves the copy to the predictions."""
     choice = result.get("choice") or {}
     if int(choice.get("guesses", 1) or 0) != 0 or not result.get("curve"):
         return ""
     curve = {int(k): float(v) for k, v in result["curve"].items()}
-    t1 = curve[min(curve)]
-    n = int(choice["step_tokens"])
+
+    def forwards(row: dict) -> str:
+        n = int(row["step_tokens"])
+        return "1 token" if n == 1 else f"{n} tokens at t({n}) = {interpolate(curve, n):.1f} ms"
+
     words = (f"auto chose no Lookahead candidates from its n-gram pool (G=0, W={choice['window']}, "
-             f"N={choice['ngram']}): on this machine t(1) = {t1:.1f} ms and t({n}) = {float(choice['forward_ms']):.1f} ms")
+             f"N={choice['ngram']}): on this machine t(1) = {curve[min(curve)]:.1f} ms and its step forwards "
+             f"{forwards(choice)}")
     best = next((r for r in result.get("table") or [] if int(r.get("guesses", 0)) > 0), None)
     if best is None:
         return words + f": predicted {float(choice['predicted_speedup']):.2f}x"
     return words + (f", and the best setting with pool candidates, W={best['window']}, N={best['ngram']}, "
-                    f"G={best['guesses']}, forwards {best['step_tokens']} tokens at t({best['step_tokens']}) = "
-                    f"{float(best['forward_ms']):.1f} ms for {float(best['expected_tokens']):.2f} tokens expected "
-                    f"per forward: predicted {float(best['predicted_speedup']):.2f}x against "
-                    f"{float(choice['predicted_speedup']):.2f}x without pool candidates")
+                    f"G={best['guesses']}, forwards {forwards(best)} for {float(best['expected_tokens']):.2f} tokens "
+                    f"expected per forward: predicted {float(best['predicted_speedup']):.2f}x against "
+                    f"{float(choice['predicted_speedup']):.2f}x without pool candidates (both with a copied "
+                    f"candidate's rows in the steps that find one)")
 
 
 def why_small(pair, graphs: bool, settings: dict) -> str:
