@@ -48,6 +48,11 @@ def _one_hot_rows(rng, shape, vocab):
     return torch.nn.functional.one_hot(torch.tensor([rng.randrange(vocab) for _ in range(shape)], dtype=torch.long), vocab).float()
 
 
+def node_probs(first: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """`sampled_verdict`'s table from P after t0 (V,) and after each candidate token (G, L, V)."""
+    return torch.cat([first.view(1, -1), after.reshape(-1, after.shape[-1])])
+
+
 def test_device_sampled_verdict_equals_the_host_rule_where_it_is_certain():
     """Where every P is one-hot the sampled walks are certain: the device verdict equals sampling_verify's in
     every small case, padding candidates included (the draws then only ever pick the one token)."""
@@ -83,8 +88,8 @@ def test_padding_candidates_change_no_draw():
         for count in (guesses, n_real):
             gen = torch.Generator().manual_seed(seed)
             uniforms = torch.rand(cand_len, guesses, generator=gen, dtype=torch.float64)[:, :count]
-            packed, _ = verify.sampled_verdict(cands[:count], torch.arange(count) < n_real, first,
-                                                   after[:count], uniforms, gen)
+            packed, _ = verify.sampled_verdict(cands[:count], torch.arange(count) < n_real,
+                                                   node_probs(first, after[:count]), uniforms, gen)
             verdicts.append(unpack(packed.tolist(), n_real, cand_len))
         assert verdicts[0] == verdicts[1]
 
@@ -94,7 +99,7 @@ def _sampled(cands, first_probs, after, generator, n_real=None):
     guesses, cand_len = cands.shape
     valid = torch.arange(guesses) < (guesses if n_real is None else n_real)
     uniforms = torch.rand(cand_len, guesses, generator=generator, dtype=torch.float64)
-    packed, _ = verify.sampled_verdict(cands, valid, first_probs, after, uniforms, generator)
+    packed, _ = verify.sampled_verdict(cands, valid, node_probs(first_probs, after), uniforms, generator)
     return unpack(packed.tolist(), int(valid.sum()), cand_len)
 
 
@@ -329,7 +334,7 @@ def test_device_sampled_verdict_records_each_try_as_it_happened():
         first = torch.softmax(torch.randn(vocab, generator=gen) * 2, -1)
         after = torch.softmax(torch.randn(guesses, cand_len, vocab, generator=gen) * 2, -1)
         uniforms = torch.rand(cand_len, guesses, generator=gen, dtype=torch.float64)
-        packed, tries = verify.sampled_verdict(cands, torch.ones(guesses, dtype=torch.bool), first, after,
+        packed, tries = verify.sampled_verdict(cands, torch.ones(guesses, dtype=torch.bool), node_probs(first, after),
                                                uniforms, gen)
         got = unpack(packed.tolist(), guesses, cand_len)
         want = torch.full((2, cand_len, guesses), verify.NOT_TRIED, dtype=torch.float64)

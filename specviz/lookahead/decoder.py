@@ -266,13 +266,16 @@ class LookaheadDecoder(Decoder):
             preds = logit_summary(logits, 1)[1][:, 0]
             verdict = greedy_verdict(candidates, valid, preds[layout.t0_row], preds[rows:].view(count, cand_len))
             return torch.cat([preds[:layout.new_level_rows], verdict])
-        first_probs = probs_from_logits(logits[layout.t0_row], self.sampling)
-        cand_probs = probs_from_logits(logits[rows:], self.sampling).view(count, cand_len, logits.shape[-1])
+        # P after t0, then after each candidate token. Once the window is full t0's row is the one before the
+        # candidates' (a slice, no copy); in the warm-up it is the first row.
+        t0 = layout.t0_row
+        node_logits = logits[t0:] if t0 == rows - 1 else torch.cat([logits[t0:t0 + 1], logits[rows:]])
+        node_probs = probs_from_logits(node_logits, self.sampling)
         # Drawn at (L, rows) whatever the shape's candidate count, so a seed gives the same tokens padded or not.
         uniforms = torch.rand(cand_len, self.rows, generator=self.generator, device=self.device,
                               dtype=torch.float64)
-        verdict, tries = sampled_verdict(candidates, valid, first_probs, cand_probs, uniforms[:, :count],
-                                         self.generator, prune=self.host_reads_free)
+        verdict, tries = sampled_verdict(candidates, valid, node_probs, uniforms[:, :count], self.generator,
+                                         prune=self.host_reads_free)
         # Token ids are exact in float64: the tries' floats come back in the step's one read.
         return torch.cat([logit_summary(logits[:layout.new_level_rows], 1)[1][:, 0].double(), verdict.double(),
                           tries.flatten()])

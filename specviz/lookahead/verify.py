@@ -123,10 +123,10 @@ def _pick_row(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def candidate_trie(candidates: torch.Tensor, valid: torch.Tensor) -> WalkTables:
     """The candidates as a trie, in the sampled walk's tables (`sequoia.verify.WalkTables.of_children`).
 
-    Node 0 is t0; node 1 + j * G + k is candidate k's token j, a node of the trie where k is the first valid
-    candidate with its first j + 1 tokens (a later one with the same prefix shares that node, so each token
-    is tried once). A node's child of rank k' is candidate k''s next token: ranks are pool order, so a
-    level's tries and their draws (`uniforms[j, k']`) are those of the candidates, in their order."""
+    Node 0 is t0; node 1 + k * L + j is candidate k's token j (the order of the verified rows), a node of the
+    trie where k is the first valid candidate with its first j + 1 tokens (a later one with the same prefix
+    shares that node, so each token is tried once). A node's child of rank k' is candidate k''s next token:
+    ranks are pool order, so a level's tries and their draws (`uniforms[j, k']`) are the candidates', in order."""
     guesses, cand_len = candidates.shape
     device = candidates.device
     both = valid.view(-1, 1, 1) & valid.view(1, -1, 1)
@@ -134,23 +134,26 @@ def candidate_trie(candidates: torch.Tensor, valid: torch.Tensor) -> WalkTables:
     agree = (candidates.unsqueeze(1) == candidates.unsqueeze(0)).long().cumprod(2).bool() & both
     earlier = torch.ones(guesses, guesses, dtype=torch.bool, device=device).tril(-1)   # [k, k']: k' before k
     first = valid.view(-1, 1) & ~(agree & earlier.unsqueeze(2)).any(1)                 # (G, L)
-    # (k, j)'s child of rank k': (k', j + 1), where k and k' agree through j and each is first with its prefix
+    # (k, j)'s child of rank k': (k', j + 1), where k and k' agree through j and each is first with its prefix;
+    # a candidate's last token has none
     inner = first[:, None, :-1] & agree[:, :, :-1] & first[None, :, 1:]               # [k, k', j]
-    has_child = torch.cat([first[:, 0].view(1, -1), inner.permute(2, 0, 1).reshape(-1, guesses),
-                           torch.zeros(guesses, guesses, dtype=torch.bool, device=device)])
-    level = torch.cat([torch.zeros(1, dtype=torch.long, device=device),
-                       torch.arange(1, cand_len + 1, device=device).repeat_interleave(guesses)])
-    children = 1 + torch.arange(guesses, device=device).view(1, -1) + guesses * level.view(-1, 1)
+    last = torch.zeros(guesses, guesses, 1, dtype=torch.bool, device=device)
+    has_child = torch.cat([first[:, 0].view(1, -1),
+                           torch.cat([inner, last], 2).transpose(1, 2).reshape(-1, guesses)])
+    depth = torch.cat([torch.zeros(1, dtype=torch.long, device=device),
+                       torch.arange(1, cand_len + 1, device=device).repeat(guesses)])
+    children = 1 + cand_len * torch.arange(guesses, device=device).view(1, -1) + depth.view(-1, 1)
     return WalkTables.of_children(torch.where(has_child, children, 0), has_child, [guesses] * cand_len + [0])
 
 
-def sampled_verdict(candidates: torch.Tensor, valid: torch.Tensor, first_probs: torch.Tensor,
-                    cand_probs: torch.Tensor, uniforms: torch.Tensor, generator: torch.Generator,
+def sampled_verdict(candidates: torch.Tensor, valid: torch.Tensor, node_probs: torch.Tensor,
+                    uniforms: torch.Tensor, generator: torch.Generator,
                     prune: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The sampled verdict, exact in distribution, and its tries as they happened.
 
-    candidates (G, L) long, valid (G,) bool, first_probs (V,) = P after t0, cand_probs (G, L, V) = P after
-    candidate k's token j, uniforms (L, G) float64 on [0, 1): the pre-drawn acceptance draw of each try.
+    candidates (G, L) long, valid (G,) bool, node_probs (1 + G * L, V): P after t0, then P after candidate k's
+    token j at row 1 + k * L + j (the verified rows' order, so a caller passes its probabilities as they are);
+    uniforms (L, G) float64 on [0, 1): the pre-drawn acceptance draw of each try.
     The candidates are proposals made for certain, so verifying them is Sequoia's walk over their trie with
     a one-hot q (`sequoia.verify.sampled_walk` with no `draft_q`): at position j the surviving candidates
     offer their tokens in pool order, each distinct token tried once, the i-th try x_i accepted with
@@ -163,19 +166,18 @@ def sampled_verdict(candidates: torch.Tensor, valid: torch.Tensor, first_probs: 
     no longer a survivor, past an accepted try or the walk's end).
     """
     guesses, cand_len = candidates.shape
-    device = first_probs.device
+    device = node_probs.device
     if guesses == 0:   # a size, not data: no candidates, the target's own token
         zero = torch.zeros((), dtype=torch.long, device=device)
-        last = race_sample(first_probs.view(1, -1), generator)[0]
+        last = race_sample(node_probs[:1], generator)[0]
         return (pack(_emitted(zero.new_zeros(cand_len), zero, last), zero, zero + NO_CANDIDATE, zero.new_zeros(0)),
                 torch.empty(2, cand_len, 0, dtype=torch.float64, device=device))
-    tokens = torch.cat([candidates.new_zeros(1), candidates.T.reshape(-1)])   # each node's, position-major
-    target_probs = torch.cat([first_probs.view(1, -1), cand_probs.transpose(0, 1).reshape(guesses * cand_len, -1)])
-    walk = sampled_walk(candidate_trie(candidates, valid), tokens, target_probs, None, uniforms, cand_len,
+    tokens = torch.cat([candidates.new_zeros(1), candidates.reshape(-1)])   # each node's
+    walk = sampled_walk(candidate_trie(candidates, valid), tokens, node_probs, None, uniforms, cand_len,
                         generator, prune)
     emitted = _emitted(tokens.index_select(0, walk.path[1:]), walk.accepted, walk.bonus)
-    best = torch.where(walk.accepted > 0, (walk.path[-1] - 1) % guesses, NO_CANDIDATE)   # the deepest node's
-    tries = walk.tests[:2, 1:].reshape(2, cand_len, guesses)
+    best = torch.where(walk.accepted > 0, (walk.path[-1] - 1) // cand_len, NO_CANDIDATE)   # the deepest node's
+    tries = walk.tests[:2, 1:].view(2, guesses, cand_len).transpose(1, 2)
     return pack(emitted, walk.accepted, best, _prefix_lengths(candidates, emitted, walk.accepted)), tries
 
 

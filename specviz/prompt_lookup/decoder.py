@@ -139,8 +139,8 @@ class PromptLookupDecoder(Decoder):
             else:
                 probs = probs_from_logits(logits, self.sampling)
                 uniforms = torch.rand(length, 1, generator=self.generator, device=self.device, dtype=torch.float64)
-                verdict, tries = sampled_verdict(candidate, valid, probs[0], probs[1:].view(1, length, -1), uniforms,
-                                                 self.generator, prune=self.host_reads_free)
+                verdict, tries = sampled_verdict(candidate, valid, probs, uniforms, self.generator,
+                                                 prune=self.host_reads_free)
             parts = [verdict.double(), target_p.double()] + ([tries.flatten()] if tries is not None else [])
             read = torch.cat(parts).tolist()
         width = verdict_width(1, length)
