@@ -123,7 +123,7 @@ body.sv-presenter .sv-title, body.sv-presenter .sv-setup, body.sv-presenter .sv-
 body.sv-presenter .gradio-container { padding-top: 4px !important; padding-bottom: 4px !important; }
 body.sv-presenter .gradio-container :is(div, span, p, label, td, th, li, b, strong, em, code, button, input, a,
   small, textarea, select, summary) { font-size: max(20px, 2.1vh) !important; }
-body.sv-presenter .sv-stats [style*="font-size:22px"] { font-size: max(26px, 2.7vh) !important; }
+body.sv-presenter .sv-stats :is(.sv-method-name, .sv-stat-value) { font-size: max(26px, 2.7vh) !important; }
 body.sv-presenter :is([style*="color:#6b7280"], [style*="color:#4b5563"], [style*="color:#9ca3af"],
   [style*="color: #6b7280"]) { color: #111827 !important; }
 /* One screen: the column headers on one line of three numbers (tokens and time are in the summary), the texts

@@ -148,7 +148,7 @@ def stats_html(method: str, run: RunTrace | None, upto: int | None = None, runni
     # 1280 px projector overflowed their column by 30-40 px at a fixed 22 px.
     stat_cells = "".join(
         f'<div style="text-align:center;padding:0 clamp(2px, 1.5cqi, 6px)"><div class="sv-stat-value" '
-        f'style="font-size:22px;font-size:clamp(15px, 6.4cqi, 22px);font-weight:700;white-space:nowrap">{v}</div>'
+        f'style="font-size:clamp(15px, 6.4cqi, 22px);font-weight:700;white-space:nowrap">{v}</div>'
         f'<div class="sv-stat-label" style="font-size:12px;color:#6b7280">{term_html(k)}</div></div>'
         for k, v in cells)
     ran = what_ran(run.settings if run is not None and isinstance(run.settings, dict) else {})
@@ -159,7 +159,8 @@ def stats_html(method: str, run: RunTrace | None, upto: int | None = None, runni
                 if ran else "")
     return (f'<div class="sv-stats" style="border-top:6px solid {color};padding:6px 4px;container-type:inline-size">'
             f'<div style="display:flex;justify-content:space-between;align-items:baseline">'
-            f'<span style="font-size:22px;font-weight:700;color:{color};white-space:nowrap">{esc(label)}</span>{ran_span}'
+            f'<span class="sv-method-name" style="font-size:22px;font-weight:700;color:{color};white-space:nowrap">'
+            f'{esc(label)}</span>{ran_span}'
             # Cut short rather than drawn over the name where four columns share a projector's 1280 px.
             f'<span style="font-size:14px;color:#6b7280;white-space:nowrap;min-width:0;overflow:hidden;'
             f'text-overflow:ellipsis;margin-left:6px" title="{esc(state)}">{esc(state)}</span></div>'
