@@ -81,7 +81,9 @@ def test_the_pages_size_controls_are_glossary_terms():
     import gradio as gr
 
     from specviz.ui import build_demo
-    from specviz.ui.content import PAGE_JS
+    from specviz.ui.layout import page_files
+
+    PAGE_JS = page_files()["js"]
 
     demo = build_demo(worker=False)
     labels = [b.label for b in demo.blocks.values() if isinstance(b, (gr.Slider, gr.Number)) and b.label]

@@ -130,6 +130,8 @@ def test_wheel_ships_every_module_and_the_runtime_assets(wheel):
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "specviz").rglob("*.py")
                if "assets" not in p.relative_to(ROOT / "specviz").parts[:1]}
     assert modules - names == set(), "modules missing from the wheel"
+    static = {p.relative_to(ROOT).as_posix() for p in (ROOT / "specviz" / "ui" / "static").iterdir()}
+    assert static and static - names == set(), "the page's CSS and scripts missing from the wheel"
     shipped = {f"specviz/assets/{p.relative_to(ROOT / 'assets').as_posix()}" for p in runtime_asset_files()}
     assert shipped - names == set(), "runtime assets missing from the wheel"
     assert not any(n.startswith("specviz/assets/bench/") for n in names)

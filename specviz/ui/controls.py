@@ -149,7 +149,7 @@ def _race_columns(page: Page) -> None:
         page.run_btn = gr.Button("▶ Start race", variant="primary", elem_id="sv-run", scale=3)
         page.stop_btn = gr.Button("■ Stop", variant="stop", elem_id="sv-stop", scale=1)
         # Large type and the race, the tree and the caption on one screen, for a projector (`?presenter=1` in
-        # the page's address opens the page in it); the page's script applies it, see content.PRESENTER_CSS.
+        # the page's address opens the page in it); the page's script applies it, see static/page.css.
         page.presenter = gr.Checkbox(False, label="Presenter view", elem_id="sv-presenter", scale=1, min_width=150,
                                      container=False, interactive=True)
     page.status = gr.Markdown("", elem_id="sv-status")

@@ -116,7 +116,7 @@ def sampling_words(sampling: dict) -> str:
     return ", ".join(parts)
 
 
-UNRACED = '<div class="sv-unraced"></div>'   # a method the race does not run: its column is hidden (content.CSS)
+UNRACED = '<div class="sv-unraced"></div>'   # a method the race does not run: its column is hidden (static/page.css)
 
 
 def stats_html(method: str, run: RunTrace | None, upto: int | None = None, running: bool = False,

@@ -115,18 +115,4 @@ def caption_html(trace: RaceTrace | None, upto: int) -> str:
             f'<div class="sv-caption-body" style="border-left:4px solid {color}">{story}</div></div>')
 
 
-CAPTION_CSS = """
-.sv-caption { font-size: 16px; line-height: 1.55; }
-.sv-caption-body { padding: 4px 0 4px 12px; margin-top: 4px; overflow-wrap: anywhere; }
-.sv-caption ul.sv-levels { margin: 2px 0 4px 18px; padding: 0; }
-code.sv-ctok { background: #f3f4f6; border: 1px solid #e5e7eb; border-radius: 4px; padding: 0 4px;
-  font-family: ui-monospace, monospace; white-space: pre; }
-.sv-caption b { color: #111827; }
-.sv-tests table { border-collapse: collapse; font-size: 14px; margin: 4px 0; }
-.sv-tests td, .sv-tests th { padding: 1px 6px; border-bottom: 1px solid #e5e7eb; text-align: left; }
-.sv-testbar { position: relative; display: inline-block; width: 80px; height: 10px; background: #fee2e2;
-  vertical-align: middle; }
-.sv-testfill { position: absolute; left: 0; top: 0; bottom: 0; background: #86efac; }
-.sv-testdraw { position: absolute; top: -3px; bottom: -3px; width: 2px; background: #111827; }
-"""
 __all__ = ["caption_html", "narrate_step", "token_texts", "tok", "prob", "listed", "emitted", "finish"]

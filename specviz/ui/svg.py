@@ -55,7 +55,7 @@ def plural(n: int, word: str) -> str:
 
 LABEL_PX = 15   # the tree's labels' font size
 STAR_PX = 24
-# The presenter view draws the same tree's labels at 22 (content.PRESENTER_CSS), so a label's box is as wide as
+# The presenter view draws the same tree's labels at 22 (static/page.css), so a label's box is as wide as
 # that: the bonus line and star start past the label at either size.
 PRESENTER_LABEL_PX = 22
 

@@ -299,9 +299,3 @@ def run_parts_html(trace: RaceTrace | None) -> str:
             'matched at, position by position. A step\'s time is its target forward + its draft + the rest; '
             'the prompt\'s forward is '
             'counted once, as the summary counts it.</div>')
-
-
-WHATIF_CSS = """
-.sv-parts td, .sv-parts th { padding: 2px 6px; border-bottom: 1px solid #e5e7eb; }
-.sv-whatif-cols { display: grid; grid-template-columns: repeat(auto-fit, minmax(340px, 1fr)); gap: 14px; }
-"""

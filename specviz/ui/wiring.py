@@ -80,7 +80,7 @@ def presenter_wanted(request: gr.Request | None) -> bool:
 
 
 def _wire_presenter(page: Page, handlers: PageHandlers) -> None:
-    """The presenter box shows what the address asked for. The page's script (`content.PAGE_JS`) has already
+    """The presenter box shows what the address asked for. The page's script (`static/page.js`) has already
     switched the view from the same address, so a projector never shows the small page first; it also follows
     the box when it is clicked. Not queued: the box must not wait behind a race."""
     if handlers.demo is not None:
