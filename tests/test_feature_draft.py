@@ -370,7 +370,7 @@ def test_tapped_layers_are_the_layers_outputs_in_every_forward(feature_pair):
     assert torch.equal(train_rows[:, :H], target.model(input_ids=ids).last_hidden_state[0])
     for k, t in enumerate(TAPS):
         assert torch.equal(train_rows[:, H * (k + 1):H * (k + 2)], seen[t]), t
-    for fwd in (LeanLlama(target, 64), ModelForward(target)):
+    for fwd in (LeanLlama(target, 64), ModelForward(target, 64)):
         logits, rows = fwd(ids, 0, rows=2, hidden=True, taps=TAPS)
         torch.testing.assert_close(rows, train_rows, rtol=1e-4, atol=1e-4)
         _, plain = fwd(ids, 0, rows=2, hidden=True)

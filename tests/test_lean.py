@@ -9,10 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import chi_square_pvalue, exact_distribution, tiny_pair, tree_attention
+from transformers import DynamicCache
 
-from specviz.engine.kvcache import keep_positions, new_cache
 from specviz.engine.lean import (LeanLlama, ModelForward, VocabSubsetHead, dense_parts, attention_backends,
-                                 attention_kernels, decoder_layers, lean_llama_supported, rows_together)
+                                 attention_kernels, decoder_layers, keep_positions, lean_llama_supported,
+                                 rows_together)
 from specviz.engine.kernels import Dense
 from specviz.engine.llama import layer_stack
 from specviz.engine.methods import make_decoder
@@ -24,7 +25,7 @@ TREE = [-1, 0, 0, 1, 1, 2, 3]
 
 
 def _hf_tree_logits(model, prompt: torch.Tensor, tokens: torch.Tensor, shape: TreeShape):
-    cache = new_cache(model)
+    cache = DynamicCache(config=model.config)
     model(input_ids=prompt, past_key_values=cache, use_cache=True)
     mask, positions = tree_attention(shape, prompt.shape[1])
     logits = model(input_ids=tokens, attention_mask=mask, position_ids=positions[None],
@@ -87,7 +88,7 @@ def test_tree_forward_and_keep_match_transformers(pair_fp32):
 def test_model_forward_fallback_has_the_same_interface(pair_fp32):
     model = pair_fp32.target
     prompt = torch.tensor([[1, 2, 3, 4, 5]])
-    lean, plain = LeanLlama(model, 16), ModelForward(model)
+    lean, plain = LeanLlama(model, 16), ModelForward(model, 16)
     torch.testing.assert_close(plain(prompt, 0), lean(prompt, 0), atol=2e-4, rtol=1e-4)
     more = torch.tensor([[6, 7, 8]])
     # A causal multi-token read after a cache (no mask given): both build the causal mask.

@@ -12,11 +12,10 @@ import copy
 import pytest
 import torch
 from helpers import tiny_tokenizer, tree_attention
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from specviz.engine.kvcache import keep_positions, new_cache
-from specviz.engine.lean import (LeanLlama, ModelForward, dense_parts, decoder_layers, lean_llama_supported,
-                                 make_forward)
+from specviz.engine.lean import (LeanLlama, ModelForward, dense_parts, decoder_layers, keep_positions,
+                                 lean_llama_supported, make_forward)
 from specviz.engine.kernels import Dense
 from specviz.engine.llama import layer_stack
 from specviz.engine.methods import make_decoder
@@ -92,7 +91,7 @@ def test_lean_forward_equals_transformers_with_biases(kind, one_thread):
     prompt = torch.randint(0, VOCAB, (1, 20), generator=gen)
     tokens = torch.randint(0, VOCAB, (1, len(TREE)), generator=gen)
     tree_mask, positions = tree_attention(TreeShape.from_parents(TREE), 20)
-    cache = new_cache(model)
+    cache = DynamicCache(config=model.config)
     want_prefill = model(input_ids=prompt, past_key_values=cache, use_cache=True).logits[0]
     want_tree = model(input_ids=tokens, attention_mask=tree_mask, position_ids=positions[None],
                       past_key_values=cache, use_cache=True).logits[0]
@@ -170,5 +169,5 @@ def test_loading_a_qwen2_checkpoint_picks_the_lean_forward(tmp_path, one_thread)
     assert not static_supported(sliding)
     prompt = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 1]])
     with torch.inference_mode():   # the fallback still computes the model's own forward
-        _close(ModelForward(sliding)(prompt, 0), sliding(input_ids=prompt).logits[0, -1:])
+        _close(ModelForward(sliding, 32)(prompt, 0), sliding(input_ids=prompt).logits[0, -1:])
 

@@ -9,11 +9,14 @@ the model's own forward. Qwen2 is Llama's layer with biases on q, k and v (and a
 sliding window that is off unless its config turns it on), so it runs here too:
 the Space's Qwen2.5 pair gets the lean forward and the static, graph-ready step.
 
-One object serves every decoder:
-- autoregressive: `forward(ids, start)`, plainly causal;
-- Sequoia and Lookahead: `forward(ids, start, positions=..., mask=...)` with an
-  additive tree/window mask over the cache plus the new tokens, then `keep(...)`
-  to move the accepted tokens' K/V next to the committed prefix.
+One object serves every decoder, through `engine.static.StaticForward`:
+- the prompt: `forward(ids, 0)`, plainly causal;
+- every step (AR's token, Sequoia's tree, a Lookahead window, a draft level):
+  `forward_static`, each row's slot and position and an additive mask over the
+  cache given as tensors, then `keep(...)` to move the accepted tokens' K/V next
+  to the committed prefix.
+`forward(ids, start, positions=..., mask=...)` is the same read with the mask
+made on the host (the profiler's timed reads).
 
 It also honours a draft head restricted to part of the vocabulary
 (`VocabSubsetHead`): the logits then cover only `vocab_ids`.
@@ -35,9 +38,9 @@ import os
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from transformers import DynamicCache
 
 from .kernels import Dense, Q4Layer, biases_together, pack, packed_weights, rows_together
-from .kvcache import crop, keep_positions, new_cache
 from .llama import DecoderLayer, LayerStack, layer_stack, rms_norm, rotary_tables
 from .model_state import state_of
 from . import native
@@ -308,8 +311,31 @@ class LeanLlama:
         self.all_values[:, :, :, :n] = other.all_values[:, :, :, :n]
 
 
+def keep_positions(cache: DynamicCache, prefix_len: int, keep: torch.Tensor) -> None:
+    """Keep the first `prefix_len` slots of transformers' cache plus the slots `keep` (absolute indices,
+    ascending, each at or after `prefix_len`), moved in order to `prefix_len`, `prefix_len + 1`, ...; everything
+    after them is dropped. transformers 5 exposes each layer's `keys`/`values` (batch, heads, seq, head_dim) on
+    `cache.layers`, which is all this touches."""
+    n_keep = int(keep.numel())
+    for layer in cache.layers:
+        if n_keep:
+            # Move rather than index_select the whole cache: the prefix is left in place.
+            layer.keys[:, :, prefix_len:prefix_len + n_keep] = layer.keys.index_select(2, keep)
+            layer.values[:, :, prefix_len:prefix_len + n_keep] = layer.values.index_select(2, keep)
+        layer.keys = layer.keys[:, :, :prefix_len + n_keep]
+        layer.values = layer.values[:, :, :prefix_len + n_keep]
+
+
+def crop(cache: DynamicCache, length: int) -> None:
+    """Drop every slot of transformers' cache from `length` on."""
+    for layer in cache.layers:
+        layer.keys = layer.keys[:, :, :length]
+        layer.values = layer.values[:, :, :length]
+
+
 class ModelForward:
-    """The model's own forward over a DynamicCache, behind `LeanLlama`'s interface (any architecture).
+    """The model's own forward over transformers' `DynamicCache`, behind `LeanLlama`'s interface (any
+    architecture).
 
     The cache holds exactly the slots before `start`: slots from `start` on are
     overwritten, as in `LeanLlama`, so both can be driven by the same loop.
@@ -317,12 +343,12 @@ class ModelForward:
 
     vocab_ids = None   # transformers' forward always returns the whole vocabulary
 
-    def __init__(self, model, max_len: int | None = None):
+    def __init__(self, model, max_len: int):
         self.model = model
         weights = next(model.parameters())
         self.device, self.dtype = weights.device, weights.dtype
-        self.max_len = max_len if max_len is not None else model.config.max_position_embeddings
-        self.cache = new_cache(model)
+        self.max_len = max_len
+        self.cache = DynamicCache(config=model.config)
 
     def forward(self, input_ids: torch.Tensor, start: int, positions: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1, hidden: bool = False,
