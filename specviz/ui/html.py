@@ -6,13 +6,21 @@ HTML lands: the app, a notebook, a saved page).
 
 from __future__ import annotations
 
+import html
 
 from ..glossary import term_html
 from ..methods import baseline
 from ..trace import (ORIGIN_COPY, SOURCE_AR, SOURCE_BONUS, SOURCE_COPY, SOURCE_DRAFT, SOURCE_NGRAM, LookaheadPayload,
                      RunTrace)
-from .escape import esc  # noqa: F401 (the views import it from here too)
 from .figures import METHOD_COLORS, METHOD_LABELS
+
+
+def esc(text, quote: bool = True) -> str:
+    """Any value as text safe inside HTML or SVG, in an element or a quoted attribute: every view writes a trace's
+    strings (and numbers, which an upload could make strings) through it, so they are data, never markup (issue
+    66). `quote=False` leaves quotes as they are, for text that never lands in an attribute (plotly's)."""
+    return html.escape(str(text), quote=quote)
+
 
 # Token background by how the token was produced.
 SOURCE_STYLE = {
