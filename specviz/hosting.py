@@ -139,10 +139,6 @@ class GraphsDecision:
     saving_ms: float = 0.0     # what replays are expected to save over eager steps in this race
     replay_ms: float = GPU_REPLAY_MS   # the replayed one-token forward the estimate assumed
 
-    def to_dict(self) -> dict:
-        return {"mode": self.mode, "reason": self.reason, "capture_ms": round(self.capture_ms, 1),
-                "saving_ms": round(self.saving_ms, 1)}
-
 
 def zerogpu_graphs(mode: str, methods, max_new_tokens: int, *, eager_ms: float | None = None,
                    replay_ms: float | None = None, capture_ms_per_shape: float | None = None,

@@ -49,19 +49,16 @@ def initial_request(defaults: dict | None, limits, presets: list[str]) -> RaceRe
 
 
 def build_demo(gpu=None, defaults: dict | None = None, worker: bool | None = None,
-               gpu_duration: float | None = None, pairs: PairCache | None = None,
-               warm_up: bool | None = None) -> gr.Blocks:
+               pairs: PairCache | None = None, warm_up: bool | None = None) -> gr.Blocks:
     """The app. `gpu` wraps the compute generator (ZeroGPU's `spaces.GPU`) when given; when it also has
-    `seconds(request)` (`specviz.serve.ZeroGpu`), each race's run limit fits the seconds it asked for, else
-    `gpu_duration` is the seconds every call is granted. `defaults` overrides the controls' initial values and the
-    HTTP API's defaults alike (tests pin small explicit sizes); `worker` decodes in a worker process (default: yes,
-    except under ZeroGPU or SPECVIZ_WORKER=0); `pairs` are model pairs loaded beforehand (ZeroGPU's, placed on the
-    GPU at start-up); `warm_up`: the worker starts at once and measures what the initial race's `auto` sizes need
-    (default: yes, with a worker, unless SPECVIZ_WARMUP=0), and the page shows its progress."""
+    `seconds(request)` (`specviz.serve.ZeroGpu`), each race's run limit fits the seconds it asked for. `defaults`
+    overrides the controls' initial values and the HTTP API's defaults alike (tests pin small explicit sizes);
+    `worker` decodes in a worker process (default: yes, except under ZeroGPU or SPECVIZ_WORKER=0); `pairs` are
+    model pairs loaded beforehand (ZeroGPU's, placed on the GPU at start-up); `warm_up`: the worker starts at once
+    and measures what the initial race's `auto` sizes need (default: yes, with a worker, unless SPECVIZ_WARMUP=0),
+    and the page shows its progress."""
     pairs = PairCache() if pairs is None else pairs
     limits = hosting_limits()
-    if gpu_duration is not None:
-        limits = limits.within_gpu_call(gpu_duration)
     seconds_for = getattr(gpu, "seconds", None)
     graphs_policy = getattr(gpu, "graphs_decision", None)   # ZeroGPU: whether capture pays for this race
 

@@ -114,5 +114,3 @@ def caption_html(trace: RaceTrace | None, upto: int) -> str:
             f'<span style="color:#6b7280">Steps so far — {done}.</span></div>'
             f'<div class="sv-caption-body" style="border-left:4px solid {color}">{story}</div></div>')
 
-
-__all__ = ["caption_html", "narrate_step", "token_texts", "tok", "prob", "listed", "emitted", "finish"]
