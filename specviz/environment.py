@@ -72,9 +72,6 @@ SWITCHES: tuple[Switch, ...] = (
     # Kernels
     Switch("SPECVIZ_NO_NATIVE", "unset", "any value turns SpecViz's C++ q4 kernel off (torch's int4 kernel "
            "runs instead)", "benchmarks.md"),
-    Switch("SPECVIZ_GRAPHS_COMPILE", "off", "`1`: each CUDA-graphed function is fused by torch.compile before "
-           "capture (not on ZeroGPU)", "graphs.md"),
-    Switch("SPECVIZ_SDPA_CUDNN", "off", "`1`: allow cuDNN's attention kernel on CUDA", "gpu.md"),
 )
 
 

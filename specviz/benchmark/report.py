@@ -109,8 +109,7 @@ def header(run: dict) -> str:
                      + ("compiled by transformers (CUDA graphs)" if on_cuda
                         else "uncompiled: transformers compiles it only on CUDA"))
     if run.get("graphs"):
-        lines.append(f"- Graphs: --graphs {run['graphs']}" + (" with torch.compile (SPECVIZ_GRAPHS_COMPILE=1)"
-                     if run.get("graphs_compile") else "") + "; tokens/s is the steady rate, graph capture "
+        lines.append(f"- Graphs: --graphs {run['graphs']}; tokens/s is the steady rate, graph capture "
                      "is the capture column (warm-up included), not in tokens/s")
     for method, opts in (run.get("options") or {}).items():
         given = {k: v for k, v in opts.items() if v is not None}

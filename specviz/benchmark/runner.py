@@ -32,7 +32,6 @@ included, where most shapes are captured).
 from __future__ import annotations
 
 import copy
-import os
 import statistics
 import threading
 import time
@@ -662,7 +661,7 @@ def run_info(pair: ModelPair, methods: list[str], sampling: SamplingConfig, max_
 
         peers.update({m: llama_info(m, options.get(m, {})) for m in LLAMA_METHODS if m in methods})
     return {"methods": methods, "max_new_tokens": max_new_tokens, "repeats": repeats, "sampling": sampling.to_dict(),
-            "graphs": graphs, "graphs_compile": os.environ.get("SPECVIZ_GRAPHS_COMPILE") == "1",
+            "graphs": graphs,
             "target": pair.target_name, "draft": pair.draft_name, "drafts": method_drafts(pair, methods),
             "device": str(pair.device),
             "dtype": pair.precision, "precision_choice": getattr(pair, "precision_choice", ""),

@@ -23,7 +23,6 @@ never advance a counter. Capture cost is recorded; the trace reports it.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -104,10 +103,6 @@ class GraphRunner:
     def __init__(self, device: torch.device, capture: bool = True, max_shapes: int = MAX_SHAPES):
         self.device = torch.device(device)
         self.capture = capture and self.device.type == "cuda"
-        # Fuse each graphed function with torch.compile (inductor) before capturing it: off by default, since
-        # ZeroGPU does not support torch.compile and the first compile of a forward takes tens of seconds.
-        # SPECVIZ_GRAPHS_COMPILE=1 turns it on (bench on a dedicated GPU).
-        self.compile = self.capture and os.environ.get("SPECVIZ_GRAPHS_COMPILE") == "1"
         self.max_shapes = max_shapes
         self._graphs: OrderedDict = OrderedDict()   # least recently replayed first
         self._eager: set = set()
@@ -179,18 +174,17 @@ class GraphRunner:
 
     def _record(self, fn) -> _Captured:
         """fn warmed up on a side stream, then captured into this runner's pool."""
-        target = torch.compile(fn, fullgraph=True, dynamic=False) if self.compile else fn
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for _ in range(WARMUP_CALLS):
-                target()
+                fn()
         torch.cuda.current_stream(self.device).wait_stream(side)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            outputs = target()
+            outputs = fn()
         torch.cuda.synchronize(self.device)
         return _Captured(graph, outputs)
 

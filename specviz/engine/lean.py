@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 
 import torch
 import torch.nn.functional as F
@@ -51,9 +50,8 @@ from .quant import WeightOnlyLayers
 # plan per input shape. Decoding changes the key length at every step, so every step paid for a new
 # plan: on an H100 (torch 2.11), AR on the offline default ran 9.5-15 tok/s with cuDNN allowed and
 # 50-62 tok/s without it, Sequoia 5-7 against 39-49. Flash and memory-efficient attention need no plan.
-# SPECVIZ_SDPA_CUDNN=1 allows cuDNN again (for A/B measurements).
 def attention_backends(device: torch.device) -> list | None:
-    if device.type != "cuda" or os.environ.get("SPECVIZ_SDPA_CUDNN") == "1":
+    if device.type != "cuda":
         return None
     return [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
