@@ -106,15 +106,15 @@ def test_the_int4_kernel_multiplies_by_the_files_weights(reader, file_weights):
                    quant.Q4Weight.stacked([w("ffn_gate"), w("ffn_up")]), w("ffn_down")):
         expected = weight.dequantize()
         eye = torch.eye(weight.shape[1])
-        got = kernels.Int4Linear.of(weight, torch.float32)(eye).t()
+        got = kernels.Int4Linear.of(weight, torch.float32).rows(eye).t()
         assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
-        got16 = kernels.Int4Linear.of(weight, torch.bfloat16)(eye.bfloat16()).t().float()
+        got16 = kernels.Int4Linear.of(weight, torch.bfloat16).rows(eye.bfloat16()).t().float()
         step = weight.d.float().repeat_interleave(kernels.GROUP, dim=1)   # one quantisation step
         assert ((got16 - expected).abs() <= 0.25 * step + BF16_ROUNDING * expected.abs()).all()
     # Control: the kernel given rows in the file's q order computes another q|k|v.
     raw = quant.Q4Weight.stacked([file_weights[f"blk.3.{k}.weight"][1] for k in ("attn_q", "attn_k", "attn_v")])
     stacked = quant.Q4Weight.stacked([w("attn_q"), w("attn_k"), w("attn_v")])
-    got = kernels.Int4Linear.of(raw, torch.float32)(torch.eye(576)).t()
+    got = kernels.Int4Linear.of(raw, torch.float32).rows(torch.eye(576)).t()
     assert not torch.allclose(got, stacked.dequantize(), rtol=1e-3, atol=1e-3)
 
 

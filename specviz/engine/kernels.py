@@ -325,13 +325,10 @@ class Int4Linear(Product):
     A module, so that TorchScript compiles it into the layers that call it (`llama.LayerStack`).
     """
 
-    __jit_unused_properties__ = ["dtype"]
-
     def __init__(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor):
         super().__init__()
         self.register_buffer("packed", packed, persistent=False)
         self.register_buffer("scales_and_zeros", scales_and_zeros, persistent=False)
-        self.out_features, self.in_features = scales_and_zeros.shape[1], scales_and_zeros.shape[0] * GROUP
         self.group = GROUP   # an attribute: TorchScript reads no module globals
 
     @classmethod
@@ -340,19 +337,10 @@ class Int4Linear(Product):
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(weight.codes.to(torch.int32), 1)
         return cls(packed, weight.scales_and_zeros(dtype))
 
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.scales_and_zeros.dtype
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(self.scales_and_zeros.dtype)   # a view when x is already rows
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, self.group, self.scales_and_zeros)
-        return out.view(list(x.shape[:-1]) + [self.out_features]).to(x.dtype)
-
     @torch.jit.export
     def rows(self, x: torch.Tensor) -> torch.Tensor:
-        """`forward` for fp32 rows (n, in), as `llama.DecoderLayer` calls it: three ops fewer (no reshape, no view,
-        and the kernel's bf16 output as it is, which the layer widens where it adds or rotates anyway)."""
+        """Rows (n, in) -> (n, out), cast to the tables' dtype for the kernel; the output in that dtype as the
+        kernel gives it (bf16 for a bf16 table, which `llama.DecoderLayer` widens where it adds or rotates)."""
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(self.scales_and_zeros.dtype), self.packed, self.group,
                                                          self.scales_and_zeros)
 
@@ -391,7 +379,6 @@ class Q4Rows(torch.nn.Module):
         self.register_buffer("d", d, persistent=False)           # (out / 16, in / 32, 16) fp16
         self.register_buffer("m", m, persistent=False)
         register_outliers(self, outliers, outlier_weights)
-        self.out_features, self.in_features = d.shape[0] * self.TILE, d.shape[1] * GROUP
 
     @classmethod
     def codes_of(cls, weight) -> torch.Tensor:
@@ -420,10 +407,6 @@ class Q4Rows(torch.nn.Module):
     def fits(cls, shape: tuple[int, int]) -> bool:
         """Whether the kernel reads an (out, in) matrix: whole tiles of output rows, whole blocks along a row."""
         return shape[0] % cls.TILE == 0 and shape[1] % GROUP == 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.rows(x.reshape(-1, self.in_features).float())
-        return out.view(list(x.shape[:-1]) + [self.out_features]).to(x.dtype)
 
     @torch.jit.export
     def rows(self, x: torch.Tensor) -> torch.Tensor:

@@ -153,9 +153,9 @@ def unpermute_rows(weight: Q4Weight, n_head: int) -> Q4Weight:
     return Q4Weight(weight.codes[index], weight.d[index], weight.m[index])
 
 
-def read_q4_1(path: str | Path, unpermute: bool = True) -> dict[str, Q4Weight | Q8Weight]:
+def read_q4_1(path: str | Path) -> dict[str, Q4Weight | Q8Weight]:
     """Every Q4_1 linear of a llama GGUF, keyed by transformers' parameter prefix
-    (`model.layers.3.self_attn.q_proj`), rows in transformers' order (`unpermute=False`: the file's); and under
+    (`model.layers.3.self_attn.q_proj`), rows in transformers' order (`unpermute_rows`); and under
     `HEAD` the head's matrix where it is Q8_0 (output.weight, else the token embedding it is tied to)."""
     import gguf
 
@@ -177,7 +177,7 @@ def read_q4_1(path: str | Path, unpermute: bool = True) -> dict[str, Q4Weight | 
             continue
         cols, out = (int(n) for n in tensor.shape)   # GGUF lists the fastest-varying dimension first
         weight = q4_1_from_blocks(tensor.data, out, cols)
-        if unpermute and parts[2] in ("attn_q", "attn_k"):
+        if parts[2] in ("attn_q", "attn_k"):
             weight = unpermute_rows(weight, n_head if parts[2] == "attn_q" else n_kv)
         weights[f"model.layers.{parts[1]}.{LINEARS[parts[2]]}"] = weight
     return weights
