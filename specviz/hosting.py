@@ -14,14 +14,11 @@ from typing import Mapping
 
 from .errors import InvalidInput
 from .methods import registered
+from .request import PRESETS
 
-# Model ids a hosted app may load when SPECVIZ_ALLOWED_MODELS is not set: the presets.
-PRESET_MODEL_IDS = (
-    "default", "feature", "independent",   # the offline default and its shipped drafts (selectors, not Hub ids)
-    "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct",
-    "meta-llama/Llama-2-7b-chat-hf", "JackFram/llama-68m",
-    "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct",
-)
+# Model ids a hosted app may load when SPECVIZ_ALLOWED_MODELS is not set: the presets' targets and drafts, in
+# order ("default", "feature", "independent": the offline default and its shipped drafts, selectors, not Hub ids).
+PRESET_MODEL_IDS = tuple(dict.fromkeys(m for pair in PRESETS.values() for m in pair if m))
 # Preset models whose Hub repositories are gated (a licence to accept, then a token to download):
 # served only when the server has a Hugging Face token, never preloaded by a public Space.
 GATED_MODEL_IDS = ("meta-llama/Llama-2-7b-chat-hf",)
