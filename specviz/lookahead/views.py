@@ -7,12 +7,12 @@ from __future__ import annotations
 from ..trace import ORIGIN_COPY, LookaheadPayload, RaceTrace, RunTrace, StepRecord
 from ..ui.html import esc
 from ..ui.measured import lookahead_tokens_per_step
-from ..ui.narrate import MAX_LIST, emitted, finish, listed, prob, tok, token_texts
+from ..ui.narrate import MAX_LIST, emitted, finish, key_text, listed, prob, tok, token_texts
 
 
 def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str] | None) -> str:
     rec = run.steps[step]
-    key = _key_before(run, step, rec.payload.key_token_id) if isinstance(rec.payload, LookaheadPayload) else None
+    key = key_text(run, step, rec.payload.key_token_id) if isinstance(rec.payload, LookaheadPayload) else None
     return narrate_lookahead(rec, trace.greedy, texts if texts is not None else token_texts(trace), key)
 
 
@@ -82,14 +82,3 @@ def _lookahead_tries(p: LookaheadPayload) -> str:
     if not tries:
         return ""
     return f"The tries: {listed(tries[:MAX_LIST], len(tries) - MAX_LIST)}."
-
-
-def _key_before(run: RunTrace, step: int, key_id: int) -> str | None:
-    ids, texts = [], []
-    for rec in run.steps[:step]:
-        ids += rec.new_token_ids
-        texts += rec.new_token_texts
-    for t, x in zip(reversed(ids), reversed(texts)):
-        if t == key_id:
-            return x
-    return None

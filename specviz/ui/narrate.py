@@ -9,7 +9,7 @@ holds the caption around them and the words they share (`tok`, `prob`, `listed`,
 from __future__ import annotations
 
 from ..methods import method_views
-from ..trace import LookaheadPayload, RaceTrace, StepRecord, TreePayload
+from ..trace import LookaheadPayload, RaceTrace, RunTrace, StepRecord, TreePayload
 from .figures import METHOD_COLORS, METHOD_LABELS, _show
 from .html import esc
 from .svg import plural, short
@@ -53,6 +53,19 @@ def token_texts(trace: RaceTrace) -> dict[int, str]:
                 for c in p.candidates:
                     texts.update(zip(c.tokens, c.texts))
     return texts
+
+
+def key_text(run: RunTrace, upto: int, key_id: int, default: str | None = None) -> str | None:
+    """The text of the key token a Lookahead pool entry follows: the last token `key_id` committed in `run`'s
+    first `upto` steps, else `default`."""
+    ids, texts = [], []
+    for rec in run.steps[:upto]:
+        ids += rec.new_token_ids
+        texts += rec.new_token_texts
+    for tok_id, text in zip(reversed(ids), reversed(texts)):
+        if tok_id == key_id:
+            return text
+    return default
 
 
 def emitted(rec: StepRecord) -> str:

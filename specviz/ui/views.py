@@ -24,18 +24,6 @@ def first_payload(trace: RaceTrace | None, counts: dict[str, int], kind) -> tupl
     return None, None, None
 
 
-def key_text(run, upto: int, payload: LookaheadPayload) -> str:
-    """The text of the key token a pool entry follows (the last committed token before that step)."""
-    ids, texts = [], []
-    for rec in run.steps[:upto]:
-        ids += rec.new_token_ids
-        texts += rec.new_token_texts
-    for tok, text in zip(reversed(ids), reversed(texts)):
-        if tok == payload.key_token_id:
-            return text
-    return f"id {payload.key_token_id}"
-
-
 def text_views(trace: RaceTrace | None, upto: int | None = None, running: bool = False) -> dict:
     """Column headers and coloured texts (cheap: sent every step)."""
     counts = trace.steps_done(len(trace.order) if upto is None else upto) if trace else {}
@@ -64,11 +52,12 @@ def plot_views(trace: RaceTrace | None, upto: int | None = None, live: bool = Fa
     window_run = trace.runs.get(window_method) if window_method else None
     looked = counts.get(window_method, 0)
     runs = trace.runs if trace else {}
+    # The text of the key token the pool entry follows (the last committed token before that step).
+    key = narrate.key_text(window_run, looked, look.key_token_id, f"id {look.key_token_id}") if look else None
     return {
         "tree": svg.tree_svg(tree, tree_step, tree_method),
         "window": svg.window_html(look, look_step),
-        "pool": html.pool_entry_html(look, key_text(window_run, looked, look) if look else None,
-                                     html.most_used_ngrams(window_run, looked) if look else None),
+        "pool": html.pool_entry_html(look, key, html.most_used_ngrams(window_run, looked) if look else None),
         "pool_size": svg.pool_size_svg(window_run, looked),
         "latency": svg.latency_svg(runs, counts, live=live),
         "cumulative": svg.cumulative_svg(runs, counts),
