@@ -274,14 +274,6 @@ class FeatureDraft(torch.nn.Module):
         """What the profiler times as one of this draft's tree levels (`engine.profiler.timing_forward`)."""
         return FeatureLevelTiming(self, max_len)
 
-    def forward(self, token_ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-        """Teacher-forced pass over whole rows (B, n): slot j reads (features[:, j], token_ids[:, j]);
-        returns the predicted next features (B, n, H)."""
-        n = token_ids.shape[1]
-        x = self.fuse(token_ids, features)
-        cos, sin = self.rotary(torch.arange(n, device=x.device), x.dtype)
-        return self.layers_then_norm(x, cos, sin, lambda i, k, v: (k, v), None, causal=True)
-
 
 # ---------------------------------------------------------------------------
 # Saving and loading
@@ -369,25 +361,25 @@ class FeatureDraftForward:
     `forward(ids, feats, start, positions, mask)` writes the new pairs' K/V into
     slots start.. and returns the predicted features of every new row; `logits`
     maps features to head logits (rows over `vocab_ids`: the draft's own rows
-    first, then those of any other token in the `vocab_ids` given, then the
-    widened ones). On a CPU the linears and the head run in weight-only int8
+    first, then those of any other token in the `vocab_ids` given to `reset_head`,
+    then the widened ones). On a CPU the linears and the head run in weight-only int8
     (`int8_decoding_supported`); where fbgemm or SpecViz's kernel runs them, the layers run on fp32
     activations as one compiled stack (`engine.llama.LayerStack`), so `dtype` (the features', masks' and
     cache's) is fp32.
     """
 
-    def __init__(self, draft: FeatureDraft, max_len: int, vocab_ids: torch.Tensor | None = None,
-                 int8: bool | None = None):
+    def __init__(self, draft: FeatureDraft, max_len: int, int8: bool | None = None):
         self.max_len = max_len
         dev = draft.fc.weight.device
         self.device, self.dtype = dev, draft.fc.weight.dtype
+        # `int8` None: where `int8_decoding_supported` says; True/False forces either form (the tests compare them).
         self.int8 = int8_decoding_supported(dev, self.dtype) if int8 is None else int8
         self._own_ids = draft.vocab_ids
         if self.int8:
             self.draft, self._full_head, self._own_head = draft.int8_parts()
         else:
             self.draft, self._full_head = draft, draft._target[0].lm_head.weight.detach()
-        self.reset_head(vocab_ids)
+        self.reset_head()
         self.fuse_dtype, self.final_norm = self.dtype, self.draft.norm
         self.layers = fbgemm_layers(self.draft) if self.int8 else None
         # fbgemm's layers run on fp32 activations: the features, masks and K/V are fp32, and the final norm is
