@@ -125,8 +125,8 @@ def test_stacked_projections_share_the_models_weights_and_leave_its_forward_unch
         frozen = tiny_pair(vocab_size=6, draft_seed=None).target
         lean = LeanLlama(frozen, 16)
     wq = frozen.model.layers[0].self_attn.q_proj.weight
-    assert lean.layers[0].qkv.weight.data_ptr() != wq.data_ptr()
-    torch.testing.assert_close(lean.layers[0].qkv.weight[:wq.shape[0]], wq, rtol=0, atol=0)
+    assert lean.stack.layers[0].qkv.weight.data_ptr() != wq.data_ptr()
+    torch.testing.assert_close(lean.stack.layers[0].qkv.weight[:wq.shape[0]], wq, rtol=0, atol=0)
 
 
 def _check_stacked(model):
@@ -135,7 +135,7 @@ def _check_stacked(model):
     attn = model.model.layers[0].self_attn
     q_before = attn.q_proj.weight.clone()
     lean = LeanLlama(model, 16)
-    stacked = lean.layers[0].qkv.weight
+    stacked = lean.stack.layers[0].qkv.weight
     assert stacked.shape[0] == attn.q_proj.weight.shape[0] + 2 * attn.k_proj.weight.shape[0]
     assert attn.q_proj.weight.data_ptr() == stacked.data_ptr()
     assert attn.k_proj.weight.data_ptr() == stacked[attn.q_proj.weight.shape[0]:].data_ptr()
@@ -143,7 +143,7 @@ def _check_stacked(model):
     assert torch.equal(model(input_ids=ids).logits, before)
     # A second forward finds the weights already stacked and makes no new copy.
     again = LeanLlama(model, 16)
-    assert again.layers[0].qkv.weight.data_ptr() == stacked.data_ptr()
+    assert again.stack.layers[0].qkv.weight.data_ptr() == stacked.data_ptr()
     torch.testing.assert_close(again(ids, 0), lean(ids, 0), rtol=0, atol=0)
 
 

@@ -261,11 +261,6 @@ class LeanLlama:
         # A 2-D input keeps F.linear on a plain matmul (see VocabSubsetHead.forward).
         return self.head(rms_norm(x, self.final_norm, self.eps).to(self.head_dtype))
 
-    @property
-    def layers(self) -> list:
-        """The decoder layers, in order (`DecoderLayer`s, or on SpecViz's kernel `kernels.Q4Layer`s)."""
-        return list(self.stack.layers)
-
     def zero_cache(self) -> None:
         """Zero every slot: `forward_static` attends over unwritten slots (masked), which must be finite."""
         self.all_keys.zero_()

@@ -36,10 +36,6 @@ class Progress:
     left_s: float | None            # None until a rate is known
     cached_in: str | None = None    # set on the report that says where a result was saved
 
-    @property
-    def fraction(self) -> float:
-        return min(1.0, self.done / self.total) if self.total else 0.0
-
     def to_dict(self) -> dict:
         return {**asdict(self), "elapsed_s": round(self.elapsed_s, 2),
                 "left_s": None if self.left_s is None else round(self.left_s, 1)}
