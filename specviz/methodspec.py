@@ -31,12 +31,8 @@ DRAFTING_METHODS = drafting() + ("hf-assisted",)
 DRAFT_NAMES = ("feature", "independent", "self")
 
 
-def decoding_methods() -> tuple[str, ...]:
-    return method_ids()
-
-
 def all_methods() -> tuple[str, ...]:
-    return decoding_methods() + HF_METHODS + LLAMA_METHODS
+    return method_ids() + HF_METHODS + LLAMA_METHODS
 
 
 @dataclass(frozen=True)
@@ -96,14 +92,14 @@ def _parse_sizes(method: str, sizes: str, spec: str) -> dict:
 
 def size_syntax() -> list[str]:
     """Each sized method's spec syntax (`Method.args`' `SPEC_SYNTAX`)."""
-    return [args_module(m).SPEC_SYNTAX for m in decoding_methods() if args_module(m) is not None]
+    return [args_module(m).SPEC_SYNTAX for m in method_ids() if args_module(m) is not None]
 
 
 def spec_help() -> str:
     """What `--method` takes, from the records: every method, its sizes, and the drafting ones' drafts."""
     drafts = "[+feature|+independent|+self]"
     forms = [m if args_module(m) is None else args_module(m).SPEC_SYNTAX.replace(m + "@", m + drafts * (
-        m in DRAFTING_METHODS) + "@", 1) for m in decoding_methods()]
+        m in DRAFTING_METHODS) + "@", 1) for m in method_ids()]
     return "a method spec: " + " | ".join(forms)
 
 

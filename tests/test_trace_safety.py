@@ -274,13 +274,13 @@ class _Tags(HTMLParser):
 def rendered_views(race: RaceTrace) -> str:
     """Every view of the page at every step of `race`, concatenated: texts, stats, tree, window, pool, latency,
     captions, summary, what-if and hardware panels."""
-    from specviz.ui import hardware, html, views, whatif
+    from specviz.ui import hardware, html, narrate, views, whatif
 
     sizes = dict(tree_budget=8, tree_depth=3, window=3, ngram=3, guesses=2)
     parts = [html.summary_html(race), whatif.panel_html(race, sizes), hardware.panel(race)[1]]
     for upto in range(len(race.order) + 1):
         parts += [*views.text_views(race, upto).values(), *views.plot_views(race, upto).values(),
-                  views.step_caption(race, upto)]
+                  narrate.caption_html(race, upto)]
     return "".join(parts)
 
 

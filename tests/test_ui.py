@@ -7,7 +7,7 @@ import re
 
 
 from specviz.trace import LookaheadPayload, NgramCandidate, RaceTrace, RunTrace, StepRecord, TreeNode, TreePayload
-from specviz.ui import figures, hardware, html, svg, views
+from specviz.ui import figures, hardware, html, narrate, svg, views
 
 
 def tree_payload() -> TreePayload:
@@ -118,7 +118,8 @@ def test_replay_views_at_a_step():
     assert "tree appears here" in pv["tree"]   # Sequoia's tree step not reached yet
     pv = views.plot_views(trace, upto=5)
     assert pv["tree"].count('<g class="sv-node') == 5
-    assert "Step 5 of 7" in views.step_caption(trace, 5) and "Sequoia ran its step 1" in views.step_caption(trace, 5)
+    caption = narrate.caption_html(trace, 5)
+    assert "Step 5 of 7" in caption and "Sequoia ran its step 1" in caption
 
 
 def test_summary_says_identical_under_greedy():

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from ..trace import RaceTrace, RunTrace, StepRecord
+from ..trace import RaceTrace, RunTrace
 from ..ui.narrate import finish, prob, tok
 
 
 def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str] | None) -> str:
-    return narrate_ar(run.steps[step], trace.greedy, trace.temperature)
-
-
-def narrate_ar(rec: StepRecord, greedy: bool, temperature: float = 0.0) -> str:
+    rec = run.steps[step]
     first = rec.new_token_texts[0] if rec.new_token_texts else ""
     what = ("read the whole prompt (prefill) and" if rec.tokens_processed > 1 else "read one token and")
     out = [f"One target forward {what} produced {tok(first)} — autoregressive decoding always gets exactly "
@@ -21,8 +18,8 @@ def narrate_ar(rec: StepRecord, greedy: bool, temperature: float = 0.0) -> str:
         for a in alts:
             mark = " ✔" if a.get("id") in rec.new_token_ids[:1] else ""
             parts.append(f"{tok(a.get('text', ''))} p = {prob(float(a.get('p', 0.0)))}{mark}")
-        how = ("greedy decoding takes the most likely one" if greedy else
-               f"at temperature {temperature:g} the token is drawn at random from this distribution")
+        how = ("greedy decoding takes the most likely one" if trace.greedy else
+               f"at temperature {trace.temperature:g} the token is drawn at random from this distribution")
         out.append(f"The target's top alternatives: {', '.join(parts)} ({how}).")
     else:
         out.append("(This trace does not record the target's alternatives: it predates them.)")

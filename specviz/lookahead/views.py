@@ -4,26 +4,21 @@ write at the run's own measured rates."""
 
 from __future__ import annotations
 
-from ..trace import ORIGIN_COPY, LookaheadPayload, RaceTrace, RunTrace, StepRecord
+from ..trace import ORIGIN_COPY, LookaheadPayload, RaceTrace, RunTrace
 from ..ui.html import esc
 from ..ui.measured import lookahead_tokens_per_step
 from ..ui.narrate import MAX_LIST, emitted, finish, key_text, listed, prob, tok, token_texts
 
+tokens_per_step = lookahead_tokens_per_step   # `Method.views`: the what-if panel's part-by-part row
+
 
 def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str] | None) -> str:
     rec = run.steps[step]
-    key = key_text(run, step, rec.payload.key_token_id) if isinstance(rec.payload, LookaheadPayload) else None
-    return narrate_lookahead(rec, trace.greedy, texts if texts is not None else token_texts(trace), key)
-
-
-def tokens_per_step(run: RunTrace) -> float | None:
-    return lookahead_tokens_per_step(run)
-
-
-def narrate_lookahead(rec: StepRecord, greedy: bool, texts: dict[int, str], key: str | None = None) -> str:
     p = rec.payload
     if not isinstance(p, LookaheadPayload):
         return f"One target forward over {esc(rec.tokens_processed)} token(s) gave {emitted(rec)}." + finish(rec)
+    texts = texts if texts is not None else token_texts(trace)
+    key = key_text(run, step, p.key_token_id)
     name = lambda t: tok(texts.get(t, f"#{t}"))   # noqa: E731
     out = []
     levels = len(p.window)
@@ -51,8 +46,8 @@ def narrate_lookahead(rec: StepRecord, greedy: bool, texts: dict[int, str], key:
             out.append(f"The pool offered {len(p.candidates)} n-gram candidate{'s' if len(p.candidates) != 1 else ''}"
                        f"{copied} after {keyname}: {listed(parts, len(p.candidates) - MAX_LIST)} (matched = leading "
                        f"tokens equal to what the target "
-                       f"{'predicts' if greedy else 'accepted: at each position the candidates offer their tokens in pool order, and each new one, x, is accepted with probability P′(x), the target probability P renormalised without the tokens rejected before it there (a guess is one-hot, q = 1, so min(1, P′/q) is P′)'}).")
-            if not greedy:
+                       f"{'predicts' if trace.greedy else 'accepted: at each position the candidates offer their tokens in pool order, and each new one, x, is accepted with probability P′(x), the target probability P renormalised without the tokens rejected before it there (a guess is one-hot, q = 1, so min(1, P′/q) is P′)'}).")
+            if not trace.greedy:
                 out.append(_lookahead_tries(p))
             if p.accepted_candidate is not None and p.candidates[p.accepted_candidate].match_length > 0:
                 best = p.candidates[p.accepted_candidate]

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-from ..trace import RaceTrace, RunTrace, StepRecord, TreePayload
+from ..trace import RaceTrace, RunTrace, TreePayload
 from ..ui.narrate import emitted, finish, listed, prob, tok
 
 
 def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str] | None) -> str:
-    rec = run.steps[step]
-    if isinstance(rec.payload, TreePayload):   # a copied chain
-        return narrate_copy_chain(rec, trace.greedy)
-    return f"{emitted(rec)}."
-
-
-def narrate_copy_chain(rec: StepRecord, greedy: bool) -> str:
     """A step that verified a chain copied from the text: no draft, one forward over the chain."""
+    rec = run.steps[step]
     p = rec.payload
+    if not isinstance(p, TreePayload):   # no chain was copied
+        return f"{emitted(rec)}."
     copied = [n for n in p.nodes if n.parent >= 0]
     accepted = [n for n in copied if n.status == "accepted"]
     rejected = next((n for n in copied if n.status == "rejected"), None)
-    rule = ("each is kept while it equals the target's own choice" if greedy else
+    rule = ("each is kept while it equals the target's own choice" if trace.greedy else
             "each is kept with probability P (its q is one-hot), and the first one refused is redrawn from P "
             "without it, so the text follows the target's distribution exactly")
     out = [f"Where the text's last tokens occurred before, it went on with {listed([tok(n.text) for n in copied])}: "

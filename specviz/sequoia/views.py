@@ -4,18 +4,11 @@ run's own measured acceptance."""
 
 from __future__ import annotations
 
-from ..trace import BUDGET_FROM_FREE_ROWS, ORIGIN_COPY, RaceTrace, RunTrace, StepRecord, TreePayload
+from ..trace import BUDGET_FROM_FREE_ROWS, ORIGIN_COPY, RaceTrace, RunTrace, TreePayload
 from ..ui.figures import rejected_before
 from ..ui.html import esc
 from ..ui.measured import sequoia_tokens_per_step, tree_acceptance
 from ..ui.narrate import MAX_LIST, emitted, finish, listed, prob, tok
-
-
-def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str] | None) -> str:
-    settings = run.settings if isinstance(run.settings, dict) else {}
-    threshold = settings.get("threshold") if settings.get("tree") == "adaptive" else None
-    free_rows = settings.get("tree_budget") if settings.get("tree_budget_from") == BUDGET_FROM_FREE_ROWS else None
-    return narrate_sequoia(run.steps[step], trace.greedy, trace.temperature, threshold, free_rows)
 
 
 def tokens_per_step(run: RunTrace) -> float | None:
@@ -55,10 +48,13 @@ def sequoia_walk(payload: TreePayload) -> dict:
             "rejected_at_last": rejected_at_last, "leaf": last is not None and not kids.get(last.id)}
 
 
-def narrate_sequoia(rec: StepRecord, greedy: bool, temperature: float = 0.0,
-                    threshold: float | None = None, free_rows: int | None = None) -> str:
-    """threshold: an adaptive tree's (its shape is explained), None for a fixed tree; free_rows: its node
-    budget when that came from the target's measured forward times."""
+def narrate(trace: RaceTrace, run: RunTrace, step: int, texts: dict[int, str] | None) -> str:
+    """The step's tree, its walk and each test's numbers; an adaptive tree's shape explained (its threshold, and
+    its node budget where that came from the target's measured forward times)."""
+    settings = run.settings if isinstance(run.settings, dict) else {}
+    threshold = settings.get("threshold") if settings.get("tree") == "adaptive" else None
+    free_rows = settings.get("tree_budget") if settings.get("tree_budget_from") == BUDGET_FROM_FREE_ROWS else None
+    greedy, rec = trace.greedy, run.steps[step]
     p = rec.payload
     if not isinstance(p, TreePayload) or not p.nodes:
         return (f"One target forward over {esc(rec.tokens_processed)} token(s) "

@@ -85,7 +85,7 @@ class PageHandlers:
                   "summary": html.summary_html(trace, trace.steps_done(upto)) + hardware.auto_notes_html(trace)
                   if trace else "", "trace": trace,
                   "slider": gr.Slider(minimum=0, maximum=max(total, 1), value=upto, step=1),
-                  "caption": views.step_caption(trace, upto),
+                  "caption": narrate.caption_html(trace, upto),
                   "file": self.trace_files.write(trace) if (trace and with_file) else None,
                   "hw_html": hw, "hw_plot": curve}
         if status_text is not None:
@@ -121,7 +121,7 @@ class PageHandlers:
             # The status line says it too: a "Loading …" line must not outlive the load that failed, nor
             # the caption a race that never finished.
             yield self.outputs.pack(status=f"⚠ {failure}",
-                                    caption=views.step_caption(trace, len(trace.order)) if trace is not None else "")
+                                    caption=narrate.caption_html(trace, len(trace.order)) if trace is not None else "")
             raise gr.Error(failure, print_exception=False)
         if trace is not None:
             message = ("Stopped early (this server's time limit per run)." if trace.cancelled else

@@ -62,8 +62,3 @@ def plot_views(trace: RaceTrace | None, upto: int | None = None, live: bool = Fa
         "latency": svg.latency_svg(runs, counts, live=live),
         "cumulative": svg.cumulative_svg(runs, counts),
     }
-
-
-def step_caption(trace: RaceTrace | None, upto: int) -> str:
-    """The step-through caption (HTML): which method ran this global step and what it did (narrate.py)."""
-    return narrate.caption_html(trace, upto)
