@@ -227,12 +227,10 @@ def auto_notes_html(trace) -> str:
             + "".join(f"<div>{esc(note)}.</div>" for note in notes) + "</div>")
 
 
-def target_curve(plans: dict | None) -> dict:
-    for plan in (plans or {}).values():
-        for name in ("target_ms", "curve"):
-            if isinstance((plan or {}).get(name), dict) and plan[name]:
-                return plan[name]
-    return {}
+def target_curve(plans: dict | None) -> dict[int, float]:
+    """The target's t(n) from the first method's plan (`plans_for`) that holds one, read by its `whatif` module's
+    `plan_curve`; {} without one."""
+    return next((c for m, module in whatifs().items() if (c := module.plan_curve((plans or {}).get(m) or {}))), {})
 
 
 FLOOR_CONTEXT = 200   # the context the curves are measured after (`profiler.forward_curve`)

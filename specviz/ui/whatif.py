@@ -109,7 +109,7 @@ def inputs(trace: RaceTrace | None, profile: dict | None = None) -> dict:
     replaces the target's costs, and then the run's CPU times are not mixed in."""
     plans = hardware.plans_for(trace)
     run = _run_costs(trace) if not profile else {}
-    plan_curve = next((c for m, module in whatifs().items() if (c := module.plan_curve(plans.get(m) or {}))), {})
+    plan_curve = hardware.target_curve(plans)
     run_curve = trace_curve(trace) if run else {}
     if run_curve:
         target, source = _run_curve(run_curve, plan_curve), "this run's own step times"
