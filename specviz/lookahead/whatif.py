@@ -10,8 +10,7 @@ from ..engine.curve import interpolate
 from ..request import ILLUSTRATIVE_LOOKAHEAD
 from ..trace import RaceTrace
 from ..ui import measured
-from ..ui.figures import METHOD_COLORS
-from ..ui.whatif import chart, curve_of, fmt_point, other_ms, speedup_over_baseline
+from ..ui.whatif import curve_of, method_column, other_ms, speedup_over_baseline
 from .method import METHOD
 
 PLAN = ("lookahead-auto", "target")   # the plans `auto` caches for it: per target, device and dtype (no draft)
@@ -77,35 +76,17 @@ def line(inp: dict, sizes: dict) -> list[tuple[float, float]]:
 def column(inp: dict, done: dict, sizes: dict) -> str:
     """The panel's Lookahead column ("" when nothing predicts it yet)."""
     window, ngram, guesses = int(sizes["window"]), int(sizes["ngram"]), int(sizes["guesses"])
-    colour = METHOD_COLORS[METHOD.id]
     la = point(inp, window, ngram, guesses)
     if la is None:
         return ""
-    marks = [(f"your W={window}, N={ngram}, G={guesses}: {la['speedup']:.2f}x", colour,
-              float(window), la["speedup"], "circle")]
     auto = (inp.get("lookahead_plan") or {}).get("choice")
-    auto_txt = ""
-    if auto:
-        ap = point(inp, auto["window"], auto["ngram"], auto["guesses"])
-        if ap:
-            marks.append((f"auto: W={ap['window']}, N={ap['ngram']}, G={ap['guesses']}: {ap['speedup']:.2f}x "
-                          f"(at its own N and G)", "#16a34a", float(ap["window"]), ap["speedup"], "star"))
-            auto_txt = (f"<li>fastest (auto): W={ap['window']}, N={ap['ngram']}, G={ap['guesses']}: "
-                        f"{fmt_point(ap, 'predicted')}</li>")
-    ill = point(inp, **ILLUSTRATIVE_LOOKAHEAD)
+    ap = point(inp, auto["window"], auto["ngram"], auto["guesses"]) if auto else None
     got = done.get(METHOD.id)
-    got_txt = ""
-    if got:
-        w_run = int(got["settings"].get("window") or window)
-        if got["speedup"] is not None:
-            marks.append((f"last run: W={w_run}, {got['tokens_per_step']:.2f} tokens per decoding step, "
-                          f"{got['speedup']:.2f}x measured", "#111827", float(w_run), got["speedup"], "diamond"))
-        got_txt = (f"<li>last run (W={w_run}): {got['tokens_per_step']:.2f} tokens per decoding step"
-                   + (f", <b>{got['speedup']:.2f}x</b> measured" if got["speedup"] is not None else "") + "</li>")
-    ill_txt = (f"<li>illustrative (W={ILLUSTRATIVE_LOOKAHEAD['window']}, N={ILLUSTRATIVE_LOOKAHEAD['ngram']}, "
-               f"G={ILLUSTRATIVE_LOOKAHEAD['guesses']}): {fmt_point(ill, 'predicted')}</li>")
-    return (f'<div><b style="color:{colour}">{METHOD.label}</b><ul style="margin:2px 0 0 18px;'
-            f'padding:0"><li>your W={window}, N={ngram}, G={guesses} (one forward over {la["step_tokens"]} '
-            f'tokens): {fmt_point(la, "predicted")}</li>{auto_txt}{ill_txt}{got_txt}</ul>'
-            + chart(f"{METHOD.label}: predicted speedup against W (N={ngram}, G={guesses})", "window W",
-                    [("predicted speedup", colour, line(inp, sizes), False)], marks) + "</div>")
+    w_run = int(got["settings"].get("window") or window) if got else None
+    sizes_of = lambda p: f"W={p['window']}, N={p['ngram']}, G={p['guesses']}"   # noqa: E731
+    return method_column(
+        METHOD.id, (la, f"your {sizes_of(la)}", f"your {sizes_of(la)} (one forward over {la['step_tokens']} tokens)"),
+        (ap, sizes_of(ap), " (at its own N and G)") if ap else None,
+        (point(inp, **ILLUSTRATIVE_LOOKAHEAD), sizes_of(ILLUSTRATIVE_LOOKAHEAD)),
+        (got, f"W={w_run}", w_run) if got else None, "window",
+        f"{METHOD.label}: predicted speedup against W (N={ngram}, G={guesses})", "window W", line(inp, sizes))

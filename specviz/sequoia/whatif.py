@@ -16,7 +16,7 @@ from ..request import ILLUSTRATIVE_TREE
 from ..trace import PHASE_DRAFT, RaceTrace, RunTrace, TreePayload
 from ..ui import measured
 from ..ui.figures import METHOD_COLORS
-from ..ui.whatif import chart, curve_of, fmt_point, other_ms, speedup_over_baseline
+from ..ui.whatif import curve_of, method_column, other_ms, speedup_over_baseline
 from .method import METHOD
 
 PLAN = ("sequoia-plan", "pair")     # the plans `auto` caches for it: per model pair (`sequoia.sizing`)
@@ -126,38 +126,22 @@ def line(inp: dict, sizes: dict) -> list[tuple[float, float]]:
 def column(inp: dict, done: dict, sizes: dict) -> str:
     """The panel's Sequoia column: predictions at the sliders' tree, auto's, the illustrative one, the last run."""
     budget, depth = int(sizes["tree_budget"]), int(sizes["tree_depth"])
-    colour = METHOD_COLORS[METHOD.id]
     sq = point(inp, budget, depth)
     if sq is None:
-        return (f'<div><b style="color:{colour}">{METHOD.label}</b>: no acceptance vector for this pair yet (run '
-                f'{METHOD.label} once).</div>')
-    marks = [(f"your tree: {budget} nodes, depth {sq['depth']}: {sq['speedup']:.2f}x", colour,
-              float(budget), sq["speedup"], "circle")]
+        return (f'<div><b style="color:{METHOD_COLORS[METHOD.id]}">{METHOD.label}</b>: no acceptance vector for '
+                f'this pair yet (run {METHOD.label} once).</div>')
     auto = (inp.get("sequoia_plan") or {}).get("choice")
-    auto_txt = ""
-    if auto:
-        ap = point(inp, int(auto["budget"]), int(auto.get("tree_depth", auto["depth"])))
-        if ap:
-            marks.append((f"auto: {ap['budget']} nodes, depth {ap['depth']}: {ap['speedup']:.2f}x",
-                          "#16a34a", float(ap["budget"]), ap["speedup"], "star"))
-            auto_txt = (f"<li>fastest (auto): {ap['budget']} nodes, depth {ap['depth']}: "
-                        f"{fmt_point(ap, 'predicted')}</li>")
-    ill = point(inp, ILLUSTRATIVE_TREE["tree_budget"], ILLUSTRATIVE_TREE["tree_depth"])
-    got = done.get(METHOD.id)
-    got_txt = ""
+    ap = point(inp, int(auto["budget"]), int(auto.get("tree_depth", auto["depth"]))) if auto else None
+    got, last_run = done.get(METHOD.id), None
     if got:
         # An adaptive run's tree changed every step: place it at its average size, not its cap.
         adaptive = got["settings"].get("tree") == "adaptive"
         n_run = got["nodes_per_step"] if adaptive else int(got["settings"].get("tree_budget") or budget)
-        size = f"adaptive, {n_run:.1f} nodes on average" if adaptive else f"{n_run} nodes"
-        if got["speedup"] is not None:
-            marks.append((f"last run: {size}, {got['tokens_per_step']:.2f} tokens per decoding step, "
-                          f"{got['speedup']:.2f}x measured", "#111827", float(n_run), got["speedup"], "diamond"))
-        got_txt = (f"<li>last run ({size}): {got['tokens_per_step']:.2f} tokens per decoding step"
-                   + (f", <b>{got['speedup']:.2f}x</b> measured" if got["speedup"] is not None else "") + "</li>")
-    return (f'<div><b style="color:{colour}">{METHOD.label}</b><ul style="margin:2px 0 0 18px;'
-            f'padding:0"><li>your tree ({budget} nodes, depth {sq["depth"]}): {fmt_point(sq, "predicted")}'
-            f'</li>{auto_txt}<li>illustrative ({ILLUSTRATIVE_TREE["tree_budget"]} nodes, depth '
-            f'{ILLUSTRATIVE_TREE["tree_depth"]}): {fmt_point(ill, "predicted")}</li>{got_txt}</ul>'
-            + chart(f"{METHOD.label}: predicted speedup against tree budget (depth {depth})", "tree budget n",
-                    [("predicted speedup", colour, line(inp, sizes), False)], marks) + "</div>")
+        last_run = (got, f"adaptive, {n_run:.1f} nodes on average" if adaptive else f"{n_run} nodes", n_run)
+    ill = ILLUSTRATIVE_TREE["tree_budget"], ILLUSTRATIVE_TREE["tree_depth"]
+    return method_column(
+        METHOD.id, (sq, f"your tree: {budget} nodes, depth {sq['depth']}",
+                    f"your tree ({budget} nodes, depth {sq['depth']})"),
+        (ap, f"{ap['budget']} nodes, depth {ap['depth']}", "") if ap else None,
+        (point(inp, *ill), f"{ill[0]} nodes, depth {ill[1]}"), last_run, "budget",
+        f"{METHOD.label}: predicted speedup against tree budget (depth {depth})", "tree budget n", line(inp, sizes))

@@ -240,6 +240,36 @@ def fmt_point(p: dict | None, what: str) -> str:
             f"<b>{p['speedup']:.2f}x</b> {what}")
 
 
+def method_column(method: str, yours: tuple[dict, str, str], auto: tuple[dict, str, str] | None,
+                  illustrative: tuple[dict | None, str], last_run: tuple[dict, str, float] | None, x: str,
+                  title: str, x_label: str, line: list[tuple[float, float]]) -> str:
+    """One method's column of the panel in its own words: the prediction at the sliders' sizes (`yours`: the
+    point, its words on the chart and in the list), auto's (the point, its sizes, a note for the chart), the
+    illustrative sizes', the last run as measured (`last_run`: what `actual` found, its sizes, where the chart
+    places it), and the method's curve; `x` is the point's field the chart places a prediction by."""
+    colour, label = METHOD_COLORS[method], METHOD_LABELS.get(method, method)
+    point, mark, words = yours
+    marks = [(f"{mark}: {point['speedup']:.2f}x", colour, float(point[x]), point["speedup"], "circle")]
+    auto_txt = ""
+    if auto:
+        ap, sizes, note = auto
+        marks.append((f"auto: {sizes}: {ap['speedup']:.2f}x{note}", "#16a34a", float(ap[x]), ap["speedup"], "star"))
+        auto_txt = f"<li>fastest (auto): {sizes}: {fmt_point(ap, 'predicted')}</li>"
+    got_txt = ""
+    if last_run:
+        got, size, at = last_run
+        if got["speedup"] is not None:
+            marks.append((f"last run: {size}, {got['tokens_per_step']:.2f} tokens per decoding step, "
+                          f"{got['speedup']:.2f}x measured", "#111827", float(at), got["speedup"], "diamond"))
+        got_txt = (f"<li>last run ({size}): {got['tokens_per_step']:.2f} tokens per decoding step"
+                   + (f", <b>{got['speedup']:.2f}x</b> measured" if got["speedup"] is not None else "") + "</li>")
+    ill, ill_sizes = illustrative
+    return (f'<div><b style="color:{colour}">{label}</b><ul style="margin:2px 0 0 18px;padding:0"><li>{words}: '
+            f'{fmt_point(point, "predicted")}</li>{auto_txt}<li>illustrative ({ill_sizes}): '
+            f'{fmt_point(ill, "predicted")}</li>{got_txt}</ul>'
+            + chart(title, x_label, [("predicted speedup", colour, line, False)], marks) + "</div>")
+
+
 def panel_html(trace: RaceTrace | None, sizes: dict | None = None, profile: dict | None = None) -> str:
     """The what-if panel: predictions at the sliders' `sizes` (by option name: tree_budget, window, ...), each
     method's curve, the auto choice and the last run marked."""
