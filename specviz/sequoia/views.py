@@ -5,7 +5,7 @@ run's own measured acceptance."""
 from __future__ import annotations
 
 from ..trace import BUDGET_FROM_FREE_ROWS, ORIGIN_COPY, RaceTrace, RunTrace, TreePayload
-from ..ui.figures import rejected_before
+from ..ui.figures import children, rejected_before
 from ..ui.html import esc
 from ..ui.measured import sequoia_tokens_per_step, tree_acceptance
 from ..ui.narrate import MAX_LIST, emitted, finish, listed, prob, tok
@@ -15,21 +15,11 @@ def tokens_per_step(run: RunTrace) -> float | None:
     return sequoia_tokens_per_step(run, tree_acceptance(run))
 
 
-def _children(payload: TreePayload) -> dict[int, list]:
-    kids: dict[int, list] = {}
-    for n in payload.nodes:
-        if n.parent >= 0:
-            kids.setdefault(n.parent, []).append(n)
-    for v in kids.values():
-        v.sort(key=lambda n: n.id)   # breadth-first ids: drawing order among siblings
-    return kids
-
-
 def sequoia_walk(payload: TreePayload) -> dict:
     """The verification walk as the trace records it: accepted nodes, the first rejected node and
     the node where the walk stopped (the bonus token's parent)."""
     nodes = {n.id: n for n in payload.nodes}
-    kids = _children(payload)
+    kids = children(payload)
     root = next((n for n in payload.nodes if n.parent < 0), None)
     path = [nodes[i] for i in payload.accepted_path if i in nodes]
     walk = [root] + path

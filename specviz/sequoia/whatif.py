@@ -15,7 +15,7 @@ from ..engine.curve import interpolate
 from ..request import ILLUSTRATIVE_TREE
 from ..trace import PHASE_DRAFT, RaceTrace, RunTrace, TreePayload
 from ..ui import measured
-from ..ui.figures import METHOD_COLORS
+from ..ui.figures import METHOD_COLORS, children
 from ..ui.whatif import curve_of, method_column, other_ms, speedup_over_baseline
 from .method import METHOD
 
@@ -51,8 +51,7 @@ def _trace_acceptance(run: RunTrace | None) -> list[float] | None:
         if not isinstance(p, TreePayload) or not p.nodes:
             continue
         steps += 1
-        kids = sorted((n for n in p.nodes if n.parent == p.nodes[0].id), key=lambda n: n.id)
-        for rank, n in enumerate(kids, 1):
+        for rank, n in enumerate(children(p).get(p.nodes[0].id, []), 1):
             if n.status == "accepted":
                 counts[rank] = counts.get(rank, 0) + 1
     if not steps or not counts:

@@ -63,16 +63,24 @@ def draft_saw(node, parent, sep: str) -> str:
     return f"{sep}draft saw: {token} + {node.draft_input}"
 
 
+def children(payload: TreePayload) -> dict[int, list]:
+    """Parent id -> its child nodes, in id order (breadth-first ids: the drawing and testing order among
+    siblings)."""
+    kids: dict[int, list] = {}
+    for n in sorted(payload.nodes, key=lambda n: n.id):
+        if n.parent >= 0:
+            kids.setdefault(n.parent, []).append(n)
+    return kids
+
+
 def rejected_before(payload: TreePayload) -> dict[int, int]:
     """Node id -> how many of its earlier siblings were tested and rejected: a node after one or more was
     tested against the residual they left, not against its own P and q."""
     count: dict[int, int] = {}
-    seen: dict[int, int] = {}
-    for n in sorted(payload.nodes, key=lambda n: n.id):   # breadth-first ids: drawing order among siblings
-        if n.parent < 0:
-            continue
-        count[n.id] = seen.get(n.parent, 0)
-        seen[n.parent] = count[n.id] + (n.status == "rejected")
+    for siblings in children(payload).values():
+        seen = 0
+        for n in siblings:
+            count[n.id], seen = seen, seen + (n.status == "rejected")
     return count
 
 
