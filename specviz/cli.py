@@ -70,7 +70,7 @@ def cmd_floors(args: argparse.Namespace) -> int:
     import torch
 
     from .engine import floors
-    from .engine.profiler import forward_curve
+    from .engine.profiler import curve_key, forward_curve
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -80,7 +80,7 @@ def cmd_floors(args: argparse.Namespace) -> int:
                            f"{pair.device.type}")
     work = floors.forward_work(pair.target)
     rates = floors.measured_rates(floors.read_mib(work), refresh=args.refresh)
-    curve = forward_curve(pair.target, pair.key + ":target", sizes=list(floors.FLOOR_SIZES),
+    curve = forward_curve(pair.target, curve_key(pair, "target"), sizes=list(floors.FLOOR_SIZES),
                           context_len=args.context, refresh=args.refresh)
     record = floors.floors_record(curve, work, rates, args.context)
     print(json.dumps(record, indent=1) if args.json else floors.table_markdown(record))

@@ -75,13 +75,11 @@ class ZeroGpu:
 
 
 def target_t1(pair, graphs: bool) -> float | None:
-    """The target's cached t(1) on this device (eager, or replayed with `graphs`), else None: the key the
-    sizing measures it under (`sequoia.sizing._model_key`)."""
-    from .engine.models import dtype_name
-    from .engine.profiler import cached_forward_curve
+    """The target's cached t(1) on this device (eager, or replayed with `graphs`), else None: the curve every
+    method's sizing measures (`profiler.curve_key`)."""
+    from .engine.profiler import cached_forward_curve, curve_key
 
-    key = f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}:target"
-    curve = cached_forward_curve(pair.target, key, graphs=graphs)
+    curve = cached_forward_curve(pair.target, curve_key(pair, "target"), graphs=graphs)
     return curve.get(1) if curve else None
 
 

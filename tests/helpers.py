@@ -245,12 +245,11 @@ def cache_forward_curves(pair: ModelPair, target_ms: float = 10.0, draft_ms: flo
     adaptive tree then weighs a draft level at draft_ms / target_ms of a target forward (tiny models' weights
     alone would make the draft half a target, and the tree shallow). target_from {n: ms}: the target's
     curve rises to these times from size n on."""
-    from specviz.engine.profiler import _curve_key, default_sizes, save_cached
-    from specviz.sequoia.sizing import DRAFT_SIZES, _model_key
+    from specviz.engine.profiler import SMALL_SIZES, _curve_key, curve_key, default_sizes, save_cached
 
-    for model, name, sizes, ms in ((pair.target, pair.target_name, default_sizes(pair.device), target_ms),
-                                   (pair.draft, pair.draft_name, DRAFT_SIZES, draft_ms)):
-        key = _model_key(name, pair)
+    for model, role, sizes, ms in ((pair.target, "target", default_sizes(pair.device), target_ms),
+                                   (pair.draft, "draft", SMALL_SIZES, draft_ms)):
+        key = curve_key(pair, role)
         curve = {str(n): ms for n in sizes}
         if model is pair.target:
             curve |= {str(n): t for at, t in sorted((target_from or {}).items()) for n in sizes if n >= at}

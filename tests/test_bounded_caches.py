@@ -22,7 +22,7 @@ from specviz.request import CUSTOM, RaceRequest
 from specviz.sequoia import sizing as sq
 
 FLAT = {n: 10.0 for n in (1, 2, 4, 8, 16, 32, 64, 128, 256)}
-DRAFT = {n: 1.0 for n in sq.DRAFT_SIZES}
+DRAFT = {n: 1.0 for n in sq.SMALL_SIZES}
 N_VISITORS = 50
 
 

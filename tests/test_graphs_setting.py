@@ -309,16 +309,16 @@ def _save_curve(model, key: str, sizes, ms_of, graphs: bool) -> None:
 
 
 def test_sequoia_sizing_reads_the_graphed_curves_when_the_decoder_runs_graphs(tmp_path, monkeypatch):
-    from specviz.engine.profiler import default_sizes
+    from specviz.engine.profiler import SMALL_SIZES, curve_key, default_sizes
     from specviz.engine.sampling import SamplingConfig
-    from specviz.sequoia.sizing import DRAFT_SIZES, _costs_key, _model_key, decoder_options
+    from specviz.sequoia.sizing import _costs_key, decoder_options
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     pair = tiny_pair()
     # Only graphed curves are cached: an adaptive tree weighs its levels against them when graphs run, and
     # falls back to the weights' ratio when they do not (negative control).
-    _save_curve(pair.target, _model_key(pair.target_name, pair), default_sizes(pair.device), lambda n: 4.0 + n / 64, True)
-    _save_curve(pair.draft, _model_key(pair.draft_name, pair), DRAFT_SIZES, lambda n: 1.0 + n / 64, True)
+    _save_curve(pair.target, curve_key(pair, "target"), default_sizes(pair.device), lambda n: 4.0 + n / 64, True)
+    _save_curve(pair.draft, curve_key(pair, "draft"), SMALL_SIZES, lambda n: 1.0 + n / 64, True)
     # A CPU never captures, whatever the mode: it sizes from the plain curves.
     on_a_cpu = decoder_options(pair, SamplingConfig(), graphs="on", tree="adaptive")["tree_choice"]
     eager = decoder_options(pair, SamplingConfig(), graphs="off", tree="adaptive")["tree_choice"]
@@ -333,15 +333,14 @@ def test_sequoia_sizing_reads_the_graphed_curves_when_the_decoder_runs_graphs(tm
 
 
 def test_lookahead_auto_chooses_from_the_graphed_curve_when_the_decoder_runs_graphs(tmp_path, monkeypatch):
-    from specviz.engine.models import dtype_name
-    from specviz.engine.profiler import forward_kind
-    from specviz.lookahead.sizing import CURVE_SIZES, resolve_settings
+    from specviz.engine.profiler import curve_key, default_sizes
+    from specviz.lookahead.sizing import resolve_settings
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     pair = tiny_pair(draft_seed=None)
-    key = f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}:target"
-    _save_curve(pair.target, key, CURVE_SIZES, lambda n: 10.0 * n, False)   # eager: every row costs a forward
-    _save_curve(pair.target, key, CURVE_SIZES, lambda n: 4.0, True)         # replays: rows are free up to 64
+    key, sizes = curve_key(pair, "target"), default_sizes(pair.device)   # the target's curve, Sequoia's too
+    _save_curve(pair.target, key, sizes, lambda n: 10.0 * n, False)   # eager: every row costs a forward
+    _save_curve(pair.target, key, sizes, lambda n: 4.0, True)         # replays: rows are free up to 64
     eager = resolve_settings(pair, graphs="on")   # a CPU never captures: the eager curve
     monkeypatch.setattr(graph_modes, "capture_wanted", lambda mode, device: mode != "off")   # as on a GPU
     graphed = resolve_settings(pair, graphs="on")

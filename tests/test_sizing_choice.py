@@ -22,6 +22,7 @@ import pytest
 from helpers import tiny_pair
 
 from specviz.engine.methods import make_decoder
+from specviz.engine.profiler import curve_key, default_sizes
 from specviz.lookahead import sizing as la
 from specviz.sequoia import sizing as sq
 from specviz.sequoia.tree import TreeShape
@@ -97,7 +98,8 @@ def curve_on_this_machine(tmp_path, monkeypatch):
     asked, given = [], {}
 
     def forward_curve(model, key, sizes=None, context_len=200, refresh=False, graphs=False):
-        asked.append({"sizes": list(sizes), "graphs": graphs})
+        sizes = sizes or profiler.default_sizes(next(model.parameters()).device)
+        asked.append({"key": key, "sizes": list(sizes), "graphs": graphs})
         return {n: given["curve"][n] for n in sizes}
 
     monkeypatch.setattr(profiler, "forward_curve", forward_curve)
@@ -112,8 +114,11 @@ def curve_on_this_machine(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", list(CURVES))
 def test_lookahead_choose_takes_the_best_predicted_setting_for_the_curve_it_read(name, curve_on_this_machine):
     asked = curve_on_this_machine(CURVES[name])
-    result = la.choose(tiny_pair(draft_seed=None))
-    assert asked == [{"sizes": la.CURVE_SIZES, "graphs": False}]
+    pair = tiny_pair(draft_seed=None)
+    result = la.choose(pair)
+    # The target's whole curve (Sequoia's sizes too, under the key Sequoia reads: one measurement for both)...
+    assert asked == [{"key": curve_key(pair, "target"), "sizes": default_sizes(pair.device), "graphs": False}]
+    # ... of which the choice reads the small sizes.
     read = {int(n): ms for n, ms in result["curve"].items()}
     assert read == {n: CURVES[name][n] for n in la.CURVE_SIZES}   # (both curves already rise: monotone as read)
     choice = result["choice"]
@@ -213,14 +218,14 @@ def test_sequoia_tree_grows_with_a_flat_curve():
 def test_sequoias_adaptive_budget_grows_with_a_flat_curve(tmp_path, monkeypatch):
     """The adaptive tree's budget is the target's free rows on the cached curve: many on the flat one, the
     floor on the steep one."""
-    from specviz.engine.profiler import _curve_key, default_sizes, save_cached
+    from specviz.engine.profiler import SMALL_SIZES, _curve_key, save_cached
 
     pair = tiny_pair()
     budgets = {}
     for name, curve in CURVES.items():
         monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / name))
-        for model, key, sizes, ms in ((pair.target, sq._model_key(pair.target_name, pair), default_sizes(pair.device),
-                                       curve), (pair.draft, sq._model_key(pair.draft_name, pair), sq.DRAFT_SIZES,
+        for model, key, sizes, ms in ((pair.target, curve_key(pair, "target"), default_sizes(pair.device),
+                                       curve), (pair.draft, curve_key(pair, "draft"), SMALL_SIZES,
                                                 DRAFTS[name])):
             save_cached("forward", _curve_key(model, key, 200), {"key": key, "ms": {str(n): ms[n] for n in sizes}})
         plan, costs = sq.adaptive_plan(pair)

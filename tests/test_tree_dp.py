@@ -412,8 +412,8 @@ def test_an_adaptive_level_is_read_only_where_it_can_pay_for_itself():
 def test_adaptive_costs_come_from_cached_curves_else_from_the_weights_read(tmp_path, monkeypatch):
     from helpers import tiny_pair
 
-    from specviz.engine.profiler import _curve_key, default_sizes, save_cached
-    from specviz.sequoia.sizing import DRAFT_SIZES, _model_key, adaptive_costs, forward_weight_bytes
+    from specviz.engine.profiler import SMALL_SIZES, _curve_key, curve_key, default_sizes, save_cached
+    from specviz.sequoia.sizing import adaptive_costs, forward_weight_bytes
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     pair = tiny_pair()
@@ -422,9 +422,9 @@ def test_adaptive_costs_come_from_cached_curves_else_from_the_weights_read(tmp_p
     ratio = forward_weight_bytes(pair.draft) / forward_weight_bytes(pair.target)
     assert costs["draft"] == pytest.approx([ratio] * 9) and costs["target"] == [1.0] * 9
     # Curves in the cache (as `--tree auto` leaves them): costs relative to t(1), made monotone.
-    for model, key, ms in ((pair.target, _model_key(pair.target_name, pair), {1: 10.0, 2: 9.0, 8: 12.0, 256: 40.0}),
-                           (pair.draft, _model_key(pair.draft_name, pair), {1: 2.0, 64: 4.0})):
-        sizes = DRAFT_SIZES if model is pair.draft else default_sizes(torch.device("cpu"))
+    for model, key, ms in ((pair.target, curve_key(pair, "target"), {1: 10.0, 2: 9.0, 8: 12.0, 256: 40.0}),
+                           (pair.draft, curve_key(pair, "draft"), {1: 2.0, 64: 4.0})):
+        sizes = SMALL_SIZES if model is pair.draft else default_sizes(torch.device("cpu"))
         curve = {str(n): float(np.interp(n, list(ms), list(ms.values()))) for n in sizes}
         save_cached("forward", _curve_key(model, key, 200), {"key": key, "ms": curve})
     measured = adaptive_costs(pair, 8)
@@ -453,17 +453,17 @@ def test_free_rows_end_where_the_target_starts_charging_for_rows():
 def test_adaptive_budget_is_the_targets_free_rows_unless_given(tmp_path, monkeypatch):
     from helpers import tiny_pair
 
-    from specviz.engine.profiler import _curve_key, default_sizes, save_cached
-    from specviz.sequoia.sizing import (ADAPTIVE_MAX_NODES, DRAFT_SIZES, _model_key, adaptive_plan)
+    from specviz.engine.profiler import SMALL_SIZES, _curve_key, curve_key, default_sizes, save_cached
+    from specviz.sequoia.sizing import ADAPTIVE_MAX_NODES, adaptive_plan
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     pair = tiny_pair()
     plan, costs = adaptive_plan(pair)
     assert costs["from"] == "weights" and plan["max_nodes"] == ADAPTIVE_MAX_NODES
     assert plan["tree_budget_from"] == "default (no measured curve)"
-    for model, key, ms in ((pair.target, _model_key(pair.target_name, pair), {1: 30.0, 8: 30.6, 16: 40.0, 64: 100.0}),
-                           (pair.draft, _model_key(pair.draft_name, pair), {1: 2.0, 64: 4.0})):
-        sizes = DRAFT_SIZES if model is pair.draft else default_sizes(torch.device("cpu"))
+    for model, key, ms in ((pair.target, curve_key(pair, "target"), {1: 30.0, 8: 30.6, 16: 40.0, 64: 100.0}),
+                           (pair.draft, curve_key(pair, "draft"), {1: 2.0, 64: 4.0})):
+        sizes = SMALL_SIZES if model is pair.draft else default_sizes(torch.device("cpu"))
         curve = {str(n): float(np.interp(n, list(ms), list(ms.values()))) for n in sizes}
         save_cached("forward", _curve_key(model, key, 200), {"key": key, "ms": curve})
     plan, costs = adaptive_plan(pair)

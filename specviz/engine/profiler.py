@@ -32,8 +32,23 @@ from .machine import fingerprint, fingerprint_tag
 
 
 def default_sizes(device: torch.device) -> list[int]:
-    """1, 2, 4, ... up to 1024 rows on a GPU, 256 on a CPU."""
+    """1, 2, 4, ... up to 1024 rows on a GPU, 256 on a CPU: what a target's curve is measured at."""
     return [1 << i for i in range(11 if device.type == "cuda" else 9)]
+
+
+# The sizes of a draft's curve, and what Lookahead's and prompt lookup's choices read of the target's (whose
+# curve is measured at `default_sizes`, of which these are the first: one measurement serves every method).
+SMALL_SIZES = [1, 2, 4, 8, 16, 32, 64]
+
+
+def curve_key(pair, role: str = "target") -> str:
+    """The key `forward_curve` caches the t(n) of a pair's `role` ('target' or 'draft') under, for every method
+    that reads it: the model's name, device and dtype (`_curve_key` adds the forward timed and the context).
+    Both roles' keys end ':target', as they always have: the key names the model, not the part it plays."""
+    from .models import dtype_name
+
+    name = {"target": pair.target_name, "draft": pair.draft_name}[role]
+    return f"{name}|{pair.device.type}|{dtype_name(pair.dtype)}:target"
 
 
 def _sync(device: torch.device) -> None:
@@ -288,7 +303,7 @@ def cached_forward_curve(model, key: str, sizes: list[int] | None = None,
 
 def forward_curve(model, key: str, sizes: list[int] | None = None, context_len: int = 200,
                   refresh: bool = False, graphs: bool = False) -> dict[int, float]:
-    """t(n) in ms for `model`, cached under `key` (e.g. pair.key + ':target'); `graphs`: of the static-
+    """t(n) in ms for `model`, cached under `key` (`curve_key`); `graphs`: of the static-
     buffer forwards (replays on CUDA), cached apart from the eager curve."""
     device = next(model.parameters()).device
     sizes = sizes or default_sizes(device)

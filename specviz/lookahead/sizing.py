@@ -39,13 +39,13 @@ choice is made from the graphed curve (`forward_curve(graphs=True)`) and cached 
 from __future__ import annotations
 
 from ..engine.curve import interpolate, monotone
+from ..engine.profiler import SMALL_SIZES as CURVE_SIZES   # the sizes the choice reads of the target's curve
 from ..errors import InvalidInput
 
 ACCEPT_RATE = 0.06
 COPY_ROWS = 1        # copied candidates a step verifies besides the pool's G (the decoder's default)
 COPY_MATCH = 0.5     # share of steps that find a copy to verify
 COPY_ACCEPT = 0.42   # a copied token right, given the ones before it were
-CURVE_SIZES = [1, 2, 4, 8, 16, 32, 64]
 NGRAMS = [2, 3, 4, 5]
 WINDOWS = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15]
 GUESSES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15]
@@ -127,21 +127,37 @@ def settings_table(curve: dict[int, float], accept_rate: float = ACCEPT_RATE) ->
     return rows
 
 
-def _auto_key(pair, graphs: bool) -> tuple[str, str]:
-    """(the choice's cache key, the target curve's key) for this target, device and dtype."""
+def _auto_key(pair, graphs: bool) -> str:
+    """The choice's cache key: this target, device, dtype and forward (the draft plays no part in Lookahead)."""
     from ..engine.models import target_key
 
-    # The draft plays no part in Lookahead: key on the target, device and dtype only.
-    key = target_key(pair)
-    curve_key = f"{key}:target"   # the curve's own key says graphs or not (`profiler._curve_key`)
-    return key + ("|graphs" if graphs else ""), curve_key
+    return target_key(pair) + ("|graphs" if graphs else "")
+
+
+def target_curve(pair, graphs: bool, refresh: bool = False) -> tuple[dict[int, float], bool]:
+    """The target's t(n) at `CURVE_SIZES`, and whether it was trusted (cached). Measured, where it is not cached,
+    at every size Sequoia's sizing reads too (`profiler.default_sizes`, under `profiler.curve_key`): one
+    measurement for every method, whichever asks first."""
+    from ..engine.profiler import cached_forward_curve, curve_key, forward_curve
+
+    key = curve_key(pair, "target")
+    full = forward_curve(pair.target, key, refresh=refresh, graphs=graphs)
+    trusted = cached_forward_curve(pair.target, key, graphs=graphs) == full
+    return {n: full[n] for n in CURVE_SIZES}, trusted
+
+
+def target_curve_cached(pair, graphs: bool) -> bool:
+    """Whether `target_curve` would read its curve from the cache (measures nothing)."""
+    from ..engine.profiler import cached_forward_curve, curve_key
+
+    return cached_forward_curve(pair.target, curve_key(pair, "target"), graphs=graphs) is not None
 
 
 def cached_choice(pair, graphs: bool = False) -> dict | None:
     """`choose`'s result when this machine has it cached, else None (measures nothing)."""
     from ..engine.profiler import load_cached
 
-    cached = load_cached("lookahead-auto", _auto_key(pair, graphs)[0])
+    cached = load_cached("lookahead-auto", _auto_key(pair, graphs))
     if cached and cached.get("version") == AUTO_VERSION and cached.get("accept_rate") == ACCEPT_RATE:
         return cached
     return None
@@ -160,16 +176,16 @@ def _result(key: str, curve: dict[int, float], graphs: bool) -> dict:
 def choose(pair, refresh: bool = False, graphs: bool = False) -> dict:
     """{"curve", "table", "choice", "accept_rate", "key"} for this target, device and dtype (cached);
     `graphs`: from the static-buffer forwards' curve (replays on CUDA)."""
-    from ..engine.profiler import cached_forward_curve, forward_curve, save_cached
+    from ..engine.profiler import save_cached
 
-    key, curve_key = _auto_key(pair, graphs)
+    key = _auto_key(pair, graphs)
     cached = None if refresh else cached_choice(pair, graphs)
     if cached:
         return cached
-    raw = forward_curve(pair.target, curve_key, sizes=CURVE_SIZES, refresh=refresh, graphs=graphs)
+    raw, trusted = target_curve(pair, graphs, refresh=refresh)
     result = _result(key, monotone({int(n): float(ms) for n, ms in raw.items()}), graphs)
     # A curve from busy cores is used for this run only (`profiler.forward_curve`), and so is the table.
-    if cached_forward_curve(pair.target, curve_key, sizes=CURVE_SIZES, graphs=graphs) == raw:
+    if trusted:
         save_cached("lookahead-auto", key, result)
     return result
 
@@ -183,11 +199,9 @@ def auto_pending(pair, sampling=None, graphs="auto", **options) -> bool:
     the target's curve it is made from is cached (Sequoia's sizing times the same curve, so a measurement
     under way for Sequoia often has it already). Measures nothing."""
     from ..engine import graphs as graph_modes
-    from ..engine.profiler import cached_forward_curve
 
     graphs = graph_modes.capture_wanted(graphs, pair.device)
-    return _asks_auto(**options) and cached_choice(pair, graphs) is None and cached_forward_curve(
-        pair.target, _auto_key(pair, graphs)[1], sizes=CURVE_SIZES, graphs=graphs) is None
+    return _asks_auto(**options) and cached_choice(pair, graphs) is None and not target_curve_cached(pair, graphs)
 
 
 def measure_auto(pair, sampling=None, graphs="auto", **options) -> None:
@@ -214,7 +228,7 @@ def first_sizes(pair, sampling=None, graphs="auto", **options) -> tuple[dict, st
     raw = measure_forward_times(pair.target, CURVE_SIZES, repeats=repeats, warmup=warmup, graphs=graphs,
                                 label="a first estimate of the target's forward times")
     curve = monotone(raw)
-    choice = _result(_auto_key(pair, graphs)[0], curve, graphs)["choice"]
+    choice = _result(_auto_key(pair, graphs), curve, graphs)["choice"]
     sizes = {k: choice[k] for k in ("window", "ngram", "guesses")}
     words = f"Lookahead W={sizes['window']}, N={sizes['ngram']}, G={sizes['guesses']} from a one-round estimate of " \
             "the forward times"

@@ -6,18 +6,18 @@ step takes the L with the most expected tokens per millisecond (0: `ar`'s step),
 hardware: where rows are nearly free (a GPU; a CPU's q4 kernel up to ~8 rows) a good match verifies all of
 itself, and where each row costs, only its likely head.
 
-The curve is the one Lookahead's `auto` measures (the same cache key, so the app's worker measures it once
-for both); until it is measured a race starts on a prior (`PRIOR_CURVES`) and says so. The pricing itself is
+The curve is the target's, the one Lookahead's `auto` and Sequoia's sizing read (`profiler.curve_key`, measured
+at Sequoia's sizes too, so the app's worker measures it once for all), read at the sizes Lookahead's choice reads; until it is measured a race starts on a prior (`PRIOR_CURVES`) and says so. The pricing itself is
 pure arithmetic, `match.best_length` (Lookahead prices its copies with it too); here the curve is read or measured.
 """
 
 from __future__ import annotations
 
+from ..engine.profiler import SMALL_SIZES as CURVE_SIZES
 from ..errors import InvalidInput
 from .match import VERIFY_MS
 
 PRIOR_OVERHEAD = 0.1   # the same against a prior's t(1) = 1
-CURVE_SIZES = [1, 2, 4, 8, 16, 32, 64]   # Lookahead's: one measurement serves both
 # t(n) / t(1) before anything is measured: a CPU's q4 forward on SpecViz's kernel (Zen 4 EPYC, 2 threads,
 # `python -m specviz floors`), and a GPU's, where a few rows cost what one does.
 PRIOR_CURVES = {"cpu": {1: 1.0, 2: 1.03, 4: 1.07, 8: 1.22, 16: 2.1, 32: 4.0, 64: 7.8},
@@ -37,16 +37,10 @@ def step_overhead(curve_source: str) -> float:
 
 # -- the curve: cached, measured, or the prior ------------------------------------------------------------
 
-def _curve_key(pair) -> str:
-    from ..engine.models import target_key
-
-    return target_key(pair) + ":target"   # Lookahead's curve (`lookahead.sizing._auto_key`)
-
-
 def _cached_curve(pair, graphs: bool):
-    from ..engine.profiler import cached_forward_curve
+    from ..engine.profiler import cached_forward_curve, curve_key
 
-    return cached_forward_curve(pair.target, _curve_key(pair), sizes=CURVE_SIZES, graphs=graphs)
+    return cached_forward_curve(pair.target, curve_key(pair, "target"), graphs=graphs)
 
 
 def _prior(pair) -> dict[int, float]:
@@ -57,13 +51,14 @@ def decoder_options(pair, sampling=None, graphs="auto", tokens=None, curve=None,
                     **options) -> dict:
     """The decoder's options with the target's curve: cached, else measured now (a second or two), unless given."""
     from ..engine import graphs as graph_modes
-    from ..engine.profiler import forward_curve
+    from ..engine.profiler import curve_key, forward_curve
 
     if curve is not None:
         return {**options, "tokens": tokens, "curve": curve, "curve_source": curve_source or "given"}
     wanted = graph_modes.capture_wanted(graphs, pair.device)
-    measured = forward_curve(pair.target, _curve_key(pair), sizes=CURVE_SIZES, graphs=wanted)
-    return {**options, "tokens": tokens, "curve": measured, "curve_source": "measured"}
+    # Measured at every size the target's curve has (Sequoia reads them all), read at the small ones.
+    measured = forward_curve(pair.target, curve_key(pair, "target"), graphs=wanted)
+    return {**options, "tokens": tokens, "curve": {n: measured[n] for n in CURVE_SIZES}, "curve_source": "measured"}
 
 
 def auto_pending(pair, sampling=None, graphs="auto", curve=None, **options) -> bool:

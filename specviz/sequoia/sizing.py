@@ -42,7 +42,9 @@ from ..engine.curve import interpolate, monotone
 from ..engine.models import dtype_name
 from ..engine.profiler import (
     CONTENDED_SHARE,
+    SMALL_SIZES,
     cached_forward_curve,
+    curve_key,
     forward_curve,
     forward_kind,
     load_cached,
@@ -59,7 +61,6 @@ from .decoder import SequoiaDecoder
 from .tree import TreeShape, check_parents
 from .tree_dp import build_tables, optimal_tree
 
-DRAFT_SIZES = [1, 2, 4, 8, 16, 32, 64]
 MAX_TREE_BUDGET = 1024
 # Bump when the cost model changes, or what a step costs outside its forwards does, so plans and step
 # costs cached under an older one are made again (7: the target's forward priced as a step sees it,
@@ -67,11 +68,6 @@ MAX_TREE_BUDGET = 1024
 COST_MODEL = 7
 # (budget, depth) of the trees whose real steps the step costs are fitted from: one level, a few, many.
 CALIBRATION_TREES = ((4, 1), (12, 3), (32, 5))
-
-
-def _model_key(name: str, pair) -> str:
-    # The same key Lookahead uses for the target, so one measurement serves both methods.
-    return f"{name}|{pair.device.type}|{dtype_name(pair.dtype)}:target"
 
 
 def graphs_decided(pair, graphs) -> bool:
@@ -90,15 +86,15 @@ def measured_curves(pair, refresh: bool = False, graphs: bool = False) -> tuple[
 
     The draft curve is the target's when it drafts for itself. `graphs`: the captured forwards' curves.
     """
-    target_key = _model_key(pair.target_name, pair)
+    target_key = curve_key(pair, "target")   # the one Lookahead and prompt lookup read: measured once for all
     target_ms = forward_curve(pair.target, target_key, refresh=refresh, graphs=graphs)
     trusted = cached_forward_curve(pair.target, target_key, graphs=graphs) == target_ms
     if pair.draft_is_target:
-        draft_ms = {n: target_ms[n] for n in DRAFT_SIZES if n in target_ms}
+        draft_ms = {n: target_ms[n] for n in SMALL_SIZES if n in target_ms}
     else:
-        draft_key = _model_key(pair.draft_name, pair)
-        draft_ms = forward_curve(pair.draft, draft_key, sizes=DRAFT_SIZES, refresh=refresh, graphs=graphs)
-        trusted = trusted and cached_forward_curve(pair.draft, draft_key, sizes=DRAFT_SIZES,
+        draft_key = curve_key(pair, "draft")
+        draft_ms = forward_curve(pair.draft, draft_key, sizes=SMALL_SIZES, refresh=refresh, graphs=graphs)
+        trusted = trusted and cached_forward_curve(pair.draft, draft_key, sizes=SMALL_SIZES,
                                                    graphs=graphs) == draft_ms
     return target_ms, draft_ms, trusted
 
@@ -812,9 +808,9 @@ def adaptive_costs(pair, max_nodes: int, graphs: bool = False) -> dict:
     each forward reads ("weights"). Never measured here, so a run starts at once and a seeded
     run's trees do not depend on a timing.
     """
-    target = cached_forward_curve(pair.target, _model_key(pair.target_name, pair), graphs=graphs)
+    target = cached_forward_curve(pair.target, curve_key(pair, "target"), graphs=graphs)
     draft = target if pair.draft_is_target else cached_forward_curve(
-        pair.draft, _model_key(pair.draft_name, pair), sizes=DRAFT_SIZES, graphs=graphs)
+        pair.draft, curve_key(pair, "draft"), sizes=SMALL_SIZES, graphs=graphs)
     if target and draft:
         target, draft, source = monotone(target), monotone(draft), "measured"
     else:
