@@ -18,6 +18,7 @@ from specviz.engine.lean import lean_llama_supported
 from specviz.engine.methods import make_decoder
 from specviz.engine.sampling import SamplingConfig
 from specviz.errors import InvalidInput
+from specviz.methodspec import parse_spec
 
 
 def test_bench_two_prompts_with_report(tmp_path):
@@ -79,13 +80,17 @@ def test_suites_and_method_specs():
         assert len(mine) >= 20 and len({p["id"] for p in mine}) == len(mine)
     assert all('"' in p["prompt"] for p in prompts if p["suite"] == "rewrite")  # quotes its input
     assert [p["suite"] for p in prompt_files.limit_per_suite(prompts, 1)] == list(prompt_files.SUITES)
-    assert bench.parse_method("sequoia@32x6") == ("sequoia", {"tree_budget": 32, "tree_depth": 6})
-    assert bench.parse_method("lookahead@5x4x5") == ("lookahead", {"window": 5, "ngram": 4, "guesses": 5})
-    assert bench.parse_method("sequoia+feature@adaptive") == ("sequoia", {"tree": "adaptive"})
-    assert bench.parse_method("sequoia@adaptive=0.08") == ("sequoia", {"tree": "adaptive", "tree_threshold": 0.08})
+    def parsed(spec):
+        spec = parse_spec(spec)
+        return spec.method, spec.sizes
+
+    assert parsed("sequoia@32x6") == ("sequoia", {"tree_budget": 32, "tree_depth": 6})
+    assert parsed("lookahead@5x4x5") == ("lookahead", {"window": 5, "ngram": 4, "guesses": 5})
+    assert parsed("sequoia+feature@adaptive") == ("sequoia", {"tree": "adaptive"})
+    assert parsed("sequoia@adaptive=0.08") == ("sequoia", {"tree": "adaptive", "tree_threshold": 0.08})
     for bad in ("sequoia@32", "nope", "lookahead@axbxc", "sequoia@adaptive=x"):
         with pytest.raises(InvalidInput):
-            bench.parse_method(bad)
+            parse_spec(bad)
     with pytest.raises(InvalidInput, match="unknown suite"):
         prompt_files.read_suites("poetry")
 

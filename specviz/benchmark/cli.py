@@ -21,7 +21,7 @@ from ..cliargs import (
 from ..engine.prompts import limit_per_suite, read_prompts, read_suites
 from ..errors import InvalidInput
 from ..methods import args_module, method_ids
-from ..methodspec import LLAMA_METHODS
+from ..methodspec import LLAMA_METHODS, parse_spec
 from . import runner
 from .report import columns_line
 
@@ -56,13 +56,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sampling = sampling_from_args(args)
     graphs = graphs_from_args(args)
     options = {m: method_options(args, m) for m in method_ids()
-               if args_module(m) is not None and any(runner.parse_method(x)[0] == m for x in methods)}
+               if args_module(m) is not None and any(parse_spec(x).method == m for x in methods)}
     pair = load_pair_for(args, methods)
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     if pair.precision_choice:   # `--dtype auto`: which precision runs, and why
         say(f"precision: {pair.precision_choice}")
     hf_options = runner.tuned_options(pair, sampling)
-    if args.tune and any(runner.parse_method(m)[0] in ("hf-assisted", "hf-prompt-lookup") for m in methods):
+    if args.tune and any(parse_spec(m).method in ("hf-assisted", "hf-prompt-lookup") for m in methods):
         tune_prompts = limit_per_suite(prompts, 1)
         hf_options = runner.tune_hf(pair, tune_prompts, sampling, args.max_new_tokens, methods, progress=say)
     overrides = {"hf-assisted": {"assistant_tokens": args.assistant_tokens,

@@ -1,16 +1,14 @@
 """`bench --report DIR`: the benchmark as a Markdown table and plotly figures.
 
 Reads the same dictionary `bench --json` writes, so a report can also be rebuilt
-from a saved run: `python -c "from specviz.report import main; main()" OUT.json DIR`.
+from a saved run: `write_report(json.loads(Path("OUT.json").read_text()), "DIR")`.
 Figures are written as HTML always, and as PNG when plotly's kaleido can drive a
 Chrome/Chromium (offline machines with Debian's chromium can).
 """
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 from pathlib import Path
 
 from .. import glossary
@@ -209,17 +207,3 @@ def write_report(run: dict, out_dir: str | Path, png: bool = True) -> list[Path]
     report = out_dir / "report.md"
     report.write_text("\n".join(text) + "\n")
     return [report, *written]
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m specviz.report RUN.json OUT_DIR", file=sys.stderr)
-        return 2
-    for path in write_report(json.loads(Path(argv[0]).read_text()), argv[1]):
-        print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -144,12 +144,6 @@ def _load_named_draft(pair: ModelPair, draft: str) -> ModelPair:
                      fmt.display_name(where), pair.device, pair.dtype, where)
 
 
-def parse_method(spec: str) -> tuple[str, dict]:
-    """`sequoia@32x6` -> (its method id, {tree_budget: 32, tree_depth: 6}); a plain id -> (the id, {})."""
-    parsed = parse_spec(spec)
-    return parsed.method, parsed.sizes
-
-
 def check_methods(methods: list[str]) -> None:
     for m in methods:
         base = parse_spec(m).method
