@@ -23,22 +23,14 @@ def first_argmax(logits: torch.Tensor) -> torch.Tensor:
 NO_MASS = "cannot sample from a distribution with no mass (all zero, negative or NaN)"
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One draw per row of `probs` (..., V) -> (...) int64; rows need not sum to one.
+def sample_unchecked(probs: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One draw per row of `probs` (..., V) -> (...) int64 (rows need not sum to one) and, as a 0-d bool
+    tensor, whether every row had mass, with no host read: a step that reads its results once reads the
+    check with them. A row with no mass, or NaN, is the caller's error to raise (`NO_MASS`), as it was for
+    multinomial: it means the model produced garbage, and a token made up from it would hide that.
 
     The first token whose cumulative mass exceeds u * total. The sum runs in float64 (a token
-    of zero mass is never drawn). A row with no mass, or NaN, is an error, as it was for
-    multinomial: it means the model produced garbage, and a token made up from it would hide that.
-    """
-    draws, has_mass = sample_unchecked(probs, generator)
-    if not bool(has_mass):
-        raise ValueError(NO_MASS)
-    return draws
-
-
-def sample_unchecked(probs: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """`sample`'s draws (the same tokens from the same stream) and, as a 0-d bool tensor, whether every
-    row had mass, with no host read: a step that reads its results once reads the check with them."""
+    of zero mass is never drawn)."""
     flat = probs.reshape(-1, probs.shape[-1])
     cdf = flat.double().cumsum(dim=-1)
     total = cdf[:, -1:]
@@ -67,5 +59,5 @@ def race_sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor
     """One draw per row of `probs` (..., V) with no host sync: the index of the smallest E_i / p_i
     (E_i ~ Exp(1) independent), i.e. the first of V exponential clocks of rates p_i to ring, which is
     token i with probability p_i / sum(p). The static (graph) steps sample with it; it takes the random
-    stream differently from `sample`, so a seed gives other (equally distributed) tokens there."""
+    stream differently from `sample_unchecked`, so a seed gives other (equally distributed) tokens there."""
     return (probs.float() / exponential_like(probs.float(), generator)).max(dim=-1).indices

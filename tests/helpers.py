@@ -102,6 +102,17 @@ def reference_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Ten
 
 
 @torch.inference_mode()
+def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """`draws.sample_unchecked`'s draws (the engine's stream), a row with no mass an error: the references'
+    sampler."""
+    from specviz.draws import NO_MASS, sample_unchecked
+
+    draws, has_mass = sample_unchecked(probs, generator)
+    if not bool(has_mass):
+        raise ValueError(NO_MASS)
+    return draws
+
+
 def exact_distribution(model, prompt_ids: list[int], sampling: SamplingConfig, n_tokens: int = 4) -> dict:
     """P(first n generated tokens = s) for every sequence s, by enumerating the vocabulary.
 

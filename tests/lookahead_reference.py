@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from specviz.draws import sample
+from helpers import sample
 from specviz.lookahead.verify import Verdict
 
 

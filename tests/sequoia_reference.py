@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specviz.draws import sample
+from helpers import sample
 
 from specviz.sequoia.verify import ACCEPTED, NOT_REACHED, REJECTED, RESIDUAL_EPS, ROOT
 

@@ -55,7 +55,7 @@ class Family:
 SEQUOIA_MUTANTS = ("no-residual", "rejected-left-in-q")
 ADAPTIVE = {"tree": "adaptive", "tree_threshold": 0.04, "tree_budget": 10, "tree_depth": 3}
 FAMILIES = {
-    # AR's one step (graphs on or off: the same step) draws with `draws.sample` on the device.
+    # AR's one step (graphs on or off: the same step) draws with `draws.sample_unchecked` on the device.
     "ar": Family("ar", "self"),
     "sequoia-independent-fixed": Family("sequoia", "independent", {"tree_parents": SAMPLING_TREE},
                                                      mutants=SEQUOIA_MUTANTS),

@@ -302,16 +302,16 @@ def test_profile_acceptance_and_lookup(tmp_path, monkeypatch):
         cfg = SamplingConfig(1.0, seed=0)
         before = acceptance.acceptance_for(pair, cfg)
         assert before["source"].startswith("default")
-        result = measure.profile_acceptance(pair, ["t1 t2 t3", "t4 t5"], 3, cfg, steps=60,
-                                               max_new_tokens=20, show_progress=False)
+        result = measure.profile_acceptance_by_depth(pair, ["t1 t2 t3", "t4 t5"], 3, 1, cfg, steps=60,
+                                                     max_new_tokens=20, show_progress=False)
         assert result["steps"] == 60 and sum(result["counts"]) + result["rejected_all"] == 60
         assert 0 < sum(result["acceptance"]) <= 1
         after = acceptance.acceptance_for(pair, cfg)
         assert after["acceptance"] == result["acceptance"] and after["source"].startswith("measured")
         # A target drafting for itself at temperature 1 accepts the first child every time.
         self_pair = tiny_pair(draft_seed=None)
-        exact = measure.profile_acceptance(self_pair, ["t1 t2"], 2, cfg, steps=20, max_new_tokens=20,
-                                              show_progress=False, save=False)
+        exact = measure.profile_acceptance_by_depth(self_pair, ["t1 t2"], 2, 1, cfg, steps=20, max_new_tokens=20,
+                                                    show_progress=False, save=False)
         assert exact["acceptance"] == [1.0, 0.0]
     finally:
         torch.set_num_threads(threads)

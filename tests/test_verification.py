@@ -416,7 +416,7 @@ def test_sampled_walk_equals_the_reference_on_random_trees(monkeypatch, prune):
 
 
 def test_inverse_cdf_sample_follows_the_distribution_and_never_draws_zero_mass():
-    from specviz.draws import sample
+    from helpers import sample
 
     gen = torch.Generator().manual_seed(0)
     p = torch.tensor([0.0, 0.2, 0.0, 0.5, 0.25, 0.05, 0.0])

@@ -106,7 +106,7 @@ def step_ms(curve: dict[int, float], window: int, ngram: int, guesses: int, copi
     return (1 - COPY_MATCH) * interpolate(curve, n) + COPY_MATCH * interpolate(curve, n + copies * (ngram - 1))
 
 
-def settings_table(curve: dict[int, float], accept_rate: float = ACCEPT_RATE) -> list[dict]:
+def settings_table(curve: dict[int, float]) -> list[dict]:
     """Every candidate setting with its predicted cost and benefit, best first."""
     t1 = curve[min(curve)]
     max_n = max(curve)
@@ -117,7 +117,7 @@ def settings_table(curve: dict[int, float], accept_rate: float = ACCEPT_RATE) ->
                 n = step_tokens(window, ngram, guesses)
                 if n > max_n:
                     continue
-                e = expected_tokens(window, ngram, guesses, accept_rate)
+                e = expected_tokens(window, ngram, guesses)
                 ms = step_ms(curve, window, ngram, guesses)
                 rows.append({"window": window, "ngram": ngram, "guesses": guesses, "step_tokens": n,
                              "forward_ms": round(ms, 3), "expected_tokens": round(e, 4),

@@ -68,9 +68,8 @@ def auto_pending(pair, sampling=None, graphs="auto", curve=None, **options) -> b
     return curve is None and _cached_curve(pair, graph_modes.capture_wanted(graphs, pair.device)) is None
 
 
-def measure_auto(pair, sampling=None, graphs="auto", **options) -> None:
-    """Measure and cache the curve (the app's worker does it between races)."""
-    decoder_options(pair, sampling, graphs, **options)
+# What the app's worker runs between races while the curve is pending: what building the decoder would.
+measure_auto = decoder_options
 
 
 def first_sizes(pair, sampling=None, graphs="auto", **options) -> tuple[dict, str]:

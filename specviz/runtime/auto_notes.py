@@ -17,22 +17,14 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from ..methods import sized
+from ..engine.methods import sizing
 from ..engine.precision import waits_for_measurement
+from ..methods import sized
 
 SIZED = sized()
 WHY = "auto_why"          # the run's settings key for why its `auto` size is small
 CHANGED = "auto_changed"  # and for what `auto` changed since the last race with these settings
 KEPT_STATES = 64          # the last races remembered (one per `measure_key`), the least recent dropped first
-
-
-def _sizing(method: str, what: str):
-    """A sized method's `auto_size_words(settings)` (the size `auto` ran, in words; None where it was asked for),
-    `AUTO_WHAT` (what that size is called) or `why_small(pair, graphs, settings)` (why it is small, or ""), from
-    its sizing module (`Method.sizing`)."""
-    from ..engine.methods import sizing
-
-    return sizing(method, what)
 
 
 def auto_state(trace) -> dict:
@@ -45,7 +37,7 @@ def auto_state(trace) -> dict:
     for method in SIZED:
         run = trace.runs.get(method)
         settings = (run.settings or {}) if run is not None else {}
-        size = _sizing(method, "auto_size_words")(settings)
+        size = sizing(method, "auto_size_words")(settings)
         if size is not None:
             state[method] = {"size": size, "first": settings.get("sizing") == "first"}
     return state
@@ -81,7 +73,7 @@ def change_words(before: dict | None, after: dict) -> dict[str, str]:
             why = "this machine's measurement for auto is running again, so this race started on first sizes"
         else:
             why = "this machine's forward times were measured again in between"
-        out[method] = f"auto changed {_sizing(method, 'AUTO_WHAT')} from {old['size']} to {new['size']} since the last race with " \
+        out[method] = f"auto changed {sizing(method, 'AUTO_WHAT')} from {old['size']} to {new['size']} since the last race with " \
                       f"these settings: {why}"
     return out
 
@@ -114,7 +106,7 @@ def annotate(trace, pair, graphs, last: LastRaces | None, key) -> None:
     for method in SIZED:
         run = trace.runs.get(method)
         if run is not None and run.settings:
-            words = _sizing(method, "why_small")(pair, captured, run.settings)
+            words = sizing(method, "why_small")(pair, captured, run.settings)
             if words:
                 run.settings[WHY] = words
     if last is None:

@@ -487,20 +487,15 @@ def run_race(request, pairs: PairCache | None = None, on_status: Callable[[str],
 CONTENDED_RATIO = 2.0   # a target forward this many times its profiled cost: the CPU was shared
 
 
-def expected_forward_ms(curve: dict, n: int) -> float | None:
-    """t(n) from a profiled curve {n: ms}, interpolated linearly between measured sizes; None past them."""
-    return interpolate(curve, n, past_end="none") if curve else None
-
-
 def forward_slowdown(runs, curve: dict | None = None) -> float | None:
     """Median of (measured target forward / its uncontended cost) over the race's decoding steps.
 
     The uncontended cost of a forward over n tokens is the lower of the profiled
-    t(n) (`curve`, which may be stale or itself measured on a busy machine) and
-    the race's own fast steps of that size (their 10th percentile). About 1 when
-    the decoders had the machine to themselves; far above 1 when something else
-    (a browser tab rendering, another program) took their cores, and then the
-    speeds the race shows are distorted. The prefill step is left out.
+    t(n) (`curve`, interpolated between its sizes, none past them; it may be stale
+    or itself measured on a busy machine) and the race's own fast steps of that
+    size (their 10th percentile). About 1 when the decoders had the machine to
+    themselves; far above 1 when something else (a browser tab rendering, another
+    program) took their cores, and then the speeds the race shows are distorted. The prefill step is left out.
     """
     import statistics
 
@@ -512,7 +507,7 @@ def forward_slowdown(runs, curve: dict | None = None) -> float | None:
                 groups.setdefault((run.method, rec.tokens_processed), []).append(measured)
     ratios = []
     for (_, n), times in groups.items():
-        candidates = [expected_forward_ms(curve, n)] if curve else []
+        candidates = [interpolate(curve, n, past_end="none")] if curve else []
         if len(times) >= 5:
             candidates.append(statistics.quantiles(times, n=10)[0])
         base = min((c for c in candidates if c), default=None)

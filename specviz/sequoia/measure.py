@@ -151,10 +151,3 @@ def lower_row(counts: list[int], reached: int, rank1_row: list[float]) -> list[f
     """One depth's vector under lower-ranked parents, leaning on LOWER_PRIOR_STEPS steps of the rank-1 row."""
     prior = LOWER_PRIOR_STEPS
     return [round((c + prior * rank1_row[i]) / (reached + prior), 6) for i, c in enumerate(counts)]
-
-
-def profile_acceptance(pair, prompts: list[str], width: int, sampling: SamplingConfig, steps: int = 300,
-                       max_new_tokens: int = 128, show_progress: bool = True, save: bool = True) -> dict:
-    """Measure p on real prompts with a star tree of `width` children (a comb of one level); cache and
-    return it."""
-    return profile_acceptance_by_depth(pair, prompts, width, 1, sampling, steps, max_new_tokens, show_progress, save)

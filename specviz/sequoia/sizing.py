@@ -451,13 +451,13 @@ RACE_ROUNDS_SAMPLED = (2, 4)
 RACE_Z = 2.0
 
 
-def race_interval(ratios: list[float], z: float = RACE_Z) -> tuple[float, float] | None:
-    """The interval, z standard errors wide each side, of the geometric mean of per-prompt rate ratios;
+def race_interval(ratios: list[float]) -> tuple[float, float] | None:
+    """The interval, `RACE_Z` standard errors wide each side, of the geometric mean of per-prompt rate ratios;
     None below two ratios. A ratio of rates is multiplicative, so its mean and spread are taken in logs."""
     logs = np.log(np.asarray([r for r in ratios if r > 0], dtype=float))
     if logs.size < 2:
         return None
-    half = z * logs.std(ddof=1) / np.sqrt(logs.size)
+    half = RACE_Z * logs.std(ddof=1) / np.sqrt(logs.size)
     return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
 
 
@@ -716,12 +716,6 @@ def auto_pending(pair, sampling: SamplingConfig | None = None, graphs="auto", **
     return _asks_auto(options) and cached_plan(pair, sampling, graphs=graphs_decided(pair, graphs)) is None
 
 
-def measure_auto(pair, sampling: SamplingConfig | None = None, graphs="auto", **options) -> None:
-    """Measure and cache what `auto` needs for these options (the app's worker does it between races)."""
-    if _asks_auto(options):
-        plan_tree(pair, sampling, graphs=graphs_decided(pair, graphs))
-
-
 def first_sizes(pair, sampling: SamplingConfig | None = None, graphs="auto", **options) -> tuple[dict, str]:
     """Options to start a race with at once while `auto`'s measurement is pending, and what to tell the
     reader: the adaptive tree, which measures nothing (its costs come from whatever forward curve is
@@ -738,6 +732,11 @@ def decoder_options(pair, sampling: SamplingConfig | None = None, graphs="auto",
     `copies` (the copied chain's length) goes to the decoder as given."""
     found = {"tree_choice": tree_choice(pair, sampling, graphs=graphs, **options)}
     return found if copies is None else {**found, "copies": copies}
+
+
+# What the app's worker runs between races for options whose `auto` tree is pending: what building the decoder
+# would (`plan_tree`, measured and cached), so the race after it finds the plan cached.
+measure_auto = decoder_options
 
 
 # An adaptive tree (`adaptive.py`): the draft's confidence shapes each step's tree within these limits.
