@@ -100,10 +100,9 @@ class GraphStats:
 class GraphRunner:
     """Captures each shape's function on first use and replays it; eager where it cannot capture."""
 
-    def __init__(self, device: torch.device, capture: bool = True, max_shapes: int = MAX_SHAPES):
+    def __init__(self, device: torch.device, capture: bool = True):
         self.device = torch.device(device)
         self.capture = capture and self.device.type == "cuda"
-        self.max_shapes = max_shapes
         self._graphs: OrderedDict = OrderedDict()   # least recently replayed first
         self._eager: set = set()
         self._pool = None
@@ -162,10 +161,10 @@ class GraphRunner:
             self._eager.add(key)
             self.stats.failed.append(f"{key}: {type(exc).__name__}: {exc}"[:300])
             return None
-        # Kept, releasing the least recently replayed beyond `max_shapes`. A released graph's outputs are not
+        # Kept, releasing the least recently replayed beyond `MAX_SHAPES`. A released graph's outputs are not
         # read again: outputs hold only until the runner's next replay.
         self._graphs[key] = entry
-        while len(self._graphs) > self.max_shapes:
+        while len(self._graphs) > MAX_SHAPES:
             self._graphs.popitem(last=False)
         self._seen.add(key)
         self.stats.shapes_captured += 1
@@ -187,9 +186,6 @@ class GraphRunner:
             outputs = fn()
         torch.cuda.synchronize(self.device)
         return _Captured(graph, outputs)
-
-    def captured(self, key) -> bool:
-        return key in self._graphs
 
 
 def graphs_off_stats() -> dict:
