@@ -229,11 +229,6 @@ def _profile_path(kind: str, key: str, machine: dict | None = None) -> Path:
     return path / f"{kind}-{safe}{tag}.json"
 
 
-def cache_path(kind: str, key: str) -> Path:
-    """Where `save_cached(kind, key, ...)` writes on this machine, at this process's thread count."""
-    return _profile_path(kind, key, _machine(kind, key))
-
-
 def cached_paths(kind: str, key_prefix: str) -> list[Path]:
     """The files of `kind` whose key may start with `key_prefix` (any machine, any thread count), newest
     first, found by name: a reader of one pair's entries opens those, not every file of the kind. A name
