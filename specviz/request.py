@@ -13,6 +13,7 @@ Import-light on purpose (no torch, no gradio): the engine, the worker and the UI
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal, get_args
 
@@ -90,9 +91,17 @@ class Range:
         if self.whole and not number.is_integer():
             raise InvalidInput(f"{self.label} must be a whole number, got {value!r}")
         if not self.lo <= number <= hi:
-            lo, hi, got = (str(int(n)) if self.whole else f"{n:g}" for n in (self.lo, hi, number))
-            raise InvalidInput(f"{self.label} must be between {lo} and {hi}, got {got}")
+            lo, hi, got = (str(int(n)) if self.whole and math.isfinite(n) else f"{n:g}" for n in (self.lo, hi, number))
+            span = f"at least {lo}" if hi == "inf" else f"between {lo} and {hi}"
+            raise InvalidInput(f"{self.label} must be {span}, got {got}")
         return int(number) if self.whole else number
+
+    def check_whole(self, value) -> int:
+        """`check` for a size given in code (a decoder's or a sizing's option), where only a number is a number:
+        an int, or a float with no fraction; never a bool or a string (`check` also reads what a form sends)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidInput(f"{self.label} must be a whole number, got {value!r}")
+        return int(self.check(value))
 
 
 # One table for the page's controls, the HTTP API and the command line.

@@ -36,6 +36,7 @@ from ..engine.native import logit_summary
 from ..engine.sampling import next_token_on_device, probs_from_logits
 from ..engine.static import cache_capacity, checkout, release
 from ..errors import InvalidInput
+from ..request import Range
 from ..engine.curve import Curve
 from ..prompt_lookup.match import MAX_TOKENS, VERIFY_MS, CopyRates, NgramIndex, best_length
 from ..trace import (
@@ -83,8 +84,7 @@ class LookaheadDecoder(Decoder):
         the curve it sized the window on); without it a copy is N-1 tokens, as the window's n-grams."""
         if not isinstance(pool_from_prompt, bool):
             raise InvalidInput(f"pool from prompt must be true or false, got {pool_from_prompt!r}")
-        if isinstance(copies, bool) or not isinstance(copies, int) or not 0 <= copies <= 8:
-            raise InvalidInput(f"copied candidates must be a whole number from 0 to 8, got {copies!r}")
+        copies = Range("copied candidates", 0, 8).check_whole(copies)
         if not prompt_ids:
             raise InvalidInput("the prompt is empty; give at least one token")
         if copy_curve is not None and (not isinstance(copy_curve, dict) or not copy_curve):

@@ -41,6 +41,7 @@ from __future__ import annotations
 from ..engine.curve import interpolate, monotone
 from ..engine.profiler import SMALL_SIZES as CURVE_SIZES   # the sizes the choice reads of the target's curve
 from ..errors import InvalidInput
+from ..request import RANGES
 
 ACCEPT_RATE = 0.06
 COPY_ROWS = 1        # copied candidates a step verifies besides the pool's G (the decoder's default)
@@ -49,20 +50,7 @@ COPY_ACCEPT = 0.42   # a copied token right, given the ones before it were
 NGRAMS = [2, 3, 4, 5]
 WINDOWS = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15]
 GUESSES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15]
-LIMITS = {"window": (1, 64), "ngram": (2, 16), "guesses": (0, 64)}
 AUTO_VERSION = 3     # 3: copied candidates in the model
-
-
-def _check(name: str, value) -> int:
-    low, high = LIMITS[name]
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise InvalidInput(f"lookahead {name} must be a whole number, got {value!r}")
-    if not (low <= value <= high):
-        raise InvalidInput(f"lookahead {name} must be between {low} and {high}, got {value}")
-    return value
 
 
 def resolve_settings(pair, window=None, ngram=None, guesses=None, graphs="auto"
@@ -80,7 +68,10 @@ def resolve_settings(pair, window=None, ngram=None, guesses=None, graphs="auto"
         return choice["window"], choice["ngram"], choice["guesses"], curve
     if not all(given):
         raise InvalidInput("give all of window, ngram and guesses, or none of them (auto)")
-    return _check("window", window), _check("ngram", ngram), _check("guesses", guesses), None
+    # The bounds the page, the API and the command line check them against (`request.RANGES`).
+    window, ngram, guesses = (RANGES[k].check_whole(v) for k, v in
+                              (("window", window), ("ngram", ngram), ("guesses", guesses)))
+    return window, ngram, guesses, None
 
 
 def step_tokens(window: int, ngram: int, guesses: int) -> int:

@@ -14,7 +14,7 @@ pure arithmetic, `match.best_length` (Lookahead prices its copies with it too); 
 from __future__ import annotations
 
 from ..engine.profiler import SMALL_SIZES as CURVE_SIZES
-from ..errors import InvalidInput
+from ..request import Range
 from .match import VERIFY_MS
 
 PRIOR_OVERHEAD = 0.1   # the same against a prior's t(1) = 1
@@ -24,10 +24,7 @@ PRIOR_CURVES = {"cpu": {1: 1.0, 2: 1.03, 4: 1.07, 8: 1.22, 16: 2.1, 32: 4.0, 64:
                 "cuda": {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.01, 16: 1.03, 32: 1.08, 64: 1.2}}
 
 
-def check_tokens(tokens) -> int:
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 16:
-        raise InvalidInput(f"prompt lookup's copied tokens must be a whole number from 1 to 16, got {tokens!r}")
-    return tokens
+check_tokens = Range("prompt lookup's copied tokens", 1, 16).check_whole
 
 
 def step_overhead(curve_source: str) -> float:

@@ -65,7 +65,7 @@ from ..trace import (
     TreeNode,
     TreePayload,
 )
-from ..errors import InvalidInput
+from ..request import Range
 from ..prompt_lookup.match import Copy, CopyRates, NgramIndex
 from .adaptive import allocate_children, level_pays, padded_block, padded_levels, read_block
 from .copy_cost import CopyPricing
@@ -143,8 +143,7 @@ class SequoiaDecoder(Decoder):
         `engine.methods.make_decoder` asks for): a fixed tree's parents, or an adaptive tree's limits.
         `graphs`: 'auto' | 'on' | 'off' (`engine.graphs`): whether the step's shapes are captured.
         `copies`: the longest chain of copied tokens grafted onto a step's tree (0: none)."""
-        if isinstance(copies, bool) or not isinstance(copies, int) or not 0 <= copies <= 16:
-            raise InvalidInput(f"copied tokens must be a whole number from 0 to 16, got {copies!r}")
+        copies = Range("copied tokens", 0, 16).check_whole(copies)
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens, graphs=graphs)
         self.adaptive = tree_choice.parents is None
         self.padded = self.adaptive and (self.capture if self.pad_adaptive is None else self.pad_adaptive)

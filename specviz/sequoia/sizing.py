@@ -54,6 +54,7 @@ from ..engine.profiler import (
 from ..engine.sampling import SamplingConfig
 from ..engine.text import encode_prompt
 from ..errors import InvalidInput
+from ..request import Range
 from ..trace import BUDGET_FROM_FREE_ROWS, PHASE_DRAFT, PHASE_TARGET
 from .acceptance import acceptance_for
 from .adaptive import free_rows
@@ -629,18 +630,6 @@ def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | No
     return plan
 
 
-def _check_int(name: str, value, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            isinstance(value, float) and not value.is_integer()):
-        raise InvalidInput(f"{name} must be a whole number, got {value!r}")
-    value = int(value)
-    if value < low:
-        raise InvalidInput(f"{name} must be at least {low}, got {value}")
-    if high is not None and value > high:
-        raise InvalidInput(f"{name} must be at most {high}, got {value}")
-    return value
-
-
 def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents,
                  graphs: bool = False) -> tuple[list[int] | None, dict]:
     """The tree to use (a breadth-first parent list) and settings that say where it came from."""
@@ -661,8 +650,8 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents,
             "plan": plan}  # the app's hardware panel shows it
     if tree_budget is None or tree_depth is None:
         raise InvalidInput("give both a tree budget and a tree depth, or neither (auto)")
-    budget = _check_int("tree budget (nodes including the root)", tree_budget, 1, MAX_TREE_BUDGET)
-    depth = _check_int("tree depth", tree_depth, 0)
+    budget = Range("tree budget (nodes including the root)", 1, MAX_TREE_BUDGET).check_whole(tree_budget)
+    depth = Range("tree depth", 0, math.inf).check_whole(tree_depth)
     depth = min(depth, budget - 1)
     acc = acceptance_for(pair, sampling)
     tables = build_tables(acc["acceptance"], budget, depth, by_depth=acc.get("by_depth"),
@@ -754,8 +743,11 @@ def adaptive_settings(tree_budget=None, tree_depth=None, tree_parents=None, thre
     """Limits and threshold of an adaptive tree; budget and depth, when given, cap its size."""
     if tree_parents is not None:
         raise InvalidInput("an adaptive tree is grown each step: it cannot be combined with a fixed tree")
-    budget = ADAPTIVE_MAX_NODES if tree_budget is None else _check_int("tree budget", tree_budget, 2, MAX_TREE_BUDGET)
-    depth = ADAPTIVE_MAX_DEPTH if tree_depth is None else _check_int("tree depth", tree_depth, 1)
+    budget, depth = ADAPTIVE_MAX_NODES, ADAPTIVE_MAX_DEPTH
+    if tree_budget is not None:
+        budget = Range("tree budget", 2, MAX_TREE_BUDGET).check_whole(tree_budget)
+    if tree_depth is not None:
+        depth = Range("tree depth", 1, math.inf).check_whole(tree_depth)
     tau = ADAPTIVE_THRESHOLD if threshold is None else threshold
     if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not 0 < tau <= 1:
         raise InvalidInput(f"the adaptive tree's threshold must be a probability in (0, 1], got {tau!r}")
