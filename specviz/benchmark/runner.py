@@ -51,6 +51,7 @@ from ..engine.text import encode_prompt
 from ..errors import InvalidInput
 from ..methods import args_module, baseline, sized
 from ..methodspec import HF_METHODS, LLAMA_METHODS, MethodSpec, parse_spec
+from ..runtime.race import graphs_path
 
 # The peers' knobs when no tuning has been run (`--tune` measures and caches better ones).
 # num_assistant_tokens: transformers' own default is 20 with a 0.4 confidence cut; a
@@ -553,18 +554,14 @@ def _note(recs: list[BenchRecord]) -> str | None:
 
 
 def graphs_summary(recs: list[BenchRecord]) -> dict:
-    """Which path a method's runs took ("graphs": replayed / static-eager / off / compiled / -) and what
-    graph capture cost them ("capture_ms": these runs' and their warm-up's, kept out of tokens/s)."""
+    """Which path a method's runs took ("graphs": replayed / static-eager / off / compiled / -: the race's
+    `graphs_path`, a failed capture and the static step alike static-eager) and what graph capture cost them
+    ("capture_ms": these runs' and their warm-up's, kept out of tokens/s)."""
     stats = [r.graphs for r in recs if r.graphs]
     if not stats:
         compiled = any((r.settings or {}).get("compiled") for r in recs)
         return {"graphs": "compiled" if compiled else "-", "capture_ms": None, "graph_shapes": None}
-    if any(g.get("capturing") and g.get("replays") for g in stats):
-        label = "replayed"
-    elif any(g.get("enabled") for g in stats):
-        label = "static-eager"
-    else:
-        label = "off"
+    label = {"replayed": "replayed", "off": "off"}.get(graphs_path(stats), "static-eager")
     capture = sum(r.capture_ms + float((r.settings or {}).get("warmup_capture_ms") or 0.0) for r in recs)
     shapes = max(g.get("shapes_captured", 0) + g.get("reused", 0) for g in stats)
     return {"graphs": label, "capture_ms": capture, "graph_shapes": shapes, "host_ms_per_step": _host_share(recs)}

@@ -207,14 +207,27 @@ def graphs_reason(mode: str, device) -> str:
     return f"{mode}: asked for"
 
 
+def graphs_path(runs_graphs) -> str:
+    """Which path runs took, from each run's `trace.graphs` (`GraphStats.to_dict`, None for none): "replayed"
+    (some captured shapes replayed), "failed" (capture was on and nothing replayed), "static" (the static
+    buffers' step, nothing captured) or "off". The race's words and the bench's column say it from this."""
+    stats = [g for g in runs_graphs if g]
+    if any(g.get("capturing") and g.get("replays") for g in stats):
+        return "replayed"
+    if any(g.get("enabled") and g.get("capturing") for g in stats):
+        return "failed"
+    return "static" if any(g.get("enabled") for g in stats) else "off"
+
+
 def graphs_words(runs_graphs, reason: str | None = None) -> str:
     """The graphs of a run or race in words, from each run's `trace.graphs` (`GraphStats.to_dict`):
     "graphs: replayed (N shapes, capture X ms)", "graphs: static, eager (capture failed)" or "graphs: off"
     (nothing captured: every decoder's step runs over the static buffers, so only capture is news), then
     `reason` in brackets when given (a hosting policy's decision)."""
     stats = [g for g in runs_graphs if g]
-    replayed = [g for g in stats if g.get("capturing") and g.get("replays")]
-    if replayed:
+    path = graphs_path(stats)
+    if path == "replayed":
+        replayed = [g for g in stats if g.get("capturing") and g.get("replays")]
         shapes = sum(g.get("shapes_captured", 0) + g.get("reused", 0) for g in replayed)
         reused = sum(g.get("reused", 0) for g in replayed)
         capture = sum(g.get("capture_ms", 0.0) for g in replayed)
@@ -222,7 +235,7 @@ def graphs_words(runs_graphs, reason: str | None = None) -> str:
             f", {reused} reused" if reused else "") + ")"
         failed = sum(len(g.get("failed") or []) for g in stats)
         words += f", {failed} shapes eager after a failed capture" if failed else ""
-    elif any(g.get("enabled") and g.get("capturing") for g in stats):
+    elif path == "failed":
         words = "graphs: static, eager (capture failed)"
     else:
         words = "graphs: off"
