@@ -31,12 +31,14 @@ Cost. What the sizing and the profiler time as one draft level is the draft mode
 `timing_forward`), cached under `forward_kind(model)` (a draft's `decoding_kind`, when it has one).
 
 Implementations: `ModelDrafter` (an independent draft: a pruned, distilled or any causal LM; also
-the target drafting for itself) here, and `FeatureDrafter` (`feature_drafter.py`, EAGLE style), which a
-draft model asks for with `drafter_kind = "feature"` (`make_drafter`).
+the target drafting for itself) here, and `FeatureDrafter` (`feature_drafter.py`, EAGLE style). A
+draft model names its drafter by `drafter_kind`, looked up in `DRAFTERS` by module path, as the
+engine's methods are.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,6 +47,11 @@ import torch
 from ..engine.lean import VocabSubsetHead
 from ..engine.static import full_vocabulary_head
 
+# drafter_kind -> "module:class", imported on first use; a draft model without a drafter_kind is
+# an ordinary causal LM (`ModelDrafter`).
+DRAFTERS = {
+    "feature": "specviz.draft.feature_drafter:FeatureDrafter",
+}
 ADAPTIVE_SHAPES_KEPT = 256   # an adaptive tree's level shapes held per draft forward (a few recur)
 
 
@@ -107,13 +114,11 @@ class Drafter(Protocol):
 
 def make_drafter(pair, prompt_ids: list[int], session, max_nodes: int, max_depth: int) -> Drafter:
     """The drafter of `pair.draft` for one decoder, its forwards in the decoder's `GraphSession`, for
-    trees of up to `max_nodes` nodes and `max_depth` levels: a feature draft's `FeatureDrafter`, else (an
-    ordinary causal LM, no `drafter_kind`) `ModelDrafter`."""
-    cls = ModelDrafter
-    if getattr(pair.draft, "drafter_kind", None) == "feature":
-        from .feature_drafter import FeatureDrafter   # imported on first use (it imports this module)
-
-        cls = FeatureDrafter
+    trees of up to `max_nodes` nodes and `max_depth` levels."""
+    kind, cls = getattr(pair.draft, "drafter_kind", None), ModelDrafter
+    if kind is not None:
+        module_name, _, class_name = DRAFTERS[kind].partition(":")
+        cls = getattr(importlib.import_module(module_name), class_name)
     return cls(pair, prompt_ids, session, max_nodes, max_depth)
 
 
