@@ -161,7 +161,8 @@ def test_zerogpu_preloads_the_pairs_and_asks_per_race(monkeypatch):
                                                ((12, 0), "bf16")])
 def test_auto_precision_on_a_gpu_follows_its_compute_capability(capability, dtype):
     # A T4 (sm_75) reports bf16 as supported through emulation, which is slow: fp16 there.
-    from specviz.engine.models import cuda_auto_dtype, dtype_name
+    from specviz.engine.models import cuda_auto_dtype
+    from specviz.engine.profiler import dtype_name
 
     assert dtype_name(cuda_auto_dtype(capability)) == dtype
 

@@ -15,9 +15,9 @@ import torch
 
 from helpers import empty_profile_cache
 from specviz.engine import precision
-from specviz.engine.models import (DEFAULT_DISPLAY_NAME, auto_candidates, auto_precision, choose_dtype, dtype_name,
+from specviz.engine.models import (DEFAULT_DISPLAY_NAME, auto_candidates, auto_precision, choose_dtype,
                                    load_pair, measure_precisions, precisions_pending)
-from specviz.engine.profiler import save_cached
+from specviz.engine.profiler import dtype_name, save_cached
 from specviz.engine.quant import q4_kernel_available
 
 CPU = torch.device("cpu")

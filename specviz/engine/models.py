@@ -26,6 +26,7 @@ import torch
 from ..errors import InvalidInput, ModelLoadError
 from ..paths import assets_dir, cache_dir
 from . import precision
+from .profiler import dtype_name
 from .drafts import draft_format, format_of
 
 DEFAULT_NAME = "default"
@@ -259,19 +260,6 @@ def choose_dtype(device: torch.device, dtype: str | torch.dtype | None = None) -
     if key not in _DTYPES:
         raise InvalidInput(f"unknown dtype '{dtype}' (use auto, fp32, bf16, fp16, q4 or int8)")
     return _DTYPES[key]
-
-
-def target_key(pair) -> str:
-    """The key of what is measured of a pair's target alone: its name, device, dtype and the forward that runs
-    (`profiler.forward_kind`). Its t(n) curve is cached under this + ":target", the one curve Lookahead's `auto`
-    and prompt lookup's steps both read."""
-    from .profiler import forward_kind
-
-    return f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}"
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
 
 
 # ---------------------------------------------------------------------------

@@ -41,12 +41,20 @@ def default_sizes(device: torch.device) -> list[int]:
 SMALL_SIZES = [1, 2, 4, 8, 16, 32, 64]
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
+
+
+def target_key(pair) -> str:
+    """The key of what is measured of a pair's target alone (Lookahead's `auto` sizes): its name, device,
+    dtype and the forward that runs (`forward_kind`)."""
+    return f"{pair.target_name}|{pair.device.type}|{dtype_name(pair.dtype)}|{forward_kind(pair.target)}"
+
+
 def curve_key(pair, role: str = "target") -> str:
     """The key `forward_curve` caches the t(n) of a pair's `role` ('target' or 'draft') under, for every method
     that reads it: the model's name, device and dtype (`_curve_key` adds the forward timed and the context).
     Both roles' keys end ':target', as they always have: the key names the model, not the part it plays."""
-    from .models import dtype_name
-
     name = {"target": pair.target_name, "draft": pair.draft_name}[role]
     return f"{name}|{pair.device.type}|{dtype_name(pair.dtype)}:target"
 

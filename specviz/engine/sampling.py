@@ -125,8 +125,8 @@ def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
 def next_token_on_device(logits: torch.Tensor, cfg: SamplingConfig,
                          generator: torch.Generator | None) -> torch.Tensor:
     """The next token from logits (..., V) with no host sync, for the static (graph) steps: greedy argmax, or
-    `race_sample`, which is exact too but takes the random stream differently from `sample` (and skips its
-    mass check, which would read the device)."""
+    `race_sample`, which is exact too but takes the random stream differently from `draws.sample_unchecked` (and
+    skips the mass check, which would read the device)."""
     if cfg.greedy:
         return first_argmax(logits)
     return race_sample(probs_from_logits(logits, cfg), generator)

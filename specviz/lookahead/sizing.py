@@ -120,7 +120,7 @@ def settings_table(curve: dict[int, float]) -> list[dict]:
 
 def _auto_key(pair, graphs: bool) -> str:
     """The choice's cache key: this target, device, dtype and forward (the draft plays no part in Lookahead)."""
-    from ..engine.models import target_key
+    from ..engine.profiler import target_key
 
     return target_key(pair) + ("|graphs" if graphs else "")
 

@@ -110,7 +110,7 @@ class Race:
             device=str(getattr(pair, "device", "")), vocab_size=int(getattr(pair, "vocab_size", 0) or 0))
         if pair is not None:
             from ..engine.machine import machine_words
-            from ..engine.models import dtype_name
+            from ..engine.profiler import dtype_name
 
             self.trace.dtype = pair.precision if hasattr(pair, "precision") else dtype_name(pair.dtype)
             self.trace.precision_choice = getattr(pair, "precision_choice", "")

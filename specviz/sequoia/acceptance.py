@@ -1,8 +1,8 @@
 """Acceptance vectors: storing them and finding the right one (`measure.py` measures them).
 
 p[k-1] is the probability that the k-th child drawn without replacement at a
-node is the one the target accepts (`measure.profile_acceptance` counts it on a
-star tree with the decoder itself).
+node is the one the target accepts (`measure.profile_acceptance_by_depth` counts
+it on a comb of trees with the decoder itself).
 
 Where a vector comes from, in order of preference:
 1. one measured on this machine (`profile-acceptance`), cached per

@@ -39,12 +39,12 @@ import numpy as np
 from ..engine import measuring
 from ..engine import graphs as graph_modes
 from ..engine.curve import interpolate, monotone
-from ..engine.models import dtype_name
 from ..engine.profiler import (
     CONTENDED_SHARE,
     SMALL_SIZES,
     cached_forward_curve,
     curve_key,
+    dtype_name,
     forward_curve,
     forward_kind,
     load_cached,
