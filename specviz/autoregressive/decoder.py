@@ -21,7 +21,6 @@ from ..draws import NO_MASS
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.native import logit_summary
 from ..engine.sampling import draw_token
-from ..engine.static import cache_capacity, checkout, release
 from ..trace import PHASE_TARGET, PHASE_VERIFY, SOURCE_AR, StepRecord
 
 TOP_ALTERNATIVES = 3   # the narration's alternatives per step
@@ -34,14 +33,11 @@ class AutoregressiveDecoder(Decoder):
         if options:
             raise TypeError(f"autoregressive decoding takes no options, got {sorted(options)}")
         super().__init__(pair, prompt, prompt_ids, sampling, max_new_tokens, graphs=graphs)
-        self.model = pair.target
         self.position = 0
         max_len = len(self.prompt_ids) + self.max_new_tokens
-        self.session = checkout(self.model, self.method, cache_capacity(max_len), self.capture)
-        self.forward = self.session.forward("target", self.model)
+        self.forward = self._checkout(max_len)
         self.one_token = self.forward.shape("one", write_offsets=[0], position_offsets=[0],
                                             block=torch.ones(1, 1, dtype=torch.bool), rows=[0])
-        self.graph_stats = self.session.runner.stats
         # The next forward's input: the whole prompt first (prefill), then one token.
         self.pending = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
 
@@ -79,5 +75,4 @@ class AutoregressiveDecoder(Decoder):
         self.forward = None
         self.one_token = None
         self.pending = None
-        release(self.session)
-        self.session = None
+        super().close()

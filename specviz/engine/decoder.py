@@ -20,6 +20,7 @@ from ..trace import RunTrace, StepRecord
 from .graphs import capture_wanted, check_graphs, graphs_off_stats
 from .models import ModelPair
 from .sampling import SamplingConfig, make_generator
+from .static import cache_capacity, checkout, release
 from .text import Detokenizer
 
 
@@ -106,7 +107,7 @@ class Decoder(ABC):
         # that decides): a decoder checks out its static session with it and sets `self.graph_stats` to
         # the session's record.
         self.capture = capture_wanted(graphs, pair.device)
-        self.graph_stats = None
+        self.graph_stats = self.session = None
 
     # -- the interface ---------------------------------------------------------------
 
@@ -133,13 +134,23 @@ class Decoder(ABC):
         return self.trace
 
     def close(self) -> None:
-        """Drop caches and other per-run tensors so their memory is freed at once."""
+        """Give the static session back (its graphs stay for the next run); a decoder drops its own per-run
+        tensors first, so their memory is freed at once."""
+        release(self.session)
+        self.session = None
 
     @abstractmethod
     def _step(self) -> StepRecord:
         ...
 
     # -- helpers for subclasses ----------------------------------------------------------
+
+    def _checkout(self, max_len: int):
+        """This run's static session, for `max_len` slots (graphs an earlier run captured, where one is free),
+        and the target's forward in it; the trace's graphs record is the session's."""
+        self.session = checkout(self.pair.target, self.method, cache_capacity(max_len), self.capture)
+        self.graph_stats = self.session.runner.stats
+        return self.session.forward("target", self.pair.target)
 
     def _text(self, token_id: int) -> str:
         """One token's text for payloads (tree nodes, window cells); decoded once per run."""

@@ -34,7 +34,6 @@ import torch
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.native import logit_summary
 from ..engine.sampling import next_token_on_device, probs_from_logits
-from ..engine.static import cache_capacity, checkout, release
 from ..errors import InvalidInput
 from ..request import Range
 from ..engine.curve import Curve
@@ -110,17 +109,13 @@ class LookaheadDecoder(Decoder):
         self.layouts = {(fill, ngram - 1): build_layout(window, ngram, self.rows, fill) for fill in range(ngram - 1)}
         n_max = max(lay.n_lookahead for lay in self.layouts.values()) + self.rows * longest   # the longest step
         self.max_position = pair.max_context - 1
-        target = pair.target
-        capacity = cache_capacity(len(self.prompt_ids) + self.max_new_tokens + n_max)
-        self.session = checkout(target, self.method, capacity, self.capture)
         # The lean forward where it is exact for the target, else transformers' own (never captured).
-        self.forward = self.session.forward("target", target)
+        self.forward = self._checkout(len(self.prompt_ids) + self.max_new_tokens + n_max)
         # Padding candidates is free only in a replayed graph; eagerly each step runs the pool's own count.
         self.padded = self.session.runner.capture and self.forward.capturable
         if self.padded:   # one shape per fill level to capture: copies N-1 long, as before
             self.copy_curve = None
             self.trace.settings["copy_tokens"] = ngram - 1
-        self.graph_stats = self.session.runner.stats
         self.shapes: dict = {}   # (fill level, candidate count, L) -> the forward's shape
         self.staged = _StagedInputs(1 + n_max, self.device)
         self.candidate_numbers = torch.arange(self.rows, device=self.device)
@@ -369,5 +364,4 @@ class LookaheadDecoder(Decoder):
     def close(self) -> None:
         self.forward = None
         self.shapes = {}
-        release(self.session)
-        self.session = None
+        super().close()

@@ -27,7 +27,6 @@ from ..engine.curve import Curve
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.native import logit_summary
 from ..engine.sampling import draw_token, probs_from_logits
-from ..engine.static import cache_capacity, checkout, release
 from ..errors import InvalidInput
 from ..lookahead.verify import (NOT_TRIED, greedy_tries, greedy_verdict, greedy_verdict_on_host, sampled_verdict,
                                unpack, verdict_width)
@@ -51,14 +50,11 @@ class PromptLookupDecoder(Decoder):
                          settings={"copy_tokens": self.max_tokens, "curve_source": curve_source}, graphs=graphs)
         self.curve = Curve(curve or {1: 1.0})   # sorted once: each step prices its copy's lengths on it
         self.overhead = step_overhead(curve_source if curve else "prior")
-        self.model = pair.target
         self.vocab = pair.vocab_size
         self.index = NgramIndex(self.prompt_ids)
         self.rates = CopyRates()
         max_len = len(self.prompt_ids) + self.max_new_tokens + self.max_tokens
-        self.session = checkout(self.model, self.method, cache_capacity(max_len), self.capture)
-        self.forward = self.session.forward("target", self.model)
-        self.graph_stats = self.session.runner.stats
+        self.forward = self._checkout(max_len)
         self.chains: dict[int, object] = {}   # copied tokens L -> the target's shape over L + 1 rows
 
     def _chain(self, length: int):
@@ -178,5 +174,4 @@ class PromptLookupDecoder(Decoder):
     def close(self) -> None:
         self.forward = None
         self.chains.clear()
-        release(self.session)
-        self.session = None
+        super().close()

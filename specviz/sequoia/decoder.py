@@ -50,7 +50,7 @@ from ..draws import exponential_like
 from ..engine.decoder import Decoder, PhaseTimer
 from ..engine.native import logit_summary
 from ..engine.sampling import next_token_on_device, probs_from_logits
-from ..engine.static import cache_capacity, checkout, recently_used, release
+from ..engine.static import recently_used
 from ..trace import (
     PHASE_DRAFT,
     PHASE_TARGET,
@@ -179,10 +179,8 @@ class SequoiaDecoder(Decoder):
             self.trace.settings["tree_padded"] = True
         max_len = len(self.prompt_ids) + self.max_new_tokens + span
         nodes, levels = max_nodes + self.copy_len, self.max_depth + self.copy_len   # a tree with its copy
-        self.session = checkout(pair.target, self.method, cache_capacity(max_len), self.capture)
-        self.graph_stats = self.session.runner.stats
         # Both models run in the session, each over its own cache, even when the target drafts for itself.
-        self.target = self.session.forward("target", pair.target)
+        self.target = self._checkout(max_len)
         self.drafter = make_drafter(pair, self.prompt_ids, self.session, max_nodes, self.max_depth)
         self.trace.settings.update(self.drafter.settings)
         # What every target forward returns for the drafter besides logits (a feature draft's features).
@@ -629,8 +627,7 @@ class SequoiaDecoder(Decoder):
     def close(self) -> None:
         self.target = self.drafter = None
         self.trees.clear()
-        release(self.session)
-        self.session = None
+        super().close()
 
 
 def _tested(values: list[float]) -> list[float | None]:
