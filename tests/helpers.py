@@ -113,6 +113,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return draws
 
 
+@torch.inference_mode()
 def exact_distribution(model, prompt_ids: list[int], sampling: SamplingConfig, n_tokens: int = 4) -> dict:
     """P(first n generated tokens = s) for every sequence s, by enumerating the vocabulary.
 

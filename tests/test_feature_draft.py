@@ -278,7 +278,7 @@ def test_adaptive_tree_mistakes_are_clear_errors(feature_pair):
     from specviz.errors import InvalidInput
 
     for kwargs, message in (({"tree_parents": [-1, 0]}, "cannot be combined"), ({"tree_threshold": 1.5}, r"\(0, 1\]"),
-                            ({"tree_budget": 1}, "at least 2")):
+                            ({"tree_budget": 1}, "between 2 and")):
         with pytest.raises(InvalidInput, match=message):
             make_decoder("sequoia", feature_pair, PROMPTS[0], max_new_tokens=8, tree="adaptive", **kwargs)
 

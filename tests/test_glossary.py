@@ -81,7 +81,7 @@ def test_the_pages_size_controls_are_glossary_terms():
     import gradio as gr
 
     from specviz.ui import build_demo
-    from specviz.ui.layout import page_files
+    from specviz.ui.content import page_files
 
     PAGE_JS = page_files()["js"]
 

@@ -243,7 +243,7 @@ def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
         # exact. Anything else that left the weights unpacked is a failure.
         from specviz.engine.kernels import _same_bits, pack
 
-        first = packed.layers[0].qkv.weight   # the matrix `packed_weights` checks
+        first = packed.stack.layers[0].qkv.weight   # the matrix `packed_weights` checks
         try:
             refused = not _same_bits(first, pack(first))
         except RuntimeError as exc:
@@ -269,7 +269,7 @@ def test_prepacked_bf16_forward_equals_the_dense_one_bit_for_bit():
     assert torch.equal(logits_p, logits_d) and torch.equal(feats_p, feats_d)
     # Packed once per model; weights that change are packed again.
     again = LeanLlama(model, 64)
-    assert again.layers[3].gate_up.packed is packed.layers[3].gate_up.packed
+    assert again.stack.layers[3].gate_up.packed is packed.stack.layers[3].gate_up.packed
     with torch.no_grad():
         model.model.layers[3].mlp.down_proj.weight.mul_(1.0)
-    assert LeanLlama(model, 64).layers[3].gate_up.packed is not packed.layers[3].gate_up.packed
+    assert LeanLlama(model, 64).stack.layers[3].gate_up.packed is not packed.stack.layers[3].gate_up.packed

@@ -136,7 +136,7 @@ def test_q4_forward_predicts_what_fp32_does(pair_fp32):
     # The rows layers run as one stack that TorchScript compiled (eager Python dispatch is a third of a token).
     assert isinstance(forward.stack, torch.jit.ScriptModule)
     if native:   # and on SpecViz's kernel each layer is one op (`kernels.Q4Layer`)
-        assert all(getattr(layer, "original_name", type(layer).__name__) == "Q4Layer" for layer in forward.layers)
+        assert all(getattr(layer, "original_name", type(layer).__name__) == "Q4Layer" for layer in forward.stack.layers)
     prompt = pair.tokenizer("The capital of France is Paris. The capital of Italy is", return_tensors="pt").input_ids
     got = forward(prompt, 0, rows=prompt.shape[1]).float()
     want = LeanLlama(pair_fp32.target, 64)(prompt, 0, rows=prompt.shape[1])

@@ -274,6 +274,14 @@ class FeatureDraft(torch.nn.Module):
         """What the profiler times as one of this draft's tree levels (`engine.profiler.timing_forward`)."""
         return FeatureLevelTiming(self, max_len)
 
+    def forward(self, token_ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced pass over whole rows (B, n): slot j reads (features[:, j], token_ids[:, j]);
+        returns the predicted next features (B, n, H)."""
+        n = token_ids.shape[1]
+        x = self.fuse(token_ids, features)
+        cos, sin = self.rotary(torch.arange(n, device=x.device), x.dtype)
+        return self.layers_then_norm(x, cos, sin, lambda i, k, v: (k, v), None, causal=True)
+
 
 # ---------------------------------------------------------------------------
 # Saving and loading

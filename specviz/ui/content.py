@@ -1,4 +1,5 @@
-"""What the page says and offers: example prompts, workshop presets, sizing choices.
+"""What the page says and offers: example prompts, workshop presets, sizing choices, and its CSS and scripts
+(`page_files`, from `static/`).
 
 Plain data, no components: `controls` builds the page from it, `handlers` applies a
 workshop preset from it. The model pairs and the settings' ranges are the race
@@ -7,8 +8,11 @@ request's (`specviz.request`), shared with the HTTP API and the command line.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
+from .. import glossary
 from ..request import FEATURE_PRESET, ILLUSTRATIVE_LOOKAHEAD, ILLUSTRATIVE_TREE
 
 REPEATING_PROMPT = "Write a song whose chorus, 'Row, row, row your boat down the river', is sung after every verse."
@@ -106,3 +110,15 @@ WORKSHOP = {
                  "Tokens per forward are nearly the same — is the speedup? Read α, γ and c in the hardware panel: "
                  "what does (1 − α^(γ+1)) / ((1 − α)(γc + 1)) predict, and what did the race do?"),
 }
+
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+def page_files() -> dict:
+    """The page's styles (`css`), its script (`js`, given the glossary's hover texts) and its keyboard script
+    (`head`), as `static/` holds them."""
+    terms = json.dumps(glossary.hover_map(), ensure_ascii=False)
+    return {"css": (STATIC / "page.css").read_text(encoding="utf-8"),
+            "js": (STATIC / "page.js").read_text(encoding="utf-8").replace("__TERMS__", terms),
+            "head": (STATIC / "keys.html").read_text(encoding="utf-8")}

@@ -8,21 +8,18 @@ Built in three parts: `controls` (the components, by name), `handlers` (what eac
 from __future__ import annotations
 
 import atexit
-import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import gradio as gr
 
-from .. import glossary
 from ..runtime.race import PairCache
 from ..runtime.worker import WorkerSlot
 from ..errors import SpecVizError
 # The names the app's callers and tests know it by (the tables themselves live with the request).
 from ..request import CUSTOM, DEFAULT_PRESET, FEATURE_PRESET, METHOD_NAMES, PRESETS, RaceRequest  # noqa: F401
 from ..request import allowed_presets
-from .content import EXAMPLES, SIZING_CHOICES, TREE_CHOICES, WORKSHOP  # noqa: F401
+from .content import EXAMPLES, SIZING_CHOICES, TREE_CHOICES, WORKSHOP, page_files  # noqa: F401
 from .controls import build_page
 from .handlers import PageHandlers
 from .racing import Racer, prune_session_config, race_events, switched_on  # noqa: F401
@@ -122,14 +119,3 @@ def launch_kwargs() -> dict:
     uploads = {"max_file_size": limits.max_trace_bytes} if limits.hosted else {}   # a trace is the largest upload
     return {**page_files(), "theme": gr.themes.Soft(font=sans, font_mono=mono), **uploads}
 
-
-STATIC = Path(__file__).resolve().parent / "static"
-
-
-def page_files() -> dict:
-    """The page's styles (`css`), its script (`js`, given the glossary's hover texts) and its keyboard script
-    (`head`), as `static/` holds them."""
-    terms = json.dumps(glossary.hover_map(), ensure_ascii=False)
-    return {"css": (STATIC / "page.css").read_text(encoding="utf-8"),
-            "js": (STATIC / "page.js").read_text(encoding="utf-8").replace("__TERMS__", terms),
-            "head": (STATIC / "keys.html").read_text(encoding="utf-8")}
