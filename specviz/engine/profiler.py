@@ -59,6 +59,21 @@ def curve_key(pair, role: str = "target") -> str:
     return f"{name}|{pair.device.type}|{dtype_name(pair.dtype)}:target"
 
 
+def small_target_curve(pair, graphs: bool = False, refresh: bool = False) -> tuple[dict[int, float], bool]:
+    """The target's t(n) at `SMALL_SIZES` (what Lookahead's and prompt lookup's choices read) and whether it was
+    trusted (cached). Where it is not cached it is measured at every size Sequoia's sizing reads too
+    (`default_sizes`, under `curve_key`): one measurement for every method, whichever asks first."""
+    key = curve_key(pair, "target")
+    full = forward_curve(pair.target, key, refresh=refresh, graphs=graphs)
+    trusted = cached_forward_curve(pair.target, key, graphs=graphs) == full
+    return {n: full[n] for n in SMALL_SIZES}, trusted
+
+
+def target_curve_cached(pair, graphs: bool = False) -> bool:
+    """Whether `small_target_curve` would read the curve from the cache (measures nothing)."""
+    return cached_forward_curve(pair.target, curve_key(pair, "target"), graphs=graphs) is not None
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()

@@ -125,25 +125,6 @@ def _auto_key(pair, graphs: bool) -> str:
     return target_key(pair) + ("|graphs" if graphs else "")
 
 
-def target_curve(pair, graphs: bool, refresh: bool = False) -> tuple[dict[int, float], bool]:
-    """The target's t(n) at `CURVE_SIZES`, and whether it was trusted (cached). Measured, where it is not cached,
-    at every size Sequoia's sizing reads too (`profiler.default_sizes`, under `profiler.curve_key`): one
-    measurement for every method, whichever asks first."""
-    from ..engine.profiler import cached_forward_curve, curve_key, forward_curve
-
-    key = curve_key(pair, "target")
-    full = forward_curve(pair.target, key, refresh=refresh, graphs=graphs)
-    trusted = cached_forward_curve(pair.target, key, graphs=graphs) == full
-    return {n: full[n] for n in CURVE_SIZES}, trusted
-
-
-def target_curve_cached(pair, graphs: bool) -> bool:
-    """Whether `target_curve` would read its curve from the cache (measures nothing)."""
-    from ..engine.profiler import cached_forward_curve, curve_key
-
-    return cached_forward_curve(pair.target, curve_key(pair, "target"), graphs=graphs) is not None
-
-
 def cached_choice(pair, graphs: bool = False) -> dict | None:
     """`choose`'s result when this machine has it cached, else None (measures nothing)."""
     from ..engine.profiler import load_cached
@@ -167,13 +148,13 @@ def _result(key: str, curve: dict[int, float], graphs: bool) -> dict:
 def choose(pair, refresh: bool = False, graphs: bool = False) -> dict:
     """{"curve", "table", "choice", "accept_rate", "key"} for this target, device and dtype (cached);
     `graphs`: from the static-buffer forwards' curve (replays on CUDA)."""
-    from ..engine.profiler import save_cached
+    from ..engine.profiler import save_cached, small_target_curve
 
     key = _auto_key(pair, graphs)
     cached = None if refresh else cached_choice(pair, graphs)
     if cached:
         return cached
-    raw, trusted = target_curve(pair, graphs, refresh=refresh)
+    raw, trusted = small_target_curve(pair, graphs, refresh=refresh)
     result = _result(key, monotone({int(n): float(ms) for n, ms in raw.items()}), graphs)
     # A curve from busy cores is used for this run only (`profiler.forward_curve`), and so is the table.
     if trusted:
@@ -190,6 +171,7 @@ def auto_pending(pair, sampling=None, graphs="auto", **options) -> bool:
     the target's curve it is made from is cached (Sequoia's sizing times the same curve, so a measurement
     under way for Sequoia often has it already). Measures nothing."""
     from ..engine import graphs as graph_modes
+    from ..engine.profiler import target_curve_cached
 
     graphs = graph_modes.capture_wanted(graphs, pair.device)
     return _asks_auto(**options) and cached_choice(pair, graphs) is None and not target_curve_cached(pair, graphs)

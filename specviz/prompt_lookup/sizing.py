@@ -13,7 +13,6 @@ pure arithmetic, `match.best_length` (Lookahead prices its copies with it too); 
 
 from __future__ import annotations
 
-from ..engine.profiler import SMALL_SIZES as CURVE_SIZES
 from ..request import Range
 from .match import VERIFY_MS
 
@@ -34,12 +33,6 @@ def step_overhead(curve_source: str) -> float:
 
 # -- the curve: cached, measured, or the prior ------------------------------------------------------------
 
-def _cached_curve(pair, graphs: bool):
-    from ..engine.profiler import cached_forward_curve, curve_key
-
-    return cached_forward_curve(pair.target, curve_key(pair, "target"), graphs=graphs)
-
-
 def _prior(pair) -> dict[int, float]:
     return PRIOR_CURVES["cuda" if pair.device.type == "cuda" else "cpu"]
 
@@ -48,21 +41,21 @@ def decoder_options(pair, sampling=None, graphs="auto", tokens=None, curve=None,
                     **options) -> dict:
     """The decoder's options with the target's curve: cached, else measured now (a second or two), unless given."""
     from ..engine import graphs as graph_modes
-    from ..engine.profiler import curve_key, forward_curve
+    from ..engine.profiler import small_target_curve
 
     if curve is not None:
         return {**options, "tokens": tokens, "curve": curve, "curve_source": curve_source or "given"}
     wanted = graph_modes.capture_wanted(graphs, pair.device)
-    # Measured at every size the target's curve has (Sequoia reads them all), read at the small ones.
-    measured = forward_curve(pair.target, curve_key(pair, "target"), graphs=wanted)
-    return {**options, "tokens": tokens, "curve": {n: measured[n] for n in CURVE_SIZES}, "curve_source": "measured"}
+    measured, _ = small_target_curve(pair, wanted)
+    return {**options, "tokens": tokens, "curve": measured, "curve_source": "measured"}
 
 
 def auto_pending(pair, sampling=None, graphs="auto", curve=None, **options) -> bool:
     """Whether building this decoder would measure the target's curve first (nothing measured here)."""
     from ..engine import graphs as graph_modes
+    from ..engine.profiler import target_curve_cached
 
-    return curve is None and _cached_curve(pair, graph_modes.capture_wanted(graphs, pair.device)) is None
+    return curve is None and not target_curve_cached(pair, graph_modes.capture_wanted(graphs, pair.device))
 
 
 # What the app's worker runs between races while the curve is pending: what building the decoder would.
