@@ -49,7 +49,9 @@ CONFIGS = {   # name: (method, temperature, decoder options)
     # of the real one's profiles) the first time a run asks for it, before that run's clock starts.
     "sequoia auto": ("sequoia", 0.0, {}),
     "sequoia auto T0.6": ("sequoia", 0.6, {}),
-    # Each step's copied length priced on the target's cached curve (both revisions read the same one).
+    # Each step's copied length priced on the target's cached curve. Both revisions read the same one only
+    # where both name it alike: 5099827 and before cached it under Lookahead's key, so copy the file to that
+    # name first, or each prices on a measurement of its own (docs/history.md, 2026-12-07).
     "prompt lookup": ("prompt-lookup", 0.0, {}),
     "prompt lookup T0.6": ("prompt-lookup", 0.6, {}),
 }
