@@ -90,7 +90,7 @@ def method_result(trace: RaceTrace, method: str, ar_rate: float) -> dict:
         "target_forwards": run.target_forwards,
         "graphs": run.graphs,   # `engine.graphs.GraphStats.to_dict` (None: a trace from before graphs)
         # "first": an 'auto' size this machine had not measured yet, raced on first sizes; else None.
-        "sizing": (run.settings or {}).get("sizing"),
+        "sizing": html.run_settings(run).get("sizing"),
         "finish_reason": run.finish_reason,
         "error": run.error,
     }

@@ -49,6 +49,11 @@ def _show(text: str) -> str:
     return shown if shown else "∅"
 
 
+def plural(n: int, word: str) -> str:
+    """'1 token', '2 tokens'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 # ---------------------------------------------------------------------------
 # Sequoia: the token tree
 # ---------------------------------------------------------------------------
@@ -94,7 +99,7 @@ def tested_as(node, after: int, sep: str) -> str:
     if node.uniform is None:   # greedy: no draw
         return f"{sep}greedy test: {'the' if a >= 1 else 'not the'} target's top choice, so {node.status}"
     if after and node.tested_p is not None:
-        rule = (f"after {after} rejected sibling{'s' if after != 1 else ''}, against the residual: "
+        rule = (f"after {plural(after, 'rejected sibling')}, against the residual: "
                 f"P' = {node.tested_p:.3f}, q' = {node.tested_q:.3f}, min(1, P'/q') = {a:.3f}")
     else:
         rule = f"min(1, P/q) = {a:.3f}"

@@ -252,8 +252,7 @@ class PageHandlers:
         """Start the what-if sliders at the sizes the run actually used."""
         out = {name: gr.skip() for name in WHATIF_SIZES}
         for m, module in whatifs().items():
-            run = trace.runs.get(m) if trace else None
-            settings = run.settings if run is not None and isinstance(run.settings, dict) else {}
+            settings = html.run_settings(trace.runs.get(m) if trace else None)
             for name in module.SLIDERS:
                 value = settings.get(name)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):

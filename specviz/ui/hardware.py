@@ -51,7 +51,7 @@ def _cached_plans(kind_prefix: str, key: str) -> list[dict]:
 
 def _recorded_plan(run) -> dict | None:
     """A plan the decoder stored in its settings (travels with an uploaded trace)."""
-    settings = run.settings if run is not None and isinstance(run.settings, dict) else {}
+    settings = html.run_settings(run)
     for name in ("plan", "auto_plan", "auto"):
         value = settings.get(name)
         if isinstance(value, dict) and ("table" in value or "choice" in value):
@@ -218,8 +218,7 @@ def auto_notes_html(trace) -> str:
         return ""
     notes = []
     for method in SIZED:
-        run = trace.runs.get(method)
-        settings = run.settings if run is not None and isinstance(run.settings, dict) else {}
+        settings = html.run_settings(trace.runs.get(method))
         notes += [str(settings[key]) for key in (CHANGED, WHY) if isinstance(settings.get(key), str) and settings[key]]
     if not notes:
         return ""
@@ -269,8 +268,7 @@ def floors_html(trace, curve: dict) -> str:
     peak = f"an int8 peak of {rates.int8_gmacs:.0f} GMAC/s" if rates.int8_gmacs else "no int8 peak measured"
     words = (f"One forward reads {work.weight_bytes / 1e6:.0f} MB ({esc(work.weights)}) and does "
              f"{work.macs_per_token / 1e6:.0f} M multiply-accumulates per token; this machine read "
-             f"{rates.bandwidth_gbs:.0f} GB/s and measured {peak} at {rates.threads} thread"
-             f"{'s' if rates.threads != 1 else ''}.")
+             f"{rates.bandwidth_gbs:.0f} GB/s and measured {peak} at {figures.plural(rates.threads, 'thread')}.")
     table = html.table_html([{"n": r["n"], "t(n) ms": r["t_ms"], "t(n) / t(1)": r["t_over_t1"],
                               "bandwidth floor ms": r["bandwidth_floor_ms"],
                               "arithmetic floor ms": r["arithmetic_floor_ms"], "bound": r["bound"],

@@ -12,7 +12,7 @@ from ..glossary import term_html
 from ..methods import baseline
 from ..trace import (ORIGIN_COPY, SOURCE_AR, SOURCE_BONUS, SOURCE_COPY, SOURCE_DRAFT, SOURCE_NGRAM, LookaheadPayload,
                      RunTrace)
-from .figures import METHOD_COLORS, METHOD_LABELS
+from .figures import METHOD_COLORS, METHOD_LABELS, plural
 
 
 def esc(text, quote: bool = True) -> str:
@@ -103,6 +103,11 @@ def run_stats(run: RunTrace | None, upto: int | None = None) -> dict:
     }
 
 
+def run_settings(run: RunTrace | None) -> dict:
+    """The settings `run` recorded; {} without a run, or where an uploaded trace's are not a mapping."""
+    return run.settings if run is not None and isinstance(run.settings, dict) else {}
+
+
 def finish_words(reason: str | None) -> str:
     return FINISH_WORDS.get(reason, reason or "")
 
@@ -159,7 +164,7 @@ def stats_html(method: str, run: RunTrace | None, upto: int | None = None, runni
         f'style="font-size:clamp(15px, 6.4cqi, 22px);font-weight:700;white-space:nowrap">{v}</div>'
         f'<div class="sv-stat-label" style="font-size:12px;color:#6b7280">{term_html(k)}</div></div>'
         for k, v in cells)
-    ran = what_ran(run.settings if run is not None and isinstance(run.settings, dict) else {})
+    ran = what_ran(run_settings(run))
     # What ran, between the name and the state on the header's one line (cut short, whole on hover): a line of its
     # own would push the presenter view's tree below a 1280 x 720 screen.
     ran_span = (f'<span class="sv-ran" style="flex:1;min-width:0;margin:0 8px;font-size:13px;color:#374151;'
@@ -218,8 +223,8 @@ def _most_used_html(used: list[tuple[str, int, int]] | None) -> str:
         return ('<div style="font-size:14px;color:#6b7280;margin-top:6px">Most used n-grams: none has matched '
                 'yet.</div>')
     items = "".join(f'<li><code style="background:#fef3c7;padding:0 4px;border-radius:4px;white-space:pre">'
-                    f'{esc(text.replace(chr(10), "⏎"))}</code> — accepted {n}×, {tokens} token'
-                    f'{"s" if tokens != 1 else ""}</li>' for text, n, tokens in used)
+                    f'{esc(text.replace(chr(10), "⏎"))}</code> — accepted {n}×, {plural(tokens, "token")}</li>'
+                    for text, n, tokens in used)
     return (f'<div style="font-size:14px;margin-top:6px"><b>Most used n-grams so far</b> (tokens they gave)'
             f'<ol style="margin:2px 0 0 20px;padding:0">{items}</ol></div>')
 
@@ -351,8 +356,8 @@ def summary_html(race, upto: dict[str, int] | None = None) -> str:
 def first_sizes_words(race) -> str:
     """' · first sizes: ...' where a method raced on first sizes because this machine was still being
     measured for its 'auto' size (`runtime.race.FIRST_SIZES_NOTE`), else ''."""
-    reasons = [(run.settings or {}).get("sizing_reason", "") for run in race.runs.values()
-               if run is not None and (run.settings or {}).get("sizing") == "first"]
+    reasons = [run_settings(run).get("sizing_reason", "") for run in race.runs.values()
+               if run_settings(run).get("sizing") == "first"]
     return f" · first sizes: {'; '.join(str(r).split(': ', 1)[0] for r in reasons)} (measuring this machine was not " \
            f"finished; the next race uses the measured sizes)" if reasons else ""
 
@@ -364,7 +369,7 @@ def race_graphs_words(race) -> str:
 
     runs = [run for run in race.runs.values() if run is not None]
     # Only a hosting policy's decision is worth the line's room (the default reasons restate the setting).
-    reasons = [(run.settings or {}).get("graphs_reason") or "" for run in runs]
+    reasons = [run_settings(run).get("graphs_reason") or "" for run in runs]
     return graphs_words([run.graphs for run in runs], next((r for r in reasons if "ZeroGPU" in r), None))
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from ..methods import method_views
 from ..trace import LookaheadPayload, RaceTrace, RunTrace, StepRecord, TreePayload
-from .figures import METHOD_COLORS, METHOD_LABELS, _show
+from .figures import METHOD_COLORS, METHOD_LABELS, _show, plural
 from .html import esc
-from .svg import plural, short
+from .svg import short
 
 MAX_LIST = 6   # at most this many tokens / candidates listed in one sentence
 

@@ -9,14 +9,16 @@ views (one renderer per view: what the lesson draws is what the page draws). Pur
 
 from __future__ import annotations
 
+import math
 from itertools import accumulate
 
 from ..trace import ORIGIN_COPY, PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY, LookaheadPayload, RunTrace, TreePayload
 from .figures import (BONUS_COLOR, COPY_COLOR, METHOD_COLORS, METHOD_LABELS, NODE_COLORS, PHASE_COLORS, PHASE_LABELS,
-                      TREE_LEGEND, _show, draft_saw, rejected_before, tested_as, tree_positions, window_grid)
+                      TREE_LEGEND, _show, draft_saw, plural, rejected_before, tested_as, tree_positions, window_grid)
 from .html import esc
 
 LIVE_LATENCY_STEPS = 48   # while a race streams, the latency strip shows the latest steps only
+STACKED_PHASES = (PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY)   # a latency bar's parts, bottom to top
 FONT = "font:14px Inter,Segoe UI,Arial,sans-serif"
 
 
@@ -47,11 +49,6 @@ def _legend(items: list[tuple[str, str]]) -> str:
 
 
 # ----------------------------------------------------------------------------- Sequoia's tree
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
 
 LABEL_PX = 15   # the tree's labels' font size
 STAR_PX = 24
@@ -211,45 +208,75 @@ def window_html(payload: LookaheadPayload | None, step: int | None = None) -> st
                 f"{plural(levels, 'level')} × W={width}; each column is one Jacobi trajectory (column = future position)")
 
 
+class Frame:
+    """A line chart's drawing (`width` x `height` px) and its scales. The axes meet at (`left`, `height - bottom`);
+    x runs from 0 (with `log_x`, from the least of `xs`, in log2) to the largest of `xs`, y from 0 to `y_hi`, each
+    reaching its largest value `pad` px short of the drawing's right or top edge. `_line_chart` here and the
+    what-if panel's `chart` draw on it."""
+
+    def __init__(self, width: int, height: int, left: int, bottom: int, pad: int, xs, y_hi: float,
+                 log_x: bool = False):
+        self.width, self.left, self.pad, self.log_x, self.y_hi = width, left, pad, log_x, y_hi
+        self.base = height - bottom   # the x axis's y
+        along = [self._along(x) for x in xs]
+        self.x_lo = min(along) if log_x else 0.0
+        self.x_hi = max(along) or 1.0
+
+    def _along(self, v: float) -> float:
+        """Where `v` falls along the x axis before scaling: itself, or its log2."""
+        return math.log2(max(v, 1e-9)) if self.log_x else v
+
+    def x(self, v: float) -> float:
+        spread = (self.x_hi - self.x_lo) or 1.0
+        return self.left + (self._along(v) - self.x_lo) / spread * (self.width - self.left - self.pad)
+
+    def y(self, v: float) -> float:
+        return self.base - v / self.y_hi * (self.base - self.pad)
+
+    def axes(self, top: int) -> list[str]:
+        """The x axis, and the y axis from `top` down to it."""
+        return [f'<line x1="{self.left}" y1="{self.base}" x2="{self.width - 8}" y2="{self.base}" stroke="#9ca3af"/>',
+                f'<line x1="{self.left}" y1="{top}" x2="{self.left}" y2="{self.base}" stroke="#9ca3af"/>']
+
+    def polyline(self, points: list[tuple[float, float]], colour: str, label: str, stroke_width: float,
+                 dashed: bool = False) -> str:
+        """One series through `points`, its `label` on hover."""
+        coords = " ".join(f"{self.x(x):.1f},{self.y(y):.1f}" for x, y in points)
+        dash = ' stroke-dasharray="6 4"' if dashed else ""
+        return (f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="{stroke_width}"{dash}>'
+                f'<title>{esc(label)}</title></polyline>')
+
+
+def _staircase(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The corners of a step line through `points`: each y held until the next x."""
+    corners = points[:1]
+    for (_, y0), (x1, y1) in zip(points, points[1:]):
+        corners += [(x1, y0), (x1, y1)]
+    return corners
+
+
 def _line_chart(series: list[tuple[str, str, list[tuple[float, float]]]], x_label: str, y_label: str,
                 step: bool = False, log_x: bool = False, height: int = 240) -> str:
     """A small line chart: [(label, colour, [(x, y), ...])], axes from 0 (or log x)."""
-    import math
-
     points = [p for _, _, pts in series for p in pts]
-    fx = (lambda v: math.log2(max(v, 1e-9))) if log_x else (lambda v: v)
-    x_lo = min(fx(x) for x, _ in points) if log_x else 0.0
-    x_hi = max(fx(x) for x, _ in points) or 1.0
     y_hi = max(y for _, y in points) or 1.0
     w, h, left, bottom = 560, height, 48, 34
-
-    def sx(v):
-        return left + (fx(v) - x_lo) / ((x_hi - x_lo) or 1.0) * (w - left - 12)
-
-    def sy(v):
-        return h - bottom - v / y_hi * (h - bottom - 12)
-
-    parts = [f'<line x1="{left}" y1="{h - bottom}" x2="{w - 8}" y2="{h - bottom}" stroke="#9ca3af"/>',
-             f'<line x1="{left}" y1="10" x2="{left}" y2="{h - bottom}" stroke="#9ca3af"/>',
-             f'<text x="{left - 6}" y="16" text-anchor="end" font-size="12">{y_hi:.4g}</text>',
-             f'<text x="{left - 6}" y="{h - bottom}" text-anchor="end" font-size="12">0</text>',
-             # The axis title sits below the tick labels, the unit of y beside its top value: nothing overlaps.
-             f'<text x="{w - 8}" y="{h - 2}" text-anchor="end" font-size="12">{esc(x_label)}</text>',
-             f'<text x="{left + 6}" y="16" font-size="12">{esc(y_label)} ↑</text>']
+    frame = Frame(w, h, left, bottom, 12, [x for x, _ in points], y_hi, log_x)
+    parts = frame.axes(top=10) + [
+        f'<text x="{left - 6}" y="16" text-anchor="end" font-size="12">{y_hi:.4g}</text>',
+        f'<text x="{left - 6}" y="{h - bottom}" text-anchor="end" font-size="12">0</text>',
+        # The axis title sits below the tick labels, the unit of y beside its top value: nothing overlaps.
+        f'<text x="{w - 8}" y="{h - 2}" text-anchor="end" font-size="12">{esc(x_label)}</text>',
+        f'<text x="{left + 6}" y="16" font-size="12">{esc(y_label)} ↑</text>']
     for label, color, pts in series:
-        coords = []
-        for i, (x, y) in enumerate(pts):
-            if step and i:
-                coords.append(f"{sx(x):.1f},{sy(pts[i - 1][1]):.1f}")
-            coords.append(f"{sx(x):.1f},{sy(y):.1f}")
         last_x, last_y = pts[-1]
-        parts.append(f'<polyline points="{" ".join(coords)}" fill="none" stroke="{color}" stroke-width="3">'
-                     f'<title>{esc(label)}</title></polyline>'
-                     f'<circle cx="{sx(last_x):.1f}" cy="{sy(last_y):.1f}" r="4" fill="{color}">'
+        parts.append(frame.polyline(_staircase(pts) if step else pts, color, label, 3))
+        parts.append(f'<circle cx="{frame.x(last_x):.1f}" cy="{frame.y(last_y):.1f}" r="4" fill="{color}">'
                      f'<title>{esc(f"{label}: {last_y:.4g} at {last_x:.4g}")}</title></circle>')
     if log_x:
         for x, _ in series[0][2]:
-            parts.append(f'<text x="{sx(x):.1f}" y="{h - bottom + 15}" text-anchor="middle" font-size="11">{x:g}</text>')
+            parts.append(f'<text x="{frame.x(x):.1f}" y="{h - bottom + 15}" text-anchor="middle" font-size="11">'
+                         f'{x:g}</text>')
     else:
         parts.append(f'<text x="{w - 8}" y="{h - bottom + 14}" text-anchor="end" font-size="12">'
                      f'{max(x for x, _ in points):.3g}</text>')
@@ -285,9 +312,9 @@ def latency_svg(runs: dict[str, RunTrace], upto: dict[str, int] | None = None, l
         for i, s in enumerate(steps):
             y = 64.0
             tip = f"step {s.step}: " + ", ".join(f"{PHASE_LABELS[p]} {s.time_ms.get(p, 0.0):.1f} ms"
-                                                 for p in (PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY) if p in s.time_ms)
+                                                 for p in STACKED_PHASES if p in s.time_ms)
             rects = []
-            for phase in (PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY):
+            for phase in STACKED_PHASES:
                 hgt = 60 * s.time_ms.get(phase, 0.0) / top
                 if hgt > 0.2:
                     y -= hgt
@@ -303,7 +330,7 @@ def latency_svg(runs: dict[str, RunTrace], upto: dict[str, int] | None = None, l
                       f'{med:.0f} ms<br>max {top:.0f} ms</span></div>')
     if not strips:
         return _empty(title, "latency per step appears here")
-    legend = _legend([(PHASE_LABELS[p], PHASE_COLORS[p]) for p in (PHASE_DRAFT, PHASE_TARGET, PHASE_VERIFY)])
+    legend = _legend([(PHASE_LABELS[p], PHASE_COLORS[p]) for p in STACKED_PHASES])
     note = "the latest steps" if live else "one bar per step (one target forward)"
     return _box(title, legend + "".join(strips), note)
 

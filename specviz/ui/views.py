@@ -14,6 +14,13 @@ COLUMNS = method_ids()
 DEFAULT_COLUMNS = raced_by_default()   # shown before any race; a race shows the methods it runs
 
 
+def steps_done(trace: RaceTrace | None, upto: int | None) -> dict[str, int]:
+    """Each method's steps done by global step `upto` (None: every step so far); {} without a trace."""
+    if trace is None:
+        return {}
+    return trace.steps_done(len(trace.order) if upto is None else upto)
+
+
 def first_payload(trace: RaceTrace | None, counts: dict[str, int], kind) -> tuple[object | None, int | None, str | None]:
     """The newest payload of `kind` of the first raced method that has one so far, its step and the method."""
     for m in (trace.methods if trace else ()):
@@ -26,7 +33,7 @@ def first_payload(trace: RaceTrace | None, counts: dict[str, int], kind) -> tupl
 
 def text_views(trace: RaceTrace | None, upto: int | None = None, running: bool = False) -> dict:
     """Column headers and coloured texts (cheap: sent every step)."""
-    counts = trace.steps_done(len(trace.order) if upto is None else upto) if trace else {}
+    counts = steps_done(trace, upto)
     out = {}
     for m in COLUMNS:
         run = trace.runs.get(m) if trace else None
@@ -42,9 +49,7 @@ def plot_views(trace: RaceTrace | None, upto: int | None = None, live: bool = Fa
 
     `live`: a race is streaming, so the latency strip shows only the latest steps.
     """
-    total = len(trace.order) if trace else 0
-    upto = total if upto is None else upto
-    counts = trace.steps_done(upto) if trace else {}
+    counts = steps_done(trace, upto)
     # Each panel draws the first raced method that records its kind of payload: the tree panel Sequoia's (a
     # copied chain's where only prompt lookup speculates by trees), the window and pool panels Lookahead's.
     tree, tree_step, tree_method = first_payload(trace, counts, TreePayload)

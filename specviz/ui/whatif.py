@@ -18,7 +18,8 @@ from ..methods import baseline, whatifs
 from ..trace import PHASE_TARGET, RaceTrace
 from . import hardware, measured
 from .figures import METHOD_COLORS, METHOD_LABELS
-from .html import esc
+from .html import esc, run_settings, run_stats
+from .svg import Frame
 
 
 def curve_of(data) -> dict[int, float]:
@@ -149,8 +150,8 @@ def other_ms(inp: dict, method: str) -> float:
 
 
 def actual(trace: RaceTrace | None) -> dict:
-    """What the last run reached: each speculative method's tokens per target forward and speedup over the
-    baseline (tokens/s)."""
+    """What the last run reached: each speculative method's accepted length (as the summary counts it), target
+    forward size and speedup over the baseline (tokens/s)."""
     out = {}
     if trace is None:
         return out
@@ -160,11 +161,10 @@ def actual(trace: RaceTrace | None) -> dict:
         if m == baseline() or not run.steps:
             continue
         steps = run.steps[1:] or run.steps   # without the prefill step
-        tokens = sum(len(s.new_token_ids) for s in steps)
-        out[m] = {"tokens_per_step": tokens / len(steps),
+        out[m] = {"tokens_per_step": run_stats(run)["accepted_length"],
                   "nodes_per_step": sum(s.tokens_processed for s in steps) / len(steps),
                   "speedup": run.tokens_per_second / ar_speed if ar_speed > 0 else None,
-                  "settings": run.settings if isinstance(run.settings, dict) else {}}
+                  "settings": run_settings(run)}
     return out
 
 
@@ -187,36 +187,24 @@ def chart(title: str, x_label: str, series: list[tuple[str, str, list[tuple[floa
     pts = [p for _, _, s, _ in series for p in s] + [(x, y) for _, _, x, y, _ in marks]
     if not pts:
         return ""
-    x_hi = max(x for x, _ in pts) or 1.0
     line_top = max([y for _, _, s, _ in series for _, y in s] or [1.0])
     # A measured point far above the predictions (e.g. a slowed-down baseline) must not flatten the
     # curves: the axis stops at 1.6x the curves' top and such a point is drawn at the edge with its value.
     y_hi = max(1.2, min(max(y for _, y in pts), line_top * 1.6) * 1.1)
     left, bottom = 44, 32
-
-    def sx(v):
-        return left + v / x_hi * (w - left - 14)
-
-    def sy(v):
-        return h - bottom - v / y_hi * (h - bottom - 14)
-
-    parts = [f'<line x1="{left}" y1="{h - bottom}" x2="{w - 8}" y2="{h - bottom}" stroke="#9ca3af"/>',
-             f'<line x1="{left}" y1="8" x2="{left}" y2="{h - bottom}" stroke="#9ca3af"/>',
-             f'<line x1="{left}" y1="{sy(1):.1f}" x2="{w - 8}" y2="{sy(1):.1f}" stroke="#9ca3af" '
-             f'stroke-dasharray="3 4"><title>1x = as fast as autoregressive</title></line>',
-             f'<text x="{left - 4}" y="{sy(1) + 4:.1f}" text-anchor="end" font-size="12">1x</text>',
-             f'<text x="{left - 4}" y="16" text-anchor="end" font-size="12">{y_hi:.2g}x</text>',
-             f'<text x="{w - 8}" y="{h - 6}" text-anchor="end" font-size="12">{esc(x_label)} (to {x_hi:g})</text>',
-             f'<text x="{left + 4}" y="{h - bottom + 14}" font-size="12">predicted speedup ↑</text>']
+    frame = Frame(w, h, left, bottom, 14, [x for x, _ in pts], y_hi)
+    parts = frame.axes(top=8) + [
+        f'<line x1="{left}" y1="{frame.y(1):.1f}" x2="{w - 8}" y2="{frame.y(1):.1f}" stroke="#9ca3af" '
+        f'stroke-dasharray="3 4"><title>1x = as fast as autoregressive</title></line>',
+        f'<text x="{left - 4}" y="{frame.y(1) + 4:.1f}" text-anchor="end" font-size="12">1x</text>',
+        f'<text x="{left - 4}" y="16" text-anchor="end" font-size="12">{y_hi:.2g}x</text>',
+        f'<text x="{w - 8}" y="{h - 6}" text-anchor="end" font-size="12">{esc(x_label)} (to {frame.x_hi:g})</text>',
+        f'<text x="{left + 4}" y="{h - bottom + 14}" font-size="12">predicted speedup ↑</text>']
     for label, color, s, dashed in series:
-        if not s:
-            continue
-        coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
-        dash = ' stroke-dasharray="6 4"' if dashed else ""
-        parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2.5"{dash}>'
-                     f'<title>{esc(label)}</title></polyline>')
+        if s:
+            parts.append(frame.polyline(s, color, label, 2.5, dashed))
     for label, color, x, y, shape in marks:
-        cx, cy = sx(x), sy(min(y, y_hi))
+        cx, cy = frame.x(x), frame.y(min(y, y_hi))
         if y > y_hi:
             parts.append(f'<text x="{cx + 10:.1f}" y="{cy + 14:.1f}" font-size="12">↑ {y:.2f}x</text>')
         tip = f"<title>{esc(label)}</title>"
