@@ -53,17 +53,22 @@ GUESSES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15]
 AUTO_VERSION = 3     # 3: copied candidates in the model
 
 
+def _graphs_decided(pair, graphs) -> bool:
+    """Whether the decoder being sized captures its step, from its graphs mode ('auto' | 'on' | 'off')."""
+    from ..engine import graphs as graph_modes
+
+    return graph_modes.capture_wanted(graphs, pair.device)
+
+
 def resolve_settings(pair, window=None, ngram=None, guesses=None, graphs="auto"
                      ) -> tuple[int, int, int, dict[int, float] | None]:
     """(W, N, G, the curve `auto` chose them on) from user options; all None means auto, sized for the path the
     decoder runs (`graphs`: its mode, 'auto' | 'on' | 'off'); the curve is None where the sizes were given. The
     decoder prices its copies on that curve: one measurement (a contended one is used for this run only and
     not cached, so asking `choose` twice would measure twice)."""
-    from ..engine import graphs as graph_modes
-
     given = [v is not None for v in (window, ngram, guesses)]
     if not any(given):
-        result = choose(pair, graphs=graph_modes.capture_wanted(graphs, pair.device))
+        result = choose(pair, graphs=_graphs_decided(pair, graphs))
         choice, curve = result["choice"], {int(n): float(ms) for n, ms in result["curve"].items()}
         return choice["window"], choice["ngram"], choice["guesses"], curve
     if not all(given):
@@ -170,19 +175,16 @@ def auto_pending(pair, sampling=None, graphs="auto", **options) -> bool:
     """Whether these options ask `auto` for a window it would have to measure first: neither the choice nor
     the target's curve it is made from is cached (Sequoia's sizing times the same curve, so a measurement
     under way for Sequoia often has it already). Measures nothing."""
-    from ..engine import graphs as graph_modes
     from ..engine.profiler import target_curve_cached
 
-    graphs = graph_modes.capture_wanted(graphs, pair.device)
+    graphs = _graphs_decided(pair, graphs)
     return _asks_auto(**options) and cached_choice(pair, graphs) is None and not target_curve_cached(pair, graphs)
 
 
 def measure_auto(pair, sampling=None, graphs="auto", **options) -> None:
     """Measure and cache what `auto` needs for these options (the app's worker does it between races)."""
-    from ..engine import graphs as graph_modes
-
     if _asks_auto(**options):
-        choose(pair, graphs=graph_modes.capture_wanted(graphs, pair.device))
+        choose(pair, graphs=_graphs_decided(pair, graphs))
 
 
 # A first estimate of t(n): one warm-up round and one timed round (about a second for a 135M model on a
@@ -193,10 +195,9 @@ QUICK_ROUNDS = (1, 1)
 def first_sizes(pair, sampling=None, graphs="auto", **options) -> tuple[dict, str]:
     """Options to start a race with at once while `auto`'s measurement is pending (W, N, G chosen on a
     one-round estimate of t(n), untimed by the race), and what to tell the reader."""
-    from ..engine import graphs as graph_modes
     from ..engine.profiler import measure_forward_times
 
-    graphs = graph_modes.capture_wanted(graphs, pair.device)
+    graphs = _graphs_decided(pair, graphs)
     warmup, repeats = QUICK_ROUNDS
     raw = measure_forward_times(pair.target, CURVE_SIZES, repeats=repeats, warmup=warmup, graphs=graphs,
                                 label="a first estimate of the target's forward times")

@@ -134,9 +134,8 @@ class StepCosts:
 
 
 def draft_forwards_ms(shape: TreeShape, draft_ms: dict) -> float:
-    """The profiled draft forwards of one step: one per level that has children (the root's over one row)."""
-    return sum(interpolate(draft_ms, 1 if level == 0 else end - start)
-               for level, (start, end) in enumerate(shape.level_ranges[:shape.depth]))
+    """The profiled draft forwards of one step, over the rows each reads (`TreeShape.draft_rows`)."""
+    return sum(interpolate(draft_ms, rows) for rows in shape.draft_rows)
 
 
 def tree_cost_ms(parents: list[int], target_ms: dict, draft_ms: dict, costs: StepCosts | None = None) -> float:
@@ -307,16 +306,31 @@ def calibration_trees(acceptance, by_depth, under_lower_ranks=None) -> list[list
     return trees
 
 
-def _costs_key(pair, sampling: SamplingConfig, graphs: bool = False) -> str:
-    # Sampling pays for probabilities at every node that greedy does not, top-p / top-k for a sort or a
-    # top-k over the vocabulary: the three are measured apart (`SamplingConfig.mode`), never per value.
+def _sized_key(pair, sampling: SamplingConfig, graphs: bool, *fields: str) -> str:
+    """A cache key of what sizing measures: the pair, its forwards (the curves belong to the forwards timed),
+    the sampling mode, then `fields`, and whether the steps are captured.
+
+    Sampling pays for probabilities at every node that greedy does not, top-p / top-k for a sort or a
+    top-k over the vocabulary: the three are measured apart (`SamplingConfig.mode`), never per value.
+    """
     kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"
-    return f"{pair.key}|{kinds}|{sampling.mode}|cost-model-{COST_MODEL}" + ("|graphs" if graphs else "")
+    return "|".join([pair.key, kinds, sampling.mode, *fields]) + ("|graphs" if graphs else "")
+
+
+def _costs_key(pair, sampling: SamplingConfig, graphs: bool = False) -> str:
+    return _sized_key(pair, sampling, graphs, f"cost-model-{COST_MODEL}")
 
 
 # Open-ended prompts, so a step count is reached before an end of text; what they say does not matter.
 CALIBRATION_PROMPTS = ("Explain how a bicycle works, step by step, for someone who has never ridden one.",
                        "Write a short story about a lighthouse keeper who finds a message in a bottle.")
+
+
+def _timed_step(decoder) -> tuple:
+    """One `step()` and the wall ms around it (`measure_step_times`, `race_trees`)."""
+    t0 = time.perf_counter()
+    record = decoder.step()
+    return record, (time.perf_counter() - t0) * 1000
 
 
 def _timed_steps(makers: list, steps: int, warmup: int) -> list[list[tuple[float, float, float]]]:
@@ -350,9 +364,7 @@ def _timed_steps(makers: list, steps: int, warmup: int) -> list[list[tuple[float
                     decoders[k].step()   # the prefill
                     seen[k], runs[k] = 0, runs[k] + 1
                     continue
-                t0 = time.perf_counter()
-                record = decoders[k].step()
-                wall = (time.perf_counter() - t0) * 1000
+                record, wall = _timed_step(decoders[k])
                 seen[k] += 1
                 shape = getattr(decoders[k], "shape", None)   # the baseline's decoder has no tree
                 cut = shape is not None and record.payload is not None and record.payload.depth < shape.depth
@@ -503,9 +515,8 @@ def race_trees(pair, sampling: SamplingConfig, parents: list[int], graphs: bool 
             while any(not d.done for d in decoders.values()):
                 for k, decoder in decoders.items():
                     if not decoder.done:
-                        t0 = time.perf_counter()
-                        record = decoder.step()
-                        done[k][1] += (time.perf_counter() - t0) * 1000
+                        record, ms = _timed_step(decoder)
+                        done[k][1] += ms
                         done[k][0] += len(record.new_token_ids)
                         measuring.tick(len(record.new_token_ids))
         finally:
@@ -559,6 +570,13 @@ def _capture_shapes(makers, prompt: str, steps: int = 4) -> None:
             decoder.close()
 
 
+def _acceptance_fields(acc: dict) -> dict:
+    """An acceptance vector and its rows (`acceptance_for`) as a plan and a manual tree's settings record
+    them (`plan_from_curves`)."""
+    return {"acceptance": list(acc["acceptance"]), "acceptance_by_depth": acc.get("by_depth"),
+            "acceptance_under_lower_ranks": acc.get("under_lower_ranks")}
+
+
 def _acceptance_id(acc: dict) -> str:
     """A short name for an acceptance vector and its rows (`acceptance_for`), for a plan's key."""
     rows = [acc["acceptance"], acc.get("by_depth"), acc.get("under_lower_ranks")]
@@ -569,16 +587,14 @@ def _plan_key(pair, sampling: SamplingConfig, max_budget, max_depth, graphs: boo
               acc: dict) -> tuple[int, int, str]:
     # Keyed by what changes a plan, never by the floats a visitor types (each new key once queued a
     # measurement and left a file): the pair and its forwards (whose curves it reads), the step costs'
-    # mode (`_costs_key`), the acceptance vector it is sized on, the limits and graphs. Temperature, top-p
+    # mode (`_sized_key`), the acceptance vector it is sized on, the limits and graphs. Temperature, top-p
     # and top-k reach a plan only through that vector, and `acceptance_for` picks it from a bounded set
     # (shipped or measured by `profile-acceptance`, at the nearest temperature; visitors add none): a plan
     # measured at one temperature is the plan for every temperature that reads the same vector, its race
     # (run at the first one's) deciding for them all.
     default_n, default_d = (128, 12) if pair.device.type == "cpu" else (256, 16)
     max_budget, max_depth = int(max_budget or default_n), int(max_depth or default_d)
-    kinds = f"{forward_kind(pair.target)}/{forward_kind(pair.draft)}"   # curves belong to the forwards timed
-    key = (f"{pair.key}|{kinds}|{sampling.mode}|acc-{_acceptance_id(acc)}"
-           f"|N{max_budget}|D{max_depth}") + ("|graphs" if graphs else "")
+    key = _sized_key(pair, sampling, graphs, f"acc-{_acceptance_id(acc)}", f"N{max_budget}", f"D{max_depth}")
     return max_budget, max_depth, key
 
 
@@ -591,13 +607,12 @@ def cached_plan(pair, sampling: SamplingConfig | None = None, max_budget: int | 
     max_budget, max_depth, key = _plan_key(pair, sampling, max_budget, max_depth, graphs, acc)
     cached = load_cached("sequoia-plan", key)
     costs_entry = load_cached("sequoia-step-costs", _costs_key(pair, sampling, graphs)) or {}
-    if cached and cached.get("acceptance") == list(acc["acceptance"]) and \
-            cached.get("acceptance_by_depth") == acc.get("by_depth") and cached.get("cost_model") == COST_MODEL \
-            and cached.get("acceptance_under_lower_ranks") == acc.get("under_lower_ranks") \
-            and cached.get("step_costs") == costs_entry.get("costs") and cached.get("race") is not None \
-            and cached["race"].get("adaptive_rule") == ADAPTIVE_RULE:
-        return cached
-    return None
+    if not cached or any(cached.get(k) != v for k, v in _acceptance_fields(acc).items()):
+        return None
+    if cached.get("cost_model") != COST_MODEL or cached.get("step_costs") != costs_entry.get("costs"):
+        return None
+    race = cached.get("race")
+    return cached if race is not None and race.get("adaptive_rule") == ADAPTIVE_RULE else None
 
 
 def plan_tree(pair, sampling: SamplingConfig | None = None, max_budget: int | None = None,
@@ -659,9 +674,8 @@ def resolve_tree(pair, sampling, tree_budget, tree_depth, tree_parents,
     if not np.isfinite(tables.best[depth, budget]):
         optimal_tree(acc["acceptance"], budget, depth)   # raises the explanatory error
     parents, value = tables.parents(budget, depth), float(tables.best[depth, budget])
-    return parents, {"tree": "manual", "acceptance": acc["acceptance"], "acceptance_by_depth": acc.get("by_depth"),
-                     "acceptance_under_lower_ranks": acc.get("under_lower_ranks"),
-                     "acceptance_source": acc["source"], "predicted_tokens_per_step": value}
+    return parents, {"tree": "manual", **_acceptance_fields(acc), "acceptance_source": acc["source"],
+                     "predicted_tokens_per_step": value}
 
 
 @dataclass(frozen=True)

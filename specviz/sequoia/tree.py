@@ -70,6 +70,12 @@ class TreeShape:
     def depth(self) -> int:
         return len(self.level_ranges) - 1
 
+    @property
+    def draft_rows(self) -> list[int]:
+        """Rows each draft forward of a step reads: one forward per level that has children, the root's
+        over its one row, every other level's over its nodes."""
+        return [1 if level == 0 else end - start for level, (start, end) in enumerate(self.level_ranges[:self.depth])]
+
     def truncated(self, depth: int) -> "TreeShape":
         """The same tree cut to `depth` levels: a prefix of the breadth-first order."""
         end = self.level_ranges[min(depth, self.depth)][1]

@@ -107,8 +107,7 @@ def point(inp: dict, budget: int, depth: int, max_budget: int = 128, max_depth: 
     if not math.isfinite(value):
         return None
     shape = TreeShape.from_parents(tables.parents(budget, depth))
-    draft_ms = sum(interpolate(draft, 1 if level == 0 else end - start)
-                   for level, (start, end) in enumerate(shape.level_ranges[:shape.depth])) if draft else 0.0
+    draft_ms = sum(interpolate(draft, rows) for rows in shape.draft_rows) if draft else 0.0
     target_ms, other = interpolate(target, shape.size), other_ms(inp, METHOD.id)
     return {"budget": budget, "depth": shape.depth, "tokens_per_step": value, "target_ms": target_ms,
             "draft_ms": draft_ms, "other_ms": other, "step_ms": draft_ms + target_ms + other,
