@@ -113,6 +113,11 @@ def args_module(method: str):
     return _module(method, "args")
 
 
+def sizing_module(method: str):
+    """The method's hardware-aware sizing module (`Method.sizing`), or None for a method that measures nothing."""
+    return _module(method, "sizing")
+
+
 def raced_by_default() -> tuple[str, ...]:
     return tuple(m.id for m in registered().values() if m.raced_by_default)
 

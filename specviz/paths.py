@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -40,3 +41,21 @@ def cache_dir() -> Path:
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def read_json(path: Path):
+    """The JSON held in `path`, or None where there is no such file or it is damaged: a cached measurement is
+    measured again, never fatal."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):   # ValueError: not JSON, or not UTF-8 text
+        return None
+
+
+def write_json(path: Path, data) -> None:
+    """Write `data` as JSON atomically: a reader never sees half a file, and two processes writing the same file
+    at once (the app's worker and `bench`, say) each write a temporary file of their own."""
+    path = Path(path)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)

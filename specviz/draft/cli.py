@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InvalidInput
+from ..paths import write_json
 from .data import (
     PROMPTS_FILES,
     chat_ids,
@@ -21,7 +22,6 @@ from .data import (
     generate_batch,
     load_prompts,
     log,
-    write_json,
 )
 from .evaluate import agreement, heldout_sequences
 from .train import train

@@ -135,13 +135,6 @@ def generate_answers(target, tokenizer, out_dir: Path, seed: int, batch: int, ma
             log(f"  {start + len(rows)}/{len(todo)}: {n_tok} tokens, {n_tok / (time.perf_counter() - t0):.0f} tok/s")
 
 
-def write_json(path: Path, data: dict) -> None:
-    """Write JSON atomically (a reader never sees half a file)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
-
-
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 

@@ -39,9 +39,9 @@ import torch.nn.functional as F
 
 from ..engine import native
 from ..engine.drafts import DraftFormat
-from ..engine.lean import attention_backends, attention_kernels
+from ..engine.lean import attention_backends, attention_kernels, causal_mask, picked_rows
 from ..engine.llama import DecoderLayer, Linears, layer_stack, layers_over, rms_norm, rotary_tables
-from ..engine.model_state import state_of
+from ..engine.model_state import state_of, weights_version
 from ..engine.kernels import Int8Rows, Q8Rows, fbgemm_available, int8_decoding_supported, int8_kernel
 from ..engine.quant import fbgemm_layers, int8_copy, kernel_copy, kernel_copy_fits, kernel_head
 from ..errors import ModelLoadError
@@ -167,10 +167,8 @@ class FeatureDraft(torch.nn.Module):
         version counters), so a decoder per prompt does not pay 60 ms of quantisation, nor fbgemm's
         50 ms of packing the head's 15.7k rows, each time.
         """
-        # A draft built under inference_mode has inference tensors, which keep no version counter (and
-        # cannot be changed outside inference_mode): their storage is their identity.
         q8_head = kernel_head(self._target[0])
-        versions = tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in self.parameters()) + (
+        versions = weights_version(self) + (
             self.vocab_ids.data_ptr(), self.vocab_ids.numel(), id(q8_head))   # the own-rows head is cut by them
         state = state_of(self)
         cached = state.int8_parts
@@ -419,8 +417,7 @@ class FeatureDraftForward:
         causal = False
         if mask is None:
             if n > 1 and start > 0:   # new rows see the cache and, causally, each other
-                mask = torch.full((1, 1, n, end), torch.finfo(self.dtype).min, dtype=self.dtype,
-                                  device=self.device).triu_(start + 1)
+                mask = causal_mask(n, start, self.dtype, self.device)
             else:
                 causal = n > 1
         elif mask.dtype != self.dtype:
@@ -483,6 +480,6 @@ class FeatureLevelTiming:
                 mask: torch.Tensor | None = None, rows: torch.Tensor | int = 1) -> torch.Tensor:
         n = input_ids.shape[-1]
         out = self.inner(input_ids.view(-1), self.features[start:start + n], start, positions=positions, mask=mask)
-        return self.inner.logits(out[-rows:] if isinstance(rows, int) else out.index_select(0, rows))
+        return self.inner.logits(picked_rows(out, rows))
 
     __call__ = forward

@@ -40,15 +40,12 @@ class FeatureShape(StaticShape):
             raise ValueError(f"feature shape {key}: rows must write the last {self.n} slots of the block")
 
     def compute(self):
-        slots = self.write_offsets + self.origin
-        positions = (self.position_offsets + self.origin).clamp(max=self.max_position)
+        slots, positions = self._inputs()
         return self.forward.forward_static(self.ids, self.features, slots, positions, self.mask(), self.rows)
 
     def eager(self):
         """Uncaptured: `FeatureDraftForward` over the filled slots [0, origin + B) only."""
-        end = self._origin + self.block_width
-        if end > self.capacity:
-            raise ValueError(f"static shape {self.key}: {end} slots needed, {self.capacity} allocated")
+        end = self._filled_end()
         if self.forward.eager_forward is None:   # a capturing session whose shape failed to capture
             return self.compute()
         positions = (self.position_offsets + self._origin).clamp(max=self.max_position)

@@ -38,9 +38,10 @@ import torch.nn.functional as F
 
 from ..engine.lean import attention_kernels, tapped_features
 from ..errors import InvalidInput
-from .data import DistillData, log, read_jsonl, write_json
+from ..paths import write_json
+from .data import DistillData, log, read_jsonl
 from .feature import FeatureDraft, save_feature_draft
-from .train import log_step, lr_at, resumed_history
+from .train import log_step, lr_at, resumed_history, save_state
 from .vocab import VOCAB_FILE, load_vocab
 
 SHARD_BATCHES = 10
@@ -97,9 +98,7 @@ def precompute(target, tokenizer, work_dir: Path, settings: dict) -> list[Path]:
         taps = tuple(settings.get("taps", ()))
         feats = torch.cat([target_features(target, ids[i:i + 8], taps).to(torch.float16).cpu()
                            for i in range(0, len(ids), 8)])
-        tmp = path.with_suffix(".tmp")
-        torch.save({"ids": ids.to(torch.int32), "feats": feats}, tmp)
-        tmp.replace(path)
+        save_state({"ids": ids.to(torch.int32), "feats": feats}, path)
         done_tokens += ids.numel()
         log(f"features: shard {s + 1}/{n_shards}, {done_tokens / (time.perf_counter() - t0):.0f} tok/s")
     return shards
@@ -481,11 +480,9 @@ def train_feature(target, tokenizer, settings: dict, out_dir: Path, work_dir: Pa
         if metrics["agreement"] and metrics["agreement"][-1][0] == steps_before + step:
             metrics["agreement"].pop()   # a warm start re-measures the step it starts from
         metrics["agreement"].append([steps_before + step, agree])
-        torch.save({"draft": {k: v.detach().clone() for k, v in draft.state_dict().items()},
+        save_state({"draft": {k: v.detach().clone() for k, v in draft.state_dict().items()},
                     "optimizer": optimizer.state_dict(), "step": step, "metrics": metrics, "settings": settings,
-                    "checkpoint_seconds": checkpoint_seconds},
-                   work_dir / "feature_state.pt.tmp")
-        (work_dir / "feature_state.pt.tmp").replace(state_path)
+                    "checkpoint_seconds": checkpoint_seconds}, state_path)
         final = {"steps_done": steps_before + step, "heldout_agreement": agree, "heldout_prompts": len(heldout)}
         save_feature_draft(draft, out_dir, settings["target"], extra={"steps_done": steps_before + step,
                                                                        "heldout_agreement": agree})

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import InvalidInput
-from .data import DistillData, log, read_jsonl, write_json
+from ..paths import write_json
+from .data import DistillData, log, read_jsonl
 from .evaluate import agreement, heldout_sequences
 from .pruned import SHARED_PREFIXES, build_draft, save_draft
 
@@ -42,6 +43,13 @@ def resumed_history(settings: dict, saved: dict, start: int) -> None:
     """Settings may change on resume (steps, data mix): keep each phase's settings for reproducing it."""
     previous = {k: v for k, v in saved.items() if k != "history"}
     settings["history"] = saved.get("history", []) + [{**previous, "until_step": start}]
+
+
+def save_state(state: dict, path: Path) -> None:
+    """`torch.save` through a temporary file: a crash never leaves half a file for `--resume` to read."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
 
 
 def log_step(step: int, start: int, steps: int, t_start: float, tokens: int, loss: str, lr: float,
@@ -92,9 +100,8 @@ def train(target, tokenizer, settings: dict, out_dir: Path, work_dir: Path, resu
         draft.eval()
         metrics["agreement"].append([step, agreement(draft, seqs)])
         own = {n: p.detach().clone() for n, p in params.items()}
-        torch.save({"draft": own, "optimizer": optimizer.state_dict(), "step": step, "metrics": metrics,
-                    "settings": settings}, work_dir / "train_state.pt.tmp")
-        (work_dir / "train_state.pt.tmp").replace(state_path)
+        save_state({"draft": own, "optimizer": optimizer.state_dict(), "step": step, "metrics": metrics,
+                    "settings": settings}, state_path)
         final = {"steps_done": step, "heldout_agreement": metrics["agreement"][-1][1],
                  "heldout_prompts": len(seqs), "heldout_positions": sum(int(s[2].numel()) for s in seqs)}
         save_draft(draft, out_dir, layers, settings["target"], extra={"steps_done": step})

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from . import native
 from .llama import DecoderLayer, Product
-from .model_state import state_of
+from .model_state import state_of, weights_version
 
 GROUP = 32   # weights per Q4_1 or Q8_0 block, and the kernels' group size
 
@@ -145,11 +145,9 @@ def packed_weights(model, weights: list[torch.Tensor], first_bias: torch.Tensor 
     first = weights[0]
     if not packed_matmul_supported(first.device, first.dtype):
         return None
-    # The model's parameters say whether anything changed (an optimiser step bumps their version
-    # counters; the stacked q|k|v views made per forward have counters of their own). Inference
-    # tensors keep no counter, and cannot change outside inference_mode.
-    versions = (tuple((w.data_ptr(), tuple(w.shape)) for w in weights),
-                tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in model.parameters()))
+    # The model's parameters say whether anything changed (`weights_version`; the stacked q|k|v views made per
+    # forward have version counters of their own).
+    versions = (tuple((w.data_ptr(), tuple(w.shape)) for w in weights), weights_version(model))
     cached = state_of(model).packed
     if cached is not None and cached[0] == versions:
         return cached[1]

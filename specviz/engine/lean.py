@@ -41,7 +41,7 @@ from transformers import DynamicCache
 
 from .kernels import Dense, Q4Layer, biases_together, pack, packed_weights, rows_together
 from .llama import DecoderLayer, LayerStack, layer_stack, rms_norm, rotary_tables
-from .model_state import state_of
+from .model_state import state_of, weights_version
 from . import native
 from .quant import WeightOnlyLayers
 
@@ -115,6 +115,17 @@ class VocabSubsetHead(torch.nn.Module):
         out = sub.new_full((sub.shape[0], self.vocab_size), float("-inf"))
         out[:, self.vocab_ids] = sub
         return out.view(*hidden.shape[:-1], self.vocab_size)
+
+
+def causal_mask(n: int, start: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The additive (1, 1, n, start + n) mask of n new rows after `start` cached slots: each row sees every
+    cached slot and, causally, the new rows up to its own (0 where it sees, the dtype's least value elsewhere)."""
+    return torch.full((1, 1, n, start + n), torch.finfo(dtype).min, dtype=dtype, device=device).triu_(start + 1)
+
+
+def picked_rows(x: torch.Tensor, rows: torch.Tensor | int) -> torch.Tensor:
+    """The rows of x (n, width) a forward returns logits for: `rows` is how many last rows, or an index tensor."""
+    return x[-rows:] if isinstance(rows, int) else x.index_select(0, rows)
 
 
 def tapped_features(normed: torch.Tensor, hidden_states, taps: tuple[int, ...]) -> torch.Tensor:
@@ -217,9 +228,7 @@ class LeanLlama:
         else:
             cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
         if mask is None and n > 1 and start > 0:
-            allowed = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
-            mask = torch.zeros(1, 1, n, end, dtype=self.dtype, device=self.device).masked_fill_(
-                ~allowed, torch.finfo(self.dtype).min)
+            mask = causal_mask(n, start, self.dtype, self.device)
         causal = mask is None and n > 1   # a prefill from slot 0: plainly causal
         return self._run(input_ids, (start, None, end), cos, sin, mask, causal, rows, hidden, taps)
 
@@ -255,9 +264,9 @@ class LeanLlama:
                               list(taps) if hidden else [])
         if hidden:
             normed = rms_norm(x, self.final_norm, self.eps)
-            picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
+            picked = picked_rows(normed, rows)
             return self.head(picked.to(self.head_dtype)), torch.cat([normed] + tapped, -1) if tapped else normed
-        x = x[-rows:] if isinstance(rows, int) else x.index_select(0, rows)
+        x = picked_rows(x, rows)
         # A 2-D input keeps F.linear on a plain matmul (see VocabSubsetHead.forward).
         return self.head(rms_norm(x, self.final_norm, self.eps).to(self.head_dtype))
 
@@ -357,9 +366,8 @@ class ModelForward:
                                    position_ids=None if positions is None else positions.unsqueeze(0),
                                    past_key_values=self.cache, use_cache=True, output_hidden_states=bool(taps))
             normed = out.last_hidden_state[0]
-            picked = normed[-rows:] if isinstance(rows, int) else normed.index_select(0, rows)
-            return self.model.lm_head(picked), tapped_features(normed, [h[0] for h in out.hidden_states or ()],
-                                                               taps)
+            features = tapped_features(normed, [h[0] for h in out.hidden_states or ()], taps)
+            return self.model.lm_head(picked_rows(normed, rows)), features
         return self.model(input_ids=input_ids, attention_mask=mask,
                           position_ids=None if positions is None else positions.unsqueeze(0),
                           past_key_values=self.cache, use_cache=True, logits_to_keep=rows).logits[0]
@@ -410,8 +418,7 @@ def _dense_stack(model, matrices: list[torch.Tensor], biases: list, packed: list
     what a graph captures; kept on the model while its matrices, packed copies and parameters are these (an
     optimiser step bumps a parameter's version counter; the biases are copies, so a changed one needs a new stack)."""
     state = state_of(model)
-    key = (tuple((m.data_ptr(), tuple(m.shape)) for m in matrices), id(packed), dtype,
-           tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in model.parameters()))
+    key = (tuple((m.data_ptr(), tuple(m.shape)) for m in matrices), id(packed), dtype, weights_version(model))
     kept = state.dense_stack
     if kept is None or kept[0] != key:
         products = [Dense(w, packed[i] if packed else None, biases[i]) for i, w in enumerate(matrices)]

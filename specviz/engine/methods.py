@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import InvalidInput
-from ..methods import registered
+from ..methods import registered, sizing_module
 from .decoder import Decoder, validate_max_new_tokens
 from .graphs import check_graphs
 from .models import ModelPair
@@ -20,9 +20,8 @@ from .text import encode_prompt
 
 def sizing(method: str, what: str):
     """A method's sizing function `what` (`Method.sizing`), or None for a method that measures nothing."""
-    record = registered().get(method)
-    module = record.sizing if record else None
-    return getattr(importlib.import_module(module), what) if module else None
+    module = sizing_module(method)
+    return getattr(module, what) if module is not None else None
 
 
 def _imported(path: str):

@@ -46,6 +46,14 @@ def state_of(model) -> ModelState:
     return state
 
 
+def weights_version(module) -> tuple:
+    """Which tensors `module`'s parameters are and how often each was changed in place, for a field above that is
+    kept while the weights stay the same: an optimiser step bumps a parameter's version counter. A tensor made
+    under inference_mode keeps no counter (and cannot be changed outside inference_mode): its storage is its
+    identity."""
+    return tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in module.parameters())
+
+
 def found_state(model) -> ModelState | None:
     """The model's state where it has one, else None (a reader that must not make one)."""
     return getattr(model, "__dict__", {}).get(NAME)

@@ -15,7 +15,6 @@ curves are cached under different keys.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import statistics
 import sys
@@ -24,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from ..paths import cache_dir
+from ..paths import cache_dir, read_json, write_json
 from .kernels import packed_matmul_supported
-from .lean import lean_llama_supported, make_forward
+from .lean import causal_mask, lean_llama_supported, make_forward
 from . import measuring
 from .machine import fingerprint, fingerprint_tag
 
@@ -144,9 +143,7 @@ def forward_calls(model, sizes: list[int], context_len: int = 200) -> dict:
     for n in sizes:
         tokens = torch.randint(0, vocab, (1, n), generator=gen).to(device)
         # The same kind of call the decoders make: explicit positions and an additive mask.
-        mask = torch.zeros(1, 1, n, context_len + n, dtype=dtype, device=device)
-        causal = torch.triu(torch.ones(n, n, dtype=torch.bool, device=device), diagonal=1)
-        mask[0, 0, :, context_len:].masked_fill_(causal, torch.finfo(dtype).min)
+        mask = causal_mask(n, context_len, dtype, device)
         positions = torch.arange(context_len, context_len + n, device=device)
         calls[n] = functools.partial(forward, tokens, context_len, positions=positions, mask=mask, rows=n)
     return calls
@@ -271,13 +268,9 @@ def load_cached(kind: str, key: str) -> dict | None:
     """The cached entry, or None. A measured kind is read only under the fingerprint it was saved with:
     files from before fingerprints (no tag in the name) or from another machine are ignored, not misread."""
     machine = _machine(kind, key)
-    path = _profile_path(kind, key, machine)
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None  # a damaged cache is re-measured, never fatal
+    data = read_json(_profile_path(kind, key, machine))
+    if data is None:
+        return None   # never measured here, or a damaged file: measured again
     if machine is not None and (not isinstance(data, dict) or data.get("machine") != machine):
         return None   # a hash collision or a hand-copied file: not this machine's measurement
     if machine is not None:
@@ -290,9 +283,7 @@ def save_cached(kind: str, key: str, data: dict) -> Path:
     if machine is not None:
         data = {**data, "machine": machine}
     path = _profile_path(kind, key, machine)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")   # two processes (app worker, bench) may write at once
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
+    write_json(path, data)
     if machine is not None:
         measuring.saved(path)   # the command line says where a measurement went
     return path

@@ -124,12 +124,16 @@ class StaticShape:
         return self.forward.lean.forward_static(self.ids, slots, positions, self.mask(), self.rows,
                                                 hidden=self.hidden, taps=self.taps)
 
-    def eager(self):
-        """The same forward over the filled slots [0, origin + B) only (nothing captured)."""
-        origin = self._origin
-        end = origin + self.block_width
+    def _filled_end(self) -> int:
+        """Where the eager form's attention ends: the filled slots are [0, origin + B)."""
+        end = self._origin + self.block_width
         if end > self.capacity:
             raise ValueError(f"static shape {self.key}: {end} slots needed, {self.capacity} allocated")
+        return end
+
+    def eager(self):
+        """The same forward over the filled slots [0, origin + B) only (nothing captured)."""
+        end = self._filled_end()
         slots, positions = self._inputs()
         mask = None if self.sees_all else self.block_mask(end)
         return self.forward.filled(self.ids, slots, positions, mask, self.rows, self.hidden, self.taps, end)

@@ -143,22 +143,18 @@ def _threads_path(cores: int) -> Path:
 
 def measured_threads(cores: int) -> dict | None:
     """The worker's thread count measured beside the page on this machine (`save_measured_threads`), else None."""
-    import json
+    from ..paths import read_json
 
-    try:
-        data = json.loads(_threads_path(cores).read_text())
-    except (OSError, ValueError):
-        return None   # never measured here, or a damaged file: the default stands
+    data = read_json(_threads_path(cores))   # None: never measured here, or a damaged file: the default stands
     return data if isinstance(data, dict) else None
 
 
 def save_measured_threads(cores: int, tokens_per_s: dict[int, float], detail: dict | None = None) -> Path:
     """Cache the fastest thread count beside the page: {threads: the app's mean tokens/s over its races}."""
-    import json
-
     import torch
 
     from ..engine.machine import cpu_flags, cpu_model
+    from ..paths import write_json
 
     best = max(tokens_per_s, key=lambda t: (tokens_per_s[t], -t))   # a tie goes to fewer threads
     path = _threads_path(cores)
@@ -166,7 +162,7 @@ def save_measured_threads(cores: int, tokens_per_s: dict[int, float], detail: di
     data = {"threads": int(best), "cores": cores, "cpu": cpu_model(), "cpu_flags": cpu_flags(),
             "torch": torch.__version__, "tokens_per_s": {str(t): round(v, 2) for t, v in sorted(tokens_per_s.items())},
             **(detail or {})}
-    path.write_text(json.dumps(data, indent=1))
+    write_json(path, data)
     return path
 
 
