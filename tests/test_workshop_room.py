@@ -285,8 +285,15 @@ def worker_processes() -> set[int]:
     """This process's children that are decoding workers (Linux: /proc)."""
     from pathlib import Path
 
-    pids = {int(pid) for f in Path("/proc/self/task").glob("*/children") for pid in f.read_text().split()}
-    return {pid for pid in pids if b"specviz.runtime.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()}
+    def read(path: Path, kind=str):
+        # A thread (or a child) may end between the listing and the read: it then has no children (no worker).
+        try:
+            return path.read_text() if kind is str else path.read_bytes()
+        except OSError:
+            return "" if kind is str else b""
+
+    pids = {int(pid) for f in Path("/proc/self/task").glob("*/children") for pid in read(f).split()}
+    return {pid for pid in pids if b"specviz.runtime.worker" in read(Path(f"/proc/{pid}/cmdline"), bytes)}
 
 
 def test_a_host_that_raises_concurrency_gets_a_worker_per_race_and_a_note(monkeypatch, expected_ids):
