@@ -39,6 +39,7 @@ choice is made from the graphed curve (`forward_curve(graphs=True)`) and cached 
 from __future__ import annotations
 
 from ..engine.curve import interpolate, monotone
+from ..engine import graphs as graph_modes   # capture_wanted: whether the decoder being sized captures its step
 from ..engine.profiler import SMALL_SIZES as CURVE_SIZES   # the sizes the choice reads of the target's curve
 from ..errors import InvalidInput
 from ..request import RANGES
@@ -53,13 +54,6 @@ GUESSES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15]
 AUTO_VERSION = 3     # 3: copied candidates in the model
 
 
-def _graphs_decided(pair, graphs) -> bool:
-    """Whether the decoder being sized captures its step, from its graphs mode ('auto' | 'on' | 'off')."""
-    from ..engine import graphs as graph_modes
-
-    return graph_modes.capture_wanted(graphs, pair.device)
-
-
 def resolve_settings(pair, window=None, ngram=None, guesses=None, graphs="auto"
                      ) -> tuple[int, int, int, dict[int, float] | None]:
     """(W, N, G, the curve `auto` chose them on) from user options; all None means auto, sized for the path the
@@ -68,7 +62,7 @@ def resolve_settings(pair, window=None, ngram=None, guesses=None, graphs="auto"
     not cached, so asking `choose` twice would measure twice)."""
     given = [v is not None for v in (window, ngram, guesses)]
     if not any(given):
-        result = choose(pair, graphs=_graphs_decided(pair, graphs))
+        result = choose(pair, graphs=graph_modes.capture_wanted(graphs, pair.device))
         choice, curve = result["choice"], {int(n): float(ms) for n, ms in result["curve"].items()}
         return choice["window"], choice["ngram"], choice["guesses"], curve
     if not all(given):
@@ -177,14 +171,14 @@ def auto_pending(pair, sampling=None, graphs="auto", **options) -> bool:
     under way for Sequoia often has it already). Measures nothing."""
     from ..engine.profiler import target_curve_cached
 
-    graphs = _graphs_decided(pair, graphs)
+    graphs = graph_modes.capture_wanted(graphs, pair.device)
     return _asks_auto(**options) and cached_choice(pair, graphs) is None and not target_curve_cached(pair, graphs)
 
 
 def measure_auto(pair, sampling=None, graphs="auto", **options) -> None:
     """Measure and cache what `auto` needs for these options (the app's worker does it between races)."""
     if _asks_auto(**options):
-        choose(pair, graphs=_graphs_decided(pair, graphs))
+        choose(pair, graphs=graph_modes.capture_wanted(graphs, pair.device))
 
 
 # A first estimate of t(n): one warm-up round and one timed round (about a second for a 135M model on a
@@ -197,7 +191,7 @@ def first_sizes(pair, sampling=None, graphs="auto", **options) -> tuple[dict, st
     one-round estimate of t(n), untimed by the race), and what to tell the reader."""
     from ..engine.profiler import measure_forward_times
 
-    graphs = _graphs_decided(pair, graphs)
+    graphs = graph_modes.capture_wanted(graphs, pair.device)
     warmup, repeats = QUICK_ROUNDS
     raw = measure_forward_times(pair.target, CURVE_SIZES, repeats=repeats, warmup=warmup, graphs=graphs,
                                 label="a first estimate of the target's forward times")
